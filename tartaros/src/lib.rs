@@ -1,0 +1,21 @@
+//! TartarOS: a local sandbox for AI coding agents on Linux.
+//!
+//! The library holds every decision (policy, Landlock rules, seccomp rules,
+//! mount plan) as pure functions, and one module per kernel mechanism applies
+//! them. The binary in `main.rs` is a thin CLI over it.
+
+pub mod cgroup;
+pub mod cli;
+pub mod doctor;
+pub mod ebpf;
+pub mod effectlog;
+pub mod environment;
+pub mod exit;
+pub mod init;
+pub mod landlock;
+pub mod mounts;
+pub mod plan;
+pub mod policy;
+pub mod probe;
+pub mod seccomp;
+pub mod supervisor;
