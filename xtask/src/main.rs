@@ -1,1 +1,5 @@
+//! Project automation: `cargo xtask <command>`.
+mod deps;
+mod lab;
+
 fn main() {}
