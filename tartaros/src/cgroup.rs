@@ -1,1 +1,177 @@
-//! TODO
+//! The run's cgroup: every process of the sandbox lives in it, and the run
+//! ends only when it is empty and removed.
+//!
+//! The cgroup v2 hierarchy is `/sys/fs/cgroup` on pure-v2 hosts and
+//! `/sys/fs/cgroup/unified` on hybrid hosts; the run's cgroup is a child of
+//! the supervisor's own cgroup there.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CgroupError {
+    #[error("failed to find a cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo); mount one at /sys/fs/cgroup")]
+    NoHierarchy,
+    #[error("failed to create the run's cgroup {path}: {source}; run as root or delegate a cgroup subtree to this user")]
+    Create { path: PathBuf, source: std::io::Error },
+    #[error("failed to open the run's cgroup {path}: {source}")]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("failed to empty the run's cgroup {path}: processes are still alive after {waited_ms} ms")]
+    NotEmpty { path: PathBuf, waited_ms: u128 },
+    #[error("failed to remove the run's cgroup {path}: {source}")]
+    Remove { path: PathBuf, source: std::io::Error },
+}
+
+/// Finds the cgroup2 mount point.
+pub fn v2_mount() -> Option<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        if right.split_whitespace().next()? != "cgroup2" {
+            return None;
+        }
+        left.split_whitespace().nth(4).map(PathBuf::from)
+    })
+}
+
+/// The calling process's own cgroup v2 path, relative to the mount.
+fn own_v2_path() -> Option<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .map(|p| PathBuf::from(p.trim_start_matches('/')))
+}
+
+/// A live run cgroup. Dropping it does nothing: teardown is explicit
+/// ([`RunCgroup::kill_and_remove`]) because it must be awaited and checked.
+pub struct RunCgroup {
+    path: PathBuf,
+    dir: File,
+}
+
+impl RunCgroup {
+    /// Creates `<own cgroup>/tartaros-<id>` in the v2 hierarchy.
+    pub fn create(id: &str) -> Result<Self, CgroupError> {
+        let mount = v2_mount().ok_or(CgroupError::NoHierarchy)?;
+        let parent = mount.join(own_v2_path().unwrap_or_default());
+        Self::create_in(&parent, id)
+    }
+
+    pub fn create_in(parent: &Path, id: &str) -> Result<Self, CgroupError> {
+        let path = parent.join(format!("tartaros-{id}"));
+        std::fs::create_dir(&path).map_err(|source| CgroupError::Create {
+            path: path.clone(),
+            source,
+        })?;
+        let dir = File::open(&path).map_err(|source| CgroupError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self { path, dir })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A descriptor of the cgroup directory, for `CLONE_INTO_CGROUP`.
+    pub fn fd(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
+    /// The cgroup id (the directory's inode), as eBPF sees it.
+    pub fn id(&self) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        self.dir.metadata().map(|m| m.ino()).unwrap_or(0)
+    }
+
+    /// Kills everything left, waits until the cgroup is empty, removes it.
+    pub fn kill_and_remove(&self, timeout: Duration) -> Result<(), CgroupError> {
+        kill_and_remove(&self.path, timeout)
+    }
+}
+
+/// Whether the cgroup at `path` still holds a process (itself or below).
+pub fn is_populated(path: &Path) -> bool {
+    std::fs::read_to_string(path.join("cgroup.events"))
+        .map(|events| events.lines().any(|l| l == "populated 1"))
+        .unwrap_or(false)
+}
+
+/// Kills every process in the cgroup at `path` (`cgroup.kill`, 5.14+; else
+/// freeze, SIGKILL each listed process, thaw), waits until it is empty and
+/// removes it. Also used by the janitor after a supervisor crash.
+pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let mut delay = Duration::from_micros(100);
+    loop {
+        if !is_populated(path) {
+            match std::fs::remove_dir(path) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                // Exiting tasks can keep the cgroup busy for a moment.
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < timeout => {}
+                Err(source) => {
+                    return Err(CgroupError::Remove {
+                        path: path.to_path_buf(),
+                        source,
+                    });
+                }
+            }
+        } else if std::fs::write(path.join("cgroup.kill"), "1").is_err() {
+            kill_each(path);
+        }
+        if start.elapsed() >= timeout {
+            return Err(CgroupError::NotEmpty {
+                path: path.to_path_buf(),
+                waited_ms: start.elapsed().as_millis(),
+            });
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(20));
+    }
+}
+
+/// The fallback for kernels without `cgroup.kill`: a frozen cgroup cannot
+/// fork new members while we kill the listed ones.
+fn kill_each(path: &Path) {
+    let _ = std::fs::write(path.join("cgroup.freeze"), "1");
+    for procs in walk(path) {
+        if let Ok(list) = std::fs::read_to_string(procs.join("cgroup.procs")) {
+            for pid in list.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+    let _ = std::fs::write(path.join("cgroup.freeze"), "0");
+}
+
+fn walk(path: &Path) -> Vec<PathBuf> {
+    let mut all = vec![path.to_path_buf()];
+    if let Ok(entries) = std::fs::read_dir(path) {
+        for entry in entries.flatten() {
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                all.extend(walk(&entry.path()));
+            }
+        }
+    }
+    all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_a_cgroup2_mount() {
+        // Every supported host has one; this host mounts it hybrid or pure.
+        if let Some(mount) = v2_mount() {
+            assert!(mount.join("cgroup.procs").exists());
+        }
+    }
+}

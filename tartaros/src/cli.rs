@@ -1,1 +1,259 @@
-//! TODO
+//! The command line: `tartaros run | doctor | log`.
+//!
+//! Bad input of any kind exits 78 with one `tartaros:` line, so a harness can
+//! tell a refusal from the agent's own failure.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit;
+use crate::policy::{ConfigFile, FlagPolicy, ReadScope};
+use crate::supervisor::{RunRequest, run};
+
+#[derive(Debug, Parser)]
+#[command(name = "tartaros", version, about = "A sandbox for AI coding agents, with a verifiable effect log")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a command in the sandbox: `tartaros run [flags] -- cmd args...`
+    Run(RunArgs),
+    /// Print what this host can enforce.
+    Doctor,
+    /// Verify or read an effect log.
+    #[command(subcommand)]
+    Log(LogCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Make every requested guarantee mandatory: refuse (exit 78) rather than degrade.
+    #[arg(long)]
+    pub strict: bool,
+    /// Policy file with a [policy] (and optional [broker]) table; flags add to it.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Writable root (repeatable).
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+    /// Path the agent cannot read, even inside granted trees (repeatable).
+    #[arg(long = "read-deny", value_name = "PATH")]
+    pub read_deny: Vec<PathBuf>,
+    /// Extra readable path under --read-scope granted (repeatable).
+    #[arg(long = "read-allow", value_name = "PATH")]
+    pub read_allow: Vec<PathBuf>,
+    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows.
+    #[arg(long = "read-scope", value_name = "SCOPE")]
+    pub read_scope: Option<ReadScope>,
+    /// Path inside a writable root that stays read-only (repeatable).
+    #[arg(long = "write-deny", value_name = "PATH")]
+    pub write_deny: Vec<PathBuf>,
+    /// Local TCP port the agent may use (repeatable).
+    #[arg(long = "port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
+    pub port: Vec<u16>,
+    /// Domain the agent may reach through the egress proxy (repeatable; *.suffix allowed).
+    #[arg(long = "allow-domain", value_name = "HOST")]
+    pub allow_domain: Vec<String>,
+    /// The agent sees only its own processes.
+    #[arg(long)]
+    pub isolate_pids: bool,
+    /// A fresh /proc with no view of host processes.
+    #[arg(long)]
+    pub isolate_proc: bool,
+    /// Tighter seccomp filter (see docs/seccomp.md).
+    #[arg(long)]
+    pub seccomp_strict: bool,
+    /// Create absent denied paths as empty placeholders for the run.
+    #[arg(long)]
+    pub materialize: bool,
+    /// Maximum number of processes in the sandbox.
+    #[arg(long = "max-procs", value_name = "N")]
+    pub max_procs: Option<u64>,
+    /// Memory limit, in bytes or with K/M/G.
+    #[arg(long = "max-memory", value_name = "SIZE", value_parser = parse_size)]
+    pub max_memory: Option<u64>,
+    /// Pass the launcher's whole environment.
+    #[arg(long)]
+    pub inherit_env: bool,
+    /// Pass one variable of the launcher's environment (repeatable).
+    #[arg(long = "env", value_name = "NAME")]
+    pub env: Vec<String>,
+    /// A fresh tmpfs on /tmp.
+    #[arg(long)]
+    pub private_tmp: bool,
+    /// Refuse every AF_UNIX socket.
+    #[arg(long)]
+    pub deny_unix: bool,
+    /// User the agent runs as when tartaros runs as root (default: $SUDO_UID, else nobody).
+    #[arg(long, value_name = "USER")]
+    pub user: Option<String>,
+    /// Write the effect log to FILE (must not exist).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// The agent's command and arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
+    Verify { file: PathBuf },
+    /// Print a readable timeline.
+    Show {
+        file: PathBuf,
+        #[arg(long)]
+        kind: Option<String>,
+        #[arg(long)]
+        denied: bool,
+        #[arg(long)]
+        pid: Option<u32>,
+        #[arg(long)]
+        tree: bool,
+    },
+}
+
+fn parse_size(raw: &str) -> Result<u64, String> {
+    let raw = raw.trim();
+    let (digits, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
+    let n: u64 = digits.parse().map_err(|_| format!("{raw:?} is not a size; write e.g. 512M"))?;
+    let shift = match unit.to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        _ => return Err(format!("unknown unit in {raw:?}; use K, M or G")),
+    };
+    n.checked_shl(shift)
+        .filter(|v| v >> shift == n)
+        .ok_or_else(|| format!("{raw:?} is too large"))
+}
+
+/// Prints `tartaros: <message>` and returns `code`.
+fn fail(code: i32, message: impl std::fmt::Display) -> i32 {
+    eprintln!("tartaros: {message}");
+    code
+}
+
+/// Parses the command line and runs it; returns the process exit status.
+pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+                let _ = e.print();
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { exit::REFUSED } else { 0 };
+            }
+            let rendered = e.render().to_string();
+            let first = rendered.lines().next().unwrap_or("invalid arguments");
+            return fail(exit::REFUSED, first.trim_start_matches("error: "));
+        }
+    };
+    match cli.command {
+        Command::Run(args) => run_command(args),
+        Command::Doctor => crate::doctor::print(),
+        Command::Log(LogCommand::Verify { file }) => {
+            let verdict = crate::effectlog::verify_file(&file);
+            println!("{}", verdict.message);
+            i32::from(verdict.code)
+        }
+        Command::Log(LogCommand::Show { file, kind, denied, pid, tree }) => {
+            let options = crate::effectlog::ShowOptions { kind, denied, pid, tree };
+            match crate::effectlog::show(&file, &options, &mut std::io::stdout().lock()) {
+                Ok(()) => 0,
+                Err(e) => fail(1, e),
+            }
+        }
+    }
+}
+
+fn run_command(args: RunArgs) -> i32 {
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd,
+        Err(e) => return fail(exit::REFUSED, format!("failed to read the working directory: {e}; run from an existing directory")),
+    };
+    let file = match &args.config {
+        Some(path) => match ConfigFile::load(path) {
+            Ok(file) => Some(file),
+            Err(e) => return fail(exit::REFUSED, e),
+        },
+        None => None,
+    };
+    let flags = FlagPolicy {
+        write: args.write,
+        read_deny: args.read_deny,
+        read_allow: args.read_allow,
+        read_scope: args.read_scope,
+        write_deny: args.write_deny,
+        port: args.port,
+        allow_domain: args.allow_domain,
+        isolate_pids: args.isolate_pids,
+        isolate_proc: args.isolate_proc,
+        seccomp_strict: args.seccomp_strict,
+        materialize: args.materialize,
+        max_procs: args.max_procs,
+        max_memory: args.max_memory,
+        inherit_env: args.inherit_env,
+        env: args.env,
+        private_tmp: args.private_tmp,
+        deny_unix: args.deny_unix,
+        strict: args.strict,
+        user: args.user,
+    };
+    let launcher_env: Vec<(String, String)> = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let env_is_set = |name: &str| launcher_env.iter().any(|(k, _)| k == name);
+    let policy = match crate::policy::build(file, flags, &cwd, &env_is_set) {
+        Ok(policy) => policy,
+        Err(e) => return fail(exit::REFUSED, e),
+    };
+    if let Some(log) = &args.log
+        && log.exists()
+    {
+        return fail(
+            exit::REFUSED,
+            format!("--log {} already exists; choose a new file (the log is append-only and never overwritten)", log.display()),
+        );
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return fail(exit::START_FAILURE, format!("failed to start the async runtime: {e}")),
+    };
+    let request = RunRequest {
+        policy,
+        argv: args.command,
+        cwd,
+        log: args.log,
+        launcher_env,
+    };
+    match runtime.block_on(run(request)) {
+        Ok(code) => code,
+        Err(refusal) => fail(refusal.code, refusal.message),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("12X").is_err());
+    }
+
+    #[test]
+    fn run_needs_a_command_after_dashes() {
+        assert!(Cli::try_parse_from(["tartaros", "run", "--", "true"]).is_ok());
+        assert!(Cli::try_parse_from(["tartaros", "run"]).is_err());
+        assert!(Cli::try_parse_from(["tartaros", "run", "--port", "70000", "--", "true"]).is_err());
+        assert!(Cli::try_parse_from(["tartaros", "run", "--port", "0", "--", "true"]).is_err());
+    }
+}

@@ -1,1 +1,239 @@
-//! TODO
+//! The sandbox init: PID 1 of the sandbox's PID namespace.
+//!
+//! It is a fresh, single-threaded `execve` of our own binary, dispatched in
+//! `main()` before any runtime starts, so it may fork and run Rust code in
+//! the child. Stages, in this fixed order:
+//!
+//! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
+//! 2. name the UTS namespace and apply the mount plan (still root);
+//! 3. open the Landlock paths and compile seccomp (still root, pure);
+//! 4. fork the agent; in the child: new session (no TIOCSTI into the
+//!    launcher's terminal), drop to the agent's uid/gid with no
+//!    capabilities and `no_new_privs`, enforce Landlock, enter the working
+//!    directory, mark every inherited fd beyond stdio close-on-exec, install
+//!    seccomp last, `execve`;
+//! 5. reap orphans and forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to the agent
+//!    until the agent exits; report its status (fd 4) and exit with it.
+//!    Leaving kills whatever is left in the namespace.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+
+use nix::sys::signal::{SigSet, Signal, SigmaskHow, kill, sigprocmask};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, Pid, fork};
+
+use crate::exit;
+use crate::plan::{Plan, Report};
+use crate::spawn::{PLAN_FD, REPORT_FD};
+
+/// The hidden argument that makes `main()` run the init.
+pub const INIT_ARG: &str = "__tartaros_sandbox_init";
+
+/// A setup failure with the exit status the run should end with.
+struct Failure {
+    code: i32,
+    message: String,
+}
+
+fn failure(code: i32, message: impl std::fmt::Display) -> Failure {
+    Failure {
+        code,
+        message: message.to_string(),
+    }
+}
+
+/// Runs the init; never returns.
+pub fn main() -> ! {
+    // SAFETY: the supervisor placed the report pipe on fd 4 for us alone.
+    let mut report = unsafe { File::from_raw_fd(REPORT_FD) };
+    let code = match run(&mut report) {
+        Ok(code) => code,
+        Err(failed) => {
+            let _ = report.write_all(
+                &Report::Failed {
+                    code: failed.code,
+                    message: failed.message,
+                }
+                .to_line(),
+            );
+            failed.code
+        }
+    };
+    std::process::exit(code)
+}
+
+fn run(report: &mut File) -> Result<i32, Failure> {
+    set_cloexec(REPORT_FD);
+    // SAFETY: the supervisor placed the plan pipe on fd 3 for us alone.
+    let plan_pipe = unsafe { File::from_raw_fd(PLAN_FD) };
+    let plan = Plan::receive(plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
+
+    // Stage 2: namespaces. Still root, so mounts can be made.
+    let _ = nix::unistd::sethostname("tartaros");
+    crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
+
+    // Stage 3: decide and open everything the child will install.
+    let landlock = match &plan.landlock {
+        Some(rules) => Some(
+            crate::landlock::prepare(rules, plan.strict)
+                .map_err(|e| failure(exit::START_FAILURE, e))?,
+        ),
+        None => None,
+    };
+    let seccomp = match &plan.seccomp {
+        Some(options) => Some(
+            crate::seccomp::build_program(&crate::seccomp::SeccompOptions {
+                strict: options.strict,
+                deny_unix: options.deny_unix,
+            })
+            .map_err(|e| failure(exit::START_FAILURE, e))?,
+        ),
+        None => None,
+    };
+
+    // Stage 4: the agent. Signals are blocked here and waited for
+    // synchronously below; the child restores an empty mask before exec.
+    let mut forwarded = SigSet::empty();
+    for signal in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGCHLD,
+    ] {
+        forwarded.add(signal);
+    }
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), None)
+        .map_err(|e| failure(exit::START_FAILURE, format!("failed to block signals: {e}")))?;
+    let (error_read, error_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| failure(exit::START_FAILURE, format!("failed to create a pipe: {e}")))?;
+
+    // SAFETY: this process is single-threaded (a fresh exec, no runtime), so
+    // the child may run ordinary Rust code.
+    let agent = match unsafe { fork() } {
+        Err(e) => return Err(failure(exit::START_FAILURE, format!("failed to fork the agent: {e}"))),
+        Ok(ForkResult::Child) => {
+            drop(error_read);
+            let failed = become_agent(&plan, landlock, seccomp.as_ref());
+            let mut pipe = File::from(error_write);
+            let _ = write!(pipe, "{}\t{}", failed.code, failed.message);
+            // SAFETY: _exit skips atexit handlers and buffered state that
+            // belongs to the parent.
+            unsafe { libc::_exit(failed.code) }
+        }
+        Ok(ForkResult::Parent { child }) => child,
+    };
+    drop(error_write);
+    let mut exec_error = String::new();
+    let _ = File::from(error_read).read_to_string(&mut exec_error);
+    if !exec_error.is_empty() {
+        let _ = waitpid(agent, None);
+        let (code, message) = exec_error.split_once('\t').unwrap_or(("125", &exec_error));
+        return Err(failure(code.parse().unwrap_or(exit::START_FAILURE), message));
+    }
+    let _ = report.write_all(&Report::Started.to_line());
+
+    // Stage 5: reap and forward until the agent is gone.
+    let status = supervise(agent, &forwarded);
+    let _ = report.write_all(&status.to_line());
+    Ok(match status {
+        Report::Exited { code, signal } => exit::from_wait(code, signal),
+        _ => exit::START_FAILURE,
+    })
+}
+
+/// The agent child's last steps before `execve`; returns only on failure.
+fn become_agent(
+    plan: &Plan,
+    landlock: Option<crate::landlock::Prepared>,
+    seccomp: Option<&seccompiler::BpfProgram>,
+) -> Failure {
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    if let Err(e) = nix::unistd::setsid() {
+        return failure(exit::START_FAILURE, format!("failed to start a new session: {e}"));
+    }
+    if let Err(e) = crate::credentials::drop_to(plan.identity) {
+        return failure(exit::START_FAILURE, e);
+    }
+    if let Some(prepared) = landlock
+        && let Err(e) = prepared.enforce()
+    {
+        return failure(if plan.strict { exit::REFUSED } else { exit::START_FAILURE }, e);
+    }
+    if let Err(e) = nix::unistd::chdir(&plan.cwd) {
+        return failure(
+            exit::START_FAILURE,
+            format!(
+                "failed to enter the working directory {} as uid {}: {e}; run from a directory the agent may read, or grant it",
+                plan.cwd.display(),
+                plan.identity.uid
+            ),
+        );
+    }
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only flags descriptors.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+
+    let argv: Vec<std::ffi::CString> = match plan.argv.iter().map(|a| std::ffi::CString::new(a.as_bytes())).collect() {
+        Ok(argv) => argv,
+        Err(e) => return failure(exit::CANNOT_EXECUTE, format!("failed to pass the command: {e}")),
+    };
+    let env: Vec<std::ffi::CString> = plan
+        .env
+        .iter()
+        .filter_map(|(k, v)| std::ffi::CString::new(format!("{k}={v}")).ok())
+        .collect();
+    let Some(program) = argv.first() else {
+        return failure(exit::NOT_FOUND, "no command given");
+    };
+    if let Some(filter) = seccomp
+        && let Err(e) = crate::seccomp::install(filter)
+    {
+        return failure(if plan.strict { exit::REFUSED } else { exit::START_FAILURE }, e);
+    }
+    let errno = match nix::unistd::execvpe(program, &argv, &env) {
+        Err(errno) => errno,
+        Ok(never) => match never {},
+    };
+    let name = &plan.argv[0];
+    match errno {
+        nix::errno::Errno::ENOENT => failure(exit::NOT_FOUND, format!("{name}: command not found in the sandbox")),
+        other => failure(exit::CANNOT_EXECUTE, format!("{name}: cannot execute: {}", other.desc())),
+    }
+}
+
+/// Waits for signals: reaps every child (orphans re-parented to us too) and
+/// forwards termination signals to the agent's process group.
+fn supervise(agent: Pid, signals: &SigSet) -> Report {
+    loop {
+        let Ok(signal) = signals.wait() else { continue };
+        if signal != Signal::SIGCHLD {
+            // The agent leads its own session and process group.
+            let _ = kill(Pid::from_raw(-agent.as_raw()), signal);
+            continue;
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
+                    return Report::Exited { code: Some(code), signal: None };
+                }
+                Ok(WaitStatus::Signaled(pid, signal, _)) if pid == agent => {
+                    return Report::Exited { code: None, signal: Some(signal as i32) };
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    }
+}
+
+fn set_cloexec(fd: i32) {
+    // SAFETY: F_SETFD on a descriptor we own only changes its flags.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+#[allow(dead_code)]
+fn raw(file: &File) -> i32 {
+    file.as_raw_fd()
+}

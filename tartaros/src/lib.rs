@@ -6,6 +6,7 @@
 
 pub mod cgroup;
 pub mod cli;
+pub mod credentials;
 pub mod doctor;
 pub mod ebpf;
 pub mod effectlog;
@@ -18,4 +19,5 @@ pub mod plan;
 pub mod policy;
 pub mod probe;
 pub mod seccomp;
+pub mod spawn;
 pub mod supervisor;

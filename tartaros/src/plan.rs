@@ -1,1 +1,116 @@
-//! TODO
+//! The plan: everything the sandbox init needs, decided by the supervisor and
+//! sent over an inherited pipe (fd 3), so the init parses no policy and
+//! looks nothing up.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::credentials::Identity;
+use crate::landlock::LandlockPlan;
+use crate::mounts::MountOp;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("failed to encode the sandbox plan: {0}")]
+    Encode(serde_json::Error),
+    #[error("failed to send the sandbox plan to the init: {0}")]
+    Send(std::io::Error),
+    #[error("failed to receive the sandbox plan (the supervisor is gone?): {0}")]
+    Receive(std::io::Error),
+    #[error("failed to decode the sandbox plan: {0}")]
+    Decode(serde_json::Error),
+}
+
+/// Everything the init does, in order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    /// The agent's command line; `argv[0]` is looked up in the agent's PATH.
+    pub argv: Vec<String>,
+    /// The agent's whole environment.
+    pub env: Vec<(String, String)>,
+    /// Where the agent starts.
+    pub cwd: PathBuf,
+    pub identity: Identity,
+    pub mounts: Vec<MountOp>,
+    /// `None` when Landlock is unavailable and the run is not strict.
+    pub landlock: Option<LandlockPlan>,
+    /// `None` when seccomp is unavailable and the run is not strict.
+    pub seccomp: Option<SeccompPlan>,
+    /// Every requested guarantee is mandatory (`--strict`).
+    pub strict: bool,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct SeccompPlan {
+    pub strict: bool,
+    pub deny_unix: bool,
+}
+
+impl Plan {
+    pub fn send(&self, mut to: impl Write) -> Result<(), PlanError> {
+        let bytes = serde_json::to_vec(self).map_err(PlanError::Encode)?;
+        to.write_all(&bytes).map_err(PlanError::Send)
+    }
+
+    pub fn receive(mut from: impl Read) -> Result<Self, PlanError> {
+        let mut bytes = Vec::new();
+        from.read_to_end(&mut bytes).map_err(PlanError::Receive)?;
+        serde_json::from_slice(&bytes).map_err(PlanError::Decode)
+    }
+}
+
+/// What the init reports back on fd 4, one JSON line each.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    /// The agent has been started.
+    Started,
+    /// The sandbox could not be set up or the agent not executed; `code` is
+    /// the exit status to use (125, 126, 127 or 78).
+    Failed { code: i32, message: String },
+    /// The agent exited with `code` or died of `signal`.
+    Exited { code: Option<i32>, signal: Option<i32> },
+}
+
+impl Report {
+    pub fn to_line(&self) -> Vec<u8> {
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+
+    pub fn parse_all(bytes: &[u8]) -> Vec<Report> {
+        bytes
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice(line).ok())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_round_trips_and_reports_parse() {
+        let plan = Plan {
+            argv: vec!["true".into()],
+            env: vec![("PATH".into(), "/bin".into())],
+            cwd: "/".into(),
+            identity: crate::credentials::NOBODY,
+            mounts: vec![MountOp::MakePrivate],
+            landlock: None,
+            seccomp: Some(SeccompPlan { strict: false, deny_unix: true }),
+            strict: true,
+        };
+        let mut buf = Vec::new();
+        plan.send(&mut buf).unwrap();
+        let back = Plan::receive(&buf[..]).unwrap();
+        assert_eq!(back.argv, plan.argv);
+        let mut lines = Report::Started.to_line();
+        lines.extend(Report::Exited { code: Some(3), signal: None }.to_line());
+        assert_eq!(Report::parse_all(&lines).len(), 2);
+    }
+}

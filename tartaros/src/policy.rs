@@ -1,1 +1,559 @@
-//! TODO
+//! The policy model: the neutral `[policy]` fields of a config file and the
+//! command-line flags, combined and validated into one normalized [`Policy`].
+//!
+//! Everything here is pure (apart from looking at the filesystem to resolve
+//! paths) so that every refusal can be unit-tested.
+
+use std::collections::BTreeSet;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A refusal of the policy; the CLI prints it as `tartaros: <message>` and
+/// exits 78.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("failed to read config {path}: {source}")]
+    ReadConfig {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to parse config {path}: {message}")]
+    ParseConfig { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+fn invalid(message: impl Into<String>) -> PolicyError {
+    PolicyError::Invalid(message.into())
+}
+
+/// Which part of the filesystem the agent may read.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReadScope {
+    /// Read and execute everywhere except the read denies.
+    #[default]
+    All,
+    /// Only the system directories, the writable roots and the read allows.
+    Granted,
+}
+
+impl std::str::FromStr for ReadScope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "all" => Ok(Self::All),
+            "granted" => Ok(Self::Granted),
+            other => Err(format!("unknown read scope {other:?}; use \"all\" or \"granted\"")),
+        }
+    }
+}
+
+/// The directories a `read_scope = "granted"` sandbox can always read: what
+/// any program needs to start.
+pub const GRANTED_SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/dev", "/proc",
+];
+
+/// The `[policy]` table of a config file, exactly as written.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyFields {
+    #[serde(default)]
+    pub writable_roots: Vec<String>,
+    #[serde(default)]
+    pub read_denies: Vec<String>,
+    #[serde(default)]
+    pub read_allows: Vec<String>,
+    pub read_scope: Option<ReadScope>,
+    #[serde(default)]
+    pub write_denies: Vec<String>,
+    #[serde(default)]
+    pub local_ports: Vec<u16>,
+    #[serde(default)]
+    pub allow_domains: Vec<String>,
+    pub isolate_pids: Option<bool>,
+    pub isolate_process_info: Option<bool>,
+    pub harden_syscalls: Option<bool>,
+    pub materialize_absent_handoff: Option<bool>,
+    pub max_processes: Option<u64>,
+    pub max_memory: Option<u64>,
+    pub inherit_env: Option<bool>,
+    #[serde(default)]
+    pub env_passthrough: Vec<String>,
+    pub private_tmp: Option<bool>,
+    pub deny_unix: Option<bool>,
+    pub glob_read_denies: Option<Vec<String>>,
+    pub glob_denies: Option<Vec<String>>,
+    pub allow_unix_socket_paths: Option<Vec<String>>,
+}
+
+/// One credential the broker injects (`[[broker.capability]]`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerCapability {
+    pub name: String,
+    pub upstream: String,
+    pub header: String,
+    /// Name of the launcher's environment variable holding the value; the
+    /// value itself never enters the policy.
+    pub value_env: String,
+    #[serde(default)]
+    pub methods: Vec<String>,
+    #[serde(default)]
+    pub path_prefix: Option<String>,
+}
+
+fn default_auth_header() -> String {
+    "X-Broker-Auth".to_string()
+}
+
+/// The `[broker]` table.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    pub port: u16,
+    #[serde(default = "default_auth_header")]
+    pub auth_header: String,
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    #[serde(default)]
+    pub allow_internal: bool,
+    pub token_env: String,
+    #[serde(default, rename = "capability")]
+    pub capabilities: Vec<BrokerCapability>,
+}
+
+/// A config file (`--config policy.toml`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub policy: PolicyFields,
+    pub broker: Option<BrokerConfig>,
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<Self, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::ReadConfig {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> Result<Self, PolicyError> {
+        toml::from_str(text).map_err(|e| PolicyError::ParseConfig {
+            path: path.to_path_buf(),
+            message: describe_toml_error(text, &e),
+        })
+    }
+}
+
+/// Turns a TOML error into one line with line and column.
+fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().replace('\n', " ");
+    match error.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: {message}")
+        }
+        None => message,
+    }
+}
+
+/// What the command line asked for; list fields add to the file's, scalars
+/// from flags win.
+#[derive(Debug, Default, Clone)]
+pub struct FlagPolicy {
+    pub write: Vec<PathBuf>,
+    pub read_deny: Vec<PathBuf>,
+    pub read_allow: Vec<PathBuf>,
+    pub read_scope: Option<ReadScope>,
+    pub write_deny: Vec<PathBuf>,
+    pub port: Vec<u16>,
+    pub allow_domain: Vec<String>,
+    pub isolate_pids: bool,
+    pub isolate_proc: bool,
+    pub seccomp_strict: bool,
+    pub materialize: bool,
+    pub max_procs: Option<u64>,
+    pub max_memory: Option<u64>,
+    pub inherit_env: bool,
+    pub env: Vec<String>,
+    pub private_tmp: bool,
+    pub deny_unix: bool,
+    pub strict: bool,
+    pub user: Option<String>,
+}
+
+/// The normalized policy: absolute, resolved paths, sorted and deduplicated
+/// lists. This is what the sandbox enforces and what the log's genesis
+/// record hashes.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct Policy {
+    pub writable_roots: Vec<PathBuf>,
+    pub read_denies: Vec<PathBuf>,
+    pub read_allows: Vec<PathBuf>,
+    pub read_scope: ReadScope,
+    pub write_denies: Vec<PathBuf>,
+    pub local_ports: Vec<u16>,
+    pub allow_domains: Vec<String>,
+    pub isolate_pids: bool,
+    pub isolate_process_info: bool,
+    pub harden_syscalls: bool,
+    pub materialize_absent_handoff: bool,
+    pub max_processes: Option<u64>,
+    pub max_memory: Option<u64>,
+    pub inherit_env: bool,
+    pub env_passthrough: Vec<String>,
+    pub private_tmp: bool,
+    pub deny_unix: bool,
+    pub strict: bool,
+    pub user: Option<String>,
+    pub broker: Option<BrokerConfig>,
+}
+
+impl Policy {
+    /// Whether the agent gets any network beyond its private loopback.
+    pub fn has_network_grant(&self) -> bool {
+        !self.local_ports.is_empty() || !self.allow_domains.is_empty() || self.broker.is_some()
+    }
+
+    /// Whether `path` lies inside one of the writable roots (or a private
+    /// /tmp), i.e. whether the agent could create it.
+    pub fn is_writable(&self, path: &Path) -> bool {
+        self.writable_roots.iter().any(|root| path.starts_with(root))
+            || (self.private_tmp && path.starts_with("/tmp"))
+    }
+}
+
+/// Combines the config file and the flags, resolves paths against `cwd` and
+/// checks everything that can be checked before touching the kernel.
+/// `env_lookup` tells whether a launcher environment variable is set (the
+/// broker's secrets are only checked for presence, never read here).
+pub fn build(
+    file: Option<ConfigFile>,
+    flags: FlagPolicy,
+    cwd: &Path,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<Policy, PolicyError> {
+    let file = file.unwrap_or_default();
+    let fields = file.policy;
+
+    if fields.glob_read_denies.is_some() || fields.glob_denies.is_some() {
+        return Err(invalid(
+            "glob_read_denies / glob_denies are not enforced yet; list the paths in read_denies / write_denies instead",
+        ));
+    }
+    if fields.allow_unix_socket_paths.is_some() {
+        return Err(invalid(
+            "allow_unix_socket_paths is not enforced yet; remove it (unix sockets are allowed unless --deny-unix)",
+        ));
+    }
+
+    let resolve_file = |field: &str, raw: &[String]| -> Result<Vec<PathBuf>, PolicyError> {
+        raw.iter()
+            .map(|entry| {
+                let path = Path::new(entry);
+                if path.is_relative() {
+                    Err(invalid(format!(
+                        "config field {field} has the relative path {entry:?}; write it as an absolute path"
+                    )))
+                } else {
+                    Ok(resolve(path, cwd))
+                }
+            })
+            .collect()
+    };
+    let resolve_flags = |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
+
+    let mut writable_roots = resolve_file("writable_roots", &fields.writable_roots)?;
+    writable_roots.extend(resolve_flags(&flags.write));
+    let mut read_denies = resolve_file("read_denies", &fields.read_denies)?;
+    read_denies.extend(resolve_flags(&flags.read_deny));
+    let mut read_allows = resolve_file("read_allows", &fields.read_allows)?;
+    read_allows.extend(resolve_flags(&flags.read_allow));
+    let mut write_denies = resolve_file("write_denies", &fields.write_denies)?;
+    write_denies.extend(resolve_flags(&flags.write_deny));
+
+    let mut local_ports = fields.local_ports.clone();
+    local_ports.extend(&flags.port);
+    if local_ports.contains(&0) {
+        return Err(invalid("--port 0 is not a port; use 1 to 65535"));
+    }
+    let mut allow_domains = fields.allow_domains.clone();
+    allow_domains.extend(flags.allow_domain.iter().cloned());
+    let allow_domains = allow_domains
+        .iter()
+        .map(|d| normalize_domain(d))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let max_processes = flags.max_procs.or(fields.max_processes);
+    if max_processes == Some(0) {
+        return Err(invalid("--max-procs 0 would not even let the agent start; use 1 or more"));
+    }
+    let max_memory = flags.max_memory.or(fields.max_memory);
+    if max_memory == Some(0) {
+        return Err(invalid("--max-memory 0 would not even let the agent start; give a size in bytes"));
+    }
+
+    let mut env_passthrough = fields.env_passthrough.clone();
+    env_passthrough.extend(flags.env.iter().cloned());
+    for name in &env_passthrough {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(invalid(format!("--env {name:?} is not a variable name")));
+        }
+    }
+
+    if let Some(broker) = &file.broker {
+        check_broker(broker, env_is_set)?;
+    }
+
+    let policy = Policy {
+        writable_roots: sorted(writable_roots),
+        read_denies: sorted(read_denies),
+        read_allows: sorted(read_allows),
+        read_scope: flags.read_scope.or(fields.read_scope).unwrap_or_default(),
+        write_denies: sorted(write_denies),
+        local_ports: sorted(local_ports),
+        allow_domains: sorted(allow_domains),
+        isolate_pids: flags.isolate_pids || fields.isolate_pids.unwrap_or(false),
+        isolate_process_info: flags.isolate_proc || fields.isolate_process_info.unwrap_or(false),
+        harden_syscalls: flags.seccomp_strict || fields.harden_syscalls.unwrap_or(false),
+        materialize_absent_handoff: flags.materialize
+            || fields.materialize_absent_handoff.unwrap_or(false),
+        max_processes,
+        max_memory,
+        inherit_env: flags.inherit_env || fields.inherit_env.unwrap_or(false),
+        env_passthrough: sorted(env_passthrough),
+        private_tmp: flags.private_tmp || fields.private_tmp.unwrap_or(false),
+        deny_unix: flags.deny_unix || fields.deny_unix.unwrap_or(false),
+        strict: flags.strict,
+        user: flags.user,
+        broker: file.broker,
+    };
+    check_paths(&policy)?;
+    Ok(policy)
+}
+
+fn sorted<T: Ord>(items: Vec<T>) -> Vec<T> {
+    items.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
+}
+
+/// Makes `path` absolute against `cwd`, folds `.` and `..` lexically, and
+/// resolves symlinks in the longest existing prefix so that the mounts and
+/// Landlock rules land on the object the agent will actually reach.
+pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
+    let joined = if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) };
+    let mut lexical = PathBuf::from("/");
+    for component in joined.components() {
+        match component {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::Normal(part) => lexical.push(part),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    let mut existing = lexical.clone();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = existing.canonicalize() {
+            let mut out = real;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                existing = parent.to_path_buf();
+            }
+            _ => return lexical,
+        }
+    }
+}
+
+fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
+    for root in &policy.writable_roots {
+        if !root.exists() {
+            return Err(invalid(format!(
+                "writable root {} does not exist; create it first or drop --write {}",
+                root.display(),
+                root.display()
+            )));
+        }
+        if root == Path::new("/") {
+            return Err(invalid(
+                "--write / would let the agent write everywhere; grant the directories it needs",
+            ));
+        }
+        if policy.write_denies.contains(root) {
+            return Err(invalid(format!(
+                "{} is both a writable root (--write) and write-denied (--write-deny); drop one",
+                root.display()
+            )));
+        }
+    }
+    for deny in policy.read_denies.iter().chain(&policy.write_denies) {
+        if deny == Path::new("/") {
+            return Err(invalid("a deny of / leaves nothing to run; deny narrower paths"));
+        }
+    }
+    Ok(())
+}
+
+/// Normalizes an allow-list entry: lower case, no trailing dot, `*.` only as
+/// a whole leading label, no IP literals, only hostname characters.
+pub fn normalize_domain(raw: &str) -> Result<String, PolicyError> {
+    let lowered = raw.trim().trim_end_matches('.').to_ascii_lowercase();
+    let bad = |why: &str| invalid(format!("--allow-domain {raw:?} is not a valid host pattern: {why}"));
+    let host = lowered.strip_prefix("*.").unwrap_or(&lowered);
+    if host.is_empty() {
+        return Err(bad("empty"));
+    }
+    if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') {
+        return Err(bad("IP literals are refused; name the domain"));
+    }
+    if host.len() > 253 {
+        return Err(bad("longer than 253 characters"));
+    }
+    for label in host.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && !label.starts_with('-')
+            && !label.ends_with('-')
+            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(bad(
+                "use letters, digits and '-' in dot-separated labels, with an optional leading '*.' (write IDNs in their xn-- form)",
+            ));
+        }
+    }
+    if !host.contains('.') && lowered.starts_with("*.") {
+        return Err(bad("a wildcard needs at least two labels after '*.'"));
+    }
+    Ok(lowered)
+}
+
+fn check_broker(broker: &BrokerConfig, env_is_set: &dyn Fn(&str) -> bool) -> Result<(), PolicyError> {
+    if broker.port == 0 {
+        return Err(invalid("[broker] port 0 is not a port; use 1 to 65535"));
+    }
+    if !env_is_set(&broker.token_env) {
+        return Err(invalid(format!(
+            "[broker] token_env names the environment variable {}, which is not set; export it before running tartaros",
+            broker.token_env
+        )));
+    }
+    for capability in &broker.capabilities {
+        if !env_is_set(&capability.value_env) {
+            return Err(invalid(format!(
+                "[broker] capability {:?} names the environment variable {}, which is not set; export it before running tartaros",
+                capability.name, capability.value_env
+            )));
+        }
+        normalize_domain(&capability.upstream)?;
+    }
+    for host in &broker.allowed_hosts {
+        normalize_domain(host)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build_flags(flags: FlagPolicy) -> Result<Policy, PolicyError> {
+        build(None, flags, Path::new("/tmp"), &|_| true)
+    }
+
+    #[test]
+    fn unknown_toml_key_is_named() {
+        let err = ConfigFile::parse(Path::new("p.toml"), "[policy]\nwritable_rots = [\"/tmp\"]\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("writable_rots"), "{err}");
+        assert!(err.contains("line 2"), "{err}");
+    }
+
+    #[test]
+    fn malformed_toml_has_line_and_column() {
+        let err = ConfigFile::parse(Path::new("p.toml"), "[policy]\nisolate_pids = yes\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("line 2, column"), "{err}");
+    }
+
+    #[test]
+    fn relative_paths_in_files_are_refused_and_flags_resolve() {
+        let file = ConfigFile::parse(Path::new("p.toml"), "[policy]\nwritable_roots = [\"src\"]\n").unwrap();
+        let err = build(Some(file), FlagPolicy::default(), Path::new("/tmp"), &|_| true).unwrap_err();
+        assert!(err.to_string().contains("relative path"));
+        assert_eq!(resolve(Path::new("a/../b"), Path::new("/nonexistent-x")), PathBuf::from("/nonexistent-x/b"));
+    }
+
+    #[test]
+    fn lists_add_up_and_flag_scalars_win() {
+        let file = ConfigFile::parse(
+            Path::new("p.toml"),
+            "[policy]\nwritable_roots = [\"/tmp\"]\nmax_processes = 10\nread_scope = \"granted\"\n",
+        )
+        .unwrap();
+        let flags = FlagPolicy {
+            write: vec![PathBuf::from("/dev/shm")],
+            max_procs: Some(5),
+            ..Default::default()
+        };
+        let policy = build(Some(file), flags, Path::new("/"), &|_| true).unwrap();
+        assert_eq!(policy.writable_roots.len(), 2);
+        assert_eq!(policy.max_processes, Some(5));
+        assert_eq!(policy.read_scope, ReadScope::Granted);
+    }
+
+    #[test]
+    fn refusals() {
+        let missing = build_flags(FlagPolicy { write: vec!["/nonexistent/tartaros".into()], ..Default::default() });
+        assert!(missing.unwrap_err().to_string().contains("does not exist"));
+        let zero = build_flags(FlagPolicy { max_procs: Some(0), ..Default::default() });
+        assert!(zero.unwrap_err().to_string().contains("--max-procs"));
+        let port = build_flags(FlagPolicy { port: vec![0], ..Default::default() });
+        assert!(port.unwrap_err().to_string().contains("--port"));
+        let both = build_flags(FlagPolicy {
+            write: vec!["/tmp".into()],
+            write_deny: vec!["/tmp".into()],
+            ..Default::default()
+        });
+        assert!(both.unwrap_err().to_string().contains("both"));
+        let glob = ConfigFile::parse(Path::new("p"), "[policy]\nglob_denies = [\"*.env\"]\n").unwrap();
+        assert!(build(Some(glob), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
+        let unix = ConfigFile::parse(Path::new("p"), "[policy]\nallow_unix_socket_paths = [\"/x\"]\n").unwrap();
+        assert!(build(Some(unix), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
+    }
+
+    #[test]
+    fn broker_missing_variable_is_named_not_valued() {
+        let file = ConfigFile::parse(
+            Path::new("p"),
+            "[broker]\nport = 9000\ntoken_env = \"TOK\"\n[[broker.capability]]\nname = \"gh\"\nupstream = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GH\"\n",
+        )
+        .unwrap();
+        let err = build(Some(file), FlagPolicy::default(), Path::new("/"), &|name| name == "TOK").unwrap_err();
+        assert!(err.to_string().contains("GH"), "{err}");
+    }
+
+    #[test]
+    fn domains_normalize() {
+        assert_eq!(normalize_domain("Crates.IO.").unwrap(), "crates.io");
+        assert_eq!(normalize_domain("*.npmjs.org").unwrap(), "*.npmjs.org");
+        assert!(normalize_domain("127.0.0.1").is_err());
+        assert!(normalize_domain("[::1]").is_err());
+        assert!(normalize_domain("a..b").is_err());
+        assert!(normalize_domain("ex ample.com").is_err());
+        assert!(normalize_domain("*.com").is_err());
+    }
+}

@@ -1,1 +1,138 @@
-//! TODO
+//! What this host can enforce, and which of the policy's guarantees that
+//! covers. `--strict` refuses a run with any guarantee missing; otherwise
+//! each missing one is a warning (and a `degraded` entry in the log).
+
+use std::path::PathBuf;
+
+use crate::policy::Policy;
+
+/// The host's abilities, probed once per run (cheap: a few syscalls and
+/// file reads).
+#[derive(Debug, Clone, Default)]
+pub struct Host {
+    pub landlock_abi: Option<i32>,
+    pub seccomp: bool,
+    pub user_namespaces: bool,
+    pub cgroup_v2: Option<PathBuf>,
+    pub cgroup_v2_writable: bool,
+    pub cgroup_kill: bool,
+    pub root: bool,
+    pub kernel: String,
+}
+
+impl Host {
+    pub fn probe() -> Self {
+        let cgroup_v2 = crate::cgroup::v2_mount();
+        let cgroup_v2_writable = cgroup_v2
+            .as_ref()
+            .is_some_and(|m| nix::unistd::access(m, nix::unistd::AccessFlags::W_OK).is_ok());
+        let cgroup_kill = cgroup_v2.as_ref().is_some_and(|m| {
+            std::fs::read_dir(m)
+                .ok()
+                .and_then(|mut entries| {
+                    entries.find_map(|e| {
+                        let p = e.ok()?.path();
+                        p.join("cgroup.kill").exists().then_some(())
+                    })
+                })
+                .is_some()
+        });
+        Self {
+            landlock_abi: crate::landlock::host_abi(),
+            // SAFETY: PR_GET_SECCOMP takes no memory.
+            seccomp: unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0,
+            user_namespaces: std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0),
+            cgroup_v2,
+            cgroup_v2_writable,
+            cgroup_kill,
+            root: nix::unistd::geteuid().is_root(),
+            kernel: nix::sys::utsname::uname()
+                .map(|u| u.release().to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// One promise the run makes, and whether this host keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guarantee {
+    pub name: &'static str,
+    pub installed: bool,
+    /// Why it is missing and how to get it.
+    pub reason: String,
+}
+
+/// Decides which guarantees `policy` requests and which `host` can install.
+pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
+    let mut out = Vec::new();
+    let mut add = |name, installed: bool, reason: &str| {
+        out.push(Guarantee {
+            name,
+            installed,
+            reason: if installed { String::new() } else { reason.to_string() },
+        })
+    };
+    add(
+        "namespaces",
+        host.root,
+        "PID, mount, IPC, UTS and network namespaces need root here (unprivileged user namespaces are not supported yet); run tartaros as root",
+    );
+    add(
+        "cgroup",
+        host.cgroup_v2.is_some() && host.cgroup_v2_writable,
+        "no writable cgroup v2 hierarchy; run as root on a host with cgroup2 mounted",
+    );
+    add(
+        "landlock-filesystem",
+        host.landlock_abi.is_some_and(|abi| abi >= crate::landlock::MIN_FULL_ABI),
+        "Landlock ABI 3 or newer is needed to confine writes (Linux 6.2+ with lsm=landlock)",
+    );
+    let scoped = host.landlock_abi.is_some_and(|abi| abi >= 6);
+    add(
+        "landlock-scope",
+        scoped,
+        "Landlock ABI 6 (Linux 6.12+) is needed to keep signals and abstract unix sockets inside the sandbox",
+    );
+    add("seccomp", host.seccomp, "seccomp filtering is not available in this kernel");
+    if policy.has_network_grant() {
+        add(
+            "network-grants",
+            false,
+            "--port, --allow-domain and [broker] are not implemented yet; the sandbox has loopback only",
+        );
+    }
+    let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
+    if denies {
+        add(
+            "deny-mounts",
+            host.root,
+            "read and write denies need a private mount namespace; run as root",
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_landlock_is_a_missing_guarantee() {
+        let host = Host {
+            root: true,
+            seccomp: true,
+            cgroup_v2: Some("/sys/fs/cgroup".into()),
+            cgroup_v2_writable: true,
+            landlock_abi: Some(2),
+            ..Default::default()
+        };
+        let g = guarantees(&Policy::default(), &host);
+        let fs = g.iter().find(|g| g.name == "landlock-filesystem").unwrap();
+        assert!(!fs.installed);
+        assert!(fs.reason.contains("ABI 3"));
+        assert!(g.iter().find(|g| g.name == "seccomp").unwrap().installed);
+    }
+}

@@ -1,1 +1,380 @@
-//! TODO
+//! The supervisor: owns the run from policy to teardown.
+//!
+//! Order: probe the host and check the guarantees (refuse before anything
+//! is created), materialize absent denies, create the cgroup, start the
+//! janitor (cleans up if we are killed), start the sandbox init straight into
+//! the cgroup and namespaces, send it the plan, forward signals, wait, then
+//! kill whatever is left in the cgroup, wait until it is empty, remove it
+//! and the placeholders.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cgroup::RunCgroup;
+use crate::credentials::Identity;
+use crate::exit;
+use crate::plan::{Plan, Report, SeccompPlan};
+use crate::policy::Policy;
+use crate::probe::{Guarantee, Host};
+
+/// The hidden argument that makes `main()` run the janitor.
+pub const JANITOR_ARG: &str = "__tartaros_janitor";
+
+/// How long teardown may take to empty the cgroup before it reports failure.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A run that ended before or instead of the agent: the CLI prints
+/// `tartaros: <message>` and exits with `code`.
+#[derive(Debug)]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+fn refuse(code: i32, message: impl std::fmt::Display) -> Refusal {
+    Refusal {
+        code,
+        message: message.to_string(),
+    }
+}
+
+/// What to run and how.
+pub struct RunRequest {
+    pub policy: Policy,
+    pub argv: Vec<String>,
+    pub cwd: PathBuf,
+    pub log: Option<PathBuf>,
+    /// The launcher's environment (read once, by the CLI).
+    pub launcher_env: Vec<(String, String)>,
+}
+
+/// Everything checked and decided before any process or cgroup exists.
+struct Prepared {
+    plan: Plan,
+    guarantees: Vec<Guarantee>,
+    placeholders: Vec<PathBuf>,
+}
+
+fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
+    let policy = &request.policy;
+    let guarantees = crate::probe::guarantees(policy, host);
+    for missing in guarantees.iter().filter(|g| !g.installed) {
+        if policy.strict || missing.name == "namespaces" || missing.name == "cgroup" {
+            return Err(refuse(
+                exit::REFUSED,
+                format!("cannot install {}: {}", missing.name, missing.reason),
+            ));
+        }
+        eprintln!("tartaros: warning: {} not installed: {}", missing.name, missing.reason);
+    }
+
+    let current = Identity {
+        uid: nix::unistd::geteuid().as_raw(),
+        gid: nix::unistd::getegid().as_raw(),
+    };
+    let env_lookup = |name: &str| {
+        request
+            .launcher_env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let identity = crate::credentials::choose(policy.user.as_deref(), current, &env_lookup)
+        .map_err(|e| refuse(exit::REFUSED, e))?;
+    warn_unwritable_roots(policy, identity);
+
+    let placeholders = materialize(policy)?;
+    let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
+    let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
+    let plan = Plan {
+        argv: request.argv.clone(),
+        env: crate::environment::agent_env(policy, &request.launcher_env),
+        cwd: request.cwd.clone(),
+        identity,
+        mounts: crate::mounts::plan(policy, &exists),
+        landlock: host
+            .landlock_abi
+            .filter(|_| installed("landlock-filesystem"))
+            .map(|abi| crate::landlock::plan(policy, abi)),
+        seccomp: installed("seccomp").then_some(SeccompPlan {
+            strict: policy.harden_syscalls,
+            deny_unix: policy.deny_unix,
+        }),
+        strict: policy.strict,
+    };
+    Ok(Prepared {
+        plan,
+        guarantees,
+        placeholders,
+    })
+}
+
+/// Creates an empty directory for each absent deny path the agent could
+/// create (`--materialize`), so the deny has something to hold on to.
+/// Without `--materialize` such a path is refused under `--strict`.
+fn materialize(policy: &Policy) -> Result<Vec<PathBuf>, Refusal> {
+    let mut created = Vec::new();
+    let absent = policy
+        .read_denies
+        .iter()
+        .chain(&policy.write_denies)
+        .filter(|p| std::fs::symlink_metadata(p).is_err() && policy.is_writable(p));
+    for path in absent {
+        if !policy.materialize_absent_handoff {
+            if policy.strict {
+                cleanup_placeholders(&created);
+                return Err(refuse(
+                    exit::REFUSED,
+                    format!(
+                        "denied path {} does not exist, so the agent could create it; create it first or pass --materialize",
+                        path.display()
+                    ),
+                ));
+            }
+            eprintln!(
+                "tartaros: warning: deny of {} not installed: it does not exist (pass --materialize)",
+                path.display()
+            );
+            continue;
+        }
+        // Create missing parents too, and remember each for removal.
+        let mut missing: Vec<&Path> = path
+            .ancestors()
+            .take_while(|a| std::fs::symlink_metadata(a).is_err())
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            if let Err(e) = std::fs::create_dir(dir) {
+                cleanup_placeholders(&created);
+                return Err(refuse(
+                    exit::START_FAILURE,
+                    format!("failed to materialize {}: {e}", dir.display()),
+                ));
+            }
+            created.push(dir.to_path_buf());
+        }
+    }
+    Ok(created)
+}
+
+/// Removes the placeholders that are still empty, innermost first, so the
+/// tree is handed back as it was.
+pub fn cleanup_placeholders(created: &[PathBuf]) {
+    for dir in created.iter().rev() {
+        let _ = std::fs::remove_dir(dir);
+    }
+}
+
+fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
+    use std::os::unix::fs::MetadataExt;
+    for root in &policy.writable_roots {
+        let Ok(meta) = std::fs::metadata(root) else { continue };
+        let mode = meta.mode();
+        let writable = identity.uid == 0
+            || (meta.uid() == identity.uid && mode & 0o200 != 0)
+            || (meta.gid() == identity.gid && mode & 0o020 != 0)
+            || mode & 0o002 != 0;
+        if !writable {
+            eprintln!(
+                "tartaros: warning: the agent runs as uid {} and cannot write {} (owner uid {}); chown it, or choose the user with --user",
+                identity.uid,
+                root.display(),
+                meta.uid()
+            );
+        }
+    }
+}
+
+/// Runs the agent under `request` and returns the exit status to use.
+pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
+    let host = Host::probe();
+    let prepared = prepare(&request, &host)?;
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    );
+    let cgroup = match RunCgroup::create(&id) {
+        Ok(cgroup) => cgroup,
+        Err(e) => {
+            cleanup_placeholders(&prepared.placeholders);
+            return Err(refuse(exit::START_FAILURE, e));
+        }
+    };
+    let janitor = spawn_janitor(cgroup.path(), &prepared.placeholders);
+    let outcome = run_in(&cgroup, &prepared).await;
+
+    let teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+    cleanup_placeholders(&prepared.placeholders);
+    if let Some(mut janitor) = janitor {
+        // Closing its stdin tells the janitor we are done; it finds nothing
+        // left to clean and exits.
+        drop(janitor.stdin.take());
+        let _ = janitor.wait();
+    }
+    if let Err(e) = teardown {
+        eprintln!("tartaros: {e}");
+        return Ok(outcome.unwrap_or(exit::START_FAILURE).max(1));
+    }
+    outcome
+}
+
+async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<i32, Refusal> {
+    let start_failed = |what: &str, e: &dyn std::fmt::Display| refuse(exit::START_FAILURE, format!("failed to {what}: {e}"));
+    let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the plan pipe", &e))?;
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the report pipe", &e))?;
+    // Network grants are not implemented yet (the guarantee check refused
+    // or warned), so every sandbox gets a private loopback-only network.
+    let namespaces = crate::spawn::Namespaces { network: true };
+    let init = crate::spawn::spawn_init(
+        "/proc/self/exe",
+        &["tartaros-init", crate::init::INIT_ARG],
+        cgroup.fd(),
+        namespaces,
+        &plan_read,
+        &report_write,
+    )
+    .map_err(|e| refuse(exit::START_FAILURE, e))?;
+    drop(plan_read);
+    drop(report_write);
+
+    let mut plan_pipe = std::fs::File::from(plan_write);
+    let sent = prepared.plan.send(&mut plan_pipe);
+    drop(plan_pipe);
+    if let Err(e) = sent {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = wait_exit(&init.pidfd).await;
+        return Err(refuse(exit::START_FAILURE, e));
+    }
+
+    let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
+    let mut report_bytes = Vec::new();
+    let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
+    let reports = Report::parse_all(&report_bytes);
+    for report in &reports {
+        match report {
+            Report::Failed { code, message } => return Err(refuse(*code, message)),
+            Report::Exited { code, signal } => return Ok(exit::from_wait(*code, *signal)),
+            Report::Started => {}
+        }
+    }
+    Err(refuse(
+        exit::START_FAILURE,
+        format!("the sandbox init ended without a report ({init_status})"),
+    ))
+}
+
+/// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init (which passes them to
+/// the agent) until the init exits; returns how it ended.
+async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
+    let mut forwarders = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ] {
+        let Ok(mut stream) = signal(kind) else { continue };
+        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else { continue };
+        forwarders.push(tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }));
+    }
+    let status = wait_exit(pidfd).await;
+    for forwarder in forwarders {
+        forwarder.abort();
+    }
+    status
+}
+
+/// Waits until the process behind `pidfd` exits, reaps it, and describes
+/// its status.
+async fn wait_exit(pidfd: &OwnedFd) -> String {
+    // SAFETY: the pidfd stays open and unchanged for as long as this
+    // AsyncFd lives (it is dropped before we return).
+    let registered = unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
+    if let Ok(fd) = registered
+        && let Ok(mut guard) = fd.readable().await
+    {
+        guard.clear_ready();
+    }
+    // SAFETY: siginfo is plain data the kernel fills; P_PIDFD names our
+    // child through a descriptor we own.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED,
+        )
+    };
+    if rc != 0 {
+        return format!("wait failed: {}", nix::errno::Errno::last());
+    }
+    // SAFETY: for CLD_* codes the kernel filled si_status.
+    let status = unsafe { info.si_status() };
+    match info.si_code {
+        libc::CLD_EXITED => format!("exit status {status}"),
+        _ => format!("killed by signal {status}"),
+    }
+}
+
+/// Starts the janitor: a separate process, outside the sandbox and in its
+/// own process group, that waits for our end (its stdin closes when we exit,
+/// also when we are SIGKILLed) and then kills and removes the run's cgroup and
+/// placeholders if we could not. Without it, a killed supervisor would leave
+/// a cgroup behind.
+fn spawn_janitor(cgroup: &Path, placeholders: &[PathBuf]) -> Option<Child> {
+    use std::os::unix::process::CommandExt;
+    let child = Command::new("/proc/self/exe")
+        .arg(JANITOR_ARG)
+        .arg(cgroup)
+        .args(placeholders)
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn();
+    match child {
+        Ok(child) => Some(child),
+        Err(e) => {
+            eprintln!("tartaros: warning: failed to start the janitor ({e}); a crash would leave {} behind", cgroup.display());
+            None
+        }
+    }
+}
+
+/// The janitor's body (`tartaros __tartaros_janitor CGROUP [PLACEHOLDER...]`).
+pub fn janitor_main(args: &[std::ffi::OsString]) -> i32 {
+    let mut stdin = std::io::stdin();
+    let mut sink = [0u8; 64];
+    // Block until the supervisor closes the pipe (normally or by dying).
+    while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
+    let Some(cgroup) = args.first() else { return 0 };
+    let cgroup = Path::new(cgroup);
+    let mut code = 0;
+    if cgroup.exists() {
+        if let Err(e) = crate::cgroup::kill_and_remove(cgroup, TEARDOWN_TIMEOUT) {
+            let _ = writeln!(std::io::stderr(), "tartaros: janitor: {e}");
+            code = 1;
+        }
+        let placeholders: Vec<PathBuf> = args[1..].iter().map(PathBuf::from).collect();
+        cleanup_placeholders(&placeholders);
+    }
+    code
+}

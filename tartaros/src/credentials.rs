@@ -1,0 +1,175 @@
+//! Who the agent runs as: an unprivileged uid/gid when TartarOS is started as
+//! root, no capabilities at all, and `no_new_privs`.
+
+use nix::unistd::{Gid, Uid, User};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error)]
+pub enum CredentialsError {
+    #[error("unknown --user {0:?}; name an existing user or a numeric uid")]
+    UnknownUser(String),
+    #[error("failed to look up user {name:?}: {source}")]
+    Lookup { name: String, source: nix::Error },
+    #[error("failed to {what}: {source}")]
+    Drop { what: &'static str, source: nix::Error },
+}
+
+/// The identity the agent gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The conventional unprivileged identity.
+pub const NOBODY: Identity = Identity {
+    uid: 65534,
+    gid: 65534,
+};
+
+/// Decides the agent's identity. Started as root: `--user` if given, else the
+/// user who ran `sudo` (`SUDO_UID`/`SUDO_GID`), else `nobody`. Started as an
+/// ordinary user: that user (the kernel would refuse anything else).
+pub fn choose(
+    requested: Option<&str>,
+    current: Identity,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Identity, CredentialsError> {
+    if let Some(name) = requested {
+        return lookup(name);
+    }
+    if current.uid != 0 {
+        return Ok(current);
+    }
+    let sudo = |name: &str| env(name).and_then(|v| v.parse::<u32>().ok());
+    match (sudo("SUDO_UID"), sudo("SUDO_GID")) {
+        (Some(uid), Some(gid)) if uid != 0 => Ok(Identity { uid, gid }),
+        _ => Ok(NOBODY),
+    }
+}
+
+fn lookup(name: &str) -> Result<Identity, CredentialsError> {
+    let user = match name.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(name),
+    }
+    .map_err(|source| CredentialsError::Lookup {
+        name: name.to_string(),
+        source,
+    })?;
+    match user {
+        Some(user) => Ok(Identity {
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        }),
+        None => Err(CredentialsError::UnknownUser(name.to_string())),
+    }
+}
+
+/// Becomes `identity` for good: empties the capability bounding and ambient
+/// sets while still privileged, switches gid then uid, clears any capability
+/// left (the uid 0 case), and sets `no_new_privs` so no exec can regain any.
+/// Runs in the single-threaded agent child of the sandbox init.
+pub fn drop_to(identity: Identity) -> Result<(), CredentialsError> {
+    let fail = |what| move |source| CredentialsError::Drop { what, source };
+    if nix::unistd::geteuid().is_root() {
+        for cap in 0..=last_cap() {
+            // SAFETY: PR_CAPBSET_DROP takes a capability number and no memory.
+            let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+            // EINVAL: a capability this kernel does not know; nothing to drop.
+            if rc != 0 && nix::errno::Errno::last() != nix::errno::Errno::EINVAL {
+                return Err(fail("drop the capability bounding set")(nix::errno::Errno::last()));
+            }
+        }
+        let gid = Gid::from_raw(identity.gid);
+        nix::unistd::setgroups(&[gid]).map_err(fail("set the supplementary groups"))?;
+        nix::unistd::setresgid(gid, gid, gid).map_err(fail("set the group id"))?;
+        let uid = Uid::from_raw(identity.uid);
+        nix::unistd::setresuid(uid, uid, uid).map_err(fail("set the user id"))?;
+    }
+    // SAFETY: clearing the ambient set takes no memory.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(fail("clear the ambient capabilities")(nix::errno::Errno::last()));
+    }
+    clear_capabilities().map_err(fail("clear the remaining capabilities"))?;
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    if rc != 0 {
+        return Err(fail("set no_new_privs")(nix::errno::Errno::last()));
+    }
+    Ok(())
+}
+
+fn last_cap() -> libc::c_ulong {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: i32,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Empties the effective, permitted and inheritable sets (a non-root uid
+/// already has none after setresuid; uid 0 keeps them otherwise).
+fn clear_capabilities() -> Result<(), nix::Error> {
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = CapHeader {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: header and data are valid for the v3 layout (two data words),
+    // and outlive the call.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_defaults_to_sudo_user_then_nobody() {
+        let root = Identity { uid: 0, gid: 0 };
+        let sudo = |name: &str| match name {
+            "SUDO_UID" => Some("1000".to_string()),
+            "SUDO_GID" => Some("1001".to_string()),
+            _ => None,
+        };
+        assert_eq!(choose(None, root, &sudo).unwrap(), Identity { uid: 1000, gid: 1001 });
+        assert_eq!(choose(None, root, &|_| None).unwrap(), NOBODY);
+        let user = Identity { uid: 1000, gid: 1000 };
+        assert_eq!(choose(None, user, &|_| None).unwrap(), user);
+    }
+
+    #[test]
+    fn unknown_user_is_refused() {
+        let err = choose(Some("no-such-user-tartaros"), NOBODY, &|_| None).unwrap_err();
+        assert!(err.to_string().contains("--user"));
+        assert_eq!(choose(Some("root"), NOBODY, &|_| None).unwrap().uid, 0);
+    }
+}

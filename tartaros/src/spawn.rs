@@ -1,0 +1,144 @@
+//! Starting the sandbox init: `clone3` straight into the run's cgroup and new
+//! namespaces, then `execve` of our own binary.
+//!
+//! The supervisor is multithreaded (tokio), so the child of `clone3` runs only
+//! async-signal-safe raw system calls prepared beforehand (`dup2`, `prctl`,
+//! `setsid`, `execve`) — no allocation, no locks, no Rust runtime — exactly
+//! like `posix_spawn`. Everything else happens in the fresh, single-threaded
+//! init after `execve`.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("failed to prepare the sandbox init's arguments: {0}")]
+    Argument(#[from] std::ffi::NulError),
+    #[error("failed to start the sandbox init (clone3): {0}; the kernel must be 5.7 or newer with cgroup v2")]
+    Clone(nix::Error),
+    #[error("failed to duplicate a descriptor for the sandbox init: {0}")]
+    Dup(nix::Error),
+}
+
+/// New namespaces for the sandbox init.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Namespaces {
+    pub network: bool,
+}
+
+/// The init as seen from the supervisor.
+pub struct InitProcess {
+    pub pid: i32,
+    /// A pidfd: pollable for exit and immune to pid reuse.
+    pub pidfd: OwnedFd,
+}
+
+/// The fd numbers the init finds its plan and report pipes on.
+pub const PLAN_FD: RawFd = 3;
+pub const REPORT_FD: RawFd = 4;
+
+// Kernel ABI of clone3 (include/uapi/linux/sched.h), version 2 (with cgroup).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts `exe argv...` as PID 1 of new PID, mount, IPC and UTS namespaces
+/// (and network, if asked), directly inside the cgroup `cgroup_fd`, with
+/// `plan` on fd 3, `report` on fd 4, an empty environment, its own session,
+/// and SIGKILL as its parent-death signal. Must be called from the thread
+/// that lives as long as the run (the parent-death signal follows the
+/// thread, not the process): the supervisor's main thread.
+pub fn spawn_init(
+    exe: &str,
+    argv: &[&str],
+    cgroup_fd: RawFd,
+    namespaces: Namespaces,
+    plan: &OwnedFd,
+    report: &OwnedFd,
+) -> Result<InitProcess, SpawnError> {
+    let exe = CString::new(exe)?;
+    let args: Vec<CString> = argv.iter().map(|a| CString::new(*a)).collect::<Result<_, _>>()?;
+    let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    arg_ptrs.push(std::ptr::null());
+    let env_ptrs: [*const libc::c_char; 1] = [std::ptr::null()];
+
+    // dup2 onto 3 and 4 would be a no-op (and keep CLOEXEC) if a source
+    // already had that number; move the sources out of the way first.
+    let plan_src = dup_above(plan.as_raw_fd())?;
+    let report_src = dup_above(report.as_raw_fd())?;
+
+    let mut flags = (libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_PIDFD) as u64
+        | CLONE_INTO_CGROUP;
+    if namespaces.network {
+        flags |= libc::CLONE_NEWNET as u64;
+    }
+    let mut pidfd: RawFd = -1;
+    let mut args3 = CloneArgs {
+        flags,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: cgroup_fd as u64,
+        ..Default::default()
+    };
+    // SAFETY: clone3 with no stack behaves like fork. The child branch below
+    // only makes raw system calls on memory prepared before the call
+    // (`exe`, `arg_ptrs`, `env_ptrs`), then execs or exits; it never returns
+    // into Rust code that could take a lock held by another thread.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args3 as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if rc == 0 {
+        // SAFETY: async-signal-safe system calls only (see above).
+        unsafe {
+            if libc::dup2(plan_src.as_raw_fd(), PLAN_FD) < 0
+                || libc::dup2(report_src.as_raw_fd(), REPORT_FD) < 0
+                || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || libc::setsid() < 0
+            {
+                libc::_exit(crate::exit::START_FAILURE);
+            }
+            libc::execve(exe.as_ptr(), arg_ptrs.as_ptr(), env_ptrs.as_ptr());
+            libc::_exit(crate::exit::START_FAILURE);
+        }
+    }
+    if rc < 0 {
+        return Err(SpawnError::Clone(nix::errno::Errno::last()));
+    }
+    // SAFETY: the kernel stored a fresh pidfd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(InitProcess {
+        pid: rc as i32,
+        pidfd,
+    })
+}
+
+fn dup_above(fd: RawFd) -> Result<OwnedFd, SpawnError> {
+    // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+    if new < 0 {
+        return Err(SpawnError::Dup(nix::errno::Errno::last()));
+    }
+    // SAFETY: `new` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
