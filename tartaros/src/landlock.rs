@@ -142,9 +142,9 @@ pub fn prepare(plan: &LandlockPlan, required: bool) -> Result<Prepared, Landlock
         for path in paths {
             // A granted path that does not exist (no /lib32 here) has
             // nothing to grant.
-            if !Path::new(path).exists() {
-                continue;
-            }
+            let Ok(meta) = std::fs::metadata(path) else { continue };
+            // Directory-only rights on a file are an error, not a no-op.
+            let access = if meta.is_dir() { access } else { access & AccessFs::from_file(abi) };
             let fd = PathFd::new(path).map_err(|source| LandlockError::Open {
                 path: path.clone(),
                 source,

@@ -28,8 +28,9 @@ pub enum MountError {
 pub enum MountOp {
     /// Stop our mounts from propagating to the host (and back).
     MakePrivate,
-    /// A fresh tmpfs on /tmp.
-    PrivateTmp,
+    /// A fresh tmpfs on /tmp; `keep` lists directories under /tmp (writable
+    /// roots, the working directory) that stay visible in it.
+    PrivateTmp { keep: Vec<PathBuf> },
     /// A /proc of the sandbox's own PID namespace: no view of host processes.
     FreshProc,
     /// Bind a directory onto itself so that it is a mount point and cannot be
@@ -48,10 +49,21 @@ pub enum MountOp {
 /// Decides the mount operations for `policy`. Deny paths that do not exist
 /// are skipped here: the supervisor either materialized them first or
 /// refused the run.
-pub fn plan(policy: &Policy, exists: &dyn Fn(&Path) -> Option<bool>) -> Vec<MountOp> {
+pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>) -> Vec<MountOp> {
     let mut ops = vec![MountOp::MakePrivate];
     if policy.private_tmp {
-        ops.push(MountOp::PrivateTmp);
+        let mut keep: Vec<PathBuf> = policy
+            .writable_roots
+            .iter()
+            .chain(&policy.read_allows)
+            .chain(std::iter::once(&cwd.to_path_buf()))
+            .filter(|p| p.starts_with("/tmp") && p.as_path() != Path::new("/tmp"))
+            .filter(|p| exists(p) == Some(true))
+            .cloned()
+            .collect();
+        keep.sort();
+        keep.dedup();
+        ops.push(MountOp::PrivateTmp { keep });
     }
     ops.push(MountOp::FreshProc);
 
@@ -125,8 +137,13 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 mount(NONE, root, NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
                     .map_err(fail("make private the mounts under", root))?;
             }
-            MountOp::PrivateTmp => {
+            MountOp::PrivateTmp { keep } => {
                 let tmp = Path::new("/tmp");
+                // Hold on to the kept directories before the tmpfs hides them.
+                let held: Vec<(PathBuf, std::fs::File)> = keep
+                    .iter()
+                    .filter_map(|p| open_path(p).ok().map(|f| (p.clone(), f)))
+                    .collect();
                 mount(
                     Some("tmpfs"),
                     tmp,
@@ -135,6 +152,16 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                     Some("mode=1777"),
                 )
                 .map_err(fail("mount a private tmpfs on", tmp))?;
+                for (path, file) in held {
+                    std::fs::create_dir_all(&path).map_err(|e| MountError::Mount {
+                        what: "recreate in the private /tmp",
+                        path: path.clone(),
+                        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                    })?;
+                    let source = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+                    mount(Some(source.as_str()), path.as_path(), NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE)
+                        .map_err(fail("keep in the private /tmp", &path))?;
+                }
             }
             MountOp::FreshProc => {
                 let proc = Path::new("/proc");
@@ -172,6 +199,15 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
     Ok(())
 }
 
+/// An `O_PATH` descriptor: enough to bind the directory later.
+fn open_path(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+}
+
 fn remount_read_only(path: &Path, extra: MsFlags) -> Result<(), MountError> {
     mount(
         NONE,
@@ -198,7 +234,7 @@ mod tests {
             write_denies: vec!["/work/a/b/.env".into(), "/etc/x".into()],
             ..Default::default()
         };
-        let ops = plan(&policy, &dirs_only);
+        let ops = plan(&policy, Path::new("/"), &dirs_only);
         assert!(ops.contains(&MountOp::DenyWrite("/work/a/b/.env".into())));
         assert!(ops.contains(&MountOp::Pin("/work/a".into())));
         assert!(ops.contains(&MountOp::Pin("/work/a/b".into())));
@@ -220,7 +256,7 @@ mod tests {
             Some(s) if s.ends_with(".env") => Some(false),
             _ => Some(true),
         };
-        let ops = plan(&policy, &exists);
+        let ops = plan(&policy, Path::new("/"), &exists);
         assert!(ops.contains(&MountOp::DenyReadDir("/home/u/.ssh".into())));
         assert!(ops.contains(&MountOp::DenyReadFile("/work/.env".into())));
         assert!(!ops.iter().any(|op| format!("{op:?}").contains("/gone")));

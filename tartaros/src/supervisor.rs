@@ -97,7 +97,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         env: crate::environment::agent_env(policy, &request.launcher_env),
         cwd: request.cwd.clone(),
         identity,
-        mounts: crate::mounts::plan(policy, &exists),
+        mounts: crate::mounts::plan(policy, &request.cwd, &exists),
         landlock: host
             .landlock_abi
             .filter(|_| installed("landlock-filesystem"))

@@ -1,0 +1,171 @@
+//! Shared helpers for the integration tests: they run the real `tartaros`
+//! binary as root against the real kernel.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const NOBODY: u32 = 65534;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tartaros")
+}
+
+/// Whether the test can run here. Off root it skips with a reason, except
+/// under CI=true, where a skipped kernel test would hide a regression.
+pub fn can_run(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{test}: needs root, and CI must run it");
+    }
+    eprintln!("skipping {test}: needs root");
+    false
+}
+
+/// A temporary directory that the sandboxed agent (uid nobody) owns, so a
+/// write that fails there fails because of the sandbox, not of file modes.
+pub struct Dir {
+    pub dir: tempfile::TempDir,
+}
+
+impl Dir {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new().prefix("tt-").tempdir().expect("tempdir");
+        chown(dir.path(), NOBODY);
+        Self { dir }
+    }
+
+    /// A directory anyone may write, so that only the sandbox stops a write.
+    pub fn open_to_all() -> Self {
+        let d = Self::new();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        d
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Writes a file owned by the agent's uid.
+    pub fn file(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+            chown(parent, NOBODY);
+        }
+        std::fs::write(&path, content).expect("write");
+        chown(&path, NOBODY);
+        path
+    }
+}
+
+pub fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid)).expect("chown");
+}
+
+/// Runs `tartaros <args>` from `cwd`.
+pub fn tartaros(args: &[&str], cwd: &Path) -> Output {
+    Command::new(bin())
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("run tartaros")
+}
+
+/// Runs a Python snippet in the sandbox; `run_flags` come before `--`.
+pub fn python(run_flags: &[&str], cwd: &Path, code: &str) -> Output {
+    let mut args = vec!["run"];
+    args.extend_from_slice(run_flags);
+    args.extend_from_slice(&["--", "python3", "-c", code]);
+    tartaros(&args, cwd)
+}
+
+/// A Python prelude with `attempt(label, fn)`, which prints `label OK` or
+/// `label <ERRNO-NAME>`, so tests can assert the exact errno.
+pub const ATTEMPT: &str = r#"
+import os, errno, sys
+def attempt(label, fn):
+    try:
+        fn()
+        print(label, "OK")
+    except OSError as e:
+        print(label, errno.errorcode.get(e.errno, e.errno))
+    sys.stdout.flush()
+"#;
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts that the line `label RESULT` was printed.
+#[track_caller]
+pub fn expect(out: &Output, label: &str, result: &str) {
+    let text = stdout(out);
+    let want = format!("{label} {result}");
+    assert!(
+        text.lines().any(|l| l == want),
+        "expected `{want}`\nstdout:\n{text}\nstderr:\n{}",
+        stderr(out)
+    );
+}
+
+/// Names of the run cgroups that exist now (there must be none left).
+pub fn run_cgroups() -> Vec<String> {
+    let Some(root) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .iter()
+        .find(|p| Path::new(p).join("cgroup.procs").exists() && is_cgroup2(p))
+    else {
+        return vec![];
+    };
+    std::fs::read_dir(root)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tartaros-") && !n.starts_with("tartaros-test"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_cgroup2(path: &str) -> bool {
+    Path::new(path).join("cgroup.controllers").exists()
+}
+
+/// Pids of live processes whose command line contains `marker`.
+pub fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(marker) && pid != std::process::id() as i32 {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Polls `cond` for up to `secs` seconds.
+pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    cond()
+}
