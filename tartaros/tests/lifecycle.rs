@@ -1,0 +1,158 @@
+//! The process architecture: exit statuses, signal forwarding, teardown of
+//! everything the agent started, and a killed supervisor.
+
+mod common;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+
+/// Tests that compare the set of run cgroups before and after must not
+/// overlap with another run in this binary.
+static CGROUP_CHECK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn marker(name: &str) -> String {
+    // `sleep` takes fractional seconds: a unique, harmless command line.
+    format!("1000.{}{}", std::process::id(), name.len())
+}
+
+#[test]
+fn exit_status_is_the_agents_own_or_128_plus_signal() {
+    if !can_run("exit_status") {
+        return;
+    }
+    let work = Dir::new();
+    let code = |cmd: &str| tartaros(&["run", "--", "sh", "-c", cmd], work.path()).status.code();
+    assert_eq!(code("exit 0"), Some(0));
+    assert_eq!(code("exit 3"), Some(3));
+    assert_eq!(code("kill -KILL $$"), Some(137));
+    assert_eq!(code("kill -TERM $$"), Some(143));
+    let missing = tartaros(&["run", "--", "no-such-command-tartaros"], work.path());
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(stderr(&missing).starts_with("tartaros:"));
+    let data = work.file("data.txt", "not a program");
+    let not_exec = tartaros(&["run", "--", data.to_str().unwrap()], work.path());
+    assert_eq!(not_exec.status.code(), Some(126));
+}
+
+#[test]
+fn a_daemonized_grandchild_does_not_survive_the_run() {
+    if !can_run("daemonized_grandchild") {
+        return;
+    }
+    let work = Dir::new();
+    let m = marker("daemon");
+    // Double fork plus setsid: the classic way to escape a parent's wait.
+    let script = format!("(setsid sh -c 'sleep {m} & exit' &) ; sleep 0.2; exit 0");
+    let _serial = CGROUP_CHECK.lock().unwrap_or_else(|e| e.into_inner());
+    let before = run_cgroups();
+    let out = tartaros(&["run", "--", "sh", "-c", &script], work.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        eventually(2, || processes_with(&m).is_empty()),
+        "daemonized sleep survived: {:?}",
+        processes_with(&m)
+    );
+    assert!(
+        eventually(2, || run_cgroups().iter().all(|c| before.contains(c))),
+        "cgroups left: {:?}",
+        run_cgroups()
+    );
+}
+
+#[test]
+fn sigkill_of_the_supervisor_kills_the_sandbox_and_the_janitor_removes_the_cgroup() {
+    if !can_run("sigkill_supervisor") {
+        return;
+    }
+    let work = Dir::new();
+    let m = marker("killed-supervisor");
+    let _serial = CGROUP_CHECK.lock().unwrap_or_else(|e| e.into_inner());
+    let before = run_cgroups();
+    let mut supervisor = Command::new(bin())
+        .args(["run", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(eventually(5, || processes_with(&m).len() == 2), "agent did not start");
+    supervisor.kill().unwrap();
+    supervisor.wait().unwrap();
+    assert!(
+        eventually(5, || processes_with(&m).is_empty()),
+        "sandbox processes survived the supervisor: {:?}",
+        processes_with(&m)
+    );
+    assert!(
+        eventually(5, || run_cgroups().iter().all(|c| before.contains(c))),
+        "cgroup left behind: {:?}",
+        run_cgroups()
+    );
+}
+
+#[test]
+fn sigterm_to_the_supervisor_reaches_the_agent() {
+    if !can_run("sigterm_forwarded") {
+        return;
+    }
+    let work = Dir::new();
+    let m = marker("sigterm");
+    let child = Command::new(bin())
+        .args(["run", "--", "sh", "-c", &format!("trap 'echo got-term; exit 42' TERM; sleep {m} & wait")])
+        .current_dir(work.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(5, || !processes_with(&m).is_empty()), "agent did not start");
+    std::thread::sleep(Duration::from_millis(100));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
+    assert!(stdout(&out).contains("got-term"));
+    assert!(eventually(2, || processes_with(&m).is_empty()));
+}
+
+#[test]
+fn the_agent_sees_only_its_own_processes_and_a_clean_environment() {
+    if !can_run("pid_namespace_env") {
+        return;
+    }
+    let work = Dir::new();
+    let out = Command::new(bin())
+        .args(["run", "--env", "PASSED_VAR", "--", "sh", "-c", "echo pid=$$; ls /proc | grep -c '^[0-9]'; env"])
+        .current_dir(work.path())
+        .env("TARTAROS_TEST_SECRET", "s3cr3t-value")
+        .env("PASSED_VAR", "visible")
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    assert!(text.contains("pid=2"), "the agent is pid 2 under the init: {text}");
+    let procs: u32 = text.lines().nth(1).unwrap().trim().parse().unwrap();
+    assert!(procs <= 4, "the agent sees host processes: {procs}");
+    assert!(!text.contains("s3cr3t-value"), "launcher secret leaked");
+    assert!(text.contains("PASSED_VAR=visible"));
+    let inherited = Command::new(bin())
+        .args(["run", "--inherit-env", "--", "sh", "-c", "env"])
+        .current_dir(work.path())
+        .env("TARTAROS_TEST_SECRET", "s3cr3t-value")
+        .output()
+        .unwrap();
+    assert!(stdout(&inherited).contains("s3cr3t-value"), "control: --inherit-env passes it");
+}
+
+#[test]
+fn the_agent_runs_unprivileged_with_no_capabilities_and_no_new_privs() {
+    if !can_run("unprivileged") {
+        return;
+    }
+    let work = Dir::new();
+    let out = tartaros(&["run", "--", "sh", "-c", "id -u; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status"], work.path());
+    let text = stdout(&out);
+    assert!(text.starts_with("65534\n"), "{text}");
+    for line in ["CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"] {
+        assert!(text.contains(line), "missing {line:?} in {text}");
+    }
+}
