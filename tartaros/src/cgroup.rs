@@ -22,6 +22,54 @@ pub enum CgroupError {
     NotEmpty { path: PathBuf, waited_ms: u128 },
     #[error("failed to remove the run's cgroup {path}: {source}")]
     Remove { path: PathBuf, source: std::io::Error },
+    #[error("failed to set {what} ({path}): {source}")]
+    Limit {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to limit {0}: no cgroup controller for it on this host (neither cgroup v2 nor a v1 hierarchy has it)")]
+    NoController(&'static str),
+}
+
+/// Resource limits of a run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub max_procs: Option<u64>,
+    pub max_memory: Option<u64>,
+}
+
+/// Where a controller lives: enabled in the v2 tree, or in its own v1
+/// hierarchy (hybrid hosts such as these keep pids and memory in v1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Controller {
+    V2,
+    V1(PathBuf),
+}
+
+/// Finds the `pids` or `memory` controller.
+pub fn find_controller(name: &str) -> Option<Controller> {
+    let mount = v2_mount()?;
+    let own = mount.join(own_v2_path().unwrap_or_default());
+    let v2_has = std::fs::read_to_string(own.join("cgroup.controllers"))
+        .map(|c| c.split_whitespace().any(|c| c == name))
+        .unwrap_or(false);
+    if v2_has {
+        return Some(Controller::V2);
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    info.lines().find_map(|line| {
+        let (left, right) = line.split_once(" - ")?;
+        let mut right = right.split_whitespace();
+        if right.next()? != "cgroup" {
+            return None;
+        }
+        let options = right.nth(1)?;
+        options
+            .split(',')
+            .any(|o| o == name)
+            .then(|| left.split_whitespace().nth(4).map(|p| Controller::V1(PathBuf::from(p))))?
+    })
 }
 
 /// Finds the cgroup2 mount point.
@@ -49,6 +97,9 @@ fn own_v2_path() -> Option<PathBuf> {
 pub struct RunCgroup {
     path: PathBuf,
     dir: File,
+    /// v1 cgroups holding the limits on hybrid hosts; the init joins them
+    /// before it starts the agent.
+    v1: Vec<PathBuf>,
 }
 
 impl RunCgroup {
@@ -69,7 +120,62 @@ impl RunCgroup {
             path: path.clone(),
             source,
         })?;
-        Ok(Self { path, dir })
+        Ok(Self {
+            path,
+            dir,
+            v1: Vec::new(),
+        })
+    }
+
+    /// Sets the limits, in the v2 cgroup where the controller is enabled
+    /// there, else in a v1 cgroup of the same name that [`Self::join_v1`]
+    /// moves the init into.
+    pub fn set_limits(&mut self, limits: Limits) -> Result<(), CgroupError> {
+        let name = self
+            .path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let wanted = [
+            ("pids", "pids.max", "memory.max", limits.max_procs),
+            ("memory", "memory.max", "memory.limit_in_bytes", limits.max_memory),
+        ];
+        for (controller, v2_file, v1_memory_file, value) in wanted {
+            let Some(value) = value else { continue };
+            let file = match find_controller(controller).ok_or(CgroupError::NoController(controller))? {
+                Controller::V2 => {
+                    let parent = self.path.parent().unwrap_or(Path::new("/"));
+                    write_limit(&parent.join("cgroup.subtree_control"), &format!("+{controller}"), controller)?;
+                    self.path.join(v2_file)
+                }
+                Controller::V1(mount) => {
+                    let dir = mount.join(&name);
+                    std::fs::create_dir(&dir).map_err(|source| CgroupError::Create {
+                        path: dir.clone(),
+                        source,
+                    })?;
+                    self.v1.push(dir.clone());
+                    if controller == "pids" {
+                        dir.join("pids.max")
+                    } else {
+                        // Without a swap limit the memory limit could be
+                        // sidestepped by swapping; set it where it exists.
+                        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), value.to_string());
+                        dir.join(v1_memory_file)
+                    }
+                }
+            };
+            write_limit(&file, &value.to_string(), controller)?;
+        }
+        Ok(())
+    }
+
+    /// Moves `pid` (the init, before it forks) into the v1 limit cgroups.
+    pub fn join_v1(&self, pid: i32) -> Result<(), CgroupError> {
+        for dir in &self.v1 {
+            write_limit(&dir.join("cgroup.procs"), &pid.to_string(), "cgroup membership")?;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -89,7 +195,38 @@ impl RunCgroup {
 
     /// Kills everything left, waits until the cgroup is empty, removes it.
     pub fn kill_and_remove(&self, timeout: Duration) -> Result<(), CgroupError> {
-        kill_and_remove(&self.path, timeout)
+        let result = kill_and_remove(&self.path, timeout);
+        for dir in &self.v1 {
+            remove_v1(dir, timeout);
+        }
+        result
+    }
+
+    /// The v1 limit cgroups, for the janitor.
+    pub fn v1_paths(&self) -> &[PathBuf] {
+        &self.v1
+    }
+}
+
+fn write_limit(file: &Path, value: &str, what: &'static str) -> Result<(), CgroupError> {
+    std::fs::write(file, value).map_err(|source| CgroupError::Limit {
+        what,
+        path: file.to_path_buf(),
+        source,
+    })
+}
+
+/// Removes a v1 limit cgroup once its members are gone (they are members of
+/// the v2 cgroup too, which was emptied first).
+pub fn remove_v1(dir: &Path, timeout: Duration) {
+    let start = Instant::now();
+    while dir.exists() && std::fs::remove_dir(dir).is_err() && start.elapsed() < timeout {
+        if let Ok(list) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+            for pid in list.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

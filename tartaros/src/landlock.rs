@@ -7,7 +7,7 @@
 //! Landlock only ever grants, so denies inside granted trees are the mount
 //! namespace's job (see `mounts.rs`).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use landlock::{
     ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,

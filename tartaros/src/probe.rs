@@ -104,6 +104,20 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
             "--port, --allow-domain and [broker] are not implemented yet; the sandbox has loopback only",
         );
     }
+    if policy.max_processes.is_some() {
+        add(
+            "max-procs",
+            crate::cgroup::find_controller("pids").is_some(),
+            "no pids cgroup controller (v2 or v1) is available to enforce --max-procs",
+        );
+    }
+    if policy.max_memory.is_some() {
+        add(
+            "max-memory",
+            crate::cgroup::find_controller("memory").is_some(),
+            "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
+        );
+    }
     let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
     if denies {
         add(

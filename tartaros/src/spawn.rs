@@ -55,7 +55,7 @@ struct CloneArgs {
 }
 const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-/// Starts `exe argv...` as PID 1 of new PID, mount, IPC and UTS namespaces
+/// Starts `exe argv...` as PID 1 of new PID, mount, IPC, UTS and cgroup namespaces
 /// (and network, if asked), directly inside the cgroup `cgroup_fd`, with
 /// `plan` on fd 3, `report` on fd 4, an empty environment, its own session,
 /// and SIGKILL as its parent-death signal. Must be called from the thread
@@ -84,6 +84,7 @@ pub fn spawn_init(
         | libc::CLONE_NEWNS
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP
         | libc::CLONE_PIDFD) as u64
         | CLONE_INTO_CGROUP;
     if namespaces.network {

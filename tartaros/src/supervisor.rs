@@ -203,14 +203,24 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
-    let cgroup = match RunCgroup::create(&id) {
+    let mut cgroup = match RunCgroup::create(&id) {
         Ok(cgroup) => cgroup,
         Err(e) => {
             cleanup_placeholders(&prepared.placeholders);
             return Err(refuse(exit::START_FAILURE, e));
         }
     };
-    let janitor = spawn_janitor(cgroup.path(), &prepared.placeholders);
+    let limits = crate::cgroup::Limits {
+        max_procs: request.policy.max_processes,
+        max_memory: request.policy.max_memory,
+    };
+    if let Err(e) = cgroup.set_limits(limits) {
+        let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+        cleanup_placeholders(&prepared.placeholders);
+        let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
+        return Err(refuse(code, e));
+    }
+    let janitor = spawn_janitor(cgroup.path(), cgroup.v1_paths(), &prepared.placeholders);
     let outcome = run_in(&cgroup, &prepared).await;
 
     let teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
@@ -248,6 +258,13 @@ async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<i32, Refusal>
     .map_err(|e| refuse(exit::START_FAILURE, e))?;
     drop(plan_read);
     drop(report_write);
+    // The init waits for its plan before it forks, so joining the v1 limit
+    // cgroups now covers every process of the agent.
+    if let Err(e) = cgroup.join_v1(init.pid) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = wait_exit(&init.pidfd).await;
+        return Err(refuse(exit::START_FAILURE, e));
+    }
 
     let mut plan_pipe = std::fs::File::from(plan_write);
     let sent = prepared.plan.send(&mut plan_pipe);
@@ -338,11 +355,17 @@ async fn wait_exit(pidfd: &OwnedFd) -> String {
 /// also when we are SIGKILLed) and then kills and removes the run's cgroup and
 /// placeholders if we could not. Without it, a killed supervisor would leave
 /// a cgroup behind.
-fn spawn_janitor(cgroup: &Path, placeholders: &[PathBuf]) -> Option<Child> {
+fn spawn_janitor(cgroup: &Path, v1: &[PathBuf], placeholders: &[PathBuf]) -> Option<Child> {
     use std::os::unix::process::CommandExt;
+    let v1_args = v1.iter().map(|p| {
+        let mut arg = std::ffi::OsString::from(V1_PREFIX);
+        arg.push(p);
+        arg
+    });
     let child = Command::new("/proc/self/exe")
         .arg(JANITOR_ARG)
         .arg(cgroup)
+        .args(v1_args)
         .args(placeholders)
         .env_clear()
         .stdin(Stdio::piped())
@@ -359,7 +382,10 @@ fn spawn_janitor(cgroup: &Path, placeholders: &[PathBuf]) -> Option<Child> {
     }
 }
 
-/// The janitor's body (`tartaros __tartaros_janitor CGROUP [PLACEHOLDER...]`).
+/// Marks a janitor argument that names a v1 limit cgroup.
+const V1_PREFIX: &str = "v1=";
+
+/// The janitor's body (`tartaros __tartaros_janitor CGROUP [v1=DIR...] [PLACEHOLDER...]`).
 pub fn janitor_main(args: &[std::ffi::OsString]) -> i32 {
     let mut stdin = std::io::stdin();
     let mut sink = [0u8; 64];
@@ -373,8 +399,14 @@ pub fn janitor_main(args: &[std::ffi::OsString]) -> i32 {
             let _ = writeln!(std::io::stderr(), "tartaros: janitor: {e}");
             code = 1;
         }
-        let placeholders: Vec<PathBuf> = args[1..].iter().map(PathBuf::from).collect();
-        cleanup_placeholders(&placeholders);
     }
+    let mut placeholders = Vec::new();
+    for arg in &args[1..] {
+        match arg.to_str().and_then(|a| a.strip_prefix(V1_PREFIX)) {
+            Some(v1) => crate::cgroup::remove_v1(Path::new(v1), TEARDOWN_TIMEOUT),
+            None => placeholders.push(PathBuf::from(arg)),
+        }
+    }
+    cleanup_placeholders(&placeholders);
     code
 }

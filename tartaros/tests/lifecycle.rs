@@ -156,3 +156,26 @@ fn the_agent_runs_unprivileged_with_no_capabilities_and_no_new_privs() {
         assert!(text.contains(line), "missing {line:?} in {text}");
     }
 }
+
+#[test]
+fn a_fork_bomb_under_max_procs_ends_with_the_limit_holding() {
+    if !can_run("fork_bomb") {
+        return;
+    }
+    let work = Dir::new();
+    // The bomb runs for a second; a counter shows forks failed with the
+    // limit in place and the host kept answering.
+    let script = "bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 1; \
+                  n=$(ls /proc | grep -c '^[0-9]'); echo procs=$n; cat /sys/fs/cgroup/pids.max 2>/dev/null; exit 0";
+    let out = tartaros(&["run", "--strict", "--max-procs", "16", "--", "sh", "-c", script], work.path());
+    let text = stdout(&out);
+    let procs: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("procs="))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count: {text} {}", stderr(&out)));
+    assert!(procs <= 16, "limit did not hold: {procs} processes");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Control: the host can still start processes.
+    assert!(std::process::Command::new("true").status().unwrap().success());
+}
