@@ -69,15 +69,18 @@ fn sigkill_of_the_supervisor_kills_the_sandbox_and_the_janitor_removes_the_cgrou
     let m = marker("killed-supervisor");
     let _serial = CGROUP_CHECK.lock().unwrap_or_else(|e| e.into_inner());
     let before = run_cgroups();
-    let mut supervisor = Command::new(bin())
-        .args(["run", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
-        .current_dir(work.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut supervisor = KillOnDrop(Some(
+        Command::new(bin())
+            .args(["run", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
+            .current_dir(work.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
     assert!(eventually(5, || processes_with(&m).len() == 2), "agent did not start");
+    let mut supervisor = supervisor.take();
     supervisor.kill().unwrap();
     supervisor.wait().unwrap();
     assert!(
@@ -99,17 +102,19 @@ fn sigterm_to_the_supervisor_reaches_the_agent() {
     }
     let work = Dir::new();
     let m = marker("sigterm");
-    let child = Command::new(bin())
-        .args(["run", "--", "sh", "-c", &format!("trap 'echo got-term; exit 42' TERM; sleep {m} & wait")])
-        .current_dir(work.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = KillOnDrop(Some(
+        Command::new(bin())
+            .args(["run", "--", "sh", "-c", &format!("trap 'echo got-term; exit 42' TERM; sleep {m} & wait")])
+            .current_dir(work.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    ));
     assert!(eventually(5, || !processes_with(&m).is_empty()), "agent did not start");
     std::thread::sleep(Duration::from_millis(100));
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = child.take().wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
     assert!(stdout(&out).contains("got-term"));
     assert!(eventually(2, || processes_with(&m).is_empty()));

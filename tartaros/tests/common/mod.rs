@@ -169,3 +169,25 @@ pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// A spawned supervisor that is SIGKILLed if the test fails before it ends,
+/// so a failing test does not leave a sandbox running.
+pub struct KillOnDrop(pub Option<std::process::Child>);
+
+impl KillOnDrop {
+    pub fn take(&mut self) -> std::process::Child {
+        self.0.take().expect("child already taken")
+    }
+    pub fn id(&self) -> u32 {
+        self.0.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.as_mut() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
