@@ -1,1 +1,94 @@
-//! TODO
+//! The supervisor-owned, append-only, hash-chained effect log.
+//!
+//! One canonical JSON object per line (keys sorted at every level, integers
+//! only, no insignificant whitespace). Every line carries `seq` (contiguous
+//! from 0) and `prev`, the hex SHA-256 of the previous line's exact bytes
+//! (64 zeros for line 0). The first record is `genesis`, the last one `seal`;
+//! in between are effect records and `gap` records for lost events.
+//!
+//! - [`LogWriter`] is the only writer (the supervisor); every record reaches
+//!   the file as one complete line, so a crash leaves a prefix that verifies as
+//!   unsealed.
+//! - [`verify_file`] / [`verify_reader`] check a log and return a [`Verdict`]
+//!   whose `code` is the exit code of `tartaros log verify`.
+//! - [`show`] prints a readable timeline or a process tree.
+//!
+//! The full schema, with an example line per kind, is in `docs/effect-log.md`.
+
+mod canonical;
+mod schema;
+mod secrets;
+mod show;
+mod verify;
+mod writer;
+
+use std::path::PathBuf;
+
+pub use canonical::{policy_hash, to_canonical};
+pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
+pub use show::{ShowOptions, show};
+pub use verify::{
+    VERDICT_INCOMPLETE, VERDICT_OK, VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_file,
+    verify_reader,
+};
+pub use writer::{LogWriter, mono_now_ns, wall_now_ns};
+
+/// Longest line the writer emits and the verifier accepts (a record with a
+/// huge argv must be trimmed by the caller); bounds the verifier's memory on a
+/// hostile file.
+pub const MAX_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// Everything that can go wrong while writing or reading an effect log.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// O_EXCL refused: never append to or overwrite a log we did not start.
+    #[error("failed to create effect log {}: the file already exists; choose another path", path.display())]
+    Exists { path: PathBuf },
+    #[error("failed to create effect log {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to write effect log record {seq} to {}", path.display())]
+    Write {
+        seq: u64,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to sync effect log {}", path.display())]
+    Sync {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to serialize a log record: {at} holds a float (the log holds integers only)")]
+    Float { at: String },
+    #[error("failed to append a `{kind}` record: {reason}")]
+    Invalid { kind: String, reason: String },
+    #[error("failed to append a `{kind}` record: the log has no genesis record yet")]
+    NoGenesis { kind: String },
+    #[error("failed to write genesis: the log already has {records} records")]
+    GenesisTwice { records: u64 },
+    #[error("failed to append a `{kind}` record: the log is already sealed")]
+    Sealed { kind: String },
+    /// A write failed part-way; appending more would turn a verifiable
+    /// truncated prefix into a corrupt middle line.
+    #[error("failed to append a `{kind}` record: an earlier write failed, the log is closed")]
+    Poisoned { kind: String },
+    #[error("failed to read effect log {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("failed to write the timeline")]
+    Output {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[cfg(test)]
+pub(crate) mod testutil;

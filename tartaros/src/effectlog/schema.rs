@@ -1,0 +1,296 @@
+//! Record types and the schema checks shared by the writer (to catch a
+//! supervisor bug before it reaches disk) and the verifier (to reject a line
+//! that chains correctly but could not have come from the writer).
+
+use serde_json::{Map, Value, json};
+
+/// Effect record kinds, in the order the documentation lists them.
+pub const EFFECT_KINDS: &[&str] = &[
+    "exec", "exit", "fork", "open", "create", "write", "unlink", "rename", "chmod", "truncate",
+    "mkdir", "rmdir", "link", "symlink", "chown", "connect", "sendto", "proxy", "broker", "signal",
+];
+
+/// Fields the writer adds itself; a caller may not supply them.
+pub(crate) const RESERVED: &[&str] = &["seq", "prev", "kind"];
+
+const GENESIS_KEYS: &[&str] = &[
+    "guarantees",
+    "kernel",
+    "kind",
+    "mono_ns",
+    "policy",
+    "policy_hash",
+    "prev",
+    "programs",
+    "seq",
+    "started",
+    "version",
+];
+const GAP_KEYS: &[&str] = &[
+    "count",
+    "kind",
+    "lost_kind",
+    "mono_ns",
+    "prev",
+    "seq",
+    "wall_ns",
+];
+pub(crate) const SEAL_KEYS: &[&str] = &[
+    "cgroup_empty",
+    "counts",
+    "digest",
+    "exit_status",
+    "head",
+    "kind",
+    "lost",
+    "mono_ns",
+    "prev",
+    "seq",
+    "wall_ns",
+];
+
+/// The first record: what ran, on what, under which policy and guarantees.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Genesis {
+    /// tartaros version.
+    pub version: String,
+    /// Host kernel release (`uname -r`).
+    pub kernel: String,
+    /// The normalized policy; must hold no floats.
+    pub policy: Value,
+    /// Guarantees that are in force.
+    pub installed: Vec<String>,
+    /// Guarantees that were requested but could not be installed.
+    pub degraded: Vec<String>,
+    /// Tags of the loaded eBPF programs (may be empty).
+    pub programs: Vec<String>,
+    /// Wall time at start, ns since the Unix epoch (`started`).
+    pub started_wall_ns: u64,
+    /// CLOCK_MONOTONIC at start (`mono_ns`): the zero of `log show`'s times.
+    pub started_mono_ns: u64,
+}
+
+impl Genesis {
+    /// A genesis for this binary on this host, started now.
+    pub fn new(
+        policy: Value,
+        installed: Vec<String>,
+        degraded: Vec<String>,
+        programs: Vec<String>,
+    ) -> Self {
+        Self {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            kernel: kernel_release(),
+            policy,
+            installed,
+            degraded,
+            programs,
+            started_wall_ns: super::wall_now_ns(),
+            started_mono_ns: super::mono_now_ns(),
+        }
+    }
+}
+
+// /proc/sys/kernel/osrelease is what uname(2) reports as the release, read
+// without unsafe code; "unknown" keeps genesis writable on an odd host.
+fn kernel_release() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".to_string())
+}
+
+/// How the agent ended: `{"code": N}` or `{"signal": N}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+}
+
+impl ExitStatus {
+    pub(crate) fn to_json(self) -> Value {
+        match self {
+            ExitStatus::Code(c) => json!({ "code": c }),
+            ExitStatus::Signal(s) => json!({ "signal": s }),
+        }
+    }
+}
+
+/// What the supervisor knows at the end; the writer adds counts, lost and head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal {
+    pub exit_status: ExitStatus,
+    /// True only when the cgroup was verified empty after the kill and drain.
+    pub cgroup_empty: bool,
+}
+
+/// The kernel's (or proxy's / broker's) verdict on an effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allowed,
+    Denied,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+        }
+    }
+}
+
+/// The common fields of an effect record, for callers that prefer a struct to
+/// building the map by hand ([`super::LogWriter::effect`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Effect {
+    pub pid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+    /// CLOCK_MONOTONIC ns (the clock of `bpf_ktime_get_ns`).
+    pub mono_ns: u64,
+    /// Wall time, ns since the Unix epoch.
+    pub wall_ns: u64,
+    /// What the effect was on: `{"path": ...}`, `{"from": ..., "to": ...}`,
+    /// `{"addr": ..., "port": ...}`, ... (see docs/effect-log.md).
+    pub target: Map<String, Value>,
+    pub decision: Decision,
+    /// Positive errno; 0 when allowed.
+    pub errno: u32,
+}
+
+impl Effect {
+    pub fn into_fields(self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("pid".into(), self.pid.into());
+        m.insert("ppid".into(), self.ppid.into());
+        m.insert("uid".into(), self.uid.into());
+        m.insert("mono_ns".into(), self.mono_ns.into());
+        m.insert("wall_ns".into(), self.wall_ns.into());
+        m.insert("target".into(), Value::Object(self.target));
+        m.insert("decision".into(), self.decision.as_str().into());
+        m.insert("errno".into(), self.errno.into());
+        m
+    }
+}
+
+pub(crate) fn is_effect_kind(kind: &str) -> bool {
+    EFFECT_KINDS.contains(&kind)
+}
+
+/// Checks the fields every effect record must carry (extra fields are allowed:
+/// a kind may add context such as `cwd` or `comm`).
+pub(crate) fn check_effect(m: &Map<String, Value>) -> Result<(), String> {
+    for key in ["pid", "ppid", "uid"] {
+        let v = uint(m, key)?;
+        if v > u64::from(u32::MAX) {
+            return Err(format!("`{key}` is out of range"));
+        }
+    }
+    uint(m, "mono_ns")?;
+    uint(m, "wall_ns")?;
+    if !m.get("target").is_some_and(Value::is_object) {
+        return Err("`target` is missing or not an object".into());
+    }
+    let errno = uint(m, "errno")?;
+    match m.get("decision").and_then(Value::as_str) {
+        Some("allowed") if errno != 0 => Err("`errno` must be 0 when allowed".into()),
+        Some("allowed") | Some("denied") => Ok(()),
+        _ => Err("`decision` must be \"allowed\" or \"denied\"".into()),
+    }
+}
+
+pub(crate) fn check_genesis(m: &Map<String, Value>) -> Result<(), String> {
+    exact_keys(m, GENESIS_KEYS)?;
+    string(m, "version")?;
+    string(m, "kernel")?;
+    uint(m, "started")?;
+    uint(m, "mono_ns")?;
+    strings(m.get("programs"), "programs")?;
+    let g = m
+        .get("guarantees")
+        .and_then(Value::as_object)
+        .ok_or("`guarantees` is not an object")?;
+    exact_keys(g, &["degraded", "installed"]).map_err(|e| format!("guarantees: {e}"))?;
+    strings(g.get("installed"), "guarantees.installed")?;
+    strings(g.get("degraded"), "guarantees.degraded")?;
+    let policy = m.get("policy").ok_or("`policy` is missing")?;
+    let want = super::policy_hash(policy).map_err(|_| "`policy` holds a float".to_string())?;
+    if m.get("policy_hash").and_then(Value::as_str) != Some(want.as_str()) {
+        return Err("`policy_hash` does not match the policy".into());
+    }
+    Ok(())
+}
+
+/// Returns the lost count.
+pub(crate) fn check_gap(m: &Map<String, Value>) -> Result<u64, String> {
+    exact_keys(m, GAP_KEYS)?;
+    uint(m, "mono_ns")?;
+    uint(m, "wall_ns")?;
+    if string(m, "lost_kind")?.is_empty() {
+        return Err("`lost_kind` is empty".into());
+    }
+    match uint(m, "count")? {
+        0 => Err("`count` is 0".into()),
+        n => Ok(n),
+    }
+}
+
+/// Shape of the seal; its values (head, counts, lost, digest) are checked by
+/// the verifier, which knows the records before it.
+pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
+    exact_keys(m, SEAL_KEYS)?;
+    uint(m, "lost")?;
+    uint(m, "mono_ns")?;
+    uint(m, "wall_ns")?;
+    if !m.get("cgroup_empty").is_some_and(Value::is_boolean) {
+        return Err("`cgroup_empty` is not a boolean".into());
+    }
+    let st = m
+        .get("exit_status")
+        .and_then(Value::as_object)
+        .ok_or("`exit_status` is not an object")?;
+    let ok = st.len() == 1
+        && ["code", "signal"]
+            .iter()
+            .any(|k| st.get(*k).and_then(Value::as_i64).is_some());
+    if !ok {
+        return Err("`exit_status` must be {\"code\": N} or {\"signal\": N}".into());
+    }
+    let counts = m
+        .get("counts")
+        .and_then(Value::as_object)
+        .ok_or("`counts` is not an object")?;
+    if counts.values().any(|v| v.as_u64().is_none()) {
+        return Err("`counts` holds a non-integer".into());
+    }
+    Ok(())
+}
+
+fn exact_keys(m: &Map<String, Value>, want: &[&str]) -> Result<(), String> {
+    if let Some(k) = m.keys().find(|k| !want.contains(&k.as_str())) {
+        return Err(format!("unexpected field `{k}`"));
+    }
+    if let Some(k) = want.iter().find(|k| !m.contains_key(**k)) {
+        return Err(format!("missing field `{k}`"));
+    }
+    Ok(())
+}
+
+pub(crate) fn uint(m: &Map<String, Value>, key: &str) -> Result<u64, String> {
+    m.get(key)
+        .and_then(Value::as_u64)
+        .ok_or_else(|| format!("`{key}` is missing or not a non-negative integer"))
+}
+
+fn string<'a>(m: &'a Map<String, Value>, key: &str) -> Result<&'a str, String> {
+    m.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("`{key}` is missing or not a string"))
+}
+
+fn strings(v: Option<&Value>, name: &str) -> Result<(), String> {
+    match v.and_then(Value::as_array) {
+        Some(items) if items.iter().all(Value::is_string) => Ok(()),
+        _ => Err(format!("`{name}` is not a list of strings")),
+    }
+}

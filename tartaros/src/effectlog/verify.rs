@@ -1,0 +1,256 @@
+//! `tartaros log verify`: checks the chain, the canonical form, the schema and
+//! the seal, and answers with one exit code and one line.
+//!
+//! Precedence: tampered (1) beats unsealed / truncated (2) beats incomplete
+//! (3); the first problem found, reading from the top, is the one reported.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use super::MAX_LINE_BYTES;
+use super::canonical::{parse_canonical, sha256, sha256_hex, to_canonical};
+use super::schema;
+
+/// Sealed, chain intact, nothing lost, cgroup emptied.
+pub const VERDICT_OK: u8 = 0;
+/// A line was edited, removed, reordered, inserted or appended after the seal,
+/// or is not something the writer produces.
+pub const VERDICT_TAMPERED: u8 = 1;
+/// A valid chain prefix without a seal, a last line cut mid-way, an empty
+/// file, or a file that cannot be read.
+pub const VERDICT_UNSEALED: u8 = 2;
+/// Sealed and intact, but events were lost or the cgroup was not empty.
+pub const VERDICT_INCOMPLETE: u8 = 3;
+
+/// The outcome of a verification: `code` is the exit code of
+/// `tartaros log verify`, `message` one line saying what and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub code: u8,
+    pub message: String,
+}
+
+impl Verdict {
+    fn new(code: u8, message: String) -> Self {
+        Self { code, message }
+    }
+}
+
+/// Verifies the log at `path`. Never fails: an unreadable file is reported as
+/// code 2 (there is no complete log to vouch for).
+pub fn verify_file(path: &Path) -> Verdict {
+    match File::open(path) {
+        Ok(f) => verify_reader(BufReader::new(f)),
+        Err(e) => Verdict::new(
+            VERDICT_UNSEALED,
+            format!("unreadable: cannot open {}: {e}", path.display()),
+        ),
+    }
+}
+
+/// Verifies a log read from `reader` (a file, or bytes in memory).
+pub fn verify_reader<R: BufRead>(mut reader: R) -> Verdict {
+    let mut state = Chain::default();
+    let mut buf = Vec::new();
+    let mut lineno: u64 = 0;
+    loop {
+        buf.clear();
+        // The cap bounds memory on a hostile file with no newlines.
+        let limit = MAX_LINE_BYTES as u64 + 1;
+        let n = match (&mut reader).take(limit).read_until(b'\n', &mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                return Verdict::new(
+                    VERDICT_UNSEALED,
+                    format!("unreadable: cannot read line {}: {e}", lineno + 1),
+                );
+            }
+        };
+        if n == 0 {
+            break;
+        }
+        lineno += 1;
+        let Some(line) = buf.strip_suffix(b"\n") else {
+            return state.unterminated(lineno, buf.len());
+        };
+        if let Err(why) = state.line(lineno, line) {
+            return Verdict::new(VERDICT_TAMPERED, format!("tampered: line {lineno}: {why}"));
+        }
+    }
+    state.finish(lineno)
+}
+
+#[derive(Default)]
+struct Chain {
+    prev: [u8; 32],
+    counts: BTreeMap<String, u64>,
+    lost: u64,
+    gaps: u64,
+    first_gap: Option<u64>,
+    sealed_at: Option<u64>,
+    cgroup_empty: bool,
+}
+
+impl Chain {
+    /// Checks one complete line (without its newline).
+    fn line(&mut self, lineno: u64, line: &[u8]) -> Result<(), String> {
+        if let Some(s) = self.sealed_at {
+            return Err(format!("a line follows the seal on line {s}"));
+        }
+        let value = parse_canonical(line)?;
+        let m = value.as_object().ok_or("not a JSON object")?;
+        let expected = lineno - 1;
+        let seq = schema::uint(m, "seq")?;
+        if seq != expected {
+            return Err(format!("seq is {seq}, expected {expected}"));
+        }
+        if m.get("prev").and_then(Value::as_str) != Some(hex::encode(self.prev).as_str()) {
+            return Err(if lineno == 1 {
+                "prev is not 64 zeros".to_string()
+            } else {
+                format!("prev does not match the hash of line {}", lineno - 1)
+            });
+        }
+        let kind = m
+            .get("kind")
+            .and_then(Value::as_str)
+            .ok_or("`kind` is missing or not a string")?;
+        match kind {
+            "genesis" if lineno == 1 => schema::check_genesis(m)?,
+            _ if lineno == 1 => return Err(format!("the first record is `{kind}`, not genesis")),
+            "genesis" => return Err("a second genesis record".into()),
+            "gap" => {
+                self.lost = self.lost.saturating_add(schema::check_gap(m)?);
+                self.gaps += 1;
+                self.first_gap.get_or_insert(lineno);
+            }
+            "seal" => self.seal(lineno, m)?,
+            k if schema::is_effect_kind(k) => schema::check_effect(m)?,
+            other => return Err(format!("unknown kind `{other}`")),
+        }
+        if kind != "seal" {
+            *self.counts.entry(kind.to_string()).or_insert(0) += 1;
+        }
+        self.prev = sha256(line);
+        Ok(())
+    }
+
+    fn seal(&mut self, lineno: u64, m: &Map<String, Value>) -> Result<(), String> {
+        schema::check_seal_shape(m)?;
+        if m.get("head").and_then(Value::as_str) != Some(hex::encode(self.prev).as_str()) {
+            return Err(format!(
+                "seal head does not match the hash of line {}",
+                lineno - 1
+            ));
+        }
+        let mut body = m.clone();
+        let digest = body.remove("digest");
+        let want = to_canonical(&Value::Object(body))
+            .map(|c| sha256_hex(c.as_bytes()))
+            .map_err(|_| "seal holds a float".to_string())?;
+        if digest.as_ref().and_then(Value::as_str) != Some(want.as_str()) {
+            return Err("seal digest does not match the seal's contents".into());
+        }
+        let counts = m.get("counts").and_then(Value::as_object);
+        let sealed: BTreeMap<String, u64> = counts
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), v.as_u64().unwrap_or(0)))
+            .collect();
+        if sealed != self.counts {
+            return Err(format!(
+                "seal counts do not match the records ({})",
+                count_difference(&sealed, &self.counts)
+            ));
+        }
+        let lost = schema::uint(m, "lost")?;
+        if lost != self.lost {
+            return Err(format!(
+                "seal says {lost} events lost, the gap records add up to {}",
+                self.lost
+            ));
+        }
+        self.cgroup_empty = m.get("cgroup_empty").and_then(Value::as_bool) == Some(true);
+        self.sealed_at = Some(lineno);
+        Ok(())
+    }
+
+    /// The file ends without a newline at `lineno`.
+    fn unterminated(&self, lineno: u64, len: usize) -> Verdict {
+        if len > MAX_LINE_BYTES {
+            return Verdict::new(
+                VERDICT_TAMPERED,
+                format!("tampered: line {lineno}: longer than {MAX_LINE_BYTES} bytes"),
+            );
+        }
+        if let Some(s) = self.sealed_at {
+            return Verdict::new(
+                VERDICT_TAMPERED,
+                format!("tampered: line {lineno}: data after the seal on line {s}"),
+            );
+        }
+        Verdict::new(
+            VERDICT_UNSEALED,
+            format!(
+                "truncated: line {lineno} is cut mid-line (no final newline); lines 1-{} verify as an unsealed prefix",
+                lineno - 1
+            ),
+        )
+    }
+
+    fn finish(&self, lines: u64) -> Verdict {
+        let Some(sealed_at) = self.sealed_at else {
+            let message = if lines == 0 {
+                "unsealed: the log is empty".to_string()
+            } else {
+                format!(
+                    "unsealed: lines 1-{lines} verify but there is no seal (the run did not finish or the log was cut)"
+                )
+            };
+            return Verdict::new(VERDICT_UNSEALED, message);
+        };
+        if self.lost > 0 {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: {} events lost in {} gap records (first on line {})",
+                    self.lost,
+                    self.gaps,
+                    self.first_gap.unwrap_or(0)
+                ),
+            );
+        }
+        if !self.cgroup_empty {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: line {sealed_at}: the cgroup was not empty when the log was sealed"
+                ),
+            );
+        }
+        Verdict::new(
+            VERDICT_OK,
+            format!(
+                "ok: {lines} records, sealed on line {sealed_at}, head {}",
+                hex::encode(self.prev)
+            ),
+        )
+    }
+}
+
+/// Names the first kind whose count differs, for the one-line message.
+fn count_difference(sealed: &BTreeMap<String, u64>, seen: &BTreeMap<String, u64>) -> String {
+    let kinds = sealed.keys().chain(seen.keys());
+    for k in kinds {
+        let a = sealed.get(k).copied().unwrap_or(0);
+        let b = seen.get(k).copied().unwrap_or(0);
+        if a != b {
+            return format!("`{k}`: seal says {a}, the log has {b}");
+        }
+    }
+    "a zero count is listed".to_string()
+}

@@ -1,0 +1,354 @@
+//! The supervisor's log writer: creates the file exclusively, chains every
+//! record to the previous line's hash, and writes whole lines only.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value, json};
+
+use super::canonical::{policy_hash, sha256, sha256_hex, to_canonical};
+use super::schema::{self, Effect, Genesis, RESERVED, Seal};
+use super::secrets::{Secrets, zeroize_vec};
+use super::{LogError, MAX_LINE_BYTES};
+
+/// CLOCK_MONOTONIC in ns: the clock eBPF's `bpf_ktime_get_ns` reads, so kernel
+/// and supervisor timestamps share one time line.
+pub fn mono_now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always exists
+    // on Linux, so the call cannot fail and leaves `ts` filled in.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+/// Wall time in ns since the Unix epoch (0 if the clock is before 1970).
+pub fn wall_now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Empty,
+    Open,
+    Sealed,
+    Poisoned,
+}
+
+/// The only writer of an effect log. Not `Clone`: one chain, one writer.
+pub struct LogWriter {
+    file: File,
+    path: PathBuf,
+    next_seq: u64,
+    prev: [u8; 32],
+    counts: BTreeMap<String, u64>,
+    lost: u64,
+    state: State,
+    secrets: Secrets,
+    redactions: u64,
+    // Complete lines not yet written (only when batching is on).
+    pending: Vec<u8>,
+    batch_bytes: usize,
+}
+
+impl LogWriter {
+    /// Creates `path` for the supervisor alone: O_CREAT|O_EXCL (an existing
+    /// file or symlink is refused, never overwritten or appended to),
+    /// O_APPEND, O_CLOEXEC, O_NOFOLLOW, mode 0600.
+    pub fn create(path: &Path) -> Result<Self, LogError> {
+        let file = OpenOptions::new()
+            .append(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|source| match source.kind() {
+                ErrorKind::AlreadyExists => LogError::Exists {
+                    path: path.to_path_buf(),
+                },
+                _ => LogError::Create {
+                    path: path.to_path_buf(),
+                    source,
+                },
+            })?;
+        Ok(Self {
+            file,
+            path: path.to_path_buf(),
+            next_seq: 0,
+            prev: [0; 32],
+            counts: BTreeMap::new(),
+            lost: 0,
+            state: State::Empty,
+            secrets: Secrets::default(),
+            redactions: 0,
+            pending: Vec::new(),
+            batch_bytes: 0,
+        })
+    }
+
+    /// Registers byte strings that must never appear in the log (broker token,
+    /// injected credential values). Replaces (and zeroes) any earlier set.
+    pub fn set_secrets(&mut self, secrets: Vec<Vec<u8>>) {
+        self.secrets = Secrets::new(secrets);
+    }
+
+    /// How many secret occurrences were redacted so far (should stay 0; a
+    /// non-zero value means some component put a secret in a record).
+    pub fn redactions(&self) -> u64 {
+        self.redactions
+    }
+
+    /// Batching: with `bytes > 0`, complete lines are buffered and written
+    /// with one write(2) once `bytes` accumulate or on [`Self::flush`]. Only
+    /// whole lines are ever written, so a crash still leaves a verifiable
+    /// unsealed prefix (minus the unflushed records). 0 (the default) writes
+    /// every record immediately. Genesis, gaps and the seal always flush.
+    pub fn set_batch_bytes(&mut self, bytes: usize) {
+        self.batch_bytes = bytes;
+    }
+
+    /// True when buffered records have not reached the file yet.
+    pub fn writes_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Writes any buffered lines (no fsync).
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut buf: &[u8] = &self.pending;
+        while !buf.is_empty() {
+            match self.file.write(buf) {
+                Ok(0) => {
+                    return Err(self.poison(std::io::Error::from(ErrorKind::WriteZero)));
+                }
+                // A short write (e.g. a signal or a nearly full disk): keep
+                // going so the line completes if at all possible.
+                Ok(n) => buf = &buf[n..],
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.poison(e)),
+            }
+        }
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Flushes and fdatasyncs, so what was written survives a power loss.
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.flush()?;
+        self.file.sync_data().map_err(|source| LogError::Sync {
+            path: self.path.clone(),
+            source,
+        })
+    }
+
+    /// Number of records written (the next record's `seq`).
+    pub fn records(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Hex SHA-256 of the last line written (64 zeros before genesis).
+    pub fn head(&self) -> String {
+        hex::encode(self.prev)
+    }
+
+    /// Total of all gap counts so far.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes the genesis record (must be the first record).
+    pub fn genesis(&mut self, g: Genesis) -> Result<u64, LogError> {
+        if self.state != State::Empty {
+            return Err(self
+                .state_error("genesis")
+                .unwrap_or(LogError::GenesisTwice {
+                    records: self.next_seq,
+                }));
+        }
+        let mut m = Map::new();
+        m.insert("version".into(), g.version.into());
+        m.insert("kernel".into(), g.kernel.into());
+        m.insert("policy".into(), g.policy);
+        m.insert(
+            "guarantees".into(),
+            json!({ "installed": g.installed, "degraded": g.degraded }),
+        );
+        m.insert("programs".into(), json!(g.programs));
+        m.insert("started".into(), g.started_wall_ns.into());
+        m.insert("mono_ns".into(), g.started_mono_ns.into());
+        self.redactions += self.secrets.redact_map(&mut m) as u64;
+        // Hash the policy as written (after redaction) so the verifier can
+        // recompute it from the line.
+        let hash = policy_hash(m.get("policy").unwrap_or(&Value::Null))?;
+        m.insert("policy_hash".into(), hash.into());
+        let seq = self.emit("genesis", m)?;
+        self.state = State::Open;
+        self.sync()?;
+        Ok(seq)
+    }
+
+    /// Appends an effect record of `kind` (one of [`super::EFFECT_KINDS`]).
+    /// `fields` must hold pid, ppid, uid, mono_ns, wall_ns, target (object),
+    /// decision and errno, and may add more; seq, prev and kind are added
+    /// here. Returns the record's seq.
+    pub fn append(&mut self, kind: &str, mut fields: Map<String, Value>) -> Result<u64, LogError> {
+        if let Some(e) = self.state_error(kind) {
+            return Err(e);
+        }
+        let invalid = |reason: String| LogError::Invalid {
+            kind: kind.to_string(),
+            reason,
+        };
+        if !schema::is_effect_kind(kind) {
+            return Err(invalid(match kind {
+                "genesis" | "gap" | "seal" => format!("use LogWriter::{kind} for it"),
+                _ => "not an effect kind (see effectlog::EFFECT_KINDS)".to_string(),
+            }));
+        }
+        if let Some(k) = RESERVED.iter().find(|k| fields.contains_key(**k)) {
+            return Err(invalid(format!("`{k}` is set by the writer")));
+        }
+        self.redactions += self.secrets.redact_map(&mut fields) as u64;
+        schema::check_effect(&fields).map_err(invalid)?;
+        let seq = self.emit(kind, fields)?;
+        if self.pending.len() >= self.batch_bytes {
+            self.flush()?;
+        }
+        Ok(seq)
+    }
+
+    /// [`Self::append`] from an [`Effect`] plus optional extra fields.
+    pub fn effect(&mut self, kind: &str, effect: Effect) -> Result<u64, LogError> {
+        self.append(kind, effect.into_fields())
+    }
+
+    /// Records that `count` events of `lost_kind` were lost (e.g. ring buffer
+    /// reserve failures). Never call it with 0.
+    pub fn gap(&mut self, count: u64, lost_kind: &str) -> Result<u64, LogError> {
+        if let Some(e) = self.state_error("gap") {
+            return Err(e);
+        }
+        if count == 0 || lost_kind.is_empty() {
+            return Err(LogError::Invalid {
+                kind: "gap".into(),
+                reason: "count must be > 0 and lost_kind non-empty".into(),
+            });
+        }
+        let mut m = Map::new();
+        m.insert("count".into(), count.into());
+        m.insert("lost_kind".into(), lost_kind.into());
+        m.insert("mono_ns".into(), mono_now_ns().into());
+        m.insert("wall_ns".into(), wall_now_ns().into());
+        self.redactions += self.secrets.redact_map(&mut m) as u64;
+        let seq = self.emit("gap", m)?;
+        self.lost = self.lost.saturating_add(count);
+        self.flush()?;
+        Ok(seq)
+    }
+
+    /// Writes the seal (per-kind counts, lost total, head) and syncs. Call it
+    /// only after the cgroup is empty and the events are drained. Returns the
+    /// hex hash of the seal line: printing it lets a reviewer pin the log.
+    pub fn seal(&mut self, s: Seal) -> Result<String, LogError> {
+        if let Some(e) = self.state_error("seal") {
+            return Err(e);
+        }
+        let mut m = Map::new();
+        m.insert("exit_status".into(), s.exit_status.to_json());
+        m.insert("cgroup_empty".into(), s.cgroup_empty.into());
+        m.insert("counts".into(), json!(self.counts));
+        m.insert("lost".into(), self.lost.into());
+        m.insert("head".into(), self.head().into());
+        m.insert("mono_ns".into(), mono_now_ns().into());
+        m.insert("wall_ns".into(), wall_now_ns().into());
+        // The seal is the one line no later `prev` covers, so it carries a
+        // digest of itself: a flipped exit code is then still detected.
+        let mut whole = m.clone();
+        whole.insert("seq".into(), self.next_seq.into());
+        whole.insert("prev".into(), self.head().into());
+        whole.insert("kind".into(), "seal".into());
+        let digest = sha256_hex(to_canonical(&Value::Object(whole))?.as_bytes());
+        m.insert("digest".into(), digest.into());
+        self.emit("seal", m)?;
+        self.state = State::Sealed;
+        self.sync()?;
+        Ok(self.head())
+    }
+
+    fn state_error(&self, kind: &str) -> Option<LogError> {
+        let kind = kind.to_string();
+        match self.state {
+            State::Open => None,
+            State::Empty if kind == "genesis" => None,
+            State::Empty => Some(LogError::NoGenesis { kind }),
+            State::Sealed => Some(LogError::Sealed { kind }),
+            State::Poisoned => Some(LogError::Poisoned { kind }),
+        }
+    }
+
+    fn poison(&mut self, source: std::io::Error) -> LogError {
+        self.state = State::Poisoned;
+        self.pending.clear();
+        LogError::Write {
+            seq: self.next_seq.saturating_sub(1),
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// Serializes one record, chains it and queues it as one complete line.
+    fn emit(&mut self, kind: &str, mut m: Map<String, Value>) -> Result<u64, LogError> {
+        let seq = self.next_seq;
+        m.insert("seq".into(), seq.into());
+        m.insert("prev".into(), self.head().into());
+        m.insert("kind".into(), kind.into());
+        let mut line = to_canonical(&Value::Object(m))?.into_bytes();
+        if !self.secrets.is_empty() {
+            self.redactions += self.secrets.guard_line(&mut line) as u64;
+        }
+        if line.len() >= MAX_LINE_BYTES {
+            let len = line.len();
+            zeroize_vec(line);
+            return Err(LogError::Invalid {
+                kind: kind.to_string(),
+                reason: format!("the record is {len} bytes, over the {MAX_LINE_BYTES}-byte limit"),
+            });
+        }
+        // The chain covers the exact bytes written, after redaction.
+        self.prev = sha256(&line);
+        line.push(b'\n');
+        self.pending.extend_from_slice(&line);
+        self.next_seq += 1;
+        *self.counts.entry(kind.to_string()).or_insert(0) += 1;
+        Ok(seq)
+    }
+}
+
+impl Drop for LogWriter {
+    // Buffered lines are complete records: writing them keeps as much of the
+    // (unsealed) log as possible. Errors have nowhere to go here.
+    fn drop(&mut self) {
+        if self.state != State::Poisoned {
+            let _ = self.flush();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
