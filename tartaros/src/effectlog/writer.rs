@@ -233,7 +233,8 @@ impl LogWriter {
         Ok(seq)
     }
 
-    /// [`Self::append`] from an [`Effect`] plus optional extra fields.
+    /// [`Self::append`] from an [`Effect`] (use `append` with
+    /// `Effect::into_fields` plus your own keys to add fields such as `cwd`).
     pub fn effect(&mut self, kind: &str, effect: Effect) -> Result<u64, LogError> {
         self.append(kind, effect.into_fields())
     }
