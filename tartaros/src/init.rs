@@ -18,7 +18,7 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::FromRawFd;
 
 use nix::sys::signal::{SigSet, Signal, SigmaskHow, kill, sigprocmask};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
@@ -72,6 +72,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
 
     // Stage 2: namespaces. Still root, so mounts can be made.
     let _ = nix::unistd::sethostname("tartaros");
+    crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 3: decide and open everything the child will install.
@@ -231,9 +232,4 @@ fn supervise(agent: Pid, signals: &SigSet) -> Report {
 fn set_cloexec(fd: i32) {
     // SAFETY: F_SETFD on a descriptor we own only changes its flags.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-}
-
-#[allow(dead_code)]
-fn raw(file: &File) -> i32 {
-    file.as_raw_fd()
 }
