@@ -1,0 +1,121 @@
+"""TartarOS itself (`tartaros run --strict`). Conflict of interest: we build it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ..policy import Policy
+from .base import REPO_ROOT, Adapter, Context, RunResult
+
+REFUSAL_EXIT = 78
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {v!r} as TOML")
+
+
+def broker_toml(broker: dict) -> str:
+    """The [broker] table of a --config file (DESIGN.md section 2)."""
+    lines = ["[broker]"]
+    caps = broker.get("capability", [])
+    for k, v in broker.items():
+        if k != "capability":
+            lines.append(f"{k} = {toml_value(v)}")
+    for cap in caps:
+        lines += ["", "[[broker.capability]]"]
+        lines += [f"{k} = {toml_value(v)}" for k, v in cap.items()]
+    return "\n".join(lines) + "\n"
+
+
+class Tartaros(Adapter):
+    name = "tartaros"
+    conflict_of_interest = True
+    has_effect_log = True
+    own_cgroup = True
+
+    def binary(self) -> str | None:
+        env = os.environ.get("TARTAROS_BIN")
+        if env:
+            return env
+        for sub in ("release", "debug"):
+            p = REPO_ROOT / "target" / sub / "tartaros"
+            if p.exists():
+                return str(p)
+        return None
+
+    def parse_version(self, lines: list[str]) -> str:
+        for line in lines:
+            m = re.search(r"\d+\.\d+\.\d+\S*", line)
+            if m:
+                return m.group(0)
+        return lines[0] if lines else "unknown"
+
+    def argv(self, policy: Policy, workdir: str, cmd: str, ctx: Context | None = None):
+        a = [self.binary() or "tartaros", "run", "--strict"]
+        for p in policy.writable_roots:
+            a += ["--write", p]
+        for p in policy.read_denies:
+            a += ["--read-deny", p]
+        for p in policy.read_allows:
+            a += ["--read-allow", p]
+        if policy.read_scope == "granted":
+            a += ["--read-scope", "granted"]
+        for p in policy.write_denies:
+            a += ["--write-deny", p]
+        for port in policy.local_ports:
+            a += ["--port", str(port)]
+        for host in policy.allow_domains:
+            a += ["--allow-domain", host]
+        if policy.isolate_pids:
+            a.append("--isolate-pids")
+        if policy.isolate_process_info:
+            a.append("--isolate-proc")
+        if policy.harden_syscalls:
+            a.append("--seccomp-strict")
+        if policy.materialize_absent_handoff:
+            a.append("--materialize")
+        if policy.max_processes is not None:
+            a += ["--max-procs", str(policy.max_processes)]
+        if policy.inherit_env:
+            a.append("--inherit-env")
+        for name in policy.env_passthrough:
+            a += ["--env", name]
+        if policy.private_tmp:
+            a.append("--private-tmp")
+        if policy.deny_unix:
+            a.append("--deny-unix")
+        if policy.broker is not None:
+            path = os.path.join(self.scratch_of(ctx), "tartaros-config.toml")
+            with open(path, "w") as f:
+                f.write(broker_toml(policy.broker))
+            a += ["--config", path]
+        if ctx is not None and ctx.log:
+            a += ["--log", ctx.log]
+        a += ["--", "/bin/sh", "-c", cmd]
+        return a
+
+    def refusal(self, result: RunResult) -> bool:
+        return result.returncode == REFUSAL_EXIT and any(
+            line.startswith("tartaros:") for line in result.stderr.splitlines()
+        )
+
+    def verify_log(self, path: str) -> tuple[int | None, str]:
+        """`tartaros log verify FILE`: 0 ok, 1 tampered, 2 unsealed, 3 incomplete."""
+        import subprocess
+
+        try:
+            out = subprocess.run([self.binary() or "tartaros", "log", "verify", path], capture_output=True,
+                                 text=True, timeout=60, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return None, str(e)
+        return out.returncode, (out.stdout + out.stderr).strip()

@@ -1,0 +1,53 @@
+"""Turning what a run observed into one result word."""
+
+from __future__ import annotations
+
+MITIGATED = "mitigated"
+NOT_MITIGATED = "not-mitigated"
+PASSED = "passed"  # a control that behaved as expected
+CONTROL_FAILED = "control-failed"
+UNSUPPORTED = "unsupported"
+REFUSED = "refused"
+NEEDS_FEATURE = "needs-feature"
+ERROR = "error"
+
+OUTCOMES = (MITIGATED, NOT_MITIGATED, PASSED, CONTROL_FAILED, UNSUPPORTED, REFUSED, NEEDS_FEATURE, ERROR)
+
+
+def classify(
+    kind: str,
+    *,
+    needs_feature: bool = False,
+    unsupported: bool = False,
+    error: bool = False,
+    refused: bool = False,
+    effect_observed: bool = False,
+    log_ok: bool = True,
+    timed_out: bool = False,
+) -> str:
+    """kind is "attack" or "control".
+
+    effect_observed: every [[check]] predicate held, checked from outside
+    (for an attack: the attack's effect happened; for a control: the
+    legitimate effect happened). log_ok: every [effect_log] expectation held
+    (True when the contract has none).
+    """
+    if kind not in ("attack", "control"):
+        raise ValueError(f"kind {kind!r}")
+    if needs_feature:
+        return NEEDS_FEATURE
+    if unsupported:
+        return UNSUPPORTED
+    if error:
+        return ERROR
+    if refused:
+        return REFUSED
+    if kind == "attack":
+        if effect_observed or not log_ok:
+            return NOT_MITIGATED
+        if timed_out:
+            return ERROR
+        return MITIGATED
+    if effect_observed and log_ok and not timed_out:
+        return PASSED
+    return CONTROL_FAILED

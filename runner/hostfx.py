@@ -1,0 +1,341 @@
+"""Host-side fixtures: listeners, a victim process, a terminal, host aliases,
+and containment of everything a run starts. All are torn down after a run."""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import os
+import select
+import signal
+import socket
+import subprocess
+import termios
+import threading
+import time
+import tty
+from pathlib import Path
+
+HOSTS_FILE = "/etc/hosts"
+CGROUP_BASE = Path("/sys/fs/cgroup/unified") if Path("/sys/fs/cgroup/unified/cgroup.procs").exists() else Path("/sys/fs/cgroup")
+HTTP_METHODS = (b"GET ", b"POST ", b"PUT ", b"HEAD ", b"CONNECT ", b"DELETE ", b"PATCH ")
+
+
+class Listener:
+    """A host listener that records every byte it receives."""
+
+    def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
+                 netns: str | None = None):
+        self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
+        self.data = bytearray()
+        self.connections = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        if proto == "unix":
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(path)
+            os.chmod(path, 0o777)
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+            self.sock = socket_in_netns(netns, family, kind) if netns else socket.socket(family, kind)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.sock.bind((host, port))
+            self.port = self.sock.getsockname()[1]
+        if proto != "udp":
+            self.sock.listen(64)
+        self.sock.setblocking(False)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _record(self, b: bytes) -> None:
+        with self._lock:
+            self.data += b
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.sock], [], [], 0.05)
+            if not r:
+                continue
+            try:
+                if self.proto == "udp":
+                    b, _ = self.sock.recvfrom(65536)
+                    self.connections += 1
+                    self._record(b)
+                else:
+                    conn, _ = self.sock.accept()
+                    self.connections += 1
+                    threading.Thread(target=self._conn, args=(conn,), daemon=True).start()
+            except OSError:
+                continue
+
+    def _conn(self, conn: socket.socket) -> None:
+        conn.settimeout(0.5)
+        got = bytearray()
+        deadline = time.monotonic() + 3
+        try:
+            while time.monotonic() < deadline and not self._stop.is_set():
+                try:
+                    b = conn.recv(65536)
+                except socket.timeout:
+                    if got:
+                        break
+                    continue
+                if not b:
+                    break
+                got += b
+                self._record(b)
+                if got.startswith(HTTP_METHODS) and b"\r\n\r\n" in got:
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+                    break
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def received(self) -> bytes:
+        with self._lock:
+            return bytes(self.data)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=2)
+        self.sock.close()
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+class Victim:
+    """A host process outside the sandbox that the agent must not touch."""
+
+    def __init__(self, cwd: str, env: dict[str, str]):
+        self.proc = subprocess.Popen(["sleep", "300"], cwd=cwd, env=env, start_new_session=True,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.pid = self.proc.pid
+
+    def alive(self) -> bool:
+        time.sleep(0.05)
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.kill()
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+class Terminal:
+    """A pty that becomes the sandbox's controlling terminal. Whatever lands in
+    its input queue (TIOCSTI) is read back here, outside the sandbox."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = os.openpty()
+        tty.setraw(self.slave)
+        attrs = termios.tcgetattr(self.slave)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(self.slave, termios.TCSANOW, attrs)
+        self.reader = os.dup(self.slave)
+        self.injected = bytearray()
+        self.output = bytearray()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.reader, self.master], [], [], 0.05)
+            for fd in r:
+                try:
+                    b = os.read(fd, 4096)
+                except OSError:
+                    continue
+                (self.injected if fd == self.reader else self.output).extend(b)
+
+    def preexec(self) -> None:
+        # Runs in the child after setsid(): make the pty the controlling tty.
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    def close(self) -> None:
+        time.sleep(0.1)
+        self._stop.set()
+        self.thread.join(timeout=2)
+        for fd in (self.master, self.slave, self.reader):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+_SEQ = itertools.count()
+
+
+class HostAliases:
+    """Names in /etc/hosts for domain tests, pointing at addresses in a network
+    namespace the runner creates (joined to the host by a veth pair), so the
+    upstreams are neither loopback nor one of the host's own addresses."""
+
+    NET = "203.0.113"  # TEST-NET-3 (documentation); the host side is .1
+
+    def __init__(self, aliases: list[dict[str, str]], tag: str):
+        self.tag = f"# tartaros-lab {tag}"
+        self.lines: list[str] = []
+        self.addrs: set[str] = set()
+        self.netns: str | None = None
+        if not aliases:
+            return
+        for a in aliases:
+            if not a["addr"].startswith(self.NET + ".") or a["addr"] == self.NET + ".1":
+                raise ValueError(f"host_alias addresses are in {self.NET}.2-254, not {a['addr']}")
+            self.addrs.add(a["addr"])
+        n = f"{os.getpid() % 10000}x{next(_SEQ) % 10000}"
+        self.netns, host_if, ns_if = f"tlab{n}", f"tlabh{n}", f"tlabn{n}"
+        self.host_if = host_if
+        run = lambda *cmd: subprocess.run(cmd, check=True, capture_output=True)  # noqa: E731
+        try:
+            run("ip", "netns", "add", self.netns)
+            run("ip", "link", "add", host_if, "type", "veth", "peer", "name", ns_if)
+            run("ip", "link", "set", ns_if, "netns", self.netns)
+            run("ip", "addr", "add", f"{self.NET}.1/24", "dev", host_if)
+            run("ip", "link", "set", host_if, "up")
+            for addr in sorted(self.addrs):
+                run("ip", "-n", self.netns, "addr", "add", f"{addr}/24", "dev", ns_if)
+            run("ip", "-n", self.netns, "link", "set", ns_if, "up")
+            run("ip", "-n", self.netns, "link", "set", "lo", "up")
+        except subprocess.CalledProcessError as e:
+            self.close()
+            raise RuntimeError(f"network namespace setup failed: {e.stderr.decode(errors='replace').strip()}") from None
+        self.lines = [f"{a['addr']} {a['name']} {self.tag}\n" for a in aliases]
+        with open(HOSTS_FILE, "a") as f:
+            f.writelines(self.lines)
+
+    def netns_path(self, addr: str) -> str | None:
+        return f"/var/run/netns/{self.netns}" if self.netns and addr in self.addrs else None
+
+    def close(self) -> None:
+        if self.lines:
+            with open(HOSTS_FILE) as f:
+                kept = [line for line in f if not line.rstrip("\n").endswith(self.tag)]
+            with open(HOSTS_FILE, "w") as f:
+                f.writelines(kept)
+            self.lines = []
+        if self.netns:
+            # deleting one end deletes the pair; then the namespace itself
+            subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+            self.netns = None
+
+
+def socket_in_netns(netns_path: str, family: int, kind: int) -> socket.socket:
+    """A socket created inside another network namespace (a socket stays in
+    the namespace it was created in); setns() is done in a throwaway thread."""
+    import ctypes
+
+    box: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(netns_path, os.O_RDONLY)
+            try:
+                if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+                    raise OSError(ctypes.get_errno(), "setns")
+            finally:
+                os.close(fd)
+            box["sock"] = socket.socket(family, kind)
+        except Exception as e:  # noqa: BLE001
+            box["err"] = e
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+    if "err" in box:
+        raise box["err"]  # type: ignore[misc]
+    return box["sock"]  # type: ignore[return-value]
+
+
+class Containment:
+    """A cgroup v2 directory holding the launched sandbox, so that everything
+    it starts can be killed at the end (cgroup.kill), plus its process group."""
+
+    def __init__(self, tag: str, use_cgroup: bool):
+        self.dir: Path | None = None
+        if use_cgroup:
+            try:
+                base = CGROUP_BASE / "tartaros-lab"
+                base.mkdir(exist_ok=True)
+                self.dir = base / tag
+                self.dir.mkdir()
+            except OSError:
+                self.dir = None
+
+    def preexec(self) -> None:
+        if self.dir is not None:
+            with open(self.dir / "cgroup.procs", "w") as f:
+                f.write("0")
+
+    def pids(self) -> list[int]:
+        if self.dir is None:
+            return []
+        try:
+            return [int(x) for x in (self.dir / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def kill(self, pgid: int | None) -> None:
+        if pgid is not None:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.dir is None:
+            return
+        deadline = time.monotonic() + 5
+        while self.pids() and time.monotonic() < deadline:
+            try:
+                (self.dir / "cgroup.kill").write_text("1")
+            except OSError:
+                for pid in self.pids():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        if self.dir is None:
+            return
+        for _ in range(50):
+            try:
+                self.dir.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+        try:
+            self.dir.parent.rmdir()
+        except OSError:
+            pass
+
+
+def processes_matching(text: str, exclude: set[int]) -> list[int]:
+    hits = []
+    needle = text.encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) in exclude:
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes()
+            state = (d / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmd and state != "Z":
+            hits.append(int(d.name))
+    return hits
