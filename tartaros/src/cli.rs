@@ -214,7 +214,7 @@ fn run_command(args: RunArgs) -> i32 {
         Err(e) => return fail(exit::REFUSED, e),
     };
     if let Some(log) = &args.log
-        && log.exists()
+        && std::fs::symlink_metadata(log).is_ok()
     {
         return fail(
             exit::REFUSED,
@@ -225,11 +225,12 @@ fn run_command(args: RunArgs) -> i32 {
         Ok(runtime) => runtime,
         Err(e) => return fail(exit::START_FAILURE, format!("failed to start the async runtime: {e}")),
     };
+    let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
     let request = RunRequest {
         policy,
         argv: args.command,
         cwd,
-        log: args.log,
+        log,
         launcher_env,
     };
     match runtime.block_on(run(request)) {

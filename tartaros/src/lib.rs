@@ -20,6 +20,7 @@ pub mod network;
 pub mod plan;
 pub mod policy;
 pub mod probe;
+pub mod runlog;
 pub mod seccomp;
 pub mod spawn;
 pub mod supervisor;

@@ -18,6 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cgroup::RunCgroup;
 use crate::credentials::Identity;
+use crate::effectlog::{Genesis, LogWriter};
 use crate::exit;
 use crate::plan::{Plan, Report, SeccompPlan};
 use crate::policy::Policy;
@@ -59,6 +60,9 @@ struct Prepared {
     plan: Plan,
     guarantees: Vec<Guarantee>,
     placeholders: Vec<PathBuf>,
+    /// The log file, created (empty) before the mount plan so that the plan
+    /// can hide it from the agent.
+    log: Option<LogWriter>,
 }
 
 fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
@@ -90,6 +94,20 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     warn_unwritable_roots(policy, identity);
 
     let placeholders = materialize(policy)?;
+    let log = match &request.log {
+        Some(path) => match LogWriter::create(path) {
+            Ok(writer) => Some(writer),
+            Err(e) => {
+                cleanup_placeholders(&placeholders);
+                return Err(refuse(exit::REFUSED, e));
+            }
+        },
+        None => None,
+    };
+    // The agent must not open, truncate, rename or delete the log, even
+    // when it lies inside a writable root: it is denied like a secret.
+    let mut mount_policy = policy.clone();
+    mount_policy.read_denies.extend(request.log.iter().cloned());
     let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
     let plan = Plan {
@@ -97,7 +115,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         env: crate::environment::agent_env(policy, &request.launcher_env),
         cwd: request.cwd.clone(),
         identity,
-        mounts: crate::mounts::plan(policy, &request.cwd, &exists),
+        mounts: crate::mounts::plan(&mount_policy, &request.cwd, &exists),
         landlock: host
             .landlock_abi
             .filter(|_| installed("landlock-filesystem"))
@@ -112,6 +130,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         plan,
         guarantees,
         placeholders,
+        log,
     })
 }
 
@@ -191,10 +210,17 @@ fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
     }
 }
 
+/// How the agent ended.
+#[derive(Debug, Clone, Copy)]
+struct AgentEnd {
+    code: Option<i32>,
+    signal: Option<i32>,
+}
+
 /// Runs the agent under `request` and returns the exit status to use.
 pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
     let host = Host::probe();
-    let prepared = prepare(&request, &host)?;
+    let mut prepared = prepare(&request, &host)?;
     let id = format!(
         "{}-{}",
         std::process::id(),
@@ -203,10 +229,18 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
             .map(|d| d.subsec_nanos())
             .unwrap_or(0)
     );
+    let abandon = |prepared: &mut Prepared| {
+        cleanup_placeholders(&prepared.placeholders);
+        // Nothing was written yet: leave no empty log behind.
+        if let (Some(writer), Some(path)) = (prepared.log.take(), &request.log) {
+            drop(writer);
+            let _ = std::fs::remove_file(path);
+        }
+    };
     let mut cgroup = match RunCgroup::create(&id) {
         Ok(cgroup) => cgroup,
         Err(e) => {
-            cleanup_placeholders(&prepared.placeholders);
+            abandon(&mut prepared);
             return Err(refuse(exit::START_FAILURE, e));
         }
     };
@@ -216,11 +250,31 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
     };
     if let Err(e) = cgroup.set_limits(limits) {
         let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
-        cleanup_placeholders(&prepared.placeholders);
+        abandon(&mut prepared);
         let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
         return Err(refuse(code, e));
     }
     let janitor = spawn_janitor(cgroup.path(), cgroup.v1_paths(), &prepared.placeholders);
+
+    let (effects, effects_rx) = crate::runlog::channel();
+    let drain = match prepared.log.take() {
+        Some(mut writer) => {
+            let genesis = Genesis::new(
+                serde_json::to_value(&request.policy).unwrap_or_default(),
+                names(&prepared.guarantees, true),
+                names(&prepared.guarantees, false),
+                Vec::new(),
+            );
+            if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
+                let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+                cleanup_placeholders(&prepared.placeholders);
+                return Err(refuse(exit::START_FAILURE, e));
+            }
+            Some(tokio::spawn(crate::runlog::drain(writer, effects_rx)))
+        }
+        None => None,
+    };
+
     let outcome = run_in(&cgroup, &prepared).await;
 
     let teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
@@ -231,14 +285,42 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
         drop(janitor.stdin.take());
         let _ = janitor.wait();
     }
-    if let Err(e) = teardown {
+    if let Err(e) = &teardown {
         eprintln!("tartaros: {e}");
-        return Ok(outcome.unwrap_or(exit::START_FAILURE).max(1));
     }
-    outcome
+    let code = match &outcome {
+        Ok(end) => exit::from_wait(end.code, end.signal),
+        Err(refusal) => refusal.code,
+    };
+    drop(effects);
+    if let Some(drain) = drain {
+        match drain.await {
+            Ok(writer) => {
+                let signal = outcome.as_ref().ok().and_then(|end| end.signal);
+                match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
+                    Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
+                    Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
+                }
+            }
+            Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
+        }
+    }
+    match (outcome, teardown) {
+        (Ok(_), Err(_)) => Ok(code.max(1)),
+        (Ok(_), Ok(())) => Ok(code),
+        (Err(refusal), _) => Err(refusal),
+    }
 }
 
-async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<i32, Refusal> {
+fn names(guarantees: &[Guarantee], installed: bool) -> Vec<String> {
+    guarantees
+        .iter()
+        .filter(|g| g.installed == installed)
+        .map(|g| g.name.to_string())
+        .collect()
+}
+
+async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| refuse(exit::START_FAILURE, format!("failed to {what}: {e}"));
     let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| start_failed("create the plan pipe", &e))?;
@@ -282,7 +364,12 @@ async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<i32, Refusal>
     for report in &reports {
         match report {
             Report::Failed { code, message } => return Err(refuse(*code, message)),
-            Report::Exited { code, signal } => return Ok(exit::from_wait(*code, *signal)),
+            Report::Exited { code, signal } => {
+                return Ok(AgentEnd {
+                    code: *code,
+                    signal: *signal,
+                });
+            }
             Report::Started => {}
         }
     }

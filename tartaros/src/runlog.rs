@@ -1,0 +1,127 @@
+//! The run's effect log: one task owns the [`LogWriter`] and is the only
+//! writer; every producer (eBPF reader, proxy, broker, supervisor) sends
+//! [`Effect`]s on a channel. The genesis is written before the agent starts
+//! and the seal only after the cgroup is empty and the channel drained.
+
+use std::path::Path;
+
+use serde_json::{Map, Value};
+
+use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Seal};
+use crate::events::{Effect, EffectReceiver, EffectSender};
+
+/// Fields every effect record has; anything else goes into `target`.
+const COMMON: &[&str] = &["pid", "ppid", "uid", "mono_ns", "wall_ns", "decision", "errno", "target"];
+
+/// Creates the log file and writes the genesis.
+pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
+    let mut writer = LogWriter::create(path)?;
+    // Batch appends; the drain task flushes whenever the channel runs dry,
+    // so a crash loses at most what was in flight.
+    writer.set_batch_bytes(64 * 1024);
+    writer.genesis(genesis)?;
+    writer.flush()?;
+    Ok(writer)
+}
+
+/// Brings an effect into the record shape the writer checks: producers
+/// that do not know a pid or uid (the proxy) leave them out.
+pub fn to_record(effect: Effect) -> Map<String, Value> {
+    let mut fields = effect.fields;
+    let mut target = match fields.remove("target") {
+        Some(Value::Object(target)) => target,
+        _ => Map::new(),
+    };
+    let extra: Vec<String> = fields.keys().filter(|k| !COMMON.contains(&k.as_str())).cloned().collect();
+    for key in extra {
+        if let Some(value) = fields.remove(&key) {
+            target.insert(key, value);
+        }
+    }
+    for key in ["pid", "ppid", "uid", "errno"] {
+        fields.entry(key).or_insert(Value::from(0u64));
+    }
+    fields
+        .entry("mono_ns")
+        .or_insert_with(|| Value::from(crate::effectlog::mono_now_ns()));
+    fields
+        .entry("wall_ns")
+        .or_insert_with(|| Value::from(crate::effectlog::wall_now_ns()));
+    let denied = fields.get("decision").and_then(Value::as_str) == Some("denied");
+    fields.insert("decision".into(), Value::from(if denied { "denied" } else { "allowed" }));
+    if !denied {
+        fields.insert("errno".into(), Value::from(0u64));
+    }
+    fields.insert("target".into(), Value::Object(target));
+    fields
+}
+
+/// Drains `effects` into the log until every sender is gone; returns the
+/// writer for the seal. A record the writer refuses is a supervisor bug:
+/// it is reported and counted as lost, never silently dropped.
+pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWriter {
+    let mut refused = 0u64;
+    while let Some(effect) = effects.recv().await {
+        let mut batch = vec![effect];
+        while let Ok(more) = effects.try_recv() {
+            batch.push(more);
+        }
+        for effect in batch {
+            let kind = effect.kind;
+            if let Err(e) = writer.append(kind, to_record(effect)) {
+                eprintln!("tartaros: failed to log a {kind} record: {e}");
+                refused += 1;
+            }
+        }
+        if refused > 0 {
+            let _ = writer.gap(refused, "refused-record");
+            refused = 0;
+        }
+        if let Err(e) = writer.flush() {
+            eprintln!("tartaros: {e}");
+        }
+    }
+    writer
+}
+
+/// Writes the seal: only called once the cgroup is empty (or known not to
+/// be) and every producer has finished.
+pub fn seal(mut writer: LogWriter, code: i32, signal: Option<i32>, cgroup_empty: bool) -> Result<String, LogError> {
+    let exit_status = match signal {
+        Some(signal) => ExitStatus::Signal(signal),
+        None => ExitStatus::Code(code),
+    };
+    let head = writer.seal(Seal {
+        exit_status,
+        cgroup_empty,
+    })?;
+    writer.sync()?;
+    Ok(head)
+}
+
+/// A sender and receiver pair for one run.
+pub fn channel() -> (EffectSender, EffectReceiver) {
+    crate::events::channel()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn producer_fields_land_in_target_and_defaults_fill_the_rest() {
+        let effect = Effect::new("proxy")
+            .with("host", "crates.io")
+            .with("port", 443)
+            .with("decision", "denied")
+            .with("errno", 1);
+        let record = to_record(effect);
+        assert_eq!(record["target"]["host"], "crates.io");
+        assert_eq!(record["decision"], "denied");
+        assert_eq!(record["errno"], 1);
+        assert_eq!(record["pid"], 0);
+        assert!(record["mono_ns"].as_u64().unwrap() > 0);
+        let allowed = to_record(Effect::new("proxy").with("errno", 5));
+        assert_eq!(allowed["errno"], 0, "allowed records carry no errno");
+    }
+}
