@@ -1,1 +1,789 @@
-//! TODO
+//! The syscall wall: a seccomp-BPF filter installed in the agent process as
+//! the very last step before `execve`.
+//!
+//! The decision is pure and readable ([`rules`]: syscall, condition, errno,
+//! reason), the compilation is pure ([`build_program`]), and [`install`] is a
+//! single syscall. Denied calls fail with `EPERM` (`clone3` with `ENOSYS`) and
+//! never kill, so an agent gets an error it can report instead of dying.
+//! `docs/seccomp.md` gives the reason for every entry.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+
+use seccompiler::{
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch, sock_filter,
+};
+
+/// Which filter to build. The default filter applies to every run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeccompOptions {
+    /// `--seccomp-strict`: add the tighter set on top of the default one.
+    pub strict: bool,
+    /// `--deny-unix`: refuse `socket(AF_UNIX, ...)` (named and abstract
+    /// sockets); anonymous `socketpair`s stay allowed.
+    pub deny_unix: bool,
+}
+
+/// Which option brought a rule in. Tiers only ever add rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// Every run.
+    Default,
+    /// `--deny-unix`.
+    DenyUnix,
+    /// `--seccomp-strict`.
+    Strict,
+}
+
+/// A constant together with its name, so rules print the way the man pages
+/// spell them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Named {
+    pub value: u32,
+    pub name: &'static str,
+}
+
+/// A test on the low 32 bits of one syscall argument.
+///
+/// Only the low 32 bits are ever compared: every argument filtered here is an
+/// `int` / `unsigned int` for the kernel (or only its low 32 bits are used),
+/// so a caller cannot slip past an `==` test by setting the upper bits. For
+/// `ptrace`'s `long request` this over-matches (a request with upper bits set
+/// is refused too), which errs on the denying side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgTest {
+    /// `arg == value`
+    Eq(Named),
+    /// `arg != value`
+    Ne(Named),
+    /// `arg & value == value` (every bit of `value` set)
+    HasBits(Named),
+    /// `arg & mask == value`
+    MaskedEq { mask: u32, value: Named },
+    /// `arg` is none of the values
+    NotIn(Vec<Named>),
+}
+
+/// One condition: argument `index` (named `name` in the man page) passes `test`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArgCond {
+    pub index: u8,
+    pub name: &'static str,
+    pub test: ArgTest,
+}
+
+/// One decided entry: `syscall` fails with `errno` when every condition in
+/// `when` holds (always, when `when` is empty). Several rules for the same
+/// syscall are alternatives: any one of them denies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    pub syscall: &'static str,
+    pub when: Vec<ArgCond>,
+    pub errno: i32,
+    pub tier: Tier,
+    pub reason: &'static str,
+}
+
+/// Everything that can go wrong while building or installing the filter.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    #[error(
+        "failed to build the seccomp filter: architecture {0} is not supported (x86_64 and aarch64 are)"
+    )]
+    UnsupportedArch(&'static str),
+    #[error("failed to build the seccomp filter: syscall {0} has no number on this architecture")]
+    UnknownSyscall(&'static str),
+    #[error(
+        "failed to build the seccomp filter: the rule for {syscall} returns errno {errno} under a condition, which only EPERM rules may"
+    )]
+    UnsupportedRule { syscall: &'static str, errno: i32 },
+    #[error("failed to build the seccomp rule for {syscall}")]
+    Rule {
+        syscall: &'static str,
+        #[source]
+        source: BackendError,
+    },
+    #[error("failed to compile the seccomp filter")]
+    Compile(#[source] BackendError),
+    #[error(
+        "failed to load the seccomp filter: it has {0} instructions, the kernel accepts 1 to {MAX_INSNS}"
+    )]
+    BadLength(usize),
+    #[error("failed to install the seccomp filter: no_new_privs is not set on this thread")]
+    NoNewPrivs,
+    #[error("failed to install the seccomp filter: cannot read no_new_privs")]
+    QueryNoNewPrivs(#[source] io::Error),
+    #[error("failed to install the seccomp filter")]
+    Install(#[source] io::Error),
+}
+
+impl SeccompError {
+    /// The OS error number behind an install failure, for callers that can
+    /// only pass a number along (e.g. a `pre_exec` hook, which must not
+    /// allocate after `fork`).
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            Self::QueryNoNewPrivs(e) | Self::Install(e) => e.raw_os_error(),
+            Self::NoNewPrivs => Some(libc::EACCES),
+            _ => None,
+        }
+    }
+}
+
+// Kernel uapi values (asm-generic; identical on x86_64 and aarch64). The unit
+// tests cross-check them against `libc` where `libc` has them.
+macro_rules! named {
+    ($($id:ident = $v:expr;)*) => {
+        $(const $id: Named = Named { value: $v, name: stringify!($id) };)*
+    };
+}
+named! {
+    PTRACE_ATTACH = 16; PTRACE_SEIZE = 0x4206;
+    CLONE_NEWTIME = 0x80; CLONE_NEWNS = 0x2_0000; CLONE_NEWCGROUP = 0x200_0000;
+    CLONE_NEWUTS = 0x400_0000; CLONE_NEWIPC = 0x800_0000; CLONE_NEWUSER = 0x1000_0000;
+    CLONE_NEWPID = 0x2000_0000; CLONE_NEWNET = 0x4000_0000;
+    TIOCSTI = 0x5412; TIOCLINUX = 0x541c; TIOCSETD = 0x5423;
+    AF_UNIX = 1; AF_INET = 2; AF_INET6 = 10; AF_NETLINK = 16;
+    SOCK_RAW = 3; SOCK_PACKET = 10;
+    MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
+    PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
+    MFD_EXEC = 0x10; PR_SET_MM = 35;
+}
+/// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
+/// refuses other bits) before using the type, so the filter looks at the
+/// same four bits.
+const SOCK_TYPE_MASK: u32 = 0xf;
+/// Namespace flags `unshare` accepts. `clone` takes all but `CLONE_NEWTIME`,
+/// whose bit is part of the exit signal (`CSIGNAL`) for `clone`.
+const NS_FLAGS: [Named; 8] = [
+    CLONE_NEWNS,
+    CLONE_NEWCGROUP,
+    CLONE_NEWUTS,
+    CLONE_NEWIPC,
+    CLONE_NEWUSER,
+    CLONE_NEWPID,
+    CLONE_NEWNET,
+    CLONE_NEWTIME,
+];
+/// `BPF_MAXINSNS`: the longest program the kernel accepts.
+pub const MAX_INSNS: usize = 4096;
+
+/// Denied whatever the arguments, on every run: (syscalls, reason).
+// One entry per line reads as the table it is; rustfmt would spread it out.
+#[rustfmt::skip]
+const DEFAULT_ALWAYS: &[(&[&str], &str)] = &[
+    (&["process_vm_readv", "process_vm_writev", "process_madvise"], WHY_VM),
+    (&["pidfd_getfd"], "copies a file descriptor out of another process (e.g. the init)"),
+    (&["bpf"], "loads kernel programs and maps: large attack surface, reaches our own maps"),
+    (&["perf_event_open"], "kernel/CPU profiling: side channels, a long history of bugs"),
+    (&["kexec_load", "kexec_file_load"], "replaces the running kernel"),
+    (&["init_module", "finit_module", "delete_module"], "loads or unloads kernel code"),
+    (&["mount", "umount2", "pivot_root", "move_mount", "open_tree", "open_tree_attr"], WHY_MOUNT),
+    (&["fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr"], WHY_MOUNT),
+    (&["setns"], "joins another namespace (e.g. the host's) and leaves the sandbox's"),
+    (&["keyctl", "add_key", "request_key"], WHY_KEYS),
+    (&["userfaultfd"], "stalls kernel page faults: the standard tool to win kernel races"),
+    (&["io_uring_setup", "io_uring_enter", "io_uring_register"], WHY_URING),
+    (&["acct"], "host-wide process accounting"),
+    (&["swapon", "swapoff"], "host-wide swap configuration"),
+    (&["reboot"], "reboots or halts the host"),
+    (&["syslog"], "reads the kernel log: kernel addresses, other users' messages"),
+    (&["quotactl", "quotactl_fd"], "host filesystem quota administration"),
+    (&["open_by_handle_at"], "opens any file by handle, past every path wall (container escape)"),
+    (&["name_to_handle_at"], "makes the handles open_by_handle_at consumes"),
+    (&["lookup_dcookie"], "kernel profiling internals (gone from recent kernels)"),
+    (&["settimeofday", "clock_settime", "clock_adjtime", "adjtimex"], WHY_CLOCK),
+    (&["sethostname", "setdomainname"], "renames the host"),
+    (&["iopl", "ioperm"], "direct hardware I/O port access"),
+    (&["modify_ldt"], "x86 segment descriptors: old attack surface, only 16-bit code needs it"),
+    (&["uselib"], "obsolete a.out library loader"),
+];
+/// Denied whatever the arguments under `--seccomp-strict`.
+#[rustfmt::skip]
+const STRICT_ALWAYS: &[(&[&str], &str)] = &[
+    (&["ptrace"], "no tracing at all, not even PTRACE_TRACEME: gdb and strace stop working"),
+    (&["chroot"], "changes the root directory (needs a capability anyway; refused outright)"),
+    (&["fanotify_init"], "filesystem-wide event monitoring"),
+    (&["kcmp"], "compares kernel objects of other processes (checkpoint/restore only)"),
+    (&["migrate_pages", "move_pages"], "moves another process's memory between NUMA nodes"),
+];
+const WHY_VM: &str = "reads, writes or advises another process's memory (ptrace-attach check)";
+const WHY_MOUNT: &str =
+    "changes the mount tree: could uncover what the mount plan hid or remount paths writable";
+const WHY_KEYS: &str =
+    "keyrings are per user, not per sandbox: could read or plant the launching user's keys";
+const WHY_URING: &str =
+    "does I/O through no syscall seccomp sees, frequent kernel bugs; tools fall back to syscalls";
+const WHY_CLOCK: &str =
+    "sets the host clock (skewing the log's wall time); adjtimex's read-only mode is in a struct";
+const WHY_PTRACE: &str = "attaching to a process the agent did not start (the unfiltered init, \
+    a same-uid host process) acts outside every wall; PTRACE_TRACEME debugging keeps working";
+const WHY_NS: &str = "new namespaces: a user namespace grants capabilities and a large kernel \
+    attack surface; the others need capabilities the agent lacks";
+const WHY_CLONE3: &str = "its flags sit in a struct seccomp cannot read; ENOSYS makes glibc and \
+    others fall back to clone, whose flags are filtered";
+const WHY_FAMILY: &str = "only the families coding tools use: no AF_PACKET (raw frames past the \
+    connect filters), AF_VSOCK (the host/hypervisor) or rarely-used, bug-prone families";
+const WHY_UNIX: &str =
+    "--deny-unix: AF_UNIX reaches local daemons (docker.sock, ssh-agent, D-Bus) no wall sees";
+
+fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
+    Rule {
+        syscall,
+        when,
+        errno: libc::EPERM,
+        tier,
+        reason,
+    }
+}
+
+fn arg(index: u8, name: &'static str, test: ArgTest) -> ArgCond {
+    ArgCond { index, name, test }
+}
+
+fn type_is(value: Named) -> ArgCond {
+    arg(
+        1,
+        "type",
+        ArgTest::MaskedEq {
+            mask: SOCK_TYPE_MASK,
+            value,
+        },
+    )
+}
+
+fn expand(table: &[(&[&'static str], &'static str)], tier: Tier) -> impl Iterator<Item = Rule> {
+    let rules = table
+        .iter()
+        .flat_map(move |(names, why)| names.iter().map(move |s| (s, why)));
+    rules.map(move |(s, why)| deny(s, Vec::new(), tier, why))
+}
+
+/// The decided rule set for `opts` on the running architecture (syscalls
+/// that do not exist here, such as `iopl` on aarch64, are left out).
+pub fn rules(opts: &SeccompOptions) -> Vec<Rule> {
+    let mut r = default_rules();
+    if opts.deny_unix {
+        // Only socket(): a socketpair() is born connected to itself and can
+        // reach no daemon, while asyncio, libuv (node's child stdio) and
+        // others need one; see docs/seccomp.md.
+        let unix = vec![arg(0, "domain", ArgTest::Eq(AF_UNIX))];
+        r.push(deny("socket", unix, Tier::DenyUnix, WHY_UNIX));
+    }
+    if opts.strict {
+        r.extend(strict_rules());
+    }
+    r.retain(|rule| arch().is_none() || syscall_nr(rule.syscall).is_some());
+    r
+}
+
+// The rule functions read as tables, one rule per line; rustfmt would
+// spread each call over five lines.
+#[rustfmt::skip]
+fn default_rules() -> Vec<Rule> {
+    use ArgTest::{Eq, HasBits, Ne, NotIn};
+    use Tier::Default as D;
+    let mut r = Vec::new();
+    for req in [PTRACE_ATTACH, PTRACE_SEIZE] {
+        r.push(deny("ptrace", vec![arg(0, "request", Eq(req))], D, WHY_PTRACE));
+    }
+    r.extend(expand(DEFAULT_ALWAYS, D));
+    for flag in NS_FLAGS {
+        r.push(deny("unshare", vec![arg(0, "flags", HasBits(flag))], D, WHY_NS));
+    }
+    for flag in NS_FLAGS.into_iter().filter(|f| *f != CLONE_NEWTIME) {
+        r.push(deny("clone", vec![arg(0, "flags", HasBits(flag))], D, WHY_NS));
+    }
+    r.push(Rule { errno: libc::ENOSYS, ..deny("clone3", Vec::new(), D, WHY_CLONE3) });
+    for (cmd, why) in [
+        (TIOCSTI, "pushes input into the terminal; the user's shell runs it after the sandbox"),
+        (TIOCLINUX, "virtual-console selection paste: the same input injection"),
+        (TIOCSETD, "switches a tty line discipline: rarely-used, bug-prone kernel code"),
+    ] {
+        r.push(deny("ioctl", vec![arg(1, "cmd", Eq(cmd))], D, why));
+    }
+    let families = vec![AF_UNIX, AF_INET, AF_INET6, AF_NETLINK];
+    r.push(deny("socket", vec![arg(0, "domain", NotIn(families))], D, WHY_FAMILY));
+    for family in [AF_INET, AF_INET6] {
+        let why = "raw IP sockets craft packets that bypass the connect filters";
+        r.push(deny("socket", vec![arg(0, "domain", Eq(family)), type_is(SOCK_RAW)], D, why));
+    }
+    let why = "legacy packet sockets: the kernel turns (AF_INET, SOCK_PACKET) into AF_PACKET";
+    r.push(deny("socket", vec![type_is(SOCK_PACKET)], D, why));
+    for flag in [MMAP_PAGE_ZERO, READ_IMPLIES_EXEC] {
+        let when = vec![arg(0, "persona", HasBits(flag)), arg(0, "persona", Ne(PERSONALITY_QUERY))];
+        let why = "weakens exploit mitigations (mapped page zero, executable data); query allowed";
+        r.push(deny("personality", when, D, why));
+    }
+    r
+}
+
+#[rustfmt::skip]
+fn strict_rules() -> Vec<Rule> {
+    use ArgTest::{Eq, HasBits, NotIn};
+    use Tier::Strict as S;
+    let mut r: Vec<Rule> = expand(STRICT_ALWAYS, S).collect();
+    let persona = NotIn(vec![PER_LINUX, PERSONALITY_QUERY]);
+    let why = "no execution-domain changes (setarch, gdb's ASLR switch fail)";
+    r.push(deny("personality", vec![arg(0, "persona", persona)], S, why));
+    let why = "explicitly executable memory files: a step to execution no path rule sees";
+    r.push(deny("memfd_create", vec![arg(1, "flags", HasBits(MFD_EXEC))], S, why));
+    let why = "netlink reaches kernel subsystems (routing, audit, netfilter, uevents)";
+    r.push(deny("socket", vec![arg(0, "domain", Eq(AF_NETLINK))], S, why));
+    let why = "rewrites the process's memory-map descriptors (e.g. forges /proc/self/exe)";
+    r.push(deny("prctl", vec![arg(0, "option", Eq(PR_SET_MM))], S, why));
+    r
+}
+
+/// The audit architecture and x32 bit for the running architecture, or
+/// `None` where no filter can be built.
+fn arch() -> Option<(TargetArch, u32, Option<u32>)> {
+    if cfg!(target_arch = "x86_64") {
+        Some((TargetArch::x86_64, 0xc000_003e, Some(0x4000_0000)))
+    } else if cfg!(target_arch = "aarch64") {
+        Some((TargetArch::aarch64, 0xc000_00b7, None))
+    } else {
+        None
+    }
+}
+
+/// The number of `name` on the running architecture.
+fn syscall_nr(name: &str) -> Option<i64> {
+    // Each `SYS_x` constant answers for the name `x`.
+    macro_rules! table {
+        ($($id:ident)*) => {
+            $(if name == &stringify!($id)[4..] {
+                return Some(libc::$id);
+            })*
+        };
+    }
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    table! {
+        SYS_ptrace SYS_process_vm_readv SYS_process_vm_writev SYS_process_madvise
+        SYS_pidfd_getfd SYS_bpf SYS_perf_event_open SYS_kexec_load SYS_kexec_file_load
+        SYS_init_module SYS_finit_module SYS_delete_module SYS_mount SYS_umount2
+        SYS_pivot_root SYS_move_mount SYS_open_tree SYS_fsopen SYS_fsmount SYS_fsconfig
+        SYS_fspick SYS_mount_setattr SYS_setns SYS_unshare SYS_clone SYS_clone3 SYS_keyctl
+        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_uring_setup
+        SYS_io_uring_enter SYS_io_uring_register SYS_socket SYS_socketpair SYS_acct
+        SYS_swapon SYS_swapoff SYS_reboot SYS_syslog SYS_quotactl SYS_quotactl_fd
+        SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
+        SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
+        SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
+        SYS_migrate_pages SYS_move_pages
+    }
+    #[cfg(target_arch = "x86_64")]
+    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib }
+    match name {
+        // Linux 6.15, one number on every architecture, not yet in `libc`.
+        "open_tree_attr" if arch().is_some() => Some(467),
+        _ => None,
+    }
+}
+
+// Classic BPF opcodes and `struct seccomp_data` offsets (linux/filter.h,
+// linux/seccomp.h).
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_JMP_JGE_K: u16 = 0x35;
+const BPF_RET_K: u16 = 0x06;
+const DATA_NR: u32 = 0;
+const DATA_ARCH: u32 = 4;
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+fn ret_errno(errno: i32) -> sock_filter {
+    // Errno values are small positive numbers; the kernel keeps 16 bits.
+    stmt(
+        BPF_RET_K,
+        libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA),
+    )
+}
+
+/// Our own head of the program, run before seccompiler's:
+/// 1. any other audit arch (32-bit compat entry, e.g. `int 0x80`) -> EPERM,
+///    where seccompiler would kill the process;
+/// 2. on x86_64 any number >= the x32 bit (x32 ABI, and bogus numbers) -> EPERM;
+/// 3. the unconditional non-EPERM rules (`clone3` -> ENOSYS), which
+///    seccompiler cannot express next to its single match action.
+///
+/// Classic BPF jumps are relative and only go forward, so seccompiler's
+/// program runs unchanged after it; its own arch check then always passes.
+fn prologue(audit_arch: u32, x32_bit: Option<u32>, early: &[(i64, i32)]) -> Vec<sock_filter> {
+    let mut p = vec![
+        stmt(BPF_LD_W_ABS, DATA_ARCH),
+        jump(BPF_JMP_JEQ_K, audit_arch, 1, 0),
+        ret_errno(libc::EPERM),
+        stmt(BPF_LD_W_ABS, DATA_NR),
+    ];
+    if let Some(bit) = x32_bit {
+        p.push(jump(BPF_JMP_JGE_K, bit, 0, 1));
+        p.push(ret_errno(libc::EPERM));
+    }
+    for &(nr, errno) in early {
+        // Syscall numbers are small and positive.
+        p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
+        p.push(ret_errno(errno));
+    }
+    p
+}
+
+fn condition(c: &ArgCond) -> Vec<(SeccompCmpOp, u32)> {
+    match &c.test {
+        ArgTest::Eq(v) => vec![(SeccompCmpOp::Eq, v.value)],
+        ArgTest::Ne(v) => vec![(SeccompCmpOp::Ne, v.value)],
+        ArgTest::HasBits(v) => vec![(SeccompCmpOp::MaskedEq(v.value.into()), v.value)],
+        ArgTest::MaskedEq { mask, value } => {
+            vec![(SeccompCmpOp::MaskedEq((*mask).into()), value.value)]
+        }
+        ArgTest::NotIn(vs) => vs.iter().map(|v| (SeccompCmpOp::Ne, v.value)).collect(),
+    }
+}
+
+fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
+    let err = |source| SeccompError::Rule {
+        syscall: rule.syscall,
+        source,
+    };
+    let mut conds = Vec::new();
+    for c in &rule.when {
+        for (op, value) in condition(c) {
+            // Dword: compare the low 32 bits only (see `ArgTest`).
+            let cond = SeccompCondition::new(c.index, SeccompCmpArgLen::Dword, op, value.into())
+                .map_err(err)?;
+            conds.push(cond);
+        }
+    }
+    SeccompRule::new(conds).map_err(err)
+}
+
+/// Compile the filter for `opts` for the running architecture. Pure: no
+/// syscalls, so the sandbox init can build it early and install it last.
+pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
+    let (target, audit_arch, x32_bit) =
+        arch().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+    // Per syscall: `None` = denied unconditionally, `Some(rules)` = denied
+    // when any of the rules matches.
+    let mut table: BTreeMap<i64, Option<Vec<SeccompRule>>> = BTreeMap::new();
+    let mut early = Vec::new();
+    for rule in rules(opts) {
+        let nr = syscall_nr(rule.syscall).ok_or(SeccompError::UnknownSyscall(rule.syscall))?;
+        if rule.errno != libc::EPERM {
+            if !rule.when.is_empty() {
+                return Err(SeccompError::UnsupportedRule {
+                    syscall: rule.syscall,
+                    errno: rule.errno,
+                });
+            }
+            early.push((nr, rule.errno));
+            continue;
+        }
+        let slot = table.entry(nr).or_insert_with(|| Some(Vec::new()));
+        if rule.when.is_empty() {
+            *slot = None;
+        } else if let Some(list) = slot {
+            list.push(seccomp_rule(&rule)?);
+        }
+    }
+    // seccompiler's empty chain means "always match".
+    let map = table
+        .into_iter()
+        .map(|(nr, r)| (nr, r.unwrap_or_default()))
+        .collect();
+    let filter = SeccompFilter::new(
+        map,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target,
+    )
+    .map_err(SeccompError::Compile)?;
+    let body: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
+    let mut program = prologue(audit_arch, x32_bit, &early);
+    program.extend(body);
+    if program.len() > MAX_INSNS {
+        return Err(SeccompError::BadLength(program.len()));
+    }
+    Ok(program)
+}
+
+// seccompiler's `sock_filter` is a `repr(C)` copy of the kernel's; `install`
+// hands it to the kernel as `libc::sock_filter`.
+const _: () = assert!(
+    std::mem::size_of::<sock_filter>() == std::mem::size_of::<libc::sock_filter>()
+        && std::mem::align_of::<sock_filter>() == std::mem::align_of::<libc::sock_filter>()
+);
+
+/// Install `program` on the calling thread. Only syscalls, no allocation: it
+/// may run between `fork` and `execve`. The caller must have set
+/// `no_new_privs` (refused otherwise, even as root: without it a setuid
+/// binary could run with the filter's protection but raised privileges). No
+/// TSYNC: the sandbox init is single-threaded and filters are inherited.
+pub fn install(program: &BpfProgram) -> Result<(), SeccompError> {
+    let len = match u16::try_from(program.len()) {
+        Ok(n) if n > 0 && program.len() <= MAX_INSNS => n,
+        _ => return Err(SeccompError::BadLength(program.len())),
+    };
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointers and only reads a flag.
+    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
+    if nnp < 0 {
+        return Err(SeccompError::QueryNoNewPrivs(io::Error::last_os_error()));
+    }
+    if nnp != 1 {
+        return Err(SeccompError::NoNewPrivs);
+    }
+    let fprog = libc::sock_fprog {
+        len,
+        // The kernel only reads the program (copy_from_user).
+        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+    };
+    // SAFETY: `fprog` points to `len` initialized instructions of identical
+    // layout (asserted above) that outlive the call; the kernel copies them.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::c_ulong::from(libc::SECCOMP_SET_MODE_FILTER),
+            0 as libc::c_ulong,
+            &fprog as *const libc::sock_fprog,
+        )
+    };
+    if rc != 0 {
+        return Err(SeccompError::Install(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+fn errno_name(errno: i32) -> String {
+    match errno {
+        libc::EPERM => "EPERM".into(),
+        libc::ENOSYS => "ENOSYS".into(),
+        n => format!("errno {n}"),
+    }
+}
+
+impl fmt::Display for ArgCond {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.name;
+        match &self.test {
+            ArgTest::Eq(v) => write!(f, "{n} == {}", v.name),
+            ArgTest::Ne(v) => write!(f, "{n} != {}", v.name),
+            ArgTest::HasBits(v) => write!(f, "{n} has {}", v.name),
+            ArgTest::MaskedEq { mask, value } => write!(f, "{n} & {mask:#x} == {}", value.name),
+            ArgTest::NotIn(vs) => {
+                let names: Vec<_> = vs.iter().map(|v| v.name).collect();
+                write!(f, "{n} not in {{{}}}", names.join(", "))
+            }
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.syscall)?;
+        if !self.when.is_empty() {
+            let conds: Vec<_> = self.when.iter().map(ToString::to_string).collect();
+            write!(f, " if {}", conds.join(" and "))?;
+        }
+        write!(f, " -> {}", errno_name(self.errno))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(strict: bool, deny_unix: bool) -> SeccompOptions {
+        SeccompOptions { strict, deny_unix }
+    }
+
+    fn has(rules: &[Rule], text: &str) -> bool {
+        rules.iter().any(|r| r.to_string() == text)
+    }
+
+    #[test]
+    fn constants_match_libc() {
+        use libc as c;
+        let pairs: [(Named, i64); 19] = [
+            (PTRACE_ATTACH, c::PTRACE_ATTACH.into()),
+            (PTRACE_SEIZE, c::PTRACE_SEIZE.into()),
+            (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
+            (CLONE_NEWNS, c::CLONE_NEWNS.into()),
+            (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
+            (CLONE_NEWUTS, c::CLONE_NEWUTS.into()),
+            (CLONE_NEWIPC, c::CLONE_NEWIPC.into()),
+            (CLONE_NEWUSER, c::CLONE_NEWUSER.into()),
+            (CLONE_NEWPID, c::CLONE_NEWPID.into()),
+            (CLONE_NEWNET, c::CLONE_NEWNET.into()),
+            (TIOCSTI, c::TIOCSTI as i64),
+            (AF_UNIX, c::AF_UNIX.into()),
+            (AF_INET, c::AF_INET.into()),
+            (AF_INET6, c::AF_INET6.into()),
+            (AF_NETLINK, c::AF_NETLINK.into()),
+            (SOCK_RAW, c::SOCK_RAW.into()),
+            (MMAP_PAGE_ZERO, c::MMAP_PAGE_ZERO.into()),
+            (READ_IMPLIES_EXEC, c::READ_IMPLIES_EXEC.into()),
+            (PR_SET_MM, c::PR_SET_MM.into()),
+        ];
+        for (named, libc_value) in pairs {
+            assert_eq!(i64::from(named.value), libc_value, "{}", named.name);
+        }
+        assert_eq!(i64::from(MFD_EXEC.value), i64::from(c::MFD_EXEC));
+        assert_eq!(
+            SOCK_TYPE_MASK & (c::SOCK_CLOEXEC | c::SOCK_NONBLOCK) as u32,
+            0
+        );
+        assert_eq!(MAX_INSNS, c::BPF_MAXINSNS as usize);
+    }
+
+    #[test]
+    fn default_set_denies_what_breaks_the_walls() {
+        let rules = rules(&SeccompOptions::default());
+        #[rustfmt::skip]
+        let always = [
+            "process_vm_readv",
+            "process_vm_writev",
+            "bpf",
+            "perf_event_open",
+            "kexec_load",
+            "kexec_file_load",
+            "init_module",
+            "finit_module",
+            "delete_module",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "move_mount",
+            "open_tree",
+            "fsopen",
+            "fsmount",
+            "fsconfig",
+            "fspick",
+            "mount_setattr",
+            "setns",
+            "keyctl",
+            "add_key",
+            "request_key",
+            "userfaultfd",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "acct",
+            "swapon",
+            "swapoff",
+            "reboot",
+            "syslog",
+            "quotactl",
+            "open_by_handle_at",
+            "name_to_handle_at",
+            "lookup_dcookie",
+            "settimeofday",
+            "clock_settime",
+            "adjtimex",
+            "pidfd_getfd",
+        ];
+        for name in always {
+            assert!(has(&rules, &format!("{name} -> EPERM")), "{name} missing");
+        }
+        for text in [
+            "ptrace if request == PTRACE_ATTACH -> EPERM",
+            "ptrace if request == PTRACE_SEIZE -> EPERM",
+            "unshare if flags has CLONE_NEWUSER -> EPERM",
+            "unshare if flags has CLONE_NEWTIME -> EPERM",
+            "clone if flags has CLONE_NEWUSER -> EPERM",
+            "clone if flags has CLONE_NEWNET -> EPERM",
+            "ioctl if cmd == TIOCSTI -> EPERM",
+            "ioctl if cmd == TIOCLINUX -> EPERM",
+            "socket if domain not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK} -> EPERM",
+            "socket if domain == AF_INET and type & 0xf == SOCK_RAW -> EPERM",
+            "socket if domain == AF_INET6 and type & 0xf == SOCK_RAW -> EPERM",
+            "clone3 -> ENOSYS",
+        ] {
+            assert!(has(&rules, text), "{text} missing");
+        }
+        // The exit signal shares CLONE_NEWTIME's bit in clone's flags.
+        assert!(!has(&rules, "clone if flags has CLONE_NEWTIME -> EPERM"));
+        assert!(
+            !rules
+                .iter()
+                .any(|r| r.syscall == "socketpair" || r.syscall == "chroot")
+        );
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.tier == Tier::Default && !r.reason.is_empty())
+        );
+        assert!(
+            rules
+                .iter()
+                .all(|r| r.errno == libc::EPERM || r.syscall == "clone3")
+        );
+    }
+
+    #[test]
+    fn options_only_add_rules() {
+        let base = rules(&opts(false, false));
+        let unix = rules(&opts(false, true));
+        let strict = rules(&opts(true, false));
+        let both = rules(&opts(true, true));
+        for set in [&unix, &strict, &both] {
+            assert!(base.iter().all(|r| set.contains(r)));
+        }
+        assert!(unix.iter().chain(&strict).all(|r| both.contains(r)));
+        assert!(has(&unix, "socket if domain == AF_UNIX -> EPERM"));
+        assert!(!unix.iter().any(|r| r.syscall == "socketpair"));
+        assert!(!has(&strict, "socket if domain == AF_UNIX -> EPERM"));
+        for text in [
+            "ptrace -> EPERM",
+            "chroot -> EPERM",
+            "personality if persona not in {PER_LINUX, PERSONALITY_QUERY} -> EPERM",
+            "memfd_create if flags has MFD_EXEC -> EPERM",
+            "socket if domain == AF_NETLINK -> EPERM",
+            "prctl if option == PR_SET_MM -> EPERM",
+        ] {
+            assert!(has(&strict, text) && !has(&base, text), "{text}");
+        }
+    }
+
+    #[test]
+    fn every_rule_has_a_number_here() {
+        for rule in rules(&opts(true, true)) {
+            assert!(syscall_nr(rule.syscall).is_some(), "{}", rule.syscall);
+        }
+        assert_eq!(syscall_nr("no_such_call"), None);
+        assert_eq!(syscall_nr("clone3"), Some(libc::SYS_clone3));
+    }
+
+    #[test]
+    fn program_builds_for_every_option_combination() {
+        let (_, audit_arch, _) = arch().expect("supported test architecture");
+        for (strict, deny_unix) in [(false, false), (false, true), (true, false), (true, true)] {
+            let program = build_program(&opts(strict, deny_unix)).expect("program");
+            assert!(program.len() < MAX_INSNS);
+            assert_eq!(program[0], stmt(BPF_LD_W_ABS, DATA_ARCH));
+            assert_eq!(program[1], jump(BPF_JMP_JEQ_K, audit_arch, 1, 0));
+            assert_eq!(program[2], ret_errno(libc::EPERM));
+        }
+    }
+
+    #[test]
+    fn install_refuses_a_bad_length_before_any_syscall() {
+        assert!(matches!(
+            install(&Vec::new()),
+            Err(SeccompError::BadLength(0))
+        ));
+        let long = vec![ret_errno(libc::EPERM); MAX_INSNS + 1];
+        assert!(matches!(install(&long), Err(SeccompError::BadLength(_))));
+    }
+}

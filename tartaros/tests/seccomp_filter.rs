@@ -189,7 +189,8 @@ fn everyday_calls_are_allowed_under_every_option() {
         let unix = [AF_UNIX as u64, SOCK_STREAM as u64, 0, 0, 0, 0];
         let expect = if opts.deny_unix { errno(EPERM) } else { ALLOW };
         assert_eq!(native(&prog, SYS_socket, unix), expect);
-        assert_eq!(native(&prog, SYS_socketpair, unix), expect);
+        // Anonymous pairs reach nothing outside and stay allowed.
+        assert_eq!(native(&prog, SYS_socketpair, unix), ALLOW);
         // Allowed by default, refused under strict.
         let expect = if opts.strict { errno(EPERM) } else { ALLOW };
         let netlink = [
@@ -249,78 +250,28 @@ fn nr_of(name: &str) -> Option<i64> {
 
 /// Names and numbers handed to the python helper (and used above).
 fn probe_numbers() -> Vec<(&'static str, i64)> {
-    use libc::*;
-    let mut v = vec![
-        ("ptrace", SYS_ptrace),
-        ("process_vm_readv", SYS_process_vm_readv),
-        ("process_vm_writev", SYS_process_vm_writev),
-        ("process_madvise", SYS_process_madvise),
-        ("pidfd_getfd", SYS_pidfd_getfd),
-        ("bpf", SYS_bpf),
-        ("perf_event_open", SYS_perf_event_open),
-        ("kexec_load", SYS_kexec_load),
-        ("kexec_file_load", SYS_kexec_file_load),
-        ("init_module", SYS_init_module),
-        ("finit_module", SYS_finit_module),
-        ("delete_module", SYS_delete_module),
-        ("mount", SYS_mount),
-        ("umount2", SYS_umount2),
-        ("pivot_root", SYS_pivot_root),
-        ("move_mount", SYS_move_mount),
-        ("open_tree", SYS_open_tree),
-        ("open_tree_attr", 467),
-        ("fsopen", SYS_fsopen),
-        ("fsmount", SYS_fsmount),
-        ("fsconfig", SYS_fsconfig),
-        ("fspick", SYS_fspick),
-        ("mount_setattr", SYS_mount_setattr),
-        ("setns", SYS_setns),
-        ("unshare", SYS_unshare),
-        ("clone", SYS_clone),
-        ("clone3", SYS_clone3),
-        ("keyctl", SYS_keyctl),
-        ("add_key", SYS_add_key),
-        ("request_key", SYS_request_key),
-        ("userfaultfd", SYS_userfaultfd),
-        ("ioctl", SYS_ioctl),
-        ("io_uring_setup", SYS_io_uring_setup),
-        ("io_uring_enter", SYS_io_uring_enter),
-        ("io_uring_register", SYS_io_uring_register),
-        ("socket", SYS_socket),
-        ("socketpair", SYS_socketpair),
-        ("acct", SYS_acct),
-        ("swapon", SYS_swapon),
-        ("swapoff", SYS_swapoff),
-        ("reboot", SYS_reboot),
-        ("syslog", SYS_syslog),
-        ("quotactl", SYS_quotactl),
-        ("quotactl_fd", SYS_quotactl_fd),
-        ("open_by_handle_at", SYS_open_by_handle_at),
-        ("name_to_handle_at", SYS_name_to_handle_at),
-        ("lookup_dcookie", SYS_lookup_dcookie),
-        ("personality", SYS_personality),
-        ("settimeofday", SYS_settimeofday),
-        ("clock_settime", SYS_clock_settime),
-        ("clock_adjtime", SYS_clock_adjtime),
-        ("adjtimex", SYS_adjtimex),
-        ("sethostname", SYS_sethostname),
-        ("setdomainname", SYS_setdomainname),
-        ("chroot", SYS_chroot),
-        ("memfd_create", SYS_memfd_create),
-        ("prctl", SYS_prctl),
-        ("fanotify_init", SYS_fanotify_init),
-        ("kcmp", SYS_kcmp),
-        ("migrate_pages", SYS_migrate_pages),
-        ("move_pages", SYS_move_pages),
-        ("getpid", SYS_getpid),
-    ];
+    // Each `SYS_x` constant is handed over as `x`.
+    macro_rules! numbers {
+        ($($id:ident)*) => { vec![$((&stringify!($id)[4..], libc::$id)),*] };
+    }
+    let mut v = numbers! {
+        SYS_ptrace SYS_process_vm_readv SYS_process_vm_writev SYS_process_madvise
+        SYS_pidfd_getfd SYS_bpf SYS_perf_event_open SYS_kexec_load SYS_kexec_file_load
+        SYS_init_module SYS_finit_module SYS_delete_module SYS_mount SYS_umount2
+        SYS_pivot_root SYS_move_mount SYS_open_tree SYS_fsopen SYS_fsmount SYS_fsconfig
+        SYS_fspick SYS_mount_setattr SYS_setns SYS_unshare SYS_clone SYS_clone3 SYS_keyctl
+        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_uring_setup
+        SYS_io_uring_enter SYS_io_uring_register SYS_socket SYS_socketpair SYS_acct
+        SYS_swapon SYS_swapoff SYS_reboot SYS_syslog SYS_quotactl SYS_quotactl_fd
+        SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
+        SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
+        SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
+        SYS_migrate_pages SYS_move_pages SYS_getpid
+    };
     #[cfg(target_arch = "x86_64")]
-    v.extend([
-        ("iopl", SYS_iopl),
-        ("ioperm", SYS_ioperm),
-        ("modify_ldt", SYS_modify_ldt),
-        ("uselib", SYS_uselib),
-    ]);
+    v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib });
+    // Linux 6.15, not yet in `libc`.
+    v.push(("open_tree_attr", 467));
     v
 }
 
@@ -328,101 +279,49 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
 
 /// Probes whose syscall is allowed under every option: the filtered result
 /// must equal the unfiltered one.
+// The probe lists below read as tables; rustfmt would put one name per line.
+#[rustfmt::skip]
 const ALLOWED: &[&str] = &[
-    "unshare_files",
-    "clone_plain",
-    "ioctl_tcgets",
-    "socket_inet_stream",
-    "socket_inet6_dgram",
-    "personality_query",
-    "memfd_cloexec",
-    "prctl_set_name",
-    "fork",
-    "threads",
-    "posix_spawn",
-    "exec_true",
-    "exec_sh_pipeline",
-    "exec_git",
-    "exec_python",
-    "exec_cargo",
-    "exec_node",
+    "unshare_files", "clone_plain", "ioctl_tcgets", "socket_inet_stream", "socket_inet6_dgram",
+    "socketpair_unix", "personality_query", "memfd_cloexec", "prctl_set_name", "fork", "threads",
+    "posix_spawn", "exec_true", "exec_sh_pipeline", "exec_git", "exec_python",
+    "exec_python_asyncio", "exec_cargo", "exec_node",
 ];
 /// Probes that must succeed (0) without the filter, or the controls prove nothing.
+#[rustfmt::skip]
 const MUST_SUCCEED: &[&str] = &[
-    "unshare_files",
-    "clone_plain",
-    "ioctl_tcgets",
-    "socket_inet_stream",
-    "personality_query",
-    "memfd_cloexec",
-    "prctl_set_name",
-    "fork",
-    "threads",
-    "posix_spawn",
-    "exec_true",
-    "exec_sh_pipeline",
-    "exec_git",
-    "exec_python",
-    "ptrace_traceme",
-    "socket_unix",
-    "socketpair_unix",
-    "socket_netlink",
-    "personality_no_random",
+    "unshare_files", "clone_plain", "ioctl_tcgets", "socket_inet_stream", "personality_query",
+    "memfd_cloexec", "prctl_set_name", "fork", "threads", "posix_spawn", "exec_true",
+    "exec_sh_pipeline", "exec_git", "exec_python", "exec_python_asyncio", "ptrace_traceme",
+    "socket_unix", "socketpair_unix", "socket_netlink", "personality_no_random",
 ];
+#[rustfmt::skip]
 const STRICT_ONLY: &[&str] = &[
-    "ptrace_traceme",
-    "personality_no_random",
-    "memfd_exec",
-    "socket_netlink",
-    "prctl_set_mm",
-    "chroot",
-    "fanotify_init",
-    "kcmp",
-    "migrate_pages",
-    "move_pages",
+    "ptrace_traceme", "personality_no_random", "memfd_exec", "socket_netlink", "prctl_set_mm",
+    "chroot", "fanotify_init", "kcmp", "migrate_pages", "move_pages",
 ];
 const DENY_UNIX_ONLY: &[&str] = &["socket_unix"];
 /// Denied probes that, run as root without the filter, do not fail with the
 /// filter's errno on any sane host: they prove the errno came from the filter.
+#[rustfmt::skip]
 const DISCRIMINATING: &[&str] = &[
-    "ptrace_attach",
-    "ptrace_seize",
-    "process_vm_readv",
-    "mount",
-    "umount2",
-    "pivot_root",
-    "unshare_newuser",
-    "unshare_newns",
-    "clone_newuser",
-    "clone_newnet",
-    "clone3",
-    "keyctl",
-    "request_key",
-    "setns",
-    "socket_packet",
-    "socket_packet_high",
-    "socket_inet_raw",
-    "socket_inet_raw_flags",
-    "socket_inet_packet",
-    "ioctl_tiocsti",
-    "ioctl_tiocsti_high",
-    "ioctl_tioclinux",
-    "syslog",
-    "reboot",
-    "x32_getpid",
-    "compat_int80",
-    "personality_page_zero",
-    "sethostname",
-    "adjtimex",
-    "acct",
+    "ptrace_attach", "ptrace_seize", "process_vm_readv", "mount", "umount2", "pivot_root",
+    "unshare_newuser", "unshare_newns", "clone_newuser", "clone_newnet", "clone3", "keyctl",
+    "request_key", "setns", "socket_packet", "socket_packet_high", "socket_inet_raw",
+    "socket_inet_raw_flags", "socket_inet_packet", "ioctl_tiocsti", "ioctl_tiocsti_high",
+    "ioctl_tioclinux", "syslog", "reboot", "x32_getpid", "compat_int80", "personality_page_zero",
+    "sethostname", "adjtimex", "acct",
 ];
 
 /// The errno `name` must fail with under `opts`, or `None` when the
 /// filtered result must equal the baseline. Unknown names are denied.
 fn denial(name: &str, opts: &SeccompOptions) -> Option<i32> {
+    // The helper does not try the x86-only probes elsewhere.
+    let x86_only =
+        cfg!(not(target_arch = "x86_64")) && ["x32_getpid", "compat_int80"].contains(&name);
     if name == "clone3" {
         Some(ENOSYS)
-    } else if ALLOWED.contains(&name) {
+    } else if ALLOWED.contains(&name) || x86_only {
         None
     } else if STRICT_ONLY.contains(&name) {
         opts.strict.then_some(EPERM)
@@ -771,10 +670,9 @@ fn kernel_probes_discriminate_on_this_host() {
         return;
     }
     for name in DISCRIMINATING {
-        if cfg!(not(target_arch = "x86_64")) && ["x32_getpid", "compat_int80"].contains(name) {
-            continue;
-        }
-        let want = denial(name, &SeccompOptions::default()).expect("a denied probe");
+        let Some(want) = denial(name, &SeccompOptions::default()) else {
+            continue; // x86-only probe on another architecture
+        };
         assert_ne!(
             base[*name], want,
             "{name}: the host alone already answers {want}"
