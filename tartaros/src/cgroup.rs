@@ -92,6 +92,11 @@ fn own_v2_path() -> Option<PathBuf> {
         .map(|p| PathBuf::from(p.trim_start_matches('/')))
 }
 
+/// The calling process's own v2 cgroup directory.
+pub fn own_v2_dir() -> Option<PathBuf> {
+    Some(v2_mount()?.join(own_v2_path().unwrap_or_default()))
+}
+
 /// A live run cgroup. Dropping it does nothing: teardown is explicit
 /// ([`RunCgroup::kill_and_remove`]) because it must be awaited and checked.
 pub struct RunCgroup {

@@ -66,11 +66,12 @@ fn lookup(name: &str) -> Result<Identity, CredentialsError> {
     }
 }
 
-/// Becomes `identity` for good: empties the capability bounding and ambient
+/// Becomes `identity` for good (inside a user namespace, where the init is
+/// root, that is root of the namespace with every capability removed): empties the capability bounding and ambient
 /// sets while still privileged, switches gid then uid, clears any capability
 /// left (the uid 0 case), and sets `no_new_privs` so no exec can regain any.
 /// Runs in the single-threaded agent child of the sandbox init.
-pub fn drop_to(identity: Identity) -> Result<(), CredentialsError> {
+pub fn drop_to(identity: Identity, in_user_namespace: bool) -> Result<(), CredentialsError> {
     let fail = |what| move |source| CredentialsError::Drop { what, source };
     if nix::unistd::geteuid().is_root() {
         for cap in 0..=last_cap() {
@@ -82,7 +83,11 @@ pub fn drop_to(identity: Identity) -> Result<(), CredentialsError> {
             }
         }
         let gid = Gid::from_raw(identity.gid);
-        nix::unistd::setgroups(&[gid]).map_err(fail("set the supplementary groups"))?;
+        // A user namespace made by an unprivileged user has setgroups
+        // denied and maps only one group anyway.
+        if !in_user_namespace {
+            nix::unistd::setgroups(&[gid]).map_err(fail("set the supplementary groups"))?;
+        }
         nix::unistd::setresgid(gid, gid, gid).map_err(fail("set the group id"))?;
         let uid = Uid::from_raw(identity.uid);
         nix::unistd::setresuid(uid, uid, uid).map_err(fail("set the user id"))?;

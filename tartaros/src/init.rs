@@ -155,7 +155,7 @@ fn become_agent(
     if let Err(e) = nix::unistd::setsid() {
         return failure(exit::START_FAILURE, format!("failed to start a new session: {e}"));
     }
-    if let Err(e) = crate::credentials::drop_to(plan.identity) {
+    if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }
     if let Some(prepared) = landlock
@@ -221,6 +221,14 @@ fn supervise(agent: Pid, signals: &SigSet) -> Report {
                 }
                 Ok(WaitStatus::Signaled(pid, signal, _)) if pid == agent => {
                     return Report::Exited { code: None, signal: Some(signal as i32) };
+                }
+                // An agent that asked to be traced (PTRACE_TRACEME) stops
+                // for us on every signal; let it go on with that signal.
+                Ok(WaitStatus::Stopped(pid, signal)) => {
+                    let _ = nix::sys::ptrace::cont(pid, Some(signal));
+                }
+                Ok(WaitStatus::PtraceEvent(pid, _, _)) | Ok(WaitStatus::PtraceSyscall(pid)) => {
+                    let _ = nix::sys::ptrace::cont(pid, None);
                 }
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(_) => continue,

@@ -209,11 +209,32 @@ fn open_path(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 fn remount_read_only(path: &Path, extra: MsFlags) -> Result<(), MountError> {
+    // In a user namespace the flags of the original mount are locked: a
+    // remount that drops one is refused, so carry them over.
+    let locked = nix::sys::statvfs::statvfs(path)
+        .map(|st| {
+            use nix::sys::statvfs::FsFlags;
+            let mut flags = MsFlags::empty();
+            for (fs, ms) in [
+                (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+                (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+                (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+                (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+                (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+                (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+            ] {
+                if st.flags().contains(fs) {
+                    flags |= ms;
+                }
+            }
+            flags
+        })
+        .unwrap_or(MsFlags::empty());
     mount(
         NONE,
         path,
         NONE,
-        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | extra,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | extra | locked,
         NONE,
     )
     .map_err(fail("make read-only", path))

@@ -33,6 +33,8 @@ pub struct Plan {
     /// Where the agent starts.
     pub cwd: PathBuf,
     pub identity: Identity,
+    /// The init runs in a user namespace (an unprivileged launcher).
+    pub user_namespace: bool,
     pub mounts: Vec<MountOp>,
     /// `None` when Landlock is unavailable and the run is not strict.
     pub landlock: Option<LandlockPlan>,
@@ -100,6 +102,7 @@ mod tests {
             env: vec![("PATH".into(), "/bin".into())],
             cwd: "/".into(),
             identity: crate::credentials::NOBODY,
+            user_namespace: false,
             mounts: vec![MountOp::MakePrivate],
             landlock: None,
             seccomp: Some(SeccompPlan { strict: false, deny_unix: true }),

@@ -14,6 +14,8 @@ pub struct Host {
     pub seccomp: bool,
     pub user_namespaces: bool,
     pub cgroup_v2: Option<PathBuf>,
+    /// Whether we may create a child of our own v2 cgroup (root, or a
+    /// delegated subtree such as a systemd user slice).
     pub cgroup_v2_writable: bool,
     pub cgroup_kill: bool,
     pub root: bool,
@@ -23,9 +25,8 @@ pub struct Host {
 impl Host {
     pub fn probe() -> Self {
         let cgroup_v2 = crate::cgroup::v2_mount();
-        let cgroup_v2_writable = cgroup_v2
-            .as_ref()
-            .is_some_and(|m| nix::unistd::access(m, nix::unistd::AccessFlags::W_OK).is_ok());
+        let cgroup_v2_writable = crate::cgroup::own_v2_dir()
+            .is_some_and(|dir| nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_ok());
         let cgroup_kill = cgroup_v2.as_ref().is_some_and(|m| {
             std::fs::read_dir(m)
                 .ok()
@@ -77,13 +78,14 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
     };
     add(
         "namespaces",
-        host.root,
-        "PID, mount, IPC, UTS and network namespaces need root here (unprivileged user namespaces are not supported yet); run tartaros as root",
+        host.root || host.user_namespaces,
+        "PID, mount, IPC, UTS and network namespaces need root or unprivileged user namespaces (sysctl user.max_user_namespaces > 0)",
     );
+    let cgroup = host.cgroup_v2.is_some() && host.cgroup_v2_writable;
     add(
         "cgroup",
-        host.cgroup_v2.is_some() && host.cgroup_v2_writable,
-        "no writable cgroup v2 hierarchy; run as root on a host with cgroup2 mounted",
+        cgroup,
+        "no writable cgroup v2 directory (run as root, or delegate a cgroup subtree to this user, e.g. systemd-run --user --scope -p Delegate=yes); without it the PID namespace still ends every process with the run",
     );
     add(
         "landlock-filesystem",
@@ -107,14 +109,14 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
     if policy.max_processes.is_some() {
         add(
             "max-procs",
-            crate::cgroup::find_controller("pids").is_some(),
+            cgroup && crate::cgroup::find_controller("pids").is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
             "no pids cgroup controller (v2 or v1) is available to enforce --max-procs",
         );
     }
     if policy.max_memory.is_some() {
         add(
             "max-memory",
-            crate::cgroup::find_controller("memory").is_some(),
+            cgroup && crate::cgroup::find_controller("memory").is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
             "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
         );
     }
@@ -122,8 +124,8 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
     if denies {
         add(
             "deny-mounts",
-            host.root,
-            "read and write denies need a private mount namespace; run as root",
+            host.root || host.user_namespaces,
+            "read and write denies need a private mount namespace (root or user namespaces)",
         );
     }
     out

@@ -18,12 +18,17 @@ pub enum SpawnError {
     Clone(nix::Error),
     #[error("failed to duplicate a descriptor for the sandbox init: {0}")]
     Dup(nix::Error),
+    #[error("failed to write the user namespace's {file}: {source}")]
+    IdMap { file: String, source: std::io::Error },
 }
 
 /// New namespaces for the sandbox init.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Namespaces {
     pub network: bool,
+    /// A user namespace, for runs started by an ordinary user: the init is
+    /// root inside it, mapped to that user outside.
+    pub user: bool,
 }
 
 /// The init as seen from the supervisor.
@@ -64,7 +69,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 pub fn spawn_init(
     exe: &str,
     argv: &[&str],
-    cgroup_fd: RawFd,
+    cgroup_fd: Option<RawFd>,
     namespaces: Namespaces,
     plan: &OwnedFd,
     report: &OwnedFd,
@@ -85,17 +90,22 @@ pub fn spawn_init(
         | libc::CLONE_NEWIPC
         | libc::CLONE_NEWUTS
         | libc::CLONE_NEWCGROUP
-        | libc::CLONE_PIDFD) as u64
-        | CLONE_INTO_CGROUP;
+        | libc::CLONE_PIDFD) as u64;
+    if cgroup_fd.is_some() {
+        flags |= CLONE_INTO_CGROUP;
+    }
     if namespaces.network {
         flags |= libc::CLONE_NEWNET as u64;
+    }
+    if namespaces.user {
+        flags |= libc::CLONE_NEWUSER as u64;
     }
     let mut pidfd: RawFd = -1;
     let mut args3 = CloneArgs {
         flags,
         pidfd: &mut pidfd as *mut RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup_fd as u64,
+        cgroup: cgroup_fd.map_or(0, |fd| fd as u64),
         ..Default::default()
     };
     // SAFETY: clone3 with no stack behaves like fork. The child branch below
@@ -132,6 +142,22 @@ pub fn spawn_init(
         pid: rc as i32,
         pidfd,
     })
+}
+
+/// Maps root inside the init's new user namespace to `uid`/`gid` outside
+/// (the only mapping an unprivileged user may write), with setgroups
+/// denied as the kernel requires for that. The init waits for its plan, so
+/// this happens before it does anything that needs the mapping.
+pub fn map_root_to(pid: i32, uid: u32, gid: u32) -> Result<(), SpawnError> {
+    let write = |file: &str, content: String| {
+        std::fs::write(format!("/proc/{pid}/{file}"), content).map_err(|source| SpawnError::IdMap {
+            file: file.to_string(),
+            source,
+        })
+    };
+    write("setgroups", "deny".to_string())?;
+    write("uid_map", format!("0 {uid} 1"))?;
+    write("gid_map", format!("0 {gid} 1"))
 }
 
 fn dup_above(fd: RawFd) -> Result<OwnedFd, SpawnError> {

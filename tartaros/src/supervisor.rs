@@ -63,13 +63,16 @@ struct Prepared {
     /// The log file, created (empty) before the mount plan so that the plan
     /// can hide it from the agent.
     log: Option<LogWriter>,
+    /// Whether the run gets its own cgroup (degraded away for an ordinary
+    /// user without a delegated subtree).
+    use_cgroup: bool,
 }
 
 fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     let policy = &request.policy;
     let guarantees = crate::probe::guarantees(policy, host);
     for missing in guarantees.iter().filter(|g| !g.installed) {
-        if policy.strict || missing.name == "namespaces" || missing.name == "cgroup" {
+        if policy.strict || missing.name == "namespaces" {
             return Err(refuse(
                 exit::REFUSED,
                 format!("cannot install {}: {}", missing.name, missing.reason),
@@ -89,9 +92,21 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.clone())
     };
-    let identity = crate::credentials::choose(policy.user.as_deref(), current, &env_lookup)
-        .map_err(|e| refuse(exit::REFUSED, e))?;
-    warn_unwritable_roots(policy, identity);
+    // An ordinary user gets a user namespace in which the init is root,
+    // mapped to that user; the agent stays that user, without capabilities.
+    let user_namespace = !host.root;
+    if user_namespace && policy.user.is_some() {
+        return Err(refuse(exit::REFUSED, "--user needs tartaros to run as root; drop --user"));
+    }
+    let identity = if user_namespace {
+        Identity { uid: 0, gid: 0 }
+    } else {
+        crate::credentials::choose(policy.user.as_deref(), current, &env_lookup)
+            .map_err(|e| refuse(exit::REFUSED, e))?
+    };
+    if !user_namespace {
+        warn_unwritable_roots(policy, identity);
+    }
 
     let placeholders = materialize(policy)?;
     let log = match &request.log {
@@ -115,6 +130,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         env: crate::environment::agent_env(policy, &request.launcher_env),
         cwd: request.cwd.clone(),
         identity,
+        user_namespace,
         mounts: crate::mounts::plan(&mount_policy, &request.cwd, &exists),
         landlock: host
             .landlock_abi
@@ -126,11 +142,13 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         }),
         strict: policy.strict,
     };
+    let use_cgroup = installed("cgroup");
     Ok(Prepared {
         plan,
         guarantees,
         placeholders,
         log,
+        use_cgroup,
     })
 }
 
@@ -237,24 +255,30 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
             let _ = std::fs::remove_file(path);
         }
     };
-    let mut cgroup = match RunCgroup::create(&id) {
-        Ok(cgroup) => cgroup,
-        Err(e) => {
+    let mut cgroup = None;
+    if prepared.use_cgroup {
+        let mut created = match RunCgroup::create(&id) {
+            Ok(cgroup) => cgroup,
+            Err(e) => {
+                abandon(&mut prepared);
+                return Err(refuse(exit::START_FAILURE, e));
+            }
+        };
+        let limits = crate::cgroup::Limits {
+            max_procs: request.policy.max_processes,
+            max_memory: request.policy.max_memory,
+        };
+        if let Err(e) = created.set_limits(limits) {
+            let _ = created.kill_and_remove(TEARDOWN_TIMEOUT);
             abandon(&mut prepared);
-            return Err(refuse(exit::START_FAILURE, e));
+            let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
+            return Err(refuse(code, e));
         }
-    };
-    let limits = crate::cgroup::Limits {
-        max_procs: request.policy.max_processes,
-        max_memory: request.policy.max_memory,
-    };
-    if let Err(e) = cgroup.set_limits(limits) {
-        let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
-        abandon(&mut prepared);
-        let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
-        return Err(refuse(code, e));
+        cgroup = Some(created);
     }
-    let janitor = spawn_janitor(cgroup.path(), cgroup.v1_paths(), &prepared.placeholders);
+    let janitor = cgroup
+        .as_ref()
+        .and_then(|c| spawn_janitor(c.path(), c.v1_paths(), &prepared.placeholders));
 
     let (effects, effects_rx) = crate::runlog::channel();
     let drain = match prepared.log.take() {
@@ -266,7 +290,9 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
                 Vec::new(),
             );
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
-                let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+                if let Some(cgroup) = &cgroup {
+                    let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+                }
                 cleanup_placeholders(&prepared.placeholders);
                 return Err(refuse(exit::START_FAILURE, e));
             }
@@ -275,9 +301,14 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
         None => None,
     };
 
-    let outcome = run_in(&cgroup, &prepared).await;
+    let outcome = run_in(cgroup.as_ref(), &prepared).await;
 
-    let teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+    // Without a cgroup, the end of the init (PID 1 of the namespace) has
+    // already ended every process of the sandbox.
+    let teardown = match &cgroup {
+        Some(cgroup) => cgroup.kill_and_remove(TEARDOWN_TIMEOUT),
+        None => Ok(()),
+    };
     cleanup_placeholders(&prepared.placeholders);
     if let Some(mut janitor) = janitor {
         // Closing its stdin tells the janitor we are done; it finds nothing
@@ -320,7 +351,7 @@ fn names(guarantees: &[Guarantee], installed: bool) -> Vec<String> {
         .collect()
 }
 
-async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<AgentEnd, Refusal> {
+async fn run_in(cgroup: Option<&RunCgroup>, prepared: &Prepared) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| refuse(exit::START_FAILURE, format!("failed to {what}: {e}"));
     let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| start_failed("create the plan pipe", &e))?;
@@ -328,11 +359,14 @@ async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<AgentEnd, Ref
         .map_err(|e| start_failed("create the report pipe", &e))?;
     // Network grants are not implemented yet (the guarantee check refused
     // or warned), so every sandbox gets a private loopback-only network.
-    let namespaces = crate::spawn::Namespaces { network: true };
+    let namespaces = crate::spawn::Namespaces {
+        network: true,
+        user: prepared.plan.user_namespace,
+    };
     let init = crate::spawn::spawn_init(
         "/proc/self/exe",
         &["tartaros-init", crate::init::INIT_ARG],
-        cgroup.fd(),
+        cgroup.map(RunCgroup::fd),
         namespaces,
         &plan_read,
         &report_write,
@@ -342,7 +376,17 @@ async fn run_in(cgroup: &RunCgroup, prepared: &Prepared) -> Result<AgentEnd, Ref
     drop(report_write);
     // The init waits for its plan before it forks, so joining the v1 limit
     // cgroups now covers every process of the agent.
-    if let Err(e) = cgroup.join_v1(init.pid) {
+    let joined = match cgroup {
+        Some(cgroup) => cgroup.join_v1(init.pid).map_err(|e| e.to_string()),
+        None => Ok(()),
+    };
+    let mapped = if prepared.plan.user_namespace {
+        crate::spawn::map_root_to(init.pid, nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(())
+    };
+    if let Err(e) = joined.and(mapped) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
         let _ = wait_exit(&init.pidfd).await;
         return Err(refuse(exit::START_FAILURE, e));

@@ -90,7 +90,13 @@ pub fn python(run_flags: &[&str], cwd: &Path, code: &str) -> Output {
 /// A Python prelude with `attempt(label, fn)`, which prints `label OK` or
 /// `label <ERRNO-NAME>`, so tests can assert the exact errno.
 pub const ATTEMPT: &str = r#"
-import os, errno, sys
+import os, errno, sys, ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def checked(rc):
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return rc
 def attempt(label, fn):
     try:
         fn()
