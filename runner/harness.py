@@ -204,8 +204,8 @@ def tamper(lines: list[str], how: str) -> str:
         rec["seq"] = rec.get("seq", 0)
         rec["lab_edit"] = 1
         body[mid] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
-    elif how == "remove":
-        del body[mid]
+    elif how == "remove":  # a line that is not the last (dropping the seal is drop_seal)
+        del body[mid if mid < len(body) - 1 else 0]
     elif how == "reorder":
         body[mid], body[mid - 1] = body[mid - 1], body[mid]
     elif how == "append":
@@ -247,7 +247,7 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
         out.append({"check": "seal", "want": seal, "held": held})
     lines = [line for line in text.splitlines() if line.strip()]
     for how in spec.get("tamper", []):
-        if len(lines) < 3:
+        if len(lines) < 2:
             out.append({"check": f"tamper-{how}", "held": False, "msg": "log too short to tamper"})
             continue
         tp = root / "log" / f"tampered-{how}.jsonl"

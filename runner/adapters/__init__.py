@@ -6,6 +6,7 @@ from .base import Adapter, Context, RunResult, Unsupported
 from .bwrap import Bwrap
 from .codex import Codex
 from .firejail import Firejail
+from .none import NoSandbox
 from .nsjail import Nsjail
 from .sandlock import Sandlock
 from .srt import Srt
@@ -15,11 +16,14 @@ ADAPTERS: dict[str, type[Adapter]] = {
     a.name: a for a in (Tartaros, Bwrap, Firejail, Nsjail, Sandlock, Codex, Srt)
 }
 
-__all__ = ["ADAPTERS", "Adapter", "Context", "RunResult", "Unsupported"]
+# The no-sandbox baseline, for checking that each attack's effect is observable.
+BASELINE: dict[str, type[Adapter]] = {"none": NoSandbox}
+
+__all__ = ["ADAPTERS", "BASELINE", "Adapter", "Context", "RunResult", "Unsupported"]
 
 
 def get(name: str) -> Adapter:
     try:
-        return ADAPTERS[name]()
+        return {**ADAPTERS, **BASELINE}[name]()
     except KeyError:
         raise SystemExit(f"unknown sandbox {name!r}; one of {', '.join(ADAPTERS)}") from None
