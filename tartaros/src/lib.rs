@@ -13,6 +13,7 @@ pub mod effectlog;
 pub mod environment;
 pub mod events;
 pub mod exit;
+pub mod forward;
 pub mod init;
 pub mod landlock;
 pub mod mounts;

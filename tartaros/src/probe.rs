@@ -99,11 +99,18 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
         "Landlock ABI 6 (Linux 6.12+) is needed to keep signals and abstract unix sockets inside the sandbox",
     );
     add("seccomp", host.seccomp, "seccomp filtering is not available in this kernel");
-    if policy.has_network_grant() {
+    if !policy.local_ports.is_empty() {
         add(
-            "network-grants",
+            "port-gateways",
+            host.root,
+            "--port gateways are made inside the sandbox's network namespace, which needs root",
+        );
+    }
+    if !policy.allow_domains.is_empty() || policy.broker.is_some() {
+        add(
+            "egress-proxy",
             false,
-            "--port, --allow-domain and [broker] are not implemented yet; the sandbox has loopback only",
+            "--allow-domain and [broker] are not implemented yet; the sandbox has loopback only",
         );
     }
     if policy.max_processes.is_some() {

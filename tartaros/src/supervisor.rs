@@ -301,7 +301,7 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
         None => None,
     };
 
-    let outcome = run_in(cgroup.as_ref(), &prepared).await;
+    let outcome = run_in(cgroup.as_ref(), &prepared, &request.policy, &effects).await;
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
@@ -343,6 +343,45 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
     }
 }
 
+fn installed(guarantees: &[Guarantee], name: &str) -> bool {
+    guarantees.iter().any(|g| g.name == name && g.installed)
+}
+
+/// Tasks that end with the run.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Listens on each granted port inside the sandbox and relays to the host.
+fn open_gateways(
+    pid: i32,
+    ports: &[u16],
+    effects: &crate::events::EffectSender,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    if ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    let addrs: Vec<std::net::SocketAddr> = ports
+        .iter()
+        .map(|p| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)))
+        .collect();
+    let listeners = crate::network::listen_in_namespace_of(pid, &addrs).map_err(|e| e.to_string())?;
+    listeners
+        .into_iter()
+        .zip(ports)
+        .map(|(listener, port)| {
+            let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            Ok(tokio::spawn(crate::forward::relay(listener, *port, effects.clone())))
+        })
+        .collect()
+}
+
 fn names(guarantees: &[Guarantee], installed: bool) -> Vec<String> {
     guarantees
         .iter()
@@ -351,7 +390,12 @@ fn names(guarantees: &[Guarantee], installed: bool) -> Vec<String> {
         .collect()
 }
 
-async fn run_in(cgroup: Option<&RunCgroup>, prepared: &Prepared) -> Result<AgentEnd, Refusal> {
+async fn run_in(
+    cgroup: Option<&RunCgroup>,
+    prepared: &Prepared,
+    policy: &Policy,
+    effects: &crate::events::EffectSender,
+) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| refuse(exit::START_FAILURE, format!("failed to {what}: {e}"));
     let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| start_failed("create the plan pipe", &e))?;
@@ -386,11 +430,21 @@ async fn run_in(cgroup: Option<&RunCgroup>, prepared: &Prepared) -> Result<Agent
     } else {
         Ok(())
     };
-    if let Err(e) = joined.and(mapped) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
-        let _ = wait_exit(&init.pidfd).await;
-        return Err(refuse(exit::START_FAILURE, e));
-    }
+    let gateways = if installed(&prepared.guarantees, "port-gateways") {
+        open_gateways(init.pid, &policy.local_ports, effects)
+    } else {
+        Ok(Vec::new())
+    };
+    let gateways = match joined.and(mapped).and(gateways) {
+        Ok(gateways) => gateways,
+        Err(e) => {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = wait_exit(&init.pidfd).await;
+            return Err(refuse(exit::START_FAILURE, e));
+        }
+    };
+    // Dropped when the run ends: the gateways close with it.
+    let _gateways = AbortOnDrop(gateways);
 
     let mut plan_pipe = std::fs::File::from(plan_write);
     let sent = prepared.plan.send(&mut plan_pipe);
