@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import sys
 from pathlib import Path
 
 from . import adapters, report
 from .contract import ContractError, load_all, select
-from .harness import run_contract
+from .harness import LAB_TMP, run_contract
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
@@ -26,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, default=DEFAULT_OUT, help="directory for results (default runner/results)")
     run.add_argument("--keep", action="store_true", help="keep each run's temporary directory")
     run.add_argument("-q", "--quiet", action="store_true")
+    run.add_argument("--fail-on", default="", metavar="SANDBOXES",
+                     help="exit 1 if any of these sandboxes has a not-mitigated, control-failed or error result (for CI)")
     args = ap.parse_args(argv)
 
     try:
@@ -71,10 +74,23 @@ def main(argv: list[str] | None = None) -> int:
         doc = report.result_doc(adapter, outcomes, started)
         report.write_json(doc, args.out)
         docs.append(doc)
+    try:
+        os.rmdir(LAB_TMP)  # leave the host as it was found (only if empty)
+    except OSError:
+        pass
     table = report.markdown(docs, chosen)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table)
     print(table)
+    bad = []
+    gate = {s.strip() for s in args.fail_on.split(",") if s.strip()}
+    for doc in docs:
+        if doc["sandbox"] in gate:
+            bad += [f"{doc['sandbox']}/{r['contract']}: {r['result']}" for r in doc["results"]
+                    if r["result"] in ("not-mitigated", "control-failed", "error")]
+    if bad:
+        print("runner: failing results:\n  " + "\n  ".join(bad), file=sys.stderr)
+        return 1
     return 0
 
 
