@@ -1,3 +1,194 @@
 //! Types shared by the eBPF programs and the supervisor. Every type is
 //! `#[repr(C)]` without implicit padding so both sides agree on the layout.
+//!
+//! Byte orders: addresses are kept as the raw network-order bytes the kernel
+//! hands over (IPv4 in `addr[0..4]`, the rest zero); ports are in host order.
 #![no_std]
+
+/// `AF_UNIX`.
+pub const AF_UNIX: u16 = 1;
+/// `AF_INET`.
+pub const AF_INET: u16 = 2;
+/// `AF_INET6`.
+pub const AF_INET6: u16 = 10;
+/// `AF_NETLINK`.
+pub const AF_NETLINK: u16 = 16;
+
+/// `SOCK_STREAM`.
+pub const SOCK_STREAM: u16 = 1;
+/// `SOCK_DGRAM`.
+pub const SOCK_DGRAM: u16 = 2;
+/// `SOCK_RAW`.
+pub const SOCK_RAW: u16 = 3;
+
+/// `IPPROTO_TCP`.
+pub const IPPROTO_TCP: u16 = 6;
+/// `IPPROTO_UDP`.
+pub const IPPROTO_UDP: u16 = 17;
+
+/// Name of the allow map (`HashMap<AllowKey, u32>`).
+pub const MAP_ALLOW: &str = "ALLOW";
+/// Name of the filter-mode map (`Array<u32>`, one entry, index [`FILTER_MODE_INDEX`]).
+pub const MAP_FILTER: &str = "FILTER";
+/// Name of the event ring buffer (records are [`ConnectEvent`]).
+pub const MAP_EVENTS: &str = "EVENTS";
+/// Name of the per-CPU lost-event counters (`PerCpuArray<u64>`, one entry).
+pub const MAP_EVENTS_LOST: &str = "EVENTS_LOST";
+
+/// Capacity of the allow map.
+pub const ALLOW_MAX_ENTRIES: u32 = 1024;
+/// Size of the event ring buffer in bytes (power of two, page multiple).
+pub const EVENTS_BYTES: u32 = 256 * 1024;
+
+/// Index of the filter mode in [`MAP_FILTER`].
+pub const FILTER_MODE_INDEX: u32 = 0;
+/// Filter mode: only destinations in the allow map pass. Any value other
+/// than [`FILTER_MONITOR`] (including an unset `0` and a failed lookup) is
+/// treated as enforcing, so a half-initialised filter fails closed.
+pub const FILTER_ENFORCE: u32 = 1;
+/// Filter mode: every destination passes, events are still emitted.
+pub const FILTER_MONITOR: u32 = 2;
+
+/// Value stored in the allow map for a granted destination.
+pub const ALLOW_VALUE: u32 = 1;
+
+/// Key of the allow map: one granted destination.
+///
+/// 20 bytes, alignment 2, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AllowKey {
+    /// `AF_INET` or `AF_INET6`.
+    pub family: u16,
+    /// Destination port, host byte order.
+    pub port: u16,
+    /// Network-order address bytes; IPv4 uses `addr[0..4]`, the rest is zero.
+    /// IPv4-mapped IPv6 destinations are looked up as `AF_INET` keys.
+    pub addr: [u8; 16],
+}
+
+impl AllowKey {
+    /// Key for an IPv4 destination (`octets` as in `Ipv4Addr::octets`).
+    pub const fn v4(octets: [u8; 4], port: u16) -> Self {
+        let mut addr = [0u8; 16];
+        addr[0] = octets[0];
+        addr[1] = octets[1];
+        addr[2] = octets[2];
+        addr[3] = octets[3];
+        Self {
+            family: AF_INET,
+            port,
+            addr,
+        }
+    }
+
+    /// Key for an IPv6 destination (`octets` as in `Ipv6Addr::octets`).
+    pub const fn v6(octets: [u8; 16], port: u16) -> Self {
+        Self {
+            family: AF_INET6,
+            port,
+            addr: octets,
+        }
+    }
+}
+
+/// Hook that produced an event ([`ConnectEvent::kind`]).
+pub mod kind {
+    /// `cgroup/connect4`.
+    pub const CONNECT4: u16 = 1;
+    /// `cgroup/connect6`.
+    pub const CONNECT6: u16 = 2;
+    /// `cgroup/sendmsg4` (unconnected UDP send with a destination).
+    pub const SENDMSG4: u16 = 3;
+    /// `cgroup/sendmsg6`.
+    pub const SENDMSG6: u16 = 4;
+    /// `cgroup/sock_create` (only denials are reported).
+    pub const SOCK_CREATE: u16 = 5;
+}
+
+/// Decision recorded in [`ConnectEvent::verdict`].
+pub mod verdict {
+    /// Destination is in the allow map.
+    pub const ALLOW: u16 = 1;
+    /// Filter in monitor mode: allowed without a grant.
+    pub const ALLOW_MONITOR: u16 = 2;
+    /// Destination not granted.
+    pub const DENY: u16 = 3;
+    /// Address family / socket type / protocol not supported by the filter.
+    pub const DENY_FAMILY: u16 = 4;
+    /// A read of the context or a map lookup failed (fail closed).
+    pub const DENY_ERROR: u16 = 5;
+
+    /// Whether `v` denies the operation.
+    pub const fn is_denied(v: u16) -> bool {
+        v >= DENY
+    }
+}
+
+/// One connect / sendmsg / socket-creation decision, as written to the
+/// [`MAP_EVENTS`] ring buffer.
+///
+/// 56 bytes, alignment 8, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectEvent {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) at the decision.
+    pub ktime_ns: u64,
+    /// `bpf_get_current_cgroup_id()`: inode of the caller's cgroup v2 directory.
+    pub cgroup_id: u64,
+    /// Kernel task id (thread id) of the caller.
+    pub pid: u32,
+    /// Thread-group id (process id) of the caller.
+    pub tgid: u32,
+    /// Real uid of the caller.
+    pub uid: u32,
+    /// One of [`kind`].
+    pub kind: u16,
+    /// One of [`verdict`].
+    pub verdict: u16,
+    /// Address family of the destination (or of the socket, for `SOCK_CREATE`).
+    pub family: u16,
+    /// Destination port, host byte order (0 for `SOCK_CREATE`).
+    pub port: u16,
+    /// Socket type (`SOCK_STREAM`, ...), 0 when unknown.
+    pub sock_type: u16,
+    /// Socket protocol (`IPPROTO_TCP`, ...), 0 when unknown.
+    pub protocol: u16,
+    /// Network-order destination address, as for [`AllowKey::addr`]; an
+    /// IPv4-mapped IPv6 destination is reported as the 16 bytes it was given.
+    pub addr: [u8; 16],
+}
+
+impl ConnectEvent {
+    /// An all-zero event.
+    pub const ZERO: Self = Self {
+        ktime_ns: 0,
+        cgroup_id: 0,
+        pid: 0,
+        tgid: 0,
+        uid: 0,
+        kind: 0,
+        verdict: 0,
+        family: 0,
+        port: 0,
+        sock_type: 0,
+        protocol: 0,
+        addr: [0; 16],
+    };
+}
+
+// Layout checks: both sides must agree, and there must be no padding (the
+// kernel does not zero padding of ring-buffer records or map keys).
+const _: () = assert!(core::mem::size_of::<AllowKey>() == 20);
+const _: () = assert!(core::mem::align_of::<AllowKey>() == 2);
+const _: () = assert!(core::mem::size_of::<ConnectEvent>() == 56);
+const _: () = assert!(core::mem::align_of::<ConnectEvent>() == 8);
+
+#[cfg(feature = "user")]
+mod user {
+    // SAFETY: `AllowKey` is `repr(C)`, `Copy`, has no padding (checked above)
+    // and every bit pattern is a valid value.
+    unsafe impl aya::Pod for super::AllowKey {}
+    // SAFETY: as above for `ConnectEvent`.
+    unsafe impl aya::Pod for super::ConnectEvent {}
+}

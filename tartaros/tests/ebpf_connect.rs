@@ -95,6 +95,19 @@ def udp_sendto():
         s.sendto(b"x", ("127.0.0.1", 53))
     finally:
         s.close()
+def udp6_mapped_sendto():
+    s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        s.sendto(b"x", ("::ffff:127.0.0.1", 53))
+    finally:
+        s.close()
+def tcp_fastopen():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", other))
+    finally:
+        s.close()
 def raw():
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()
 def packet():
@@ -105,6 +118,8 @@ attempt("v6_loopback_granted_port", tcp(socket.AF_INET6, ("::1", granted)))
 attempt("v6_mapped_other", tcp(socket.AF_INET6, ("::ffff:127.0.0.1", other)))
 attempt("v6_mapped_granted", tcp(socket.AF_INET6, ("::ffff:127.0.0.1", granted)))
 attempt("udp_sendto_53", udp_sendto)
+attempt("udp6_mapped_sendto_53", udp6_mapped_sendto)
+attempt("tcp_fastopen_other", tcp_fastopen)
 attempt("raw_icmp", raw)
 attempt("af_packet", packet)
 print(json.dumps(res))
@@ -179,6 +194,8 @@ fn connect_filter_allows_only_granted_destinations() {
     if unsafe { libc::geteuid() } != 0 {
         return skip("needs root (loads BPF programs, creates cgroups)");
     }
+    // As the supervisor does: prepare the loader while other start-up work runs.
+    ebpf::warm_up();
     let Some(root) = cgroup2_root() else {
         return skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup");
     };
@@ -221,7 +238,9 @@ fn connect_filter_allows_only_granted_destinations() {
         Err(e) => return skip(&format!("cannot attach the filter here: {e}")),
     };
     let elapsed = started.elapsed();
-    eprintln!("attach: {elapsed:?} (first, includes aya feature probing)");
+    eprintln!(
+        "attach: {elapsed:?} (first in process, after warm_up; includes aya feature probing)"
+    );
     guard.programs = Some(programs);
     let programs = guard.programs.as_mut().expect("just stored");
     let mut ring = programs.take_events().expect("ring buffer");
@@ -329,6 +348,35 @@ fn connect_filter_allows_only_granted_destinations() {
         0
     );
 
+    // Monitor mode lets everything through (and still reports it); a
+    // grant added later takes effect at once.
+    {
+        let programs = guard.programs.as_mut().expect("attached");
+        programs.set_enforcing(false).expect("monitor mode");
+    }
+    let results = run_child(&mut guard, granted, other);
+    assert_eq!(result(&results, "other"), 0, "monitor mode allows");
+    {
+        let programs = guard.programs.as_mut().expect("attached");
+        programs.set_enforcing(true).expect("enforce mode");
+        programs
+            .allow(ConnectGrant {
+                addr: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                port: other,
+            })
+            .expect("add grant");
+    }
+    let results = run_child(&mut guard, granted, other);
+    assert_eq!(result(&results, "other"), 0, "late grant allows");
+    assert_eq!(result(&results, "udp_sendto_53"), EPERM, "enforcing again");
+    let events = drain_events(&mut ring);
+    assert!(
+        events
+            .iter()
+            .any(|e| e.verdict == verdict::ALLOW_MONITOR && e.port == other),
+        "monitor-mode event for the other port"
+    );
+
     // Dropping the programs detaches them: the same connect now passes.
     drop(guard.programs.take());
     let results = run_child(&mut guard, granted, other);
@@ -338,14 +386,41 @@ fn connect_filter_allows_only_granted_destinations() {
         "after detach the filter is gone"
     );
 
-    // A second attach to the same cgroup is warm (aya's feature probing is
-    // cached per process): this is the figure for the start-up budget.
+    // A second attach in the same process: loader and aya's feature
+    // probing are cached.
     let started = Instant::now();
     let programs = ebpf::attach(&cgroup, &grants).expect("re-attach");
     eprintln!(
-        "attach: {:?} (warm); reported {:?}",
+        "attach: {:?} (second in process); reported {:?}",
         started.elapsed(),
         programs.attach_time()
     );
     programs.detach().expect("explicit detach");
+}
+
+#[test]
+fn probe_program_types_reports_cgroup_programs() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("needs root (loads BPF programs)");
+    }
+    let started = Instant::now();
+    let probes = ebpf::probe_program_types();
+    eprintln!("probe_program_types: {probes:?} in {:?}", started.elapsed());
+    for name in [
+        "cgroup_sock_addr",
+        "cgroup_sock",
+        "raw_tracepoint",
+        "tp_btf",
+        "lsm",
+        "fentry",
+    ] {
+        assert!(probes.iter().any(|(n, _)| *n == name), "{name} probed");
+    }
+    let loads = |name: &str| probes.iter().any(|(n, ok)| *n == name && *ok);
+    assert!(
+        loads("cgroup_sock_addr"),
+        "cgroup_sock_addr must load: {probes:?}"
+    );
+    assert!(loads("cgroup_sock"), "cgroup_sock must load: {probes:?}");
 }
