@@ -221,6 +221,14 @@ fn run_command(args: RunArgs) -> i32 {
             format!("--log {} already exists; choose a new file (the log is append-only and never overwritten)", log.display()),
         );
     }
+    // Forked while we are still single-threaded, before the runtime.
+    let janitor = match crate::janitor::Janitor::fork() {
+        Ok(janitor) => Some(janitor),
+        Err(e) => {
+            eprintln!("tartaros: warning: {e}; a crash of tartaros would leave its cgroup behind");
+            None
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(exit::START_FAILURE, format!("failed to start the async runtime: {e}")),
@@ -232,6 +240,7 @@ fn run_command(args: RunArgs) -> i32 {
         cwd,
         log,
         launcher_env,
+        janitor,
     };
     match runtime.block_on(run(request)) {
         Ok(code) => code,

@@ -1,4 +1,4 @@
-//! The `tartaros` binary. The sandbox init and the janitor are dispatched
+//! The `tartaros` binary. The sandbox init is dispatched
 //! here, before any runtime thread exists, so that they start
 //! single-threaded; everything else goes to the CLI.
 
@@ -6,7 +6,6 @@ fn main() {
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let code = match args.get(1).and_then(|a| a.to_str()) {
         Some(tartaros::init::INIT_ARG) => tartaros::init::main(),
-        Some(tartaros::supervisor::JANITOR_ARG) => tartaros::supervisor::janitor_main(&args[2..]),
         _ => tartaros::cli::main(args),
     };
     std::process::exit(code)

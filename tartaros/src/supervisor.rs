@@ -7,10 +7,9 @@
 //! kill whatever is left in the cgroup, wait until it is empty, remove it
 //! and the placeholders.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -23,9 +22,6 @@ use crate::exit;
 use crate::plan::{Plan, Report, SeccompPlan};
 use crate::policy::Policy;
 use crate::probe::{Guarantee, Host};
-
-/// The hidden argument that makes `main()` run the janitor.
-pub const JANITOR_ARG: &str = "__tartaros_janitor";
 
 /// How long teardown may take to empty the cgroup before it reports failure.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,6 +49,8 @@ pub struct RunRequest {
     pub log: Option<PathBuf>,
     /// The launcher's environment (read once, by the CLI).
     pub launcher_env: Vec<(String, String)>,
+    /// Forked by the CLI before the runtime; cleans up if we are killed.
+    pub janitor: Option<crate::janitor::Janitor>,
 }
 
 /// Everything checked and decided before any process or cgroup exists.
@@ -236,9 +234,15 @@ struct AgentEnd {
 }
 
 /// Runs the agent under `request` and returns the exit status to use.
-pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
+pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     let host = Host::probe();
     let mut prepared = prepare(&request, &host)?;
+    let mut janitor = request.janitor.take();
+    if let Some(janitor) = janitor.as_mut() {
+        for placeholder in &prepared.placeholders {
+            janitor.placeholder(placeholder);
+        }
+    }
     let id = format!(
         "{}-{}",
         std::process::id(),
@@ -274,11 +278,14 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
             let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
             return Err(refuse(code, e));
         }
+        if let Some(janitor) = janitor.as_mut() {
+            janitor.cgroup(created.path());
+            for v1 in created.v1_paths() {
+                janitor.v1(v1);
+            }
+        }
         cgroup = Some(created);
     }
-    let janitor = cgroup
-        .as_ref()
-        .and_then(|c| spawn_janitor(c.path(), c.v1_paths(), &prepared.placeholders));
 
     let (effects, effects_rx) = crate::runlog::channel();
     let drain = match prepared.log.take() {
@@ -310,11 +317,10 @@ pub async fn run(request: RunRequest) -> Result<i32, Refusal> {
         None => Ok(()),
     };
     cleanup_placeholders(&prepared.placeholders);
-    if let Some(mut janitor) = janitor {
-        // Closing its stdin tells the janitor we are done; it finds nothing
-        // left to clean and exits.
-        drop(janitor.stdin.take());
-        let _ = janitor.wait();
+    if let Some(janitor) = janitor
+        && teardown.is_ok()
+    {
+        janitor.done();
     }
     if let Err(e) = &teardown {
         eprintln!("tartaros: {e}");
@@ -535,63 +541,3 @@ async fn wait_exit(pidfd: &OwnedFd) -> String {
     }
 }
 
-/// Starts the janitor: a separate process, outside the sandbox and in its
-/// own process group, that waits for our end (its stdin closes when we exit,
-/// also when we are SIGKILLed) and then kills and removes the run's cgroup and
-/// placeholders if we could not. Without it, a killed supervisor would leave
-/// a cgroup behind.
-fn spawn_janitor(cgroup: &Path, v1: &[PathBuf], placeholders: &[PathBuf]) -> Option<Child> {
-    use std::os::unix::process::CommandExt;
-    let v1_args = v1.iter().map(|p| {
-        let mut arg = std::ffi::OsString::from(V1_PREFIX);
-        arg.push(p);
-        arg
-    });
-    let child = Command::new("/proc/self/exe")
-        .arg(JANITOR_ARG)
-        .arg(cgroup)
-        .args(v1_args)
-        .args(placeholders)
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .spawn();
-    match child {
-        Ok(child) => Some(child),
-        Err(e) => {
-            eprintln!("tartaros: warning: failed to start the janitor ({e}); a crash would leave {} behind", cgroup.display());
-            None
-        }
-    }
-}
-
-/// Marks a janitor argument that names a v1 limit cgroup.
-const V1_PREFIX: &str = "v1=";
-
-/// The janitor's body (`tartaros __tartaros_janitor CGROUP [v1=DIR...] [PLACEHOLDER...]`).
-pub fn janitor_main(args: &[std::ffi::OsString]) -> i32 {
-    let mut stdin = std::io::stdin();
-    let mut sink = [0u8; 64];
-    // Block until the supervisor closes the pipe (normally or by dying).
-    while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-    let Some(cgroup) = args.first() else { return 0 };
-    let cgroup = Path::new(cgroup);
-    let mut code = 0;
-    if cgroup.exists() {
-        if let Err(e) = crate::cgroup::kill_and_remove(cgroup, TEARDOWN_TIMEOUT) {
-            let _ = writeln!(std::io::stderr(), "tartaros: janitor: {e}");
-            code = 1;
-        }
-    }
-    let mut placeholders = Vec::new();
-    for arg in &args[1..] {
-        match arg.to_str().and_then(|a| a.strip_prefix(V1_PREFIX)) {
-            Some(v1) => crate::cgroup::remove_v1(Path::new(v1), TEARDOWN_TIMEOUT),
-            None => placeholders.push(PathBuf::from(arg)),
-        }
-    }
-    cleanup_placeholders(&placeholders);
-    code
-}
