@@ -332,9 +332,17 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         res = C.classify(c.kind, refused=refused, effect_observed=effect, log_ok=log_ok,
                          timed_out=result.timed_out)
         detail = "timed out; " if result.timed_out else ""
-        failed = [ch for ch in checks if not ch["held"]]
-        if res in (C.CONTROL_FAILED, C.NOT_MITIGATED, C.ERROR):
-            detail += "; ".join(f"{ch['check']} {ch.get('arg', ch.get('want', ''))}" for ch in (failed or checks))[:400]
+        n_effect = len(c.checks)
+        effect_checks, log_checks = checks[:n_effect], checks[n_effect:]
+        show = lambda chs: "; ".join(f"{ch['check']} {ch.get('arg', ch.get('want', ''))}" for ch in chs)  # noqa: E731
+        if res == C.NOT_MITIGATED and effect:
+            detail += "effect observed: " + show(effect_checks)
+        elif res in (C.CONTROL_FAILED, C.ERROR):
+            detail += show([ch for ch in effect_checks if not ch["held"]])
+        failed_log = [ch for ch in log_checks if not ch["held"]]
+        if failed_log and res in (C.NOT_MITIGATED, C.CONTROL_FAILED):
+            detail += ("; " if detail else "") + "log: " + show(failed_log)
+        detail = detail[:500]
         if refused:
             detail = result.stderr.strip().splitlines()[-1][:300] if result.stderr.strip() else "refused"
         return Outcome(c.id, c.kind, res, detail, result.returncode, round(time.monotonic() - start, 3),

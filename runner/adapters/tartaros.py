@@ -47,11 +47,11 @@ class Tartaros(Adapter):
         env = os.environ.get("TARTAROS_BIN")
         if env:
             return env
-        for sub in ("release", "debug"):
-            p = REPO_ROOT / "target" / sub / "tartaros"
-            if p.exists():
-                return str(p)
-        return None
+        # target/release or target/debug, whichever was built last
+        found = [p for p in (REPO_ROOT / "target" / sub / "tartaros" for sub in ("release", "debug")) if p.exists()]
+        if not found:
+            return None
+        return str(max(found, key=lambda p: p.stat().st_mtime))
 
     def parse_version(self, lines: list[str]) -> str:
         for line in lines:
