@@ -125,16 +125,33 @@ attempt("af_packet", packet)
 print(json.dumps(res))
 "#;
 
+/// Sends more denied datagrams than the ring buffer holds records.
+const FLOOD_SCRIPT: &str = r#"
+import errno, socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+denied = 0
+for _ in range(6000):
+    try:
+        s.sendto(b"x", ("127.0.0.1", 53))
+    except PermissionError:
+        denied += 1
+print('{"denied": %d}' % denied)
+"#;
+
 /// Runs the probe script as a process inside `cgroup`; returns its results
 /// as (case, errno) pairs (0 = success).
 fn run_child(guard: &mut Guard, granted: u16, other: u16) -> Vec<(String, i64)> {
+    run_script(guard, CHILD_SCRIPT, granted, other)
+}
+
+fn run_script(guard: &mut Guard, script: &str, granted: u16, other: u16) -> Vec<(String, i64)> {
     let procs = guard.cgroup.join("cgroup.procs");
     let child = Command::new("sh")
         .arg("-c")
         .arg(r#"echo $$ > "$1" && exec python3 -c "$2" "$3" "$4""#)
         .arg("sh")
         .arg(&procs)
-        .arg(CHILD_SCRIPT)
+        .arg(script)
         .arg(granted.to_string())
         .arg(other.to_string())
         .stdout(Stdio::piped())
@@ -376,6 +393,21 @@ fn connect_filter_allows_only_granted_destinations() {
             .any(|e| e.verdict == verdict::ALLOW_MONITOR && e.port == other),
         "monitor-mode event for the other port"
     );
+
+    // Loss accounting: flood the ring buffer (256 KiB, 64 bytes a record
+    // with its header) without reading it; what does not fit is counted.
+    let results = run_script(&mut guard, FLOOD_SCRIPT, granted, other);
+    assert_eq!(result(&results, "denied"), 6000);
+    let lost = guard
+        .programs
+        .as_ref()
+        .expect("attached")
+        .lost_events()
+        .expect("read lost counters");
+    let kept = drain_events(&mut ring).len() as u64;
+    eprintln!("flood: {kept} events delivered, {lost} counted as lost");
+    assert!(lost > 0, "a full ring buffer must be counted");
+    assert_eq!(kept + lost, 6000, "every event is delivered or counted");
 
     // Dropping the programs detaches them: the same connect now passes.
     drop(guard.programs.take());
