@@ -4,6 +4,7 @@
 //! mount plan) as pure functions, and one module per kernel mechanism applies
 //! them. The binary in `main.rs` is a thin CLI over it.
 
+pub mod broker;
 pub mod cgroup;
 pub mod cli;
 pub mod credentials;

@@ -1,0 +1,364 @@
+//! In-process benchmark of the proxy against a local upstream, for
+//! `cargo xtask bench proxy`: a bulk download direct, through a CONNECT
+//! tunnel and through the transparent listener, side by side, and the
+//! latency of small requests each way. A benchmark, not a timed test.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::{OriginalDst, ProxyConfig, StaticResolver};
+
+const HOST: &str = "bench.test";
+const CHUNK: usize = 256 * 1024;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Bytes per download. Default: 1 GiB.
+    pub bytes: u64,
+    /// Small requests per latency measurement. Default: 2000.
+    pub requests: usize,
+    /// Downloads per mode; the median counts. Default: 3.
+    pub runs: usize,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        Self {
+            bytes: 1 << 30,
+            requests: 2000,
+            runs: 3,
+        }
+    }
+}
+
+/// The ways a client reaches the upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Path {
+    Direct,
+    Connect,
+    Transparent,
+    /// Absolute-form plain HTTP through the explicit proxy (latency only:
+    /// every request opens a new upstream connection).
+    AbsoluteForm,
+}
+
+impl Path {
+    fn name(self) -> &'static str {
+        match self {
+            Path::Direct => "direct",
+            Path::Connect => "CONNECT",
+            Path::Transparent => "transparent",
+            Path::AbsoluteForm => "absolute-form HTTP",
+        }
+    }
+}
+
+/// Latency percentiles of small request/response round trips.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    pub p50: Duration,
+    pub p99: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct BenchReport {
+    pub bytes: u64,
+    pub runs: usize,
+    /// Median throughput in MB/s (10^6 bytes) per path.
+    pub throughput: Vec<(Path, f64)>,
+    /// Small-request latency per path.
+    pub latency: Vec<(Path, Latency)>,
+}
+
+impl BenchReport {
+    fn throughput_of(&self, path: Path) -> Option<f64> {
+        self.throughput
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, v)| *v)
+    }
+
+    fn latency_of(&self, path: Path) -> Option<Latency> {
+        self.latency
+            .iter()
+            .find(|(p, _)| *p == path)
+            .map(|(_, v)| *v)
+    }
+}
+
+impl fmt::Display for BenchReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let direct = self.throughput_of(Path::Direct).unwrap_or(f64::NAN);
+        writeln!(
+            f,
+            "proxy throughput: {} MiB per download, median of {} runs",
+            self.bytes >> 20,
+            self.runs
+        )?;
+        for (path, mbps) in &self.throughput {
+            writeln!(
+                f,
+                "  {:<20} {:>9.0} MB/s  {:>5.2}x direct",
+                path.name(),
+                mbps,
+                mbps / direct
+            )?;
+        }
+        let base = self
+            .latency_of(Path::Direct)
+            .map(|l| l.p50)
+            .unwrap_or_default();
+        writeln!(
+            f,
+            "small request latency (p50 / p99, added p50 over direct)"
+        )?;
+        for (path, latency) in &self.latency {
+            writeln!(
+                f,
+                "  {:<20} {:>7.1} us / {:>7.1} us  +{:.1} us",
+                path.name(),
+                micros(latency.p50),
+                micros(latency.p99),
+                micros(latency.p50.saturating_sub(base))
+            )?;
+        }
+        Ok(())
+    }
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// Runs the benchmark in the current tokio runtime (use a multi-threaded
+/// one: client, proxy and upstream all run in it).
+pub async fn run(options: &BenchOptions) -> io::Result<BenchReport> {
+    let upstream = TcpListener::bind("127.0.0.1:0").await?;
+    let upstream_addr = upstream.local_addr()?;
+    tokio::spawn(serve_upstream(upstream));
+
+    let resolver = StaticResolver::new().with_ip(HOST, upstream_addr.ip());
+    let mut config = ProxyConfig::new(vec![HOST.to_string()], Arc::new(resolver));
+    config.allow_internal = true;
+    config.connect_ports = vec![upstream_addr.port()];
+    config.http_ports = vec![upstream_addr.port()];
+    let config = Arc::new(config);
+    // Effects are produced as in production and dropped here.
+    let (events, mut drain) = crate::events::channel();
+    tokio::spawn(async move { while drain.recv().await.is_some() {} });
+
+    let explicit = TcpListener::bind("127.0.0.1:0").await?;
+    let explicit_addr = explicit.local_addr()?;
+    let explicit_task = tokio::spawn(super::serve(explicit, config.clone(), events.clone()));
+    let transparent = TcpListener::bind("127.0.0.1:0").await?;
+    let transparent_addr = transparent.local_addr()?;
+    let original: OriginalDst = Arc::new(move |_: &TcpStream| Some(upstream_addr));
+    let transparent_task = tokio::spawn(super::serve_transparent(
+        transparent,
+        config,
+        events,
+        original,
+    ));
+
+    let client = Client {
+        upstream: upstream_addr,
+        explicit: explicit_addr,
+        transparent: transparent_addr,
+    };
+    let paths = [Path::Direct, Path::Connect, Path::Transparent];
+    let mut samples = vec![Vec::new(); paths.len()];
+    // Interleaved so that drift (other load, CPU frequency) hits all alike.
+    for _ in 0..options.runs.max(1) {
+        for (i, path) in paths.iter().enumerate() {
+            samples[i].push(client.download(*path, options.bytes).await?);
+        }
+    }
+    let throughput = paths
+        .iter()
+        .zip(samples)
+        .map(|(p, s)| (*p, median_f64(s)))
+        .collect();
+    let mut latency = Vec::new();
+    for path in [
+        Path::Direct,
+        Path::Connect,
+        Path::Transparent,
+        Path::AbsoluteForm,
+    ] {
+        latency.push((path, client.latency(path, options.requests).await?));
+    }
+    explicit_task.abort();
+    transparent_task.abort();
+    Ok(BenchReport {
+        bytes: options.bytes,
+        runs: options.runs.max(1),
+        throughput,
+        latency,
+    })
+}
+
+fn median_f64(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples.get(samples.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+struct Client {
+    upstream: SocketAddr,
+    explicit: SocketAddr,
+    transparent: SocketAddr,
+}
+
+impl Client {
+    async fn open(&self, path: Path) -> io::Result<TcpStream> {
+        let stream = match path {
+            Path::Direct => TcpStream::connect(self.upstream).await?,
+            Path::Transparent => TcpStream::connect(self.transparent).await?,
+            Path::AbsoluteForm => TcpStream::connect(self.explicit).await?,
+            Path::Connect => {
+                let mut stream = TcpStream::connect(self.explicit).await?;
+                let port = self.upstream.port();
+                let request =
+                    format!("CONNECT {HOST}:{port} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n");
+                stream.write_all(request.as_bytes()).await?;
+                let (head, _) = read_head(&mut stream).await?;
+                if !head.starts_with("HTTP/1.1 200") {
+                    return Err(io::Error::other(format!("CONNECT refused: {head}")));
+                }
+                stream
+            }
+        };
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+
+    fn request(&self, path: Path, resource: &str) -> String {
+        let port = self.upstream.port();
+        let target = match path {
+            Path::AbsoluteForm => format!("http://{HOST}:{port}{resource}"),
+            _ => resource.to_string(),
+        };
+        format!("GET {target} HTTP/1.1\r\nHost: {HOST}:{port}\r\n\r\n")
+    }
+
+    /// Downloads `bytes` and returns MB/s.
+    async fn download(&self, path: Path, bytes: u64) -> io::Result<f64> {
+        let mut stream = self.open(path).await?;
+        let start = Instant::now();
+        stream
+            .write_all(self.request(path, &format!("/bytes/{bytes}")).as_bytes())
+            .await?;
+        let (_, mut got) = read_head(&mut stream).await?;
+        let mut buf = vec![0u8; CHUNK];
+        while (got as u64) < bytes {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "download cut short",
+                ));
+            }
+            got += n;
+        }
+        Ok(bytes as f64 / start.elapsed().as_secs_f64() / 1e6)
+    }
+
+    /// Round trips of a small request on one kept-alive connection.
+    async fn latency(&self, path: Path, requests: usize) -> io::Result<Latency> {
+        let mut stream = self.open(path).await?;
+        let request = self.request(path, "/ping");
+        let mut samples = Vec::with_capacity(requests);
+        for i in 0..requests + requests / 10 {
+            let start = Instant::now();
+            stream.write_all(request.as_bytes()).await?;
+            let (_, body) = read_head(&mut stream).await?;
+            let mut rest = [0u8; 4];
+            stream
+                .read_exact(&mut rest[..4usize.saturating_sub(body)])
+                .await?;
+            // The first tenth warms caches and connections up.
+            if i >= requests / 10 {
+                samples.push(start.elapsed());
+            }
+        }
+        samples.sort();
+        let at = |q: f64| {
+            samples
+                .get(((samples.len() as f64 - 1.0) * q) as usize)
+                .copied()
+                .unwrap_or_default()
+        };
+        Ok(Latency {
+            p50: at(0.50),
+            p99: at(0.99),
+        })
+    }
+}
+
+/// Reads a response or request head; returns it and how many body bytes
+/// came with it (the bench protocol never pipelines, so at most a few).
+async fn read_head(stream: &mut TcpStream) -> io::Result<(String, usize)> {
+    let mut buf = Vec::with_capacity(512);
+    let mut chunk = [0u8; 512];
+    loop {
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed in a head",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            return Ok((head, buf.len() - end - 4));
+        }
+        if buf.len() > 64 * 1024 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "head too large"));
+        }
+    }
+}
+
+/// The upstream: `GET /bytes/N` answers N zero bytes, anything else a
+/// 4-byte `pong`, on kept-alive connections.
+async fn serve_upstream(listener: TcpListener) {
+    while let Ok((mut stream, _)) = listener.accept().await {
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(async move {
+            let zeros = vec![0u8; CHUNK];
+            while let Ok((head, _)) = read_head(&mut stream).await {
+                let size = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|target| target.rsplit_once("/bytes/"))
+                    .and_then(|(_, n)| n.parse::<u64>().ok());
+                let result = match size {
+                    Some(mut left) => {
+                        let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {left}\r\n\r\n");
+                        let mut result = stream.write_all(head.as_bytes()).await;
+                        while left > 0 && result.is_ok() {
+                            let n = left.min(CHUNK as u64) as usize;
+                            result = stream.write_all(&zeros[..n]).await;
+                            left -= n as u64;
+                        }
+                        result
+                    }
+                    None => {
+                        stream
+                            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\n\r\npong")
+                            .await
+                    }
+                };
+                if result.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
