@@ -28,11 +28,29 @@ pub fn print() -> i32 {
         ),
         None => println!("cgroup v2            no"),
     }
-    // EBPF-DOCTOR: program type probes are wired in once the ebpf module lands.
-    let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), &host);
-    let missing: Vec<_> = guarantees.iter().filter(|g| !g.installed).collect();
-    for g in &missing {
-        println!("missing: {}: {}", g.name, g.reason);
+    for (program, loads) in crate::ebpf::probe_program_types() {
+        println!("bpf {program:<16} {}", if loads { "loads" } else { "refused" });
     }
-    i32::from(!missing.is_empty())
+    // What a strict run would get, for root and for an ordinary user.
+    let as_root = Host { root: true, cgroup_v2_writable: host.cgroup_v2.is_some(), ..host.clone() };
+    let as_user = Host { root: false, cgroup_v2_writable: host.root && false || (!host.root && host.cgroup_v2_writable), ..host.clone() };
+    let mut missing_now = 0;
+    for (who, view) in [("root", &as_root), ("ordinary user", &as_user)] {
+        let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), view);
+        let missing: Vec<_> = guarantees.iter().filter(|g| !g.installed).collect();
+        if missing.is_empty() {
+            println!("as {who:<14} every default guarantee installs");
+        }
+        for g in &missing {
+            println!("as {who:<14} missing {}: {}", g.name, g.reason);
+        }
+        println!(
+            "as {who:<14} eBPF capture and connect filtering: {}",
+            if view.root { "available (CAP_BPF)" } else { "not available (needs CAP_BPF): --log records no kernel events" }
+        );
+        if view.root == host.root {
+            missing_now = missing.len();
+        }
+    }
+    i32::from(missing_now > 0)
 }

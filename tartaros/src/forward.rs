@@ -1,10 +1,10 @@
 //! `--port N`: the sandbox has a private network namespace, so its loopback
 //! is its own. A granted port N is a gateway: the supervisor listens on
-//! 127.0.0.1:N *inside* the sandbox's namespace and relays each connection
-//! to 127.0.0.1:N of the host. Every relayed connection is a `connect`
+//! 127.0.0.1:N and [::1]:N *inside* the sandbox's namespace and relays each
+//! connection to the same address and port of the host. Every relayed connection is a `connect`
 //! effect in the log.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use tokio::net::{TcpListener, TcpStream};
@@ -12,9 +12,8 @@ use tokio::net::{TcpListener, TcpStream};
 use crate::events::{Effect, EffectSender};
 
 /// Relays connections accepted on `listener` (inside the sandbox) to
-/// `127.0.0.1:<port>` on the host, until the task is dropped.
-pub async fn relay(listener: TcpListener, port: u16, effects: EffectSender) {
-    let upstream = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+/// `upstream` on the host, until the task is dropped.
+pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
     loop {
         let Ok((mut inside, _)) = listener.accept().await else { continue };
         let effects = effects.clone();

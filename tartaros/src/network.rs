@@ -49,26 +49,28 @@ pub fn loopback_up() -> Result<(), NetworkError> {
     Ok(())
 }
 
-/// Creates TCP listeners inside the network namespace of process `pid`.
+/// Creates TCP listeners inside the network namespace of process `pid`;
+/// `None` for an address that cannot be bound there when `optional`.
 /// The work happens on a short-lived dedicated thread, because `setns`
 /// changes the namespace of the calling thread only and the supervisor's
 /// other threads must stay in the host namespace.
-pub fn listen_in_namespace_of(pid: i32, addrs: &[SocketAddr]) -> Result<Vec<TcpListener>, NetworkError> {
+pub fn listen_in_namespace_of(pid: i32, addrs: &[(SocketAddr, bool)]) -> Result<Vec<Option<TcpListener>>, NetworkError> {
     let ns_path = format!("/proc/{pid}/ns/net");
     let addrs = addrs.to_vec();
-    std::thread::spawn(move || -> Result<Vec<TcpListener>, NetworkError> {
+    std::thread::spawn(move || -> Result<Vec<Option<TcpListener>>, NetworkError> {
         let ns = std::fs::File::open(&ns_path).map_err(NetworkError::Enter)?;
         nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
             .map_err(|e| NetworkError::Enter(std::io::Error::from_raw_os_error(e as i32)))?;
         loopback_up()?;
         addrs
             .iter()
-            .map(|addr| {
-                let listener = TcpListener::bind(addr).map_err(|source| NetworkError::Bind { addr: *addr, source })?;
-                listener
-                    .set_nonblocking(true)
-                    .map_err(|source| NetworkError::Bind { addr: *addr, source })?;
-                Ok(listener)
+            .map(|(addr, optional)| {
+                let bound = TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
+                match bound {
+                    Ok(listener) => Ok(Some(listener)),
+                    Err(_) if *optional => Ok(None),
+                    Err(source) => Err(NetworkError::Bind { addr: *addr, source }),
+                }
             })
             .collect()
     })

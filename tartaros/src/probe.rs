@@ -27,17 +27,11 @@ impl Host {
         let cgroup_v2 = crate::cgroup::v2_mount();
         let cgroup_v2_writable = crate::cgroup::own_v2_dir()
             .is_some_and(|dir| nix::unistd::access(&dir, nix::unistd::AccessFlags::W_OK).is_ok());
-        let cgroup_kill = cgroup_v2.as_ref().is_some_and(|m| {
-            std::fs::read_dir(m)
-                .ok()
-                .and_then(|mut entries| {
-                    entries.find_map(|e| {
-                        let p = e.ok()?.path();
-                        p.join("cgroup.kill").exists().then_some(())
-                    })
-                })
-                .is_some()
-        });
+        let kernel = nix::sys::utsname::uname()
+            .map(|u| u.release().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        // cgroup.kill exists in every non-root cgroup since Linux 5.14.
+        let cgroup_kill = cgroup_v2.is_some() && kernel_at_least(&kernel, 5, 14);
         Self {
             landlock_abi: crate::landlock::host_abi(),
             // SAFETY: PR_GET_SECCOMP takes no memory.
@@ -50,11 +44,16 @@ impl Host {
             cgroup_v2_writable,
             cgroup_kill,
             root: nix::unistd::geteuid().is_root(),
-            kernel: nix::sys::utsname::uname()
-                .map(|u| u.release().to_string_lossy().into_owned())
-                .unwrap_or_default(),
+            kernel,
         }
     }
+}
+
+/// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
+pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    found >= (major, minor)
 }
 
 /// One promise the run makes, and whether this host keeps it.
@@ -141,6 +140,13 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kernel_versions_compare() {
+        assert!(kernel_at_least("6.18.44-fc-v669", 5, 14));
+        assert!(!kernel_at_least("5.10.0", 5, 14));
+        assert!(kernel_at_least("5.14", 5, 14));
+    }
 
     #[test]
     fn missing_landlock_is_a_missing_guarantee() {

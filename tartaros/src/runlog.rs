@@ -68,6 +68,17 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
         }
         for effect in batch {
             let kind = effect.kind;
+            // Producers report lost events in-band, as a `gap` effect.
+            if kind == "gap" {
+                let count = effect.fields.get("count").and_then(Value::as_u64).unwrap_or(0);
+                let lost_kind = effect.fields.get("lost_kind").and_then(Value::as_str).unwrap_or("unknown");
+                if count > 0
+                    && let Err(e) = writer.gap(count, lost_kind)
+                {
+                    eprintln!("tartaros: failed to log a gap record: {e}");
+                }
+                continue;
+            }
             if let Err(e) = writer.append(kind, to_record(effect)) {
                 eprintln!("tartaros: failed to log a {kind} record: {e}");
                 refused += 1;

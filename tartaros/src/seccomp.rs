@@ -140,7 +140,6 @@ macro_rules! named {
     };
 }
 named! {
-    PTRACE_ATTACH = 16; PTRACE_SEIZE = 0x4206;
     CLONE_NEWTIME = 0x80; CLONE_NEWNS = 0x2_0000; CLONE_NEWCGROUP = 0x200_0000;
     CLONE_NEWUTS = 0x400_0000; CLONE_NEWIPC = 0x800_0000; CLONE_NEWUSER = 0x1000_0000;
     CLONE_NEWPID = 0x2000_0000; CLONE_NEWNET = 0x4000_0000;
@@ -218,8 +217,6 @@ const WHY_URING: &str =
     "does I/O through no syscall seccomp sees, frequent kernel bugs; tools fall back to syscalls";
 const WHY_CLOCK: &str =
     "sets the host clock (skewing the log's wall time); adjtimex's read-only mode is in a struct";
-const WHY_PTRACE: &str = "attaching to a process the agent did not start (the unfiltered init, \
-    a same-uid host process) acts outside every wall; PTRACE_TRACEME debugging keeps working";
 const WHY_NS: &str = "new namespaces: a user namespace grants capabilities and a large kernel \
     attack surface; the others need capabilities the agent lacks";
 const WHY_CLONE3: &str = "its flags sit in a struct seccomp cannot read; ENOSYS makes glibc and \
@@ -286,9 +283,9 @@ fn default_rules() -> Vec<Rule> {
     use ArgTest::{Eq, HasBits, Ne, NotIn};
     use Tier::Default as D;
     let mut r = Vec::new();
-    for req in [PTRACE_ATTACH, PTRACE_SEIZE] {
-        r.push(deny("ptrace", vec![arg(0, "request", Eq(req))], D, WHY_PTRACE));
-    }
+    // ptrace stays open by default: the agent may debug its own processes
+    // (gdb, strace). Landlock refuses tracing outside the agent's domain
+    // (the init), and the supervisor is not in the agent's PID namespace.
     r.extend(expand(DEFAULT_ALWAYS, D));
     for flag in NS_FLAGS {
         r.push(deny("unshare", vec![arg(0, "flags", HasBits(flag))], D, WHY_NS));
@@ -615,9 +612,7 @@ mod tests {
     #[test]
     fn constants_match_libc() {
         use libc as c;
-        let pairs: [(Named, i64); 19] = [
-            (PTRACE_ATTACH, c::PTRACE_ATTACH.into()),
-            (PTRACE_SEIZE, c::PTRACE_SEIZE.into()),
+        let pairs: [(Named, i64); 17] = [
             (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
             (CLONE_NEWNS, c::CLONE_NEWNS.into()),
             (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -697,8 +692,6 @@ mod tests {
             assert!(has(&rules, &format!("{name} -> EPERM")), "{name} missing");
         }
         for text in [
-            "ptrace if request == PTRACE_ATTACH -> EPERM",
-            "ptrace if request == PTRACE_SEIZE -> EPERM",
             "unshare if flags has CLONE_NEWUSER -> EPERM",
             "unshare if flags has CLONE_NEWTIME -> EPERM",
             "clone if flags has CLONE_NEWUSER -> EPERM",

@@ -373,17 +373,24 @@ fn open_gateways(
     if ports.is_empty() {
         return Ok(Vec::new());
     }
-    let addrs: Vec<std::net::SocketAddr> = ports
+    // IPv4 is required; IPv6 loopback only where the kernel has it.
+    let addrs: Vec<(std::net::SocketAddr, bool)> = ports
         .iter()
-        .map(|p| std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)))
+        .flat_map(|p| {
+            [
+                (std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)), false),
+                (std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *p)), true),
+            ]
+        })
         .collect();
     let listeners = crate::network::listen_in_namespace_of(pid, &addrs).map_err(|e| e.to_string())?;
     listeners
         .into_iter()
-        .zip(ports)
-        .map(|(listener, port)| {
+        .zip(addrs)
+        .filter_map(|(listener, (addr, _))| listener.map(|l| (l, addr)))
+        .map(|(listener, addr)| {
             let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            Ok(tokio::spawn(crate::forward::relay(listener, *port, effects.clone())))
+            Ok(tokio::spawn(crate::forward::relay(listener, addr, effects.clone())))
         })
         .collect()
 }

@@ -155,7 +155,12 @@ attempt('environ-host', lambda: open('/proc/{me}/environ').read())
 attempt('kill-init', lambda: os.kill(1, signal.SIGTERM))
 attempt('kill-host', lambda: os.kill({me}, 0))
 attempt('control-environ', lambda: open('/proc/self/environ').read())
-attempt('control-kill', lambda: os.kill(os.getpid(), 0))"
+attempt('control-kill', lambda: os.kill(os.getpid(), 0))
+child = os.fork()
+if child == 0:
+    import time; time.sleep(5); os._exit(0)
+attempt('control-ptrace-own-child', lambda: checked(libc.ptrace(PTRACE_ATTACH, child, 0, 0)))
+os.kill(child, signal.SIGKILL)"
         ),
     );
     expect(&out, "ptrace-init", "EPERM");
@@ -167,6 +172,7 @@ attempt('control-kill', lambda: os.kill(os.getpid(), 0))"
     expect(&out, "kill-host", "ESRCH");
     expect(&out, "control-environ", "OK");
     expect(&out, "control-kill", "OK");
+    expect(&out, "control-ptrace-own-child", "OK");
 }
 
 #[test]

@@ -297,15 +297,15 @@ const MUST_SUCCEED: &[&str] = &[
 ];
 #[rustfmt::skip]
 const STRICT_ONLY: &[&str] = &[
-    "ptrace_traceme", "personality_no_random", "memfd_exec", "socket_netlink", "prctl_set_mm",
-    "chroot", "fanotify_init", "kcmp", "migrate_pages", "move_pages",
+    "ptrace_traceme", "ptrace_attach", "ptrace_seize", "personality_no_random", "memfd_exec",
+    "socket_netlink", "prctl_set_mm", "chroot", "fanotify_init", "kcmp", "migrate_pages", "move_pages",
 ];
 const DENY_UNIX_ONLY: &[&str] = &["socket_unix"];
 /// Denied probes that, run as root without the filter, do not fail with the
 /// filter's errno on any sane host: they prove the errno came from the filter.
 #[rustfmt::skip]
 const DISCRIMINATING: &[&str] = &[
-    "ptrace_attach", "ptrace_seize", "process_vm_readv", "mount", "umount2", "pivot_root",
+    "process_vm_readv", "mount", "umount2", "pivot_root",
     "unshare_newuser", "unshare_newns", "clone_newuser", "clone_newnet", "clone3", "keyctl",
     "request_key", "setns", "socket_packet", "socket_packet_high", "socket_inet_raw",
     "socket_inet_raw_flags", "socket_inet_packet", "ioctl_tiocsti", "ioctl_tiocsti_high",
