@@ -12,23 +12,40 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
-    #[error("failed to find a cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo); mount one at /sys/fs/cgroup")]
+    #[error(
+        "failed to find a cgroup v2 hierarchy (no cgroup2 mount in /proc/self/mountinfo); mount one at /sys/fs/cgroup"
+    )]
     NoHierarchy,
-    #[error("failed to create the run's cgroup {path}: {source}; run as root or delegate a cgroup subtree to this user")]
-    Create { path: PathBuf, source: std::io::Error },
+    #[error(
+        "failed to create the run's cgroup {path}: {source}; run as root or delegate a cgroup subtree to this user"
+    )]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to open the run's cgroup {path}: {source}")]
-    Open { path: PathBuf, source: std::io::Error },
-    #[error("failed to empty the run's cgroup {path}: processes are still alive after {waited_ms} ms")]
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "failed to empty the run's cgroup {path}: processes are still alive after {waited_ms} ms"
+    )]
     NotEmpty { path: PathBuf, waited_ms: u128 },
     #[error("failed to remove the run's cgroup {path}: {source}")]
-    Remove { path: PathBuf, source: std::io::Error },
+    Remove {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("failed to set {what} ({path}): {source}")]
     Limit {
         what: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("failed to limit {0}: no cgroup controller for it on this host (neither cgroup v2 nor a v1 hierarchy has it)")]
+    #[error(
+        "failed to limit {0}: no cgroup controller for it on this host (neither cgroup v2 nor a v1 hierarchy has it)"
+    )]
     NoController(&'static str),
 }
 
@@ -65,10 +82,11 @@ pub fn find_controller(name: &str) -> Option<Controller> {
             return None;
         }
         let options = right.nth(1)?;
-        options
-            .split(',')
-            .any(|o| o == name)
-            .then(|| left.split_whitespace().nth(4).map(|p| Controller::V1(PathBuf::from(p))))?
+        options.split(',').any(|o| o == name).then(|| {
+            left.split_whitespace()
+                .nth(4)
+                .map(|p| Controller::V1(PathBuf::from(p)))
+        })?
     })
 }
 
@@ -143,33 +161,46 @@ impl RunCgroup {
             .unwrap_or_default();
         let wanted = [
             ("pids", "pids.max", "memory.max", limits.max_procs),
-            ("memory", "memory.max", "memory.limit_in_bytes", limits.max_memory),
+            (
+                "memory",
+                "memory.max",
+                "memory.limit_in_bytes",
+                limits.max_memory,
+            ),
         ];
         for (controller, v2_file, v1_memory_file, value) in wanted {
             let Some(value) = value else { continue };
-            let file = match find_controller(controller).ok_or(CgroupError::NoController(controller))? {
-                Controller::V2 => {
-                    let parent = self.path.parent().unwrap_or(Path::new("/"));
-                    write_limit(&parent.join("cgroup.subtree_control"), &format!("+{controller}"), controller)?;
-                    self.path.join(v2_file)
-                }
-                Controller::V1(mount) => {
-                    let dir = mount.join(&name);
-                    std::fs::create_dir(&dir).map_err(|source| CgroupError::Create {
-                        path: dir.clone(),
-                        source,
-                    })?;
-                    self.v1.push(dir.clone());
-                    if controller == "pids" {
-                        dir.join("pids.max")
-                    } else {
-                        // Without a swap limit the memory limit could be
-                        // sidestepped by swapping; set it where it exists.
-                        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), value.to_string());
-                        dir.join(v1_memory_file)
+            let file =
+                match find_controller(controller).ok_or(CgroupError::NoController(controller))? {
+                    Controller::V2 => {
+                        let parent = self.path.parent().unwrap_or(Path::new("/"));
+                        write_limit(
+                            &parent.join("cgroup.subtree_control"),
+                            &format!("+{controller}"),
+                            controller,
+                        )?;
+                        self.path.join(v2_file)
                     }
-                }
-            };
+                    Controller::V1(mount) => {
+                        let dir = mount.join(&name);
+                        std::fs::create_dir(&dir).map_err(|source| CgroupError::Create {
+                            path: dir.clone(),
+                            source,
+                        })?;
+                        self.v1.push(dir.clone());
+                        if controller == "pids" {
+                            dir.join("pids.max")
+                        } else {
+                            // Without a swap limit the memory limit could be
+                            // sidestepped by swapping; set it where it exists.
+                            let _ = std::fs::write(
+                                dir.join("memory.memsw.limit_in_bytes"),
+                                value.to_string(),
+                            );
+                            dir.join(v1_memory_file)
+                        }
+                    }
+                };
             write_limit(&file, &value.to_string(), controller)?;
         }
         Ok(())
@@ -178,7 +209,11 @@ impl RunCgroup {
     /// Moves `pid` (the init, before it forks) into the v1 limit cgroups.
     pub fn join_v1(&self, pid: i32) -> Result<(), CgroupError> {
         for dir in &self.v1 {
-            write_limit(&dir.join("cgroup.procs"), &pid.to_string(), "cgroup membership")?;
+            write_limit(
+                &dir.join("cgroup.procs"),
+                &pid.to_string(),
+                "cgroup membership",
+            )?;
         }
         Ok(())
     }
@@ -228,7 +263,10 @@ pub fn remove_v1(dir: &Path, timeout: Duration) {
     while dir.exists() && std::fs::remove_dir(dir).is_err() && start.elapsed() < timeout {
         if let Ok(list) = std::fs::read_to_string(dir.join("cgroup.procs")) {
             for pid in list.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -286,7 +324,10 @@ fn kill_each(path: &Path) {
     for procs in walk(path) {
         if let Ok(list) = std::fs::read_to_string(procs.join("cgroup.procs")) {
             for pid in list.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
             }
         }
     }

@@ -12,7 +12,11 @@ use crate::policy::{ConfigFile, FlagPolicy, ReadScope};
 use crate::supervisor::{RunRequest, run};
 
 #[derive(Debug, Parser)]
-#[command(name = "tartaros", version, about = "A sandbox for AI coding agents, with a verifiable effect log")]
+#[command(
+    name = "tartaros",
+    version,
+    about = "A sandbox for AI coding agents, with a verifiable effect log"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -21,7 +25,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run a command in the sandbox: `tartaros run [flags] -- cmd args...`
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print what this host can enforce.
     Doctor,
     /// Verify or read an effect log.
@@ -120,7 +124,9 @@ pub enum LogCommand {
 fn parse_size(raw: &str) -> Result<u64, String> {
     let raw = raw.trim();
     let (digits, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
-    let n: u64 = digits.parse().map_err(|_| format!("{raw:?} is not a size; write e.g. 512M"))?;
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{raw:?} is not a size; write e.g. 512M"))?;
     let shift = match unit.to_ascii_uppercase().as_str() {
         "" | "B" => 0,
         "K" | "KB" | "KIB" => 10,
@@ -145,9 +151,18 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;
-            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+            if matches!(
+                e.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
                 let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { exit::REFUSED } else { 0 };
+                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    exit::REFUSED
+                } else {
+                    0
+                };
             }
             let rendered = e.render().to_string();
             let first = rendered.lines().next().unwrap_or("invalid arguments");
@@ -155,15 +170,26 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         }
     };
     match cli.command {
-        Command::Run(args) => run_command(args),
+        Command::Run(args) => run_command(*args),
         Command::Doctor => crate::doctor::print(),
         Command::Log(LogCommand::Verify { file }) => {
             let verdict = crate::effectlog::verify_file(&file);
             println!("{}", verdict.message);
             i32::from(verdict.code)
         }
-        Command::Log(LogCommand::Show { file, kind, denied, pid, tree }) => {
-            let options = crate::effectlog::ShowOptions { kind, denied, pid, tree };
+        Command::Log(LogCommand::Show {
+            file,
+            kind,
+            denied,
+            pid,
+            tree,
+        }) => {
+            let options = crate::effectlog::ShowOptions {
+                kind,
+                denied,
+                pid,
+                tree,
+            };
             match crate::effectlog::show(&file, &options, &mut std::io::stdout().lock()) {
                 Ok(()) => 0,
                 Err(e) => fail(1, e),
@@ -175,7 +201,14 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
 fn run_command(args: RunArgs) -> i32 {
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
-        Err(e) => return fail(exit::REFUSED, format!("failed to read the working directory: {e}; run from an existing directory")),
+        Err(e) => {
+            return fail(
+                exit::REFUSED,
+                format!(
+                    "failed to read the working directory: {e}; run from an existing directory"
+                ),
+            );
+        }
     };
     let file = match &args.config {
         Some(path) => match ConfigFile::load(path) {
@@ -218,7 +251,10 @@ fn run_command(args: RunArgs) -> i32 {
     {
         return fail(
             exit::REFUSED,
-            format!("--log {} already exists; choose a new file (the log is append-only and never overwritten)", log.display()),
+            format!(
+                "--log {} already exists; choose a new file (the log is append-only and never overwritten)",
+                log.display()
+            ),
         );
     }
     // Forked while we are still single-threaded, before the runtime.
@@ -229,9 +265,17 @@ fn run_command(args: RunArgs) -> i32 {
             None
         }
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
-        Err(e) => return fail(exit::START_FAILURE, format!("failed to start the async runtime: {e}")),
+        Err(e) => {
+            return fail(
+                exit::START_FAILURE,
+                format!("failed to start the async runtime: {e}"),
+            );
+        }
     };
     let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
     let request = RunRequest {

@@ -11,7 +11,10 @@ pub enum CredentialsError {
     #[error("failed to look up user {name:?}: {source}")]
     Lookup { name: String, source: nix::Error },
     #[error("failed to {what}: {source}")]
-    Drop { what: &'static str, source: nix::Error },
+    Drop {
+        what: &'static str,
+        source: nix::Error,
+    },
 }
 
 /// The identity the agent gets.
@@ -79,7 +82,9 @@ pub fn drop_to(identity: Identity, in_user_namespace: bool) -> Result<(), Creden
             let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
             // EINVAL: a capability this kernel does not know; nothing to drop.
             if rc != 0 && nix::errno::Errno::last() != nix::errno::Errno::EINVAL {
-                return Err(fail("drop the capability bounding set")(nix::errno::Errno::last()));
+                return Err(fail("drop the capability bounding set")(
+                    nix::errno::Errno::last(),
+                ));
             }
         }
         let gid = Gid::from_raw(identity.gid);
@@ -103,7 +108,9 @@ pub fn drop_to(identity: Identity, in_user_namespace: bool) -> Result<(), Creden
         )
     };
     if rc != 0 {
-        return Err(fail("clear the ambient capabilities")(nix::errno::Errno::last()));
+        return Err(fail("clear the ambient capabilities")(
+            nix::errno::Errno::last(),
+        ));
     }
     clear_capabilities().map_err(fail("clear the remaining capabilities"))?;
     // SAFETY: PR_SET_NO_NEW_PRIVS takes plain integers.
@@ -165,9 +172,18 @@ mod tests {
             "SUDO_GID" => Some("1001".to_string()),
             _ => None,
         };
-        assert_eq!(choose(None, root, &sudo).unwrap(), Identity { uid: 1000, gid: 1001 });
+        assert_eq!(
+            choose(None, root, &sudo).unwrap(),
+            Identity {
+                uid: 1000,
+                gid: 1001
+            }
+        );
         assert_eq!(choose(None, root, &|_| None).unwrap(), NOBODY);
-        let user = Identity { uid: 1000, gid: 1000 };
+        let user = Identity {
+            uid: 1000,
+            gid: 1000,
+        };
         assert_eq!(choose(None, user, &|_| None).unwrap(), user);
     }
 

@@ -13,7 +13,11 @@ pub fn print() -> i32 {
     match host.landlock_abi {
         Some(abi) => println!(
             "landlock             ABI {abi}{}",
-            if abi >= crate::landlock::MIN_FULL_ABI { "" } else { " (too old: writes not fully confined)" }
+            if abi >= crate::landlock::MIN_FULL_ABI {
+                ""
+            } else {
+                " (too old: writes not fully confined)"
+            }
         ),
         None => println!("landlock             no (needs Linux 5.13+ with lsm=landlock)"),
     }
@@ -29,11 +33,23 @@ pub fn print() -> i32 {
         None => println!("cgroup v2            no"),
     }
     for (program, loads) in crate::ebpf::probe_program_types() {
-        println!("bpf {program:<16} {}", if loads { "loads" } else { "refused" });
+        println!(
+            "bpf {program:<16} {}",
+            if loads { "loads" } else { "refused" }
+        );
     }
     // What a strict run would get, for root and for an ordinary user.
-    let as_root = Host { root: true, cgroup_v2_writable: host.cgroup_v2.is_some(), ..host.clone() };
-    let as_user = Host { root: false, cgroup_v2_writable: host.root && false || (!host.root && host.cgroup_v2_writable), ..host.clone() };
+    let as_root = Host {
+        root: true,
+        cgroup_v2_writable: host.cgroup_v2.is_some(),
+        ..host.clone()
+    };
+    // Root's view of cgroup writability says nothing about a user's.
+    let as_user = Host {
+        root: false,
+        cgroup_v2_writable: !host.root && host.cgroup_v2_writable,
+        ..host.clone()
+    };
     let mut missing_now = 0;
     for (who, view) in [("root", &as_root), ("ordinary user", &as_user)] {
         let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), view);
@@ -46,7 +62,11 @@ pub fn print() -> i32 {
         }
         println!(
             "as {who:<14} eBPF capture and connect filtering: {}",
-            if view.root { "available (CAP_BPF)" } else { "not available (needs CAP_BPF): --log records no kernel events" }
+            if view.root {
+                "available (CAP_BPF)"
+            } else {
+                "not available (needs CAP_BPF): --log records no kernel events"
+            }
         );
         if view.root == host.root {
             missing_now = missing.len();

@@ -14,11 +14,14 @@ pub fn agent_env(policy: &Policy, launcher: &[(String, String)]) -> Vec<(String,
         .broker
         .iter()
         .flat_map(|b| {
-            std::iter::once(b.token_env.as_str()).chain(b.capabilities.iter().map(|c| c.value_env.as_str()))
+            std::iter::once(b.token_env.as_str())
+                .chain(b.capabilities.iter().map(|c| c.value_env.as_str()))
         })
         .collect();
     let wanted = |name: &str| {
-        policy.inherit_env || MINIMAL.contains(&name) || policy.env_passthrough.iter().any(|n| n == name)
+        policy.inherit_env
+            || MINIMAL.contains(&name)
+            || policy.env_passthrough.iter().any(|n| n == name)
     };
     let mut env: Vec<(String, String)> = launcher
         .iter()
@@ -38,10 +41,16 @@ mod tests {
     use crate::policy::BrokerConfig;
 
     fn launcher() -> Vec<(String, String)> {
-        [("PATH", "/bin"), ("HOME", "/h"), ("AWS_SECRET", "s3cr3t"), ("TOK", "t0k"), ("EDITOR", "vi")]
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        [
+            ("PATH", "/bin"),
+            ("HOME", "/h"),
+            ("AWS_SECRET", "s3cr3t"),
+            ("TOK", "t0k"),
+            ("EDITOR", "vi"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
     }
 
     #[test]

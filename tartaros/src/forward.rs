@@ -15,7 +15,9 @@ use crate::events::{Effect, EffectSender};
 /// `upstream` on the host, until the task is dropped.
 pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
     loop {
-        let Ok((mut inside, _)) = listener.accept().await else { continue };
+        let Ok((mut inside, _)) = listener.accept().await else {
+            continue;
+        };
         let effects = effects.clone();
         tokio::spawn(async move {
             let started = Instant::now();

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 
-use nix::sys::signal::{SigSet, Signal, SigmaskHow, kill, sigprocmask};
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, kill, sigprocmask};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
@@ -114,7 +114,12 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // SAFETY: this process is single-threaded (a fresh exec, no runtime), so
     // the child may run ordinary Rust code.
     let agent = match unsafe { fork() } {
-        Err(e) => return Err(failure(exit::START_FAILURE, format!("failed to fork the agent: {e}"))),
+        Err(e) => {
+            return Err(failure(
+                exit::START_FAILURE,
+                format!("failed to fork the agent: {e}"),
+            ));
+        }
         Ok(ForkResult::Child) => {
             drop(error_read);
             let failed = become_agent(&plan, landlock, seccomp.as_ref());
@@ -132,7 +137,10 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     if !exec_error.is_empty() {
         let _ = waitpid(agent, None);
         let (code, message) = exec_error.split_once('\t').unwrap_or(("125", &exec_error));
-        return Err(failure(code.parse().unwrap_or(exit::START_FAILURE), message));
+        return Err(failure(
+            code.parse().unwrap_or(exit::START_FAILURE),
+            message,
+        ));
     }
     let _ = report.write_all(&Report::Started.to_line());
 
@@ -153,7 +161,10 @@ fn become_agent(
 ) -> Failure {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     if let Err(e) = nix::unistd::setsid() {
-        return failure(exit::START_FAILURE, format!("failed to start a new session: {e}"));
+        return failure(
+            exit::START_FAILURE,
+            format!("failed to start a new session: {e}"),
+        );
     }
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
@@ -161,7 +172,14 @@ fn become_agent(
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()
     {
-        return failure(if plan.strict { exit::REFUSED } else { exit::START_FAILURE }, e);
+        return failure(
+            if plan.strict {
+                exit::REFUSED
+            } else {
+                exit::START_FAILURE
+            },
+            e,
+        );
     }
     if let Err(e) = nix::unistd::chdir(&plan.cwd) {
         return failure(
@@ -174,11 +192,28 @@ fn become_agent(
         );
     }
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only flags descriptors.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
 
-    let argv: Vec<std::ffi::CString> = match plan.argv.iter().map(|a| std::ffi::CString::new(a.as_bytes())).collect() {
+    let argv: Vec<std::ffi::CString> = match plan
+        .argv
+        .iter()
+        .map(|a| std::ffi::CString::new(a.as_bytes()))
+        .collect()
+    {
         Ok(argv) => argv,
-        Err(e) => return failure(exit::CANNOT_EXECUTE, format!("failed to pass the command: {e}")),
+        Err(e) => {
+            return failure(
+                exit::CANNOT_EXECUTE,
+                format!("failed to pass the command: {e}"),
+            );
+        }
     };
     let env: Vec<std::ffi::CString> = plan
         .env
@@ -191,7 +226,14 @@ fn become_agent(
     if let Some(filter) = seccomp
         && let Err(e) = crate::seccomp::install(filter)
     {
-        return failure(if plan.strict { exit::REFUSED } else { exit::START_FAILURE }, e);
+        return failure(
+            if plan.strict {
+                exit::REFUSED
+            } else {
+                exit::START_FAILURE
+            },
+            e,
+        );
     }
     let errno = match nix::unistd::execvpe(program, &argv, &env) {
         Err(errno) => errno,
@@ -199,8 +241,14 @@ fn become_agent(
     };
     let name = &plan.argv[0];
     match errno {
-        nix::errno::Errno::ENOENT => failure(exit::NOT_FOUND, format!("{name}: command not found in the sandbox")),
-        other => failure(exit::CANNOT_EXECUTE, format!("{name}: cannot execute: {}", other.desc())),
+        nix::errno::Errno::ENOENT => failure(
+            exit::NOT_FOUND,
+            format!("{name}: command not found in the sandbox"),
+        ),
+        other => failure(
+            exit::CANNOT_EXECUTE,
+            format!("{name}: cannot execute: {}", other.desc()),
+        ),
     }
 }
 
@@ -217,10 +265,16 @@ fn supervise(agent: Pid, signals: &SigSet) -> Report {
         loop {
             match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                 Ok(WaitStatus::Exited(pid, code)) if pid == agent => {
-                    return Report::Exited { code: Some(code), signal: None };
+                    return Report::Exited {
+                        code: Some(code),
+                        signal: None,
+                    };
                 }
                 Ok(WaitStatus::Signaled(pid, signal, _)) if pid == agent => {
-                    return Report::Exited { code: None, signal: Some(signal as i32) };
+                    return Report::Exited {
+                        code: None,
+                        signal: Some(signal as i32),
+                    };
                 }
                 // An agent that asked to be traced (PTRACE_TRACEME) stops
                 // for us on every signal; let it go on with that signal.

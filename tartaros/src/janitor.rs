@@ -28,7 +28,8 @@ impl Janitor {
     /// Forks the janitor. Must be called while the process has a single
     /// thread (before the tokio runtime starts): the child runs Rust code.
     pub fn fork() -> Result<Self, JanitorError> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(JanitorError::Fork)?;
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(JanitorError::Fork)?;
         // SAFETY: the process is single-threaded here (documented contract,
         // called from the CLI before the runtime is built).
         match unsafe { nix::unistd::fork() }.map_err(JanitorError::Fork)? {
@@ -40,7 +41,9 @@ impl Janitor {
             }
             nix::unistd::ForkResult::Parent { .. } => {
                 drop(read);
-                Ok(Self { pipe: File::from(write) })
+                Ok(Self {
+                    pipe: File::from(write),
+                })
             }
         }
     }

@@ -26,7 +26,9 @@ pub enum LandlockError {
         path: PathBuf,
         source: landlock::PathFdError,
     },
-    #[error("failed to enforce Landlock fully (status {0:?}); this kernel lacks the ABI the policy needs — run without --strict to degrade")]
+    #[error(
+        "failed to enforce Landlock fully (status {0:?}); this kernel lacks the ABI the policy needs — run without --strict to degrade"
+    )]
     NotEnforced(String),
 }
 
@@ -142,9 +144,15 @@ pub fn prepare(plan: &LandlockPlan, required: bool) -> Result<Prepared, Landlock
         for path in paths {
             // A granted path that does not exist (no /lib32 here) has
             // nothing to grant.
-            let Ok(meta) = std::fs::metadata(path) else { continue };
+            let Ok(meta) = std::fs::metadata(path) else {
+                continue;
+            };
             // Directory-only rights on a file are an error, not a no-op.
-            let access = if meta.is_dir() { access } else { access & AccessFs::from_file(abi) };
+            let access = if meta.is_dir() {
+                access
+            } else {
+                access & AccessFs::from_file(abi)
+            };
             let fd = PathFd::new(path).map_err(|source| LandlockError::Open {
                 path: path.clone(),
                 source,
@@ -204,7 +212,12 @@ mod tests {
         for needed in ["/usr", "/etc", "/work", "/opt/tool", "/tmp"] {
             assert!(plan.read.contains(&PathBuf::from(needed)), "{needed}");
         }
-        assert!(!plan.read.iter().any(|p| p.starts_with("/root") || p.starts_with("/home")));
+        assert!(
+            !plan
+                .read
+                .iter()
+                .any(|p| p.starts_with("/root") || p.starts_with("/home"))
+        );
         assert!(plan.write.contains(&PathBuf::from("/tmp")));
     }
 }

@@ -134,8 +134,14 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
         match op {
             MountOp::MakePrivate => {
                 let root = Path::new("/");
-                mount(NONE, root, NONE, MsFlags::MS_REC | MsFlags::MS_PRIVATE, NONE)
-                    .map_err(fail("make private the mounts under", root))?;
+                mount(
+                    NONE,
+                    root,
+                    NONE,
+                    MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+                    NONE,
+                )
+                .map_err(fail("make private the mounts under", root))?;
             }
             MountOp::PrivateTmp { keep } => {
                 let tmp = Path::new("/tmp");
@@ -158,9 +164,16 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                         path: path.clone(),
                         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
                     })?;
-                    let source = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-                    mount(Some(source.as_str()), path.as_path(), NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE)
-                        .map_err(fail("keep in the private /tmp", &path))?;
+                    let source =
+                        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
+                    mount(
+                        Some(source.as_str()),
+                        path.as_path(),
+                        NONE,
+                        MsFlags::MS_BIND | MsFlags::MS_REC,
+                        NONE,
+                    )
+                    .map_err(fail("keep in the private /tmp", &path))?;
                 }
             }
             MountOp::FreshProc => {
@@ -170,8 +183,14 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
             }
             MountOp::Pin(path) => {
                 // Recursive, so mounts already below the pinned directory stay visible.
-                mount(Some(path.as_path()), path.as_path(), NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE)
-                    .map_err(fail("pin", path))?;
+                mount(
+                    Some(path.as_path()),
+                    path.as_path(),
+                    NONE,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    NONE,
+                )
+                .map_err(fail("pin", path))?;
             }
             MountOp::DenyReadDir(path) => {
                 mount(
@@ -190,8 +209,14 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 remount_read_only(path, LOCKED_DOWN)?;
             }
             MountOp::DenyWrite(path) => {
-                mount(Some(path.as_path()), path.as_path(), NONE, MsFlags::MS_BIND | MsFlags::MS_REC, NONE)
-                    .map_err(fail("bind the write-denied path", path))?;
+                mount(
+                    Some(path.as_path()),
+                    path.as_path(),
+                    NONE,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    NONE,
+                )
+                .map_err(fail("bind the write-denied path", path))?;
                 remount_read_only(path, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
             }
         }
@@ -259,11 +284,26 @@ mod tests {
         assert!(ops.contains(&MountOp::DenyWrite("/work/a/b/.env".into())));
         assert!(ops.contains(&MountOp::Pin("/work/a".into())));
         assert!(ops.contains(&MountOp::Pin("/work/a/b".into())));
-        assert!(!ops.contains(&MountOp::Pin("/work".into())), "root's parent is not writable");
-        assert!(!ops.iter().any(|op| matches!(op, MountOp::DenyWrite(p) if p.starts_with("/etc"))));
-        let pin = ops.iter().position(|op| matches!(op, MountOp::Pin(_))).unwrap();
-        let deny = ops.iter().position(|op| matches!(op, MountOp::DenyWrite(_))).unwrap();
-        assert!(pin < deny, "pins go first so a deny cannot be hidden by them");
+        assert!(
+            !ops.contains(&MountOp::Pin("/work".into())),
+            "root's parent is not writable"
+        );
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, MountOp::DenyWrite(p) if p.starts_with("/etc")))
+        );
+        let pin = ops
+            .iter()
+            .position(|op| matches!(op, MountOp::Pin(_)))
+            .unwrap();
+        let deny = ops
+            .iter()
+            .position(|op| matches!(op, MountOp::DenyWrite(_)))
+            .unwrap();
+        assert!(
+            pin < deny,
+            "pins go first so a deny cannot be hidden by them"
+        );
     }
 
     #[test]

@@ -54,7 +54,10 @@ pub fn loopback_up() -> Result<(), NetworkError> {
 /// The work happens on a short-lived dedicated thread, because `setns`
 /// changes the namespace of the calling thread only and the supervisor's
 /// other threads must stay in the host namespace.
-pub fn listen_in_namespace_of(pid: i32, addrs: &[(SocketAddr, bool)]) -> Result<Vec<Option<TcpListener>>, NetworkError> {
+pub fn listen_in_namespace_of(
+    pid: i32,
+    addrs: &[(SocketAddr, bool)],
+) -> Result<Vec<Option<TcpListener>>, NetworkError> {
     let ns_path = format!("/proc/{pid}/ns/net");
     let addrs = addrs.to_vec();
     std::thread::spawn(move || -> Result<Vec<Option<TcpListener>>, NetworkError> {
@@ -65,11 +68,15 @@ pub fn listen_in_namespace_of(pid: i32, addrs: &[(SocketAddr, bool)]) -> Result<
         addrs
             .iter()
             .map(|(addr, optional)| {
-                let bound = TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
+                let bound =
+                    TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
                 match bound {
                     Ok(listener) => Ok(Some(listener)),
                     Err(_) if *optional => Ok(None),
-                    Err(source) => Err(NetworkError::Bind { addr: *addr, source }),
+                    Err(source) => Err(NetworkError::Bind {
+                        addr: *addr,
+                        source,
+                    }),
                 }
             })
             .collect()

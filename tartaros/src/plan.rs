@@ -73,7 +73,10 @@ pub enum Report {
     /// the exit status to use (125, 126, 127 or 78).
     Failed { code: i32, message: String },
     /// The agent exited with `code` or died of `signal`.
-    Exited { code: Option<i32>, signal: Option<i32> },
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
 }
 
 impl Report {
@@ -105,7 +108,10 @@ mod tests {
             user_namespace: false,
             mounts: vec![MountOp::MakePrivate],
             landlock: None,
-            seccomp: Some(SeccompPlan { strict: false, deny_unix: true }),
+            seccomp: Some(SeccompPlan {
+                strict: false,
+                deny_unix: true,
+            }),
             strict: true,
         };
         let mut buf = Vec::new();
@@ -113,7 +119,13 @@ mod tests {
         let back = Plan::receive(&buf[..]).unwrap();
         assert_eq!(back.argv, plan.argv);
         let mut lines = Report::Started.to_line();
-        lines.extend(Report::Exited { code: Some(3), signal: None }.to_line());
+        lines.extend(
+            Report::Exited {
+                code: Some(3),
+                signal: None,
+            }
+            .to_line(),
+        );
         assert_eq!(Report::parse_all(&lines).len(), 2);
     }
 }

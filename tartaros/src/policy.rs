@@ -45,7 +45,9 @@ impl std::str::FromStr for ReadScope {
         match s {
             "all" => Ok(Self::All),
             "granted" => Ok(Self::Granted),
-            other => Err(format!("unknown read scope {other:?}; use \"all\" or \"granted\"")),
+            other => Err(format!(
+                "unknown read scope {other:?}; use \"all\" or \"granted\""
+            )),
         }
     }
 }
@@ -226,7 +228,9 @@ impl Policy {
     /// Whether `path` lies inside one of the writable roots (or a private
     /// /tmp), i.e. whether the agent could create it.
     pub fn is_writable(&self, path: &Path) -> bool {
-        self.writable_roots.iter().any(|root| path.starts_with(root))
+        self.writable_roots
+            .iter()
+            .any(|root| path.starts_with(root))
             || (self.private_tmp && path.starts_with("/tmp"))
     }
 }
@@ -269,7 +273,8 @@ pub fn build(
             })
             .collect()
     };
-    let resolve_flags = |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
+    let resolve_flags =
+        |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
 
     let mut writable_roots = resolve_file("writable_roots", &fields.writable_roots)?;
     writable_roots.extend(resolve_flags(&flags.write));
@@ -294,11 +299,15 @@ pub fn build(
 
     let max_processes = flags.max_procs.or(fields.max_processes);
     if max_processes == Some(0) {
-        return Err(invalid("--max-procs 0 would not even let the agent start; use 1 or more"));
+        return Err(invalid(
+            "--max-procs 0 would not even let the agent start; use 1 or more",
+        ));
     }
     let max_memory = flags.max_memory.or(fields.max_memory);
     if max_memory == Some(0) {
-        return Err(invalid("--max-memory 0 would not even let the agent start; give a size in bytes"));
+        return Err(invalid(
+            "--max-memory 0 would not even let the agent start; give a size in bytes",
+        ));
     }
 
     let mut env_passthrough = fields.env_passthrough.clone();
@@ -341,14 +350,22 @@ pub fn build(
 }
 
 fn sorted<T: Ord>(items: Vec<T>) -> Vec<T> {
-    items.into_iter().collect::<BTreeSet<_>>().into_iter().collect()
+    items
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// Makes `path` absolute against `cwd`, folds `.` and `..` lexically, and
 /// resolves symlinks in the longest existing prefix so that the mounts and
 /// Landlock rules land on the object the agent will actually reach.
 pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
-    let joined = if path.is_absolute() { path.to_path_buf() } else { cwd.join(path) };
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        cwd.join(path)
+    };
     let mut lexical = PathBuf::from("/");
     for component in joined.components() {
         match component {
@@ -367,7 +384,10 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
             out.extend(rest.iter().rev());
             return out;
         }
-        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+        match (
+            existing.file_name().map(|n| n.to_os_string()),
+            existing.parent(),
+        ) {
             (Some(name), Some(parent)) => {
                 rest.push(name);
                 existing = parent.to_path_buf();
@@ -400,7 +420,9 @@ fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
     }
     for deny in policy.read_denies.iter().chain(&policy.write_denies) {
         if deny == Path::new("/") {
-            return Err(invalid("a deny of / leaves nothing to run; deny narrower paths"));
+            return Err(invalid(
+                "a deny of / leaves nothing to run; deny narrower paths",
+            ));
         }
     }
     Ok(())
@@ -410,7 +432,11 @@ fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
 /// a whole leading label, no IP literals, only hostname characters.
 pub fn normalize_domain(raw: &str) -> Result<String, PolicyError> {
     let lowered = raw.trim().trim_end_matches('.').to_ascii_lowercase();
-    let bad = |why: &str| invalid(format!("--allow-domain {raw:?} is not a valid host pattern: {why}"));
+    let bad = |why: &str| {
+        invalid(format!(
+            "--allow-domain {raw:?} is not a valid host pattern: {why}"
+        ))
+    };
     let host = lowered.strip_prefix("*.").unwrap_or(&lowered);
     if host.is_empty() {
         return Err(bad("empty"));
@@ -426,7 +452,9 @@ pub fn normalize_domain(raw: &str) -> Result<String, PolicyError> {
             && label.len() <= 63
             && !label.starts_with('-')
             && !label.ends_with('-')
-            && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
         if !ok {
             return Err(bad(
                 "use letters, digits and '-' in dot-separated labels, with an optional leading '*.' (write IDNs in their xn-- form)",
@@ -439,7 +467,10 @@ pub fn normalize_domain(raw: &str) -> Result<String, PolicyError> {
     Ok(lowered)
 }
 
-fn check_broker(broker: &BrokerConfig, env_is_set: &dyn Fn(&str) -> bool) -> Result<(), PolicyError> {
+fn check_broker(
+    broker: &BrokerConfig,
+    env_is_set: &dyn Fn(&str) -> bool,
+) -> Result<(), PolicyError> {
     if broker.port == 0 {
         return Err(invalid("[broker] port 0 is not a port; use 1 to 65535"));
     }
@@ -474,9 +505,12 @@ mod tests {
 
     #[test]
     fn unknown_toml_key_is_named() {
-        let err = ConfigFile::parse(Path::new("p.toml"), "[policy]\nwritable_rots = [\"/tmp\"]\n")
-            .unwrap_err()
-            .to_string();
+        let err = ConfigFile::parse(
+            Path::new("p.toml"),
+            "[policy]\nwritable_rots = [\"/tmp\"]\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("writable_rots"), "{err}");
         assert!(err.contains("line 2"), "{err}");
     }
@@ -491,10 +525,23 @@ mod tests {
 
     #[test]
     fn relative_paths_in_files_are_refused_and_flags_resolve() {
-        let file = ConfigFile::parse(Path::new("p.toml"), "[policy]\nwritable_roots = [\"src\"]\n").unwrap();
-        let err = build(Some(file), FlagPolicy::default(), Path::new("/tmp"), &|_| true).unwrap_err();
+        let file = ConfigFile::parse(
+            Path::new("p.toml"),
+            "[policy]\nwritable_roots = [\"src\"]\n",
+        )
+        .unwrap();
+        let err = build(
+            Some(file),
+            FlagPolicy::default(),
+            Path::new("/tmp"),
+            &|_| true,
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("relative path"));
-        assert_eq!(resolve(Path::new("a/../b"), Path::new("/nonexistent-x")), PathBuf::from("/nonexistent-x/b"));
+        assert_eq!(
+            resolve(Path::new("a/../b"), Path::new("/nonexistent-x")),
+            PathBuf::from("/nonexistent-x/b")
+        );
     }
 
     #[test]
@@ -517,11 +564,20 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let missing = build_flags(FlagPolicy { write: vec!["/nonexistent/tartaros".into()], ..Default::default() });
+        let missing = build_flags(FlagPolicy {
+            write: vec!["/nonexistent/tartaros".into()],
+            ..Default::default()
+        });
         assert!(missing.unwrap_err().to_string().contains("does not exist"));
-        let zero = build_flags(FlagPolicy { max_procs: Some(0), ..Default::default() });
+        let zero = build_flags(FlagPolicy {
+            max_procs: Some(0),
+            ..Default::default()
+        });
         assert!(zero.unwrap_err().to_string().contains("--max-procs"));
-        let port = build_flags(FlagPolicy { port: vec![0], ..Default::default() });
+        let port = build_flags(FlagPolicy {
+            port: vec![0],
+            ..Default::default()
+        });
         assert!(port.unwrap_err().to_string().contains("--port"));
         let both = build_flags(FlagPolicy {
             write: vec!["/tmp".into()],
@@ -529,9 +585,14 @@ mod tests {
             ..Default::default()
         });
         assert!(both.unwrap_err().to_string().contains("both"));
-        let glob = ConfigFile::parse(Path::new("p"), "[policy]\nglob_denies = [\"*.env\"]\n").unwrap();
+        let glob =
+            ConfigFile::parse(Path::new("p"), "[policy]\nglob_denies = [\"*.env\"]\n").unwrap();
         assert!(build(Some(glob), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
-        let unix = ConfigFile::parse(Path::new("p"), "[policy]\nallow_unix_socket_paths = [\"/x\"]\n").unwrap();
+        let unix = ConfigFile::parse(
+            Path::new("p"),
+            "[policy]\nallow_unix_socket_paths = [\"/x\"]\n",
+        )
+        .unwrap();
         assert!(build(Some(unix), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
     }
 
@@ -542,7 +603,10 @@ mod tests {
             "[broker]\nport = 9000\ntoken_env = \"TOK\"\n[[broker.capability]]\nname = \"gh\"\nupstream = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GH\"\n",
         )
         .unwrap();
-        let err = build(Some(file), FlagPolicy::default(), Path::new("/"), &|name| name == "TOK").unwrap_err();
+        let err = build(Some(file), FlagPolicy::default(), Path::new("/"), &|name| {
+            name == "TOK"
+        })
+        .unwrap_err();
         assert!(err.to_string().contains("GH"), "{err}");
     }
 

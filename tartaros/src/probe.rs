@@ -51,7 +51,9 @@ impl Host {
 
 /// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
-    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse::<u32>().ok());
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
     let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     found >= (major, minor)
 }
@@ -72,7 +74,11 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
         out.push(Guarantee {
             name,
             installed,
-            reason: if installed { String::new() } else { reason.to_string() },
+            reason: if installed {
+                String::new()
+            } else {
+                reason.to_string()
+            },
         })
     };
     add(
@@ -88,7 +94,8 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
     );
     add(
         "landlock-filesystem",
-        host.landlock_abi.is_some_and(|abi| abi >= crate::landlock::MIN_FULL_ABI),
+        host.landlock_abi
+            .is_some_and(|abi| abi >= crate::landlock::MIN_FULL_ABI),
         "Landlock ABI 3 or newer is needed to confine writes (Linux 6.2+ with lsm=landlock)",
     );
     let scoped = host.landlock_abi.is_some_and(|abi| abi >= 6);
@@ -97,7 +104,11 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
         scoped,
         "Landlock ABI 6 (Linux 6.12+) is needed to keep signals and abstract unix sockets inside the sandbox",
     );
-    add("seccomp", host.seccomp, "seccomp filtering is not available in this kernel");
+    add(
+        "seccomp",
+        host.seccomp,
+        "seccomp filtering is not available in this kernel",
+    );
     if !policy.local_ports.is_empty() {
         add(
             "port-gateways",
@@ -115,14 +126,18 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
     if policy.max_processes.is_some() {
         add(
             "max-procs",
-            cgroup && crate::cgroup::find_controller("pids").is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
+            cgroup
+                && crate::cgroup::find_controller("pids")
+                    .is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
             "no pids cgroup controller (v2 or v1) is available to enforce --max-procs",
         );
     }
     if policy.max_memory.is_some() {
         add(
             "max-memory",
-            cgroup && crate::cgroup::find_controller("memory").is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
+            cgroup
+                && crate::cgroup::find_controller("memory")
+                    .is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
             "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
         );
     }

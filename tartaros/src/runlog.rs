@@ -11,7 +11,9 @@ use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Seal};
 use crate::events::{Effect, EffectReceiver, EffectSender};
 
 /// Fields every effect record has; anything else goes into `target`.
-const COMMON: &[&str] = &["pid", "ppid", "uid", "mono_ns", "wall_ns", "decision", "errno", "target"];
+const COMMON: &[&str] = &[
+    "pid", "ppid", "uid", "mono_ns", "wall_ns", "decision", "errno", "target",
+];
 
 /// Creates the log file and writes the genesis.
 pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
@@ -32,7 +34,11 @@ pub fn to_record(effect: Effect) -> Map<String, Value> {
         Some(Value::Object(target)) => target,
         _ => Map::new(),
     };
-    let extra: Vec<String> = fields.keys().filter(|k| !COMMON.contains(&k.as_str())).cloned().collect();
+    let extra: Vec<String> = fields
+        .keys()
+        .filter(|k| !COMMON.contains(&k.as_str()))
+        .cloned()
+        .collect();
     for key in extra {
         if let Some(value) = fields.remove(&key) {
             target.insert(key, value);
@@ -48,7 +54,10 @@ pub fn to_record(effect: Effect) -> Map<String, Value> {
         .entry("wall_ns")
         .or_insert_with(|| Value::from(crate::effectlog::wall_now_ns()));
     let denied = fields.get("decision").and_then(Value::as_str) == Some("denied");
-    fields.insert("decision".into(), Value::from(if denied { "denied" } else { "allowed" }));
+    fields.insert(
+        "decision".into(),
+        Value::from(if denied { "denied" } else { "allowed" }),
+    );
     if !denied {
         fields.insert("errno".into(), Value::from(0u64));
     }
@@ -70,8 +79,16 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
             let kind = effect.kind;
             // Producers report lost events in-band, as a `gap` effect.
             if kind == "gap" {
-                let count = effect.fields.get("count").and_then(Value::as_u64).unwrap_or(0);
-                let lost_kind = effect.fields.get("lost_kind").and_then(Value::as_str).unwrap_or("unknown");
+                let count = effect
+                    .fields
+                    .get("count")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                let lost_kind = effect
+                    .fields
+                    .get("lost_kind")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
                 if count > 0
                     && let Err(e) = writer.gap(count, lost_kind)
                 {
@@ -97,7 +114,12 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
 
 /// Writes the seal: only called once the cgroup is empty (or known not to
 /// be) and every producer has finished.
-pub fn seal(mut writer: LogWriter, code: i32, signal: Option<i32>, cgroup_empty: bool) -> Result<String, LogError> {
+pub fn seal(
+    mut writer: LogWriter,
+    code: i32,
+    signal: Option<i32>,
+    cgroup_empty: bool,
+) -> Result<String, LogError> {
     let exit_status = match signal {
         Some(signal) => ExitStatus::Signal(signal),
         None => ExitStatus::Code(code),

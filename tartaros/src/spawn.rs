@@ -14,12 +14,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub enum SpawnError {
     #[error("failed to prepare the sandbox init's arguments: {0}")]
     Argument(#[from] std::ffi::NulError),
-    #[error("failed to start the sandbox init (clone3): {0}; the kernel must be 5.7 or newer with cgroup v2")]
+    #[error(
+        "failed to start the sandbox init (clone3): {0}; the kernel must be 5.7 or newer with cgroup v2"
+    )]
     Clone(nix::Error),
     #[error("failed to duplicate a descriptor for the sandbox init: {0}")]
     Dup(nix::Error),
     #[error("failed to write the user namespace's {file}: {source}")]
-    IdMap { file: String, source: std::io::Error },
+    IdMap {
+        file: String,
+        source: std::io::Error,
+    },
 }
 
 /// New namespaces for the sandbox init.
@@ -75,7 +80,10 @@ pub fn spawn_init(
     report: &OwnedFd,
 ) -> Result<InitProcess, SpawnError> {
     let exe = CString::new(exe)?;
-    let args: Vec<CString> = argv.iter().map(|a| CString::new(*a)).collect::<Result<_, _>>()?;
+    let args: Vec<CString> = argv
+        .iter()
+        .map(|a| CString::new(*a))
+        .collect::<Result<_, _>>()?;
     let mut arg_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     arg_ptrs.push(std::ptr::null());
     let env_ptrs: [*const libc::c_char; 1] = [std::ptr::null()];

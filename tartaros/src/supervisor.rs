@@ -76,7 +76,10 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
                 format!("cannot install {}: {}", missing.name, missing.reason),
             ));
         }
-        eprintln!("tartaros: warning: {} not installed: {}", missing.name, missing.reason);
+        eprintln!(
+            "tartaros: warning: {} not installed: {}",
+            missing.name, missing.reason
+        );
     }
 
     let current = Identity {
@@ -94,7 +97,10 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     // mapped to that user; the agent stays that user, without capabilities.
     let user_namespace = !host.root;
     if user_namespace && policy.user.is_some() {
-        return Err(refuse(exit::REFUSED, "--user needs tartaros to run as root; drop --user"));
+        return Err(refuse(
+            exit::REFUSED,
+            "--user needs tartaros to run as root; drop --user",
+        ));
     }
     let identity = if user_namespace {
         Identity { uid: 0, gid: 0 }
@@ -209,7 +215,9 @@ pub fn cleanup_placeholders(created: &[PathBuf]) {
 fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
     use std::os::unix::fs::MetadataExt;
     for root in &policy.writable_roots {
-        let Ok(meta) = std::fs::metadata(root) else { continue };
+        let Ok(meta) = std::fs::metadata(root) else {
+            continue;
+        };
         let mode = meta.mode();
         let writable = identity.uid == 0
             || (meta.uid() == identity.uid && mode & 0o200 != 0)
@@ -275,7 +283,11 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         if let Err(e) = created.set_limits(limits) {
             let _ = created.kill_and_remove(TEARDOWN_TIMEOUT);
             abandon(&mut prepared);
-            let code = if request.policy.strict { exit::REFUSED } else { exit::START_FAILURE };
+            let code = if request.policy.strict {
+                exit::REFUSED
+            } else {
+                exit::START_FAILURE
+            };
             return Err(refuse(code, e));
         }
         if let Some(janitor) = janitor.as_mut() {
@@ -378,19 +390,31 @@ fn open_gateways(
         .iter()
         .flat_map(|p| {
             [
-                (std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)), false),
-                (std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *p)), true),
+                (
+                    std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)),
+                    false,
+                ),
+                (
+                    std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *p)),
+                    true,
+                ),
             ]
         })
         .collect();
-    let listeners = crate::network::listen_in_namespace_of(pid, &addrs).map_err(|e| e.to_string())?;
+    let listeners =
+        crate::network::listen_in_namespace_of(pid, &addrs).map_err(|e| e.to_string())?;
     listeners
         .into_iter()
         .zip(addrs)
         .filter_map(|(listener, (addr, _))| listener.map(|l| (l, addr)))
         .map(|(listener, addr)| {
-            let listener = tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            Ok(tokio::spawn(crate::forward::relay(listener, addr, effects.clone())))
+            let listener =
+                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
+            Ok(tokio::spawn(crate::forward::relay(
+                listener,
+                addr,
+                effects.clone(),
+            )))
         })
         .collect()
 }
@@ -409,7 +433,9 @@ async fn run_in(
     policy: &Policy,
     effects: &crate::events::EffectSender,
 ) -> Result<AgentEnd, Refusal> {
-    let start_failed = |what: &str, e: &dyn std::fmt::Display| refuse(exit::START_FAILURE, format!("failed to {what}: {e}"));
+    let start_failed = |what: &str, e: &dyn std::fmt::Display| {
+        refuse(exit::START_FAILURE, format!("failed to {what}: {e}"))
+    };
     let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| start_failed("create the plan pipe", &e))?;
     let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -438,8 +464,12 @@ async fn run_in(
         None => Ok(()),
     };
     let mapped = if prepared.plan.user_namespace {
-        crate::spawn::map_root_to(init.pid, nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw())
-            .map_err(|e| e.to_string())
+        crate::spawn::map_root_to(
+            init.pid,
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+        .map_err(|e| e.to_string())
     } else {
         Ok(())
     };
@@ -451,7 +481,10 @@ async fn run_in(
     let gateways = match joined.and(mapped).and(gateways) {
         Ok(gateways) => gateways,
         Err(e) => {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(init.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
             let _ = wait_exit(&init.pidfd).await;
             return Err(refuse(exit::START_FAILURE, e));
         }
@@ -463,7 +496,10 @@ async fn run_in(
     let sent = prepared.plan.send(&mut plan_pipe);
     drop(plan_pipe);
     if let Err(e) = sent {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(init.pid), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(init.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
         let _ = wait_exit(&init.pidfd).await;
         return Err(refuse(exit::START_FAILURE, e));
     }
@@ -500,8 +536,12 @@ async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
         SignalKind::hangup(),
         SignalKind::quit(),
     ] {
-        let Ok(mut stream) = signal(kind) else { continue };
-        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else { continue };
+        let Ok(mut stream) = signal(kind) else {
+            continue;
+        };
+        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else {
+            continue;
+        };
         forwarders.push(tokio::spawn(async move {
             while stream.recv().await.is_some() {
                 let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
@@ -520,7 +560,8 @@ async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
 async fn wait_exit(pidfd: &OwnedFd) -> String {
     // SAFETY: the pidfd stays open and unchanged for as long as this
     // AsyncFd lives (it is dropped before we return).
-    let registered = unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
+    let registered =
+        unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
     if let Ok(fd) = registered
         && let Ok(mut guard) = fd.readable().await
     {
@@ -547,4 +588,3 @@ async fn wait_exit(pidfd: &OwnedFd) -> String {
         _ => format!("killed by signal {status}"),
     }
 }
-

@@ -6,7 +6,10 @@ use std::process::{Command, Stdio};
 use common::*;
 
 fn verify(log: &std::path::Path) -> (i32, String) {
-    let out = tartaros(&["log", "verify", log.to_str().unwrap()], std::path::Path::new("/"));
+    let out = tartaros(
+        &["log", "verify", log.to_str().unwrap()],
+        std::path::Path::new("/"),
+    );
     (out.status.code().unwrap_or(-1), stdout(&out))
 }
 
@@ -29,7 +32,13 @@ attempt('control', lambda: open('{}/other', 'w').write('x'))",
         work.path().display()
     );
     let out = python(
-        &["--strict", "--write", work.path().to_str().unwrap(), "--log", log.to_str().unwrap()],
+        &[
+            "--strict",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
@@ -54,18 +63,31 @@ fn a_killed_supervisor_leaves_a_log_that_verifies_as_unsealed() {
     let marker = format!("1000.{}77", std::process::id());
     let mut supervisor = KillOnDrop(Some(
         Command::new(bin())
-            .args(["run", "--log", log.to_str().unwrap(), "--", "sleep", &marker])
+            .args([
+                "run",
+                "--log",
+                log.to_str().unwrap(),
+                "--",
+                "sleep",
+                &marker,
+            ])
             .current_dir(work.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap(),
     ));
-    assert!(eventually(5, || !processes_with(&marker).is_empty()), "agent did not start");
+    assert!(
+        eventually(5, || !processes_with(&marker).is_empty()),
+        "agent did not start"
+    );
     let mut child = supervisor.take();
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(eventually(5, || processes_with(&marker).is_empty()), "sandbox survived");
+    assert!(
+        eventually(5, || processes_with(&marker).is_empty()),
+        "sandbox survived"
+    );
     let (code, message) = verify(&log);
     assert_eq!(code, 2, "{message}");
     assert!(message.contains("unsealed"), "{message}");
@@ -78,12 +100,26 @@ fn a_normal_run_seals_the_log_with_the_exit_status() {
     }
     let work = Dir::new();
     let log = work.join("effects.jsonl");
-    let out = tartaros(&["run", "--log", log.to_str().unwrap(), "--", "sh", "-c", "exit 7"], work.path());
+    let out = tartaros(
+        &[
+            "run",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ],
+        work.path(),
+    );
     assert_eq!(out.status.code(), Some(7));
     let (code, message) = verify(&log);
     assert_eq!(code, 0, "{message}");
     let text = std::fs::read_to_string(&log).unwrap();
     let seal = text.lines().last().unwrap();
-    assert!(seal.contains("\"kind\":\"seal\"") && seal.contains("\"exit_status\":{\"code\":7}"), "{seal}");
+    assert!(
+        seal.contains("\"kind\":\"seal\"") && seal.contains("\"exit_status\":{\"code\":7}"),
+        "{seal}"
+    );
     assert!(seal.contains("\"cgroup_empty\":true"), "{seal}");
 }

@@ -79,7 +79,10 @@ fn dotdot_and_openat2_resolution_do_not_leave_the_root() {
     }
     let work = Dir::new();
     let outside = Dir::open_to_all();
-    let rel = format!("../{}/x", outside.path().file_name().unwrap().to_str().unwrap());
+    let rel = format!(
+        "../{}/x",
+        outside.path().file_name().unwrap().to_str().unwrap()
+    );
     let w = work.path().display();
     let out = run_py(
         &work,
@@ -128,7 +131,11 @@ attempt('control', lambda: fcntl.ioctl(0, termios.TCGETS, bytes(64)))"
     expect(&out, "tiocsti", "EPERM");
     expect(&out, "control", "OK");
     // Nothing arrived on the terminal's input side.
-    nix::fcntl::fcntl(pty.master.as_raw_fd(), nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK)).unwrap();
+    nix::fcntl::fcntl(
+        pty.master.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
     let mut buf = [0u8; 16];
     let injected = std::fs::File::from(pty.master).read(&mut buf).unwrap_or(0);
     assert_eq!(injected, 0, "bytes were injected into the terminal");
@@ -271,7 +278,10 @@ fn udp_to_port_53_and_tcp_to_a_non_granted_port_never_reach_the_host() {
     udp.set_nonblocking(true).unwrap();
     let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
     tcp.set_nonblocking(true).unwrap();
-    let (up, tp) = (udp.local_addr().unwrap().port(), tcp.local_addr().unwrap().port());
+    let (up, tp) = (
+        udp.local_addr().unwrap().port(),
+        tcp.local_addr().unwrap().port(),
+    );
     let out = run_py(
         &work,
         &[],
@@ -292,7 +302,10 @@ attempt('control-own-port', lambda: socket.create_connection(srv.getsockname(), 
     expect(&out, "ipv6", "ECONNREFUSED");
     expect(&out, "control-own-port", "OK");
     let mut buf = [0u8; 64];
-    assert!(udp.recv_from(&mut buf).is_err(), "a datagram reached the host");
+    assert!(
+        udp.recv_from(&mut buf).is_err(),
+        "a datagram reached the host"
+    );
     assert!(tcp.accept().is_err(), "a connection reached the host");
 }
 
@@ -307,9 +320,12 @@ fn inherited_file_descriptors_are_closed_before_the_agent_runs() {
     let secret = outside.file("secret", "s3cr3t");
     let file = std::fs::File::open(&secret).unwrap();
     let fd = file.as_raw_fd();
-    let code = format!("{ATTEMPT}\nattempt('inherited', lambda: os.read(7, 10))\nattempt('control', lambda: os.write(1, b''))");
+    let code = format!(
+        "{ATTEMPT}\nattempt('inherited', lambda: os.read(7, 10))\nattempt('control', lambda: os.write(1, b''))"
+    );
     let mut cmd = Command::new(bin());
-    cmd.args(["run", "--strict", "--", "python3", "-c", &code]).current_dir(work.path());
+    cmd.args(["run", "--strict", "--", "python3", "-c", &code])
+        .current_dir(work.path());
     // SAFETY: dup2 is async-signal-safe; it puts the open secret on fd 7
     // without close-on-exec, as a careless launcher would.
     unsafe {

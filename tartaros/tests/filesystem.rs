@@ -17,7 +17,11 @@ fn writes_outside_the_roots_fail_and_leave_no_file_while_writes_inside_succeed()
         outside.path().display(),
         work.path().display()
     );
-    let out = python(&["--strict", "--write", work.path().to_str().unwrap()], work.path(), &code);
+    let out = python(
+        &["--strict", "--write", work.path().to_str().unwrap()],
+        work.path(),
+        &code,
+    );
     expect(&out, "outside", "EACCES");
     expect(&out, "mkdir-outside", "EACCES");
     expect(&out, "inside", "OK");
@@ -48,7 +52,13 @@ attempt('unlink', lambda: os.unlink('{w}/secret.env'))
 attempt('control', lambda: open('{w}/public.txt').read())"
     );
     let out = python(
-        &["--strict", "--write", work.path().to_str().unwrap(), "--read-deny", secret.to_str().unwrap()],
+        &[
+            "--strict",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--read-deny",
+            secret.to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
@@ -80,7 +90,13 @@ attempt('rename', lambda: os.rename('{w}/keys', '{w}/k2'))"
     );
     let keys = work.join("keys");
     let out = python(
-        &["--strict", "--write", work.path().to_str().unwrap(), "--read-deny", keys.to_str().unwrap()],
+        &[
+            "--strict",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--read-deny",
+            keys.to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
@@ -111,7 +127,13 @@ attempt('read', lambda: open('{w}/.git/hooks/pre-commit').read())
 attempt('sibling', lambda: open('{w}/.git/config', 'a').write('x'))"
     );
     let out = python(
-        &["--strict", "--write", work.path().to_str().unwrap(), "--write-deny", hook.to_str().unwrap()],
+        &[
+            "--strict",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--write-deny",
+            hook.to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
@@ -124,7 +146,10 @@ attempt('sibling', lambda: open('{w}/.git/config', 'a').write('x'))"
     expect(&out, "rename-grandparent", "EBUSY");
     expect(&out, "read", "OK");
     expect(&out, "sibling", "OK");
-    assert_eq!(std::fs::read_to_string(&hook).unwrap(), "#!/bin/sh\nexit 0\n");
+    assert_eq!(
+        std::fs::read_to_string(&hook).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
 }
 
 #[test]
@@ -135,7 +160,11 @@ fn read_scope_granted_hides_directories_that_were_not_granted() {
     let work = Dir::new();
     let home = Dir::open_to_all();
     home.file(".aws/credentials", "aws_secret");
-    std::fs::set_permissions(home.join(".aws/credentials"), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(
+        home.join(".aws/credentials"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
     let h = home.path().display();
     let code = format!(
         "{ATTEMPT}
@@ -146,7 +175,13 @@ attempt('root', lambda: open('{}/mine', 'w'))",
         work.path().display()
     );
     let granted = python(
-        &["--strict", "--read-scope", "granted", "--write", work.path().to_str().unwrap()],
+        &[
+            "--strict",
+            "--read-scope",
+            "granted",
+            "--write",
+            work.path().to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
@@ -155,7 +190,11 @@ attempt('root', lambda: open('{}/mine', 'w'))",
     expect(&granted, "usr", "OK");
     expect(&granted, "root", "OK");
     // Control: the same read succeeds with the default scope.
-    let all = python(&["--strict", "--write", work.path().to_str().unwrap()], work.path(), &code);
+    let all = python(
+        &["--strict", "--write", work.path().to_str().unwrap()],
+        work.path(),
+        &code,
+    );
     expect(&all, "home", "OK");
 }
 
@@ -171,14 +210,24 @@ fn materialize_holds_an_absent_deny_and_hands_the_tree_back() {
         env.display()
     );
     let out = python(
-        &["--strict", "--materialize", "--write", work.path().to_str().unwrap(), "--read-deny", env.to_str().unwrap()],
+        &[
+            "--strict",
+            "--materialize",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--read-deny",
+            env.to_str().unwrap(),
+        ],
         work.path(),
         &code,
     );
     // The placeholder is an empty directory under a mode-000 read-only tmpfs.
     expect(&out, "create", "EISDIR");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(!env.exists(), "the placeholder must be removed after the run");
+    assert!(
+        !env.exists(),
+        "the placeholder must be removed after the run"
+    );
 }
 
 #[test]

@@ -22,7 +22,11 @@ fn exit_status_is_the_agents_own_or_128_plus_signal() {
         return;
     }
     let work = Dir::new();
-    let code = |cmd: &str| tartaros(&["run", "--", "sh", "-c", cmd], work.path()).status.code();
+    let code = |cmd: &str| {
+        tartaros(&["run", "--", "sh", "-c", cmd], work.path())
+            .status
+            .code()
+    };
     assert_eq!(code("exit 0"), Some(0));
     assert_eq!(code("exit 3"), Some(3));
     assert_eq!(code("kill -KILL $$"), Some(137));
@@ -79,7 +83,10 @@ fn sigkill_of_the_supervisor_kills_the_sandbox_and_the_janitor_removes_the_cgrou
             .spawn()
             .unwrap(),
     ));
-    assert!(eventually(5, || processes_with(&m).len() == 2), "agent did not start");
+    assert!(
+        eventually(5, || processes_with(&m).len() == 2),
+        "agent did not start"
+    );
     let mut supervisor = supervisor.take();
     supervisor.kill().unwrap();
     supervisor.wait().unwrap();
@@ -104,16 +111,29 @@ fn sigterm_to_the_supervisor_reaches_the_agent() {
     let m = marker("sigterm");
     let mut child = KillOnDrop(Some(
         Command::new(bin())
-            .args(["run", "--", "sh", "-c", &format!("trap 'echo got-term; exit 42' TERM; sleep {m} & wait")])
+            .args([
+                "run",
+                "--",
+                "sh",
+                "-c",
+                &format!("trap 'echo got-term; exit 42' TERM; sleep {m} & wait"),
+            ])
             .current_dir(work.path())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     ));
-    assert!(eventually(5, || !processes_with(&m).is_empty()), "agent did not start");
+    assert!(
+        eventually(5, || !processes_with(&m).is_empty()),
+        "agent did not start"
+    );
     std::thread::sleep(Duration::from_millis(100));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let out = child.take().wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
     assert!(stdout(&out).contains("got-term"));
@@ -127,14 +147,25 @@ fn the_agent_sees_only_its_own_processes_and_a_clean_environment() {
     }
     let work = Dir::new();
     let out = Command::new(bin())
-        .args(["run", "--env", "PASSED_VAR", "--", "sh", "-c", "echo pid=$$; ls /proc | grep -c '^[0-9]'; env"])
+        .args([
+            "run",
+            "--env",
+            "PASSED_VAR",
+            "--",
+            "sh",
+            "-c",
+            "echo pid=$$; ls /proc | grep -c '^[0-9]'; env",
+        ])
         .current_dir(work.path())
         .env("TARTAROS_TEST_SECRET", "s3cr3t-value")
         .env("PASSED_VAR", "visible")
         .output()
         .unwrap();
     let text = stdout(&out);
-    assert!(text.contains("pid=2"), "the agent is pid 2 under the init: {text}");
+    assert!(
+        text.contains("pid=2"),
+        "the agent is pid 2 under the init: {text}"
+    );
     let procs: u32 = text.lines().nth(1).unwrap().trim().parse().unwrap();
     assert!(procs <= 4, "the agent sees host processes: {procs}");
     assert!(!text.contains("s3cr3t-value"), "launcher secret leaked");
@@ -145,7 +176,10 @@ fn the_agent_sees_only_its_own_processes_and_a_clean_environment() {
         .env("TARTAROS_TEST_SECRET", "s3cr3t-value")
         .output()
         .unwrap();
-    assert!(stdout(&inherited).contains("s3cr3t-value"), "control: --inherit-env passes it");
+    assert!(
+        stdout(&inherited).contains("s3cr3t-value"),
+        "control: --inherit-env passes it"
+    );
 }
 
 #[test]
@@ -154,10 +188,24 @@ fn the_agent_runs_unprivileged_with_no_capabilities_and_no_new_privs() {
         return;
     }
     let work = Dir::new();
-    let out = tartaros(&["run", "--", "sh", "-c", "id -u; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status"], work.path());
+    let out = tartaros(
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "id -u; grep -E '^(CapEff|CapPrm|CapBnd|NoNewPrivs)' /proc/self/status",
+        ],
+        work.path(),
+    );
     let text = stdout(&out);
     assert!(text.starts_with("65534\n"), "{text}");
-    for line in ["CapPrm:\t0000000000000000", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1"] {
+    for line in [
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+    ] {
         assert!(text.contains(line), "missing {line:?} in {text}");
     }
 }
@@ -172,7 +220,19 @@ fn a_fork_bomb_under_max_procs_ends_with_the_limit_holding() {
     // limit in place and the host kept answering.
     let script = "bomb() { bomb | bomb & }; bomb 2>/dev/null; sleep 1; \
                   n=$(ls /proc | grep -c '^[0-9]'); echo procs=$n; cat /sys/fs/cgroup/pids.max 2>/dev/null; exit 0";
-    let out = tartaros(&["run", "--strict", "--max-procs", "16", "--", "sh", "-c", script], work.path());
+    let out = tartaros(
+        &[
+            "run",
+            "--strict",
+            "--max-procs",
+            "16",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        work.path(),
+    );
     let text = stdout(&out);
     let procs: u32 = text
         .lines()
@@ -182,5 +242,10 @@ fn a_fork_bomb_under_max_procs_ends_with_the_limit_holding() {
     assert!(procs <= 16, "limit did not hold: {procs} processes");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Control: the host can still start processes.
-    assert!(std::process::Command::new("true").status().unwrap().success());
+    assert!(
+        std::process::Command::new("true")
+            .status()
+            .unwrap()
+            .success()
+    );
 }

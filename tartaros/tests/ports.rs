@@ -16,7 +16,10 @@ fn a_granted_port_reaches_the_host_and_another_does_not() {
     let granted = TcpListener::bind("127.0.0.1:0").unwrap();
     let other = TcpListener::bind("127.0.0.1:0").unwrap();
     other.set_nonblocking(true).unwrap();
-    let (gp, op) = (granted.local_addr().unwrap().port(), other.local_addr().unwrap().port());
+    let (gp, op) = (
+        granted.local_addr().unwrap().port(),
+        other.local_addr().unwrap().port(),
+    );
     let server = std::thread::spawn(move || {
         let (mut conn, _) = granted.accept().unwrap();
         conn.write_all(b"hello from the host").unwrap();
@@ -45,7 +48,8 @@ attempt('other', lambda: fetch({op}))"
     assert!(other.accept().is_err(), "the non-granted port was reached");
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
-        text.lines().any(|l| l.contains("\"kind\":\"connect\"") && l.contains(&format!("127.0.0.1:{gp}"))),
+        text.lines()
+            .any(|l| l.contains("\"kind\":\"connect\"") && l.contains(&format!("127.0.0.1:{gp}"))),
         "no connect record: {text}"
     );
     let verify = tartaros(&["log", "verify", log.to_str().unwrap()], work.path());

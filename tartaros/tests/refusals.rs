@@ -37,8 +37,16 @@ fn bad_policies_are_refused_before_the_agent_runs() {
     let work = Dir::new();
     let w = work.path().to_str().unwrap();
     let absent = format!("{w}/.env");
-    assert_refused(&work, &["--strict", "--write", w, "--read-deny", &absent], "--materialize");
-    assert_refused(&work, &["--write", "/nonexistent/tartaros-root"], "does not exist");
+    assert_refused(
+        &work,
+        &["--strict", "--write", w, "--read-deny", &absent],
+        "--materialize",
+    );
+    assert_refused(
+        &work,
+        &["--write", "/nonexistent/tartaros-root"],
+        "does not exist",
+    );
     assert_refused(&work, &["--max-procs", "0"], "--max-procs");
     assert_refused(&work, &["--port", "70000"], "--port");
     assert_refused(&work, &["--port", "0"], "--port");
@@ -54,14 +62,21 @@ fn bad_policies_are_refused_before_the_agent_runs() {
     assert_refused(&work, &["--config", &c], "relative path");
     let c = config(&work, "[policy]\nglob_denies = [\"**/*.pem\"]\n");
     assert_refused(&work, &["--config", &c], "glob");
-    let c = config(&work, "[policy]\nallow_unix_socket_paths = [\"/run/x.sock\"]\n");
+    let c = config(
+        &work,
+        "[policy]\nallow_unix_socket_paths = [\"/run/x.sock\"]\n",
+    );
     assert_refused(&work, &["--config", &c], "allow_unix_socket_paths");
     let c = config(
         &work,
         "[broker]\nport = 9999\ntoken_env = \"TARTAROS_TEST_ABSENT_TOKEN\"\n",
     );
     assert_refused(&work, &["--config", &c], "TARTAROS_TEST_ABSENT_TOKEN");
-    assert_refused(&work, &["--config", "/nonexistent/policy.toml"], "failed to read config");
+    assert_refused(
+        &work,
+        &["--config", "/nonexistent/policy.toml"],
+        "failed to read config",
+    );
 }
 
 #[test]

@@ -49,7 +49,17 @@ print('procs', len([p for p in os.listdir('/proc') if p.isdigit()]))",
         o = outside.path().display()
     );
     let out = as_user(
-        &["run", "--write", work.path().to_str().unwrap(), "--read-deny", secret.to_str().unwrap(), "--", "python3", "-c", &code],
+        &[
+            "run",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--read-deny",
+            secret.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ],
         work.path(),
     );
     expect(&out, "inside", "OK");
@@ -57,12 +67,20 @@ print('procs', len([p for p in os.listdir('/proc') if p.isdigit()]))",
     expect(&out, "secret", "EACCES");
     expect(&out, "unshare", "EPERM");
     expect(&out, "caps", "0000000000000000");
-    let procs: u32 = stdout(&out).lines().find_map(|l| l.strip_prefix("procs ")).unwrap().parse().unwrap();
+    let procs: u32 = stdout(&out)
+        .lines()
+        .find_map(|l| l.strip_prefix("procs "))
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(procs <= 3, "sees host processes: {procs}");
     assert!(!outside.join("escape").exists());
     // The file the agent made belongs to the user outside.
     use std::os::unix::fs::MetadataExt;
-    assert_eq!(std::fs::metadata(work.join("made")).unwrap().uid(), TEST_UID);
+    assert_eq!(
+        std::fs::metadata(work.join("made")).unwrap().uid(),
+        TEST_UID
+    );
 }
 
 #[test]
@@ -74,8 +92,23 @@ fn cgroup_features_degrade_with_a_warning_and_are_refused_under_strict() {
     chown(work.path(), TEST_UID);
     let out = as_user(&["run", "--max-procs", "10", "--", "true"], work.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("warning: max-procs not installed"), "{}", stderr(&out));
-    let strict = as_user(&["run", "--strict", "--max-procs", "10", "--", "touch", "agent-ran"], work.path());
+    assert!(
+        stderr(&out).contains("warning: max-procs not installed"),
+        "{}",
+        stderr(&out)
+    );
+    let strict = as_user(
+        &[
+            "run",
+            "--strict",
+            "--max-procs",
+            "10",
+            "--",
+            "touch",
+            "agent-ran",
+        ],
+        work.path(),
+    );
     assert_eq!(strict.status.code(), Some(78), "{}", stderr(&strict));
     assert!(stderr(&strict).starts_with("tartaros: "));
     assert!(!work.join("agent-ran").exists());

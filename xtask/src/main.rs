@@ -91,7 +91,9 @@ fn cargo() -> Command {
 }
 
 pub fn check(cmd: &mut Command) -> Result<()> {
-    let status = cmd.status().with_context(|| format!("failed to start {cmd:?}"))?;
+    let status = cmd
+        .status()
+        .with_context(|| format!("failed to start {cmd:?}"))?;
     if !status.success() {
         bail!("{cmd:?} failed with {status}");
     }
@@ -133,7 +135,11 @@ if cat .env 2>/dev/null; then echo "secret was readable"; exit 1; else echo ".en
 if touch /etc/agent-was-here 2>/dev/null; then echo "escaped"; exit 1; else echo "writes outside the project are denied"; fi
 git log --oneline
 "#;
-    println!("$ tartaros run --strict --write {0} --read-deny {0}/.env --log {1} -- sh -c '...'", work.display(), log.display());
+    println!(
+        "$ tartaros run --strict --write {0} --read-deny {0}/.env --log {1} -- sh -c '...'",
+        work.display(),
+        log.display()
+    );
     let status = Command::new(&tartaros)
         .args(["run", "--strict", "--write"])
         .arg(&work)
@@ -148,10 +154,16 @@ git log --oneline
         bail!("the agent failed under tartaros: {status}");
     }
     println!("$ tartaros log verify {}", log.display());
-    let verify = Command::new(&tartaros).args(["log", "verify"]).arg(&log).status()?;
+    let verify = Command::new(&tartaros)
+        .args(["log", "verify"])
+        .arg(&log)
+        .status()?;
     if log.exists() {
         println!("$ tartaros log show {} (first 30 lines)", log.display());
-        let shown = Command::new(&tartaros).args(["log", "show"]).arg(&log).output()?;
+        let shown = Command::new(&tartaros)
+            .args(["log", "show"])
+            .arg(&log)
+            .output()?;
         for line in String::from_utf8_lossy(&shown.stdout).lines().take(30) {
             println!("{line}");
         }
@@ -173,7 +185,15 @@ fn ci(no_peers: bool) -> Result<()> {
     check(cargo().args(["test", "--workspace", "--no-fail-fast"]))?;
     check(
         Command::new("python3")
-            .args(["-m", "unittest", "discover", "-s", "runner/tests", "-t", "."])
+            .args([
+                "-m",
+                "unittest",
+                "discover",
+                "-s",
+                "runner/tests",
+                "-t",
+                ".",
+            ])
             .current_dir(workspace_root()),
     )?;
     if !no_peers {
@@ -182,7 +202,10 @@ fn ci(no_peers: bool) -> Result<()> {
     lab::run_lab(&["--sandbox".into(), "tartaros".into()])?;
     if !no_peers {
         // Peers are printed for comparison, never asserted.
-        if let Err(e) = lab::run_lab(&["--sandbox".into(), "bwrap,firejail,nsjail,sandlock,codex,srt".into()]) {
+        if let Err(e) = lab::run_lab(&[
+            "--sandbox".into(),
+            "bwrap,firejail,nsjail,sandlock,codex,srt".into(),
+        ]) {
             eprintln!("xtask: peer lab run failed (not asserted): {e:#}");
         }
     }

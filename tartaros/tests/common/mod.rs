@@ -33,7 +33,10 @@ pub struct Dir {
 
 impl Dir {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("tt-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("tt-")
+            .tempdir()
+            .expect("tempdir");
         chown(dir.path(), NOBODY);
         Self { dir }
     }
@@ -153,7 +156,9 @@ fn is_cgroup2(path: &str) -> bool {
 pub fn processes_with(marker: &str) -> Vec<i32> {
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
         if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
             let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
             if cmdline.starts_with("sleep ") && cmdline.contains(marker) {
