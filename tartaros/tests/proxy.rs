@@ -62,12 +62,15 @@ fn pki() -> TestPki {
     }
 }
 
+/// One request as an upstream saw it: method, target, Host header and
+/// the header names.
+type SeenRequest = (String, String, String, Vec<String>);
+
 /// What an upstream saw.
 #[derive(Default)]
 struct Seen {
     connections: AtomicUsize,
-    /// (method, target, Host header, header names)
-    requests: Mutex<Vec<(String, String, String, Vec<String>)>>,
+    requests: Mutex<Vec<SeenRequest>>,
 }
 
 /// An upstream answering `hello <path>` over HTTP, or HTTPS with `tls`.
