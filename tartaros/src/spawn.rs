@@ -78,6 +78,7 @@ pub fn spawn_init(
     namespaces: Namespaces,
     plan: &OwnedFd,
     report: &OwnedFd,
+    gate: Option<&OwnedFd>,
 ) -> Result<InitProcess, SpawnError> {
     let exe = CString::new(exe)?;
     let args: Vec<CString> = argv
@@ -92,6 +93,11 @@ pub fn spawn_init(
     // already had that number; move the sources out of the way first.
     let plan_src = dup_above(plan.as_raw_fd())?;
     let report_src = dup_above(report.as_raw_fd())?;
+    // In a new user namespace the child must not exec before its id map is
+    // written: an exec by an unmapped uid drops every capability the init
+    // needs. It waits for one byte on `gate` (EOF: the supervisor gave up).
+    let gate_src = gate.map(|g| dup_above(g.as_raw_fd())).transpose()?;
+    let gate_fd = gate_src.as_ref().map_or(-1, |g| g.as_raw_fd());
 
     let mut flags = (libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
@@ -130,6 +136,18 @@ pub fn spawn_init(
     if rc == 0 {
         // SAFETY: async-signal-safe system calls only (see above).
         unsafe {
+            if gate_fd >= 0 {
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(gate_fd, (&mut byte as *mut u8).cast(), 1);
+                    if n == 1 {
+                        break;
+                    }
+                    if n == 0 || *libc::__errno_location() != libc::EINTR {
+                        libc::_exit(crate::exit::START_FAILURE);
+                    }
+                }
+            }
             if libc::dup2(plan_src.as_raw_fd(), PLAN_FD) < 0
                 || libc::dup2(report_src.as_raw_fd(), REPORT_FD) < 0
                 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0

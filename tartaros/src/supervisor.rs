@@ -442,6 +442,9 @@ async fn run_in(
         .map_err(|e| start_failed("create the report pipe", &e))?;
     // Network grants are not implemented yet (the guarantee check refused
     // or warned), so every sandbox gets a private loopback-only network.
+    let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the start gate", &e))?;
+    let gated = prepared.plan.user_namespace;
     let namespaces = crate::spawn::Namespaces {
         network: true,
         user: prepared.plan.user_namespace,
@@ -453,6 +456,7 @@ async fn run_in(
         namespaces,
         &plan_read,
         &report_write,
+        gated.then_some(&gate_read),
     )
     .map_err(|e| refuse(exit::START_FAILURE, e))?;
     drop(plan_read);
@@ -473,6 +477,17 @@ async fn run_in(
     } else {
         Ok(())
     };
+    let mapped = mapped.and_then(|()| {
+        if gated {
+            nix::unistd::write(&gate_write, b"g")
+                .map(drop)
+                .map_err(|e| format!("failed to open the start gate: {e}"))
+        } else {
+            Ok(())
+        }
+    });
+    drop(gate_write);
+    drop(gate_read);
     let gateways = if installed(&prepared.guarantees, "port-gateways") {
         open_gateways(init.pid, &policy.local_ports, effects)
     } else {
