@@ -98,6 +98,9 @@ pub struct RunArgs {
     /// Write the effect log to FILE (must not exist).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M).
+    #[arg(long = "log-buffer", value_name = "SIZE", value_parser = parse_size)]
+    pub log_buffer: Option<u64>,
     /// The agent's command and arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -137,6 +140,16 @@ fn parse_size(raw: &str) -> Result<u64, String> {
     n.checked_shl(shift)
         .filter(|v| v >> shift == n)
         .ok_or_else(|| format!("{raw:?} is too large"))
+}
+
+/// The ring buffer size: a power of two the kernel accepts, 64 KiB to 1 GiB.
+fn ring_size(requested: Option<u64>) -> Result<u32, String> {
+    const DEFAULT: u64 = 8 << 20;
+    let size = requested.unwrap_or(DEFAULT);
+    if !(64 << 10..=1 << 30).contains(&size) {
+        return Err(format!("--log-buffer {size} is out of range; use 64K to 1G"));
+    }
+    u32::try_from(size.next_power_of_two()).map_err(|_| format!("--log-buffer {size} is too large"))
 }
 
 /// Prints `tartaros: <message>` and returns `code`.
@@ -278,11 +291,16 @@ fn run_command(args: RunArgs) -> i32 {
         }
     };
     let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
+    let log_buffer = match ring_size(args.log_buffer) {
+        Ok(size) => size,
+        Err(e) => return fail(exit::REFUSED, e),
+    };
     let request = RunRequest {
         policy,
         argv: args.command,
         cwd,
         log,
+        log_buffer,
         launcher_env,
         janitor,
     };
@@ -295,6 +313,14 @@ fn run_command(args: RunArgs) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_sizes_round_up_and_stay_in_range() {
+        assert_eq!(ring_size(None), Ok(8 << 20));
+        assert_eq!(ring_size(Some(100_000)), Ok(1 << 17));
+        assert!(ring_size(Some(1)).is_err());
+        assert!(ring_size(Some(4 << 30)).is_err());
+    }
 
     #[test]
     fn sizes_parse() {

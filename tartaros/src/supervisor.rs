@@ -47,6 +47,8 @@ pub struct RunRequest {
     pub argv: Vec<String>,
     pub cwd: PathBuf,
     pub log: Option<PathBuf>,
+    /// Size of the kernel ring buffer for captured events (`--log-buffer`).
+    pub log_buffer: u32,
     /// The launcher's environment (read once, by the CLI).
     pub launcher_env: Vec<(String, String)>,
     /// Forked by the CLI before the runtime; cleans up if we are killed.
