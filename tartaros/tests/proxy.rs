@@ -565,7 +565,7 @@ async fn transparent_silence_and_other_protocols_are_refused() {
 
 /// `cargo test --release -p tartaros --test proxy -- --ignored --nocapture bench_proxy`
 /// (what `cargo xtask bench proxy` runs). TARTAROS_BENCH_MIB sets the
-/// download size (default 1024).
+/// download size (default 1024), TARTAROS_BENCH_RUNS the runs (default 5).
 #[test]
 #[ignore = "benchmark, not a test"]
 fn bench_proxy() {
@@ -573,16 +573,15 @@ fn bench_proxy() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1024);
+    let runs: usize = std::env::var("TARTAROS_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
     let options = tartaros::proxy::bench::BenchOptions {
         bytes: mib << 20,
+        runs,
         ..Default::default()
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let report = runtime
-        .block_on(tartaros::proxy::bench::run(&options))
-        .unwrap();
+    let report = tartaros::proxy::bench::run(&options).unwrap();
     println!("{report}");
 }

@@ -137,41 +137,98 @@ fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-/// Runs the benchmark in the current tokio runtime (use a multi-threaded
-/// one: client, proxy and upstream all run in it).
-pub async fn run(options: &BenchOptions) -> io::Result<BenchReport> {
-    let upstream = TcpListener::bind("127.0.0.1:0").await?;
+/// Runs the benchmark. Upstream, proxy and client each get a thread with
+/// a current-thread runtime, as in production, where the supervisor's
+/// single-threaded runtime serves the proxy between the agent's client
+/// and a remote server.
+pub fn run(options: &BenchOptions) -> io::Result<BenchReport> {
+    let upstream = bind()?;
     let upstream_addr = upstream.local_addr()?;
-    tokio::spawn(serve_upstream(upstream));
-
-    let resolver = StaticResolver::new().with_ip(HOST, upstream_addr.ip());
-    let mut config = ProxyConfig::new(vec![HOST.to_string()], Arc::new(resolver));
-    config.allow_internal = true;
-    config.connect_ports = vec![upstream_addr.port()];
-    config.http_ports = vec![upstream_addr.port()];
-    let config = Arc::new(config);
-    // Effects are produced as in production and dropped here.
-    let (events, mut drain) = crate::events::channel();
-    tokio::spawn(async move { while drain.recv().await.is_some() {} });
-
-    let explicit = TcpListener::bind("127.0.0.1:0").await?;
+    let explicit = bind()?;
     let explicit_addr = explicit.local_addr()?;
-    let explicit_task = tokio::spawn(super::serve(explicit, config.clone(), events.clone()));
-    let transparent = TcpListener::bind("127.0.0.1:0").await?;
+    let transparent = bind()?;
     let transparent_addr = transparent.local_addr()?;
-    let original: OriginalDst = Arc::new(move |_: &TcpStream| Some(upstream_addr));
-    let transparent_task = tokio::spawn(super::serve_transparent(
-        transparent,
-        config,
-        events,
-        original,
-    ));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+
+    let upstream_thread = spawn_runtime("bench-upstream", stopped.clone(), move || async move {
+        if let Ok(listener) = TcpListener::from_std(upstream) {
+            serve_upstream(listener).await;
+        }
+    })?;
+    let proxy_thread = spawn_runtime("bench-proxy", stopped, move || async move {
+        let resolver = StaticResolver::new().with_ip(HOST, upstream_addr.ip());
+        let mut config = ProxyConfig::new(vec![HOST.to_string()], Arc::new(resolver));
+        config.allow_internal = true;
+        config.connect_ports = vec![upstream_addr.port()];
+        config.http_ports = vec![upstream_addr.port()];
+        let config = Arc::new(config);
+        // Effects are produced as in production and dropped here.
+        let (events, mut drain) = crate::events::channel();
+        let original: OriginalDst = Arc::new(move |_: &TcpStream| Some(upstream_addr));
+        let (Ok(explicit), Ok(transparent)) = (
+            TcpListener::from_std(explicit),
+            TcpListener::from_std(transparent),
+        ) else {
+            return;
+        };
+        tokio::join!(
+            super::serve(explicit, config.clone(), events.clone()),
+            super::serve_transparent(transparent, config, events, original),
+            async { while drain.recv().await.is_some() {} },
+        );
+    })?;
 
     let client = Client {
         upstream: upstream_addr,
         explicit: explicit_addr,
         transparent: transparent_addr,
     };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(measure(&client, options));
+    let _ = stop.send(true);
+    let _ = upstream_thread.join();
+    let _ = proxy_thread.join();
+    report
+}
+
+fn bind() -> io::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}
+
+/// Runs `make()` on a new thread with its own current-thread runtime
+/// until `stop` turns true.
+fn spawn_runtime<F, Fut>(
+    name: &str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    make: F,
+) -> io::Result<std::thread::JoinHandle<()>>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                tokio::select! {
+                    _ = make() => {}
+                    _ = stop.wait_for(|stopped| *stopped) => {}
+                }
+            });
+        })
+}
+
+async fn measure(client: &Client, options: &BenchOptions) -> io::Result<BenchReport> {
     let paths = [Path::Direct, Path::Connect, Path::Transparent];
     let mut samples = vec![Vec::new(); paths.len()];
     // Interleaved so that drift (other load, CPU frequency) hits all alike.
@@ -185,23 +242,32 @@ pub async fn run(options: &BenchOptions) -> io::Result<BenchReport> {
         .zip(samples)
         .map(|(p, s)| (*p, median_f64(s)))
         .collect();
-    let mut latency = Vec::new();
-    for path in [
+    let latency_paths = [
         Path::Direct,
         Path::Connect,
         Path::Transparent,
         Path::AbsoluteForm,
-    ] {
-        latency.push((path, client.latency(path, options.requests).await?));
-    }
-    explicit_task.abort();
-    transparent_task.abort();
+    ];
+    let latencies = client.latency(&latency_paths, options.requests).await?;
+    let latency = latency_paths.into_iter().zip(latencies).collect();
     Ok(BenchReport {
         bytes: options.bytes,
         runs: options.runs.max(1),
         throughput,
         latency,
     })
+}
+
+fn percentiles(mut samples: Vec<Duration>) -> Latency {
+    samples.sort();
+    let at = |q: f64| {
+        let index = ((samples.len().max(1) - 1) as f64 * q) as usize;
+        samples.get(index).copied().unwrap_or_default()
+    };
+    Latency {
+        p50: at(0.50),
+        p99: at(0.99),
+    }
 }
 
 fn median_f64(mut samples: Vec<f64>) -> f64 {
@@ -270,34 +336,30 @@ impl Client {
     }
 
     /// Round trips of a small request on one kept-alive connection.
-    async fn latency(&self, path: Path, requests: usize) -> io::Result<Latency> {
-        let mut stream = self.open(path).await?;
-        let request = self.request(path, "/ping");
-        let mut samples = Vec::with_capacity(requests);
+    /// Round trips of a small request, one kept-alive connection per
+    /// path, interleaved request by request so that noise hits all alike.
+    async fn latency(&self, paths: &[Path], requests: usize) -> io::Result<Vec<Latency>> {
+        let mut streams = Vec::new();
+        for path in paths {
+            streams.push((self.open(*path).await?, self.request(*path, "/ping")));
+        }
+        let mut samples = vec![Vec::with_capacity(requests); paths.len()];
         for i in 0..requests + requests / 10 {
-            let start = Instant::now();
-            stream.write_all(request.as_bytes()).await?;
-            let (_, body) = read_head(&mut stream).await?;
-            let mut rest = [0u8; 4];
-            stream
-                .read_exact(&mut rest[..4usize.saturating_sub(body)])
-                .await?;
-            // The first tenth warms caches and connections up.
-            if i >= requests / 10 {
-                samples.push(start.elapsed());
+            for ((stream, request), samples) in streams.iter_mut().zip(samples.iter_mut()) {
+                let start = Instant::now();
+                stream.write_all(request.as_bytes()).await?;
+                let (_, body) = read_head(stream).await?;
+                let mut rest = [0u8; 4];
+                stream
+                    .read_exact(&mut rest[..4usize.saturating_sub(body)])
+                    .await?;
+                // The first tenth warms caches and connections up.
+                if i >= requests / 10 {
+                    samples.push(start.elapsed());
+                }
             }
         }
-        samples.sort();
-        let at = |q: f64| {
-            samples
-                .get(((samples.len() as f64 - 1.0) * q) as usize)
-                .copied()
-                .unwrap_or_default()
-        };
-        Ok(Latency {
-            p50: at(0.50),
-            p99: at(0.99),
-        })
+        Ok(samples.into_iter().map(percentiles).collect())
     }
 }
 

@@ -20,6 +20,7 @@ mod explicit;
 pub(crate) mod http;
 pub mod rules;
 pub mod sniff;
+mod splice;
 mod transparent;
 pub(crate) mod upstream;
 

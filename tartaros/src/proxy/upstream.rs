@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
+use super::splice::{self, Pipe};
 use super::{ProxyError, Resolve, upstream_address_allowed};
 
 /// Relay buffer per direction. Large buffers halve the syscalls of a bulk
@@ -97,17 +98,32 @@ where
 
 /// Relays between the agent's connection and the upstream until both
 /// sides are done or either fails, counting bytes as they pass (so the
-/// counts are right even when a side resets).
+/// counts are right even when a side resets). Uses `splice(2)` when two
+/// pipes can be had, else copies through user space.
 pub(crate) async fn relay(
     client: &mut TcpStream,
     upstream: &mut TcpStream,
     up: &AtomicU64,
     down: &AtomicU64,
 ) {
+    if let (Ok(up_pipe), Ok(down_pipe)) = (Pipe::new(), Pipe::new()) {
+        let to_upstream = splice::pump(client, upstream, &up_pipe, up);
+        let to_client = splice::pump(upstream, client, &down_pipe, down);
+        return both(to_upstream, to_client).await;
+    }
     let (mut client_read, mut client_write) = client.split();
     let (mut upstream_read, mut upstream_write) = upstream.split();
     let to_upstream = pump(&mut client_read, &mut upstream_write, up);
     let to_client = pump(&mut upstream_read, &mut client_write, down);
+    both(to_upstream, to_client).await
+}
+
+/// Runs both directions until both end, or until either fails (then the
+/// other is dropped: a reset on one side ends the tunnel).
+async fn both(
+    to_upstream: impl Future<Output = std::io::Result<()>>,
+    to_client: impl Future<Output = std::io::Result<()>>,
+) {
     tokio::pin!(to_upstream, to_client);
     let (mut up_done, mut down_done) = (false, false);
     while !(up_done && down_done) {
