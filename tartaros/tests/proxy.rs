@@ -585,3 +585,36 @@ fn bench_proxy() {
     let report = tartaros::proxy::bench::run(&options).unwrap();
     println!("{report}");
 }
+
+#[tokio::test]
+async fn connections_beyond_the_limit_wait_in_the_backlog() {
+    let (https, _) = upstream(None).await;
+    let resolver = StaticResolver::new().with_ip("allowed.test", LOCALHOST);
+    let mut config = ProxyConfig::new(vec!["allowed.test".into()], Arc::new(resolver));
+    config.allow_internal = true;
+    config.connect_ports = vec![https.port()];
+    config.max_connections = 1;
+    let (events, _effects) = tartaros::events::channel();
+    let listener = TcpListener::bind((LOCALHOST, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(proxy::serve(listener, Arc::new(config), events));
+    let request = format!(
+        "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
+        https.port()
+    );
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    first.write_all(request.as_bytes()).await.unwrap();
+    assert!(read_head(&mut first).await.starts_with("HTTP/1.1 200"));
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    second.write_all(request.as_bytes()).await.unwrap();
+    let waited = tokio::time::timeout(Duration::from_millis(300), read_head(&mut second)).await;
+    assert!(
+        waited.is_err(),
+        "the second connection was served while the first held the only slot"
+    );
+    drop(first);
+    let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut second))
+        .await
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}

@@ -27,6 +27,9 @@ use crate::proxy::{ProxyError, Resolve, accept_loop};
 /// Bound on resolving, connecting and the TLS handshake to an upstream.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Agent connections served at once; more wait in the listen backlog.
+const MAX_CONNECTIONS: usize = 128;
+
 struct Context {
     config: Arc<BrokerConfig>,
     secrets: Arc<BrokerSecrets>,
@@ -60,7 +63,7 @@ pub async fn serve(
         events,
         auth_header,
     });
-    accept_loop(listener, move |stream| {
+    accept_loop(listener, MAX_CONNECTIONS, move |stream| {
         let context = context.clone();
         serve_http1(stream, move |request, spawn| {
             let context = context.clone();

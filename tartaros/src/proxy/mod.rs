@@ -195,6 +195,11 @@ pub struct ProxyConfig {
     /// How long an intercepted connection may take to send its ClientHello
     /// or request head. Default: 10 s.
     pub sniff_timeout: Duration,
+    /// Connections served at once per listener; more wait in the backlog.
+    /// Default: 256. Each tunnel holds up to six descriptors, so the
+    /// supervisor should raise its `RLIMIT_NOFILE` soft limit to the hard
+    /// limit.
+    pub max_connections: usize,
 }
 
 impl ProxyConfig {
@@ -209,6 +214,7 @@ impl ProxyConfig {
             resolver,
             connect_timeout: Duration::from_secs(10),
             sniff_timeout: Duration::from_secs(10),
+            max_connections: 256,
         }
     }
 }
@@ -222,6 +228,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("allow_internal", &self.allow_internal)
             .field("connect_timeout", &self.connect_timeout)
             .field("sniff_timeout", &self.sniff_timeout)
+            .field("max_connections", &self.max_connections)
             .finish_non_exhaustive()
     }
 }
@@ -233,7 +240,8 @@ pub type OriginalDst = Arc<dyn Fn(&TcpStream) -> Option<SocketAddr> + Send + Syn
 /// Serves the explicit proxy on `listener` until the returned future is
 /// dropped or aborted; dropping it also ends every connection it serves.
 pub async fn serve(listener: TcpListener, config: Arc<ProxyConfig>, events: EffectSender) {
-    accept_loop(listener, move |stream| {
+    let max = config.max_connections;
+    accept_loop(listener, max, move |stream| {
         explicit::serve_connection(stream, config.clone(), events.clone())
     })
     .await
@@ -247,7 +255,8 @@ pub async fn serve_transparent(
     events: EffectSender,
     original_dst: OriginalDst,
 ) {
-    accept_loop(listener, move |stream| {
+    let max = config.max_connections;
+    accept_loop(listener, max, move |stream| {
         let original = original_dst(&stream);
         transparent::serve_connection(stream, original, config.clone(), events.clone())
     })
@@ -255,8 +264,11 @@ pub async fn serve_transparent(
 }
 
 /// Accepts connections and runs `handle` on each, in a [`JoinSet`] owned by
-/// this future so that aborting the server ends its connections too.
-pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, handle: F)
+/// this future so that aborting the server ends its connections too. At
+/// most `max` run at once; beyond that, connections wait in the listen
+/// backlog, so an agent cannot exhaust the supervisor's descriptors (each
+/// tunnel holds two sockets and two pipes) and starve the effect log.
+pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, max: usize, handle: F)
 where
     F: Fn(TcpStream) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -264,7 +276,7 @@ where
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            accepted = listener.accept(), if connections.len() < max => match accepted {
                 Ok((stream, _)) => {
                     // Small requests must not wait for Nagle.
                     let _ = stream.set_nodelay(true);
