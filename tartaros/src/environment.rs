@@ -31,6 +31,10 @@ pub fn agent_env(policy: &Policy, launcher: &[(String, String)]) -> Vec<(String,
     if !env.iter().any(|(name, _)| name == "PATH") {
         env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
+    // The proxy variables win over anything inherited.
+    let proxy = crate::egress::proxy_env(policy);
+    env.retain(|(name, _)| !proxy.iter().any(|(p, _)| p == name));
+    env.extend(proxy);
     env.sort();
     env
 }
@@ -74,6 +78,7 @@ mod tests {
                 allowed_hosts: vec![],
                 allow_internal: false,
                 token_env: "TOK".into(),
+                ca_file: None,
                 capabilities: vec![],
             }),
             ..Default::default()

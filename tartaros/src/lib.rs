@@ -11,6 +11,7 @@ pub mod credentials;
 pub mod doctor;
 pub mod ebpf;
 pub mod effectlog;
+pub mod egress;
 pub mod environment;
 pub mod events;
 pub mod exit;

@@ -125,6 +125,26 @@ pub struct BrokerConfig {
     pub token_env: String,
     #[serde(default, rename = "capability")]
     pub capabilities: Vec<BrokerCapability>,
+    /// An extra CA certificate (PEM) to trust for upstreams, besides the
+    /// system roots: a private CA, or a test CA.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+}
+
+/// The `[proxy]` table: how the egress proxy treats allowed domains.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ProxySettings {
+    /// Allow upstreams in loopback, private, link-local and similar ranges
+    /// (refused by default: DNS rebinding). For internal mirrors and tests.
+    #[serde(default)]
+    pub allow_internal: bool,
+    /// Ports CONNECT may reach (default 443).
+    #[serde(default)]
+    pub connect_ports: Vec<u16>,
+    /// Ports plain HTTP may reach (default 80).
+    #[serde(default)]
+    pub http_ports: Vec<u16>,
 }
 
 /// A config file (`--config policy.toml`).
@@ -134,6 +154,7 @@ pub struct ConfigFile {
     #[serde(default)]
     pub policy: PolicyFields,
     pub broker: Option<BrokerConfig>,
+    pub proxy: Option<ProxySettings>,
 }
 
 impl ConfigFile {
@@ -217,6 +238,7 @@ pub struct Policy {
     pub strict: bool,
     pub user: Option<String>,
     pub broker: Option<BrokerConfig>,
+    pub proxy: ProxySettings,
 }
 
 impl Policy {
@@ -344,8 +366,10 @@ pub fn build(
         strict: flags.strict,
         user: flags.user,
         broker: file.broker,
+        proxy: file.proxy.unwrap_or_default(),
     };
     check_paths(&policy)?;
+    check_ports(&policy)?;
     Ok(policy)
 }
 
@@ -395,6 +419,27 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
             _ => return lexical,
         }
     }
+}
+
+/// Every gateway inside the sandbox needs a port of its own.
+fn check_ports(policy: &Policy) -> Result<(), PolicyError> {
+    let reserved = crate::egress::RESERVED_PORTS;
+    for port in &policy.local_ports {
+        if reserved.contains(port) {
+            return Err(invalid(format!(
+                "--port {port} conflicts with a port TartarOS uses inside the sandbox ({reserved:?}); the agent reaches the host's port through another number only if you change the host side"
+            )));
+        }
+    }
+    if let Some(broker) = &policy.broker {
+        if reserved.contains(&broker.port) || policy.local_ports.contains(&broker.port) {
+            return Err(invalid(format!(
+                "[broker] port {} conflicts with --port or a port TartarOS uses inside the sandbox ({reserved:?}); choose another",
+                broker.port
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
@@ -473,6 +518,14 @@ fn check_broker(
 ) -> Result<(), PolicyError> {
     if broker.port == 0 {
         return Err(invalid("[broker] port 0 is not a port; use 1 to 65535"));
+    }
+    if let Some(ca) = &broker.ca_file
+        && !ca.is_absolute()
+    {
+        return Err(invalid(format!(
+            "[broker] ca_file {:?} is relative; write it as an absolute path",
+            ca.display().to_string()
+        )));
     }
     if !env_is_set(&broker.token_env) {
         return Err(invalid(format!(

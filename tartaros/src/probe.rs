@@ -109,18 +109,11 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
         host.seccomp,
         "seccomp filtering is not available in this kernel",
     );
-    if !policy.local_ports.is_empty() {
+    if policy.has_network_grant() {
         add(
-            "port-gateways",
+            "gateways",
             host.root,
-            "--port gateways are made inside the sandbox's network namespace, which needs root",
-        );
-    }
-    if !policy.allow_domains.is_empty() || policy.broker.is_some() {
-        add(
-            "egress-proxy",
-            false,
-            "--allow-domain and [broker] are not implemented yet; the sandbox has loopback only",
+            "--port, --allow-domain and [broker] listen inside the sandbox's network namespace, which needs root",
         );
     }
     if policy.max_processes.is_some() {

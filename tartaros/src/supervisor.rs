@@ -66,6 +66,8 @@ struct Prepared {
     /// Whether the run gets its own cgroup (degraded away for an ordinary
     /// user without a delegated subtree).
     use_cgroup: bool,
+    /// The broker's secrets and TLS client, loaded before anything starts.
+    broker: Option<crate::egress::BrokerSetup>,
 }
 
 fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
@@ -114,6 +116,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         warn_unwritable_roots(policy, identity);
     }
 
+    let broker = crate::egress::BrokerSetup::load(policy).map_err(|e| refuse(exit::REFUSED, e))?;
     let placeholders = materialize(policy)?;
     let log = match &request.log {
         Some(path) => match LogWriter::create(path) {
@@ -155,6 +158,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         placeholders,
         log,
         use_cgroup,
+        broker,
     })
 }
 
@@ -310,6 +314,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 names(&prepared.guarantees, false),
                 Vec::new(),
             );
+            writer.set_secrets(crate::egress::secret_values(&request.policy));
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
                 if let Some(cgroup) = &cgroup {
                     let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
@@ -376,49 +381,6 @@ impl Drop for AbortOnDrop {
             task.abort();
         }
     }
-}
-
-/// Listens on each granted port inside the sandbox and relays to the host.
-fn open_gateways(
-    pid: i32,
-    ports: &[u16],
-    effects: &crate::events::EffectSender,
-) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
-    if ports.is_empty() {
-        return Ok(Vec::new());
-    }
-    // IPv4 is required; IPv6 loopback only where the kernel has it.
-    let addrs: Vec<(std::net::SocketAddr, bool)> = ports
-        .iter()
-        .flat_map(|p| {
-            [
-                (
-                    std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, *p)),
-                    false,
-                ),
-                (
-                    std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *p)),
-                    true,
-                ),
-            ]
-        })
-        .collect();
-    let listeners =
-        crate::network::listen_in_namespace_of(pid, &addrs).map_err(|e| e.to_string())?;
-    listeners
-        .into_iter()
-        .zip(addrs)
-        .filter_map(|(listener, (addr, _))| listener.map(|l| (l, addr)))
-        .map(|(listener, addr)| {
-            let listener =
-                tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?;
-            Ok(tokio::spawn(crate::forward::relay(
-                listener,
-                addr,
-                effects.clone(),
-            )))
-        })
-        .collect()
 }
 
 fn names(guarantees: &[Guarantee], installed: bool) -> Vec<String> {
@@ -490,8 +452,8 @@ async fn run_in(
     });
     drop(gate_write);
     drop(gate_read);
-    let gateways = if installed(&prepared.guarantees, "port-gateways") {
-        open_gateways(init.pid, &policy.local_ports, effects)
+    let gateways = if installed(&prepared.guarantees, "gateways") {
+        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), None, effects).map_err(|e| e.to_string())
     } else {
         Ok(Vec::new())
     };

@@ -156,6 +156,7 @@ fn config(allow_internal: bool) -> BrokerConfig {
         allowed_hosts: vec!["api.test".into()],
         allow_internal,
         token_env: "TT_BROKER_TOKEN".into(),
+        ca_file: None,
         capabilities: vec![BrokerCapability {
             name: "api".into(),
             upstream: "api.test".into(),

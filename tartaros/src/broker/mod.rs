@@ -217,6 +217,7 @@ mod tests {
             allowed_hosts: vec![],
             allow_internal: false,
             token_env: "T_TOKEN".into(),
+            ca_file: None,
             capabilities: vec![BrokerCapability {
                 name: "gh".into(),
                 upstream: "api.github.com".into(),

@@ -305,6 +305,7 @@ mod tests {
             allowed_hosts: vec!["*.github.com".into()],
             allow_internal: false,
             token_env: "TOKEN".into(),
+            ca_file: None,
             capabilities: vec![
                 capability("gh", &["GET", "post"], Some("/repos/acme")),
                 capability("ro", &[], None),

@@ -1,0 +1,175 @@
+//! The sandbox's gateways to the outside, all owned by the supervisor and
+//! listening *inside* the sandbox's private network namespace:
+//! `--port` relays, the egress proxy (explicit on [`PROXY_PORT`], transparent
+//! on [`TRANSPARENT_PORT`]) and the credential broker on its configured
+//! port. Nothing else leads out of the namespace.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
+
+use tokio::task::JoinHandle;
+
+use crate::broker::BrokerSecrets;
+use crate::events::EffectSender;
+use crate::policy::Policy;
+use crate::proxy::{OriginalDst, ProxyConfig, SystemResolver};
+
+/// The explicit proxy inside the sandbox (`HTTP(S)_PROXY`).
+pub const PROXY_PORT: u16 = 3128;
+/// Where the eBPF connect programs send intercepted TCP connections.
+pub const TRANSPARENT_PORT: u16 = 3129;
+
+/// Ports no grant may take because a gateway holds them.
+pub const RESERVED_PORTS: &[u16] = &[PROXY_PORT, TRANSPARENT_PORT];
+
+#[derive(Debug, thiserror::Error)]
+pub enum EgressError {
+    #[error("failed to open the gateways: {0}")]
+    Listen(#[from] crate::network::NetworkError),
+    #[error("failed to serve a gateway: {0}")]
+    Serve(std::io::Error),
+    #[error("failed to set up the broker: {0}")]
+    Broker(#[from] crate::broker::BrokerError),
+}
+
+/// The proxy variables the agent gets when it has allowed domains.
+pub fn proxy_env(policy: &Policy) -> Vec<(String, String)> {
+    if policy.allow_domains.is_empty() {
+        return Vec::new();
+    }
+    let url = format!("http://127.0.0.1:{PROXY_PORT}");
+    let mut env = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        env.push((name.to_string(), url.clone()));
+        env.push((name.to_ascii_lowercase(), url.clone()));
+    }
+    env.push(("NO_PROXY".into(), String::new()));
+    env.push(("no_proxy".into(), String::new()));
+    env
+}
+
+/// Secrets and TLS for the broker, loaded before the agent starts so that a
+/// missing variable refuses the run (naming the variable, never a value).
+pub struct BrokerSetup {
+    secrets: Arc<BrokerSecrets>,
+    tls: Arc<rustls::ClientConfig>,
+}
+
+impl BrokerSetup {
+    pub fn load(policy: &Policy) -> Result<Option<Self>, EgressError> {
+        let Some(config) = &policy.broker else { return Ok(None) };
+        let secrets = Arc::new(BrokerSecrets::from_env(config)?);
+        let tls = crate::broker::client_tls(config.ca_file.as_deref())?;
+        Ok(Some(Self { secrets, tls }))
+    }
+
+}
+
+/// The broker's secret values, read by name from the launcher's environment,
+/// for the log writer's redaction list (defence in depth: no record should
+/// ever hold them in the first place).
+pub fn secret_values(policy: &Policy) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStringExt;
+    let Some(config) = &policy.broker else { return Vec::new() };
+    std::iter::once(&config.token_env)
+        .chain(config.capabilities.iter().map(|c| &c.value_env))
+        .filter_map(std::env::var_os)
+        .map(OsStringExt::into_vec)
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// Opens every gateway the policy grants inside the network namespace of
+/// `pid` and serves it on this runtime. Dropping the handles (abort) closes
+/// them with the run.
+pub fn open(
+    pid: i32,
+    policy: &Policy,
+    broker: Option<&BrokerSetup>,
+    original_dst: Option<OriginalDst>,
+    effects: &EffectSender,
+) -> Result<Vec<JoinHandle<()>>, EgressError> {
+    // (address, optional, what): IPv6 loopback only where the kernel has it.
+    enum Gateway {
+        Relay(SocketAddr),
+        Proxy,
+        Transparent,
+        Broker,
+    }
+    let mut wanted: Vec<(SocketAddr, bool, Gateway)> = Vec::new();
+    for port in &policy.local_ports {
+        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, *port));
+        wanted.push((v4, false, Gateway::Relay(v4)));
+        wanted.push((v6, true, Gateway::Relay(v6)));
+    }
+    if !policy.allow_domains.is_empty() {
+        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT)), false, Gateway::Proxy));
+        wanted.push((SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)), true, Gateway::Proxy));
+    }
+    if original_dst.is_some() {
+        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)), false, Gateway::Transparent));
+    }
+    if let (Some(config), Some(_)) = (&policy.broker, broker) {
+        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)), false, Gateway::Broker));
+    }
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let addrs: Vec<(SocketAddr, bool)> = wanted.iter().map(|(a, o, _)| (*a, *o)).collect();
+    let listeners = crate::network::listen_in_namespace_of(pid, &addrs)?;
+
+    let resolver = Arc::new(SystemResolver);
+    let mut proxy_config = ProxyConfig::new(policy.allow_domains.clone(), resolver.clone());
+    proxy_config.allow_internal = policy.proxy.allow_internal;
+    if !policy.proxy.connect_ports.is_empty() {
+        proxy_config.connect_ports = policy.proxy.connect_ports.clone();
+    }
+    if !policy.proxy.http_ports.is_empty() {
+        proxy_config.http_ports = policy.proxy.http_ports.clone();
+    }
+    let proxy_config = Arc::new(proxy_config);
+    let mut tasks = Vec::new();
+    for (listener, (_, _, gateway)) in listeners.into_iter().zip(wanted) {
+        let Some(listener) = listener else { continue };
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(EgressError::Serve)?;
+        let effects = effects.clone();
+        let task = match gateway {
+            Gateway::Relay(upstream) => tokio::spawn(crate::forward::relay(listener, upstream, effects)),
+            Gateway::Proxy => tokio::spawn(crate::proxy::serve(listener, proxy_config.clone(), effects)),
+            Gateway::Transparent => {
+                let Some(original) = original_dst.clone() else { continue };
+                tokio::spawn(crate::proxy::serve_transparent(listener, proxy_config.clone(), effects, original))
+            }
+            Gateway::Broker => {
+                let (Some(config), Some(setup)) = (policy.broker.clone(), broker) else { continue };
+                let (secrets, tls, resolver) = (setup.secrets.clone(), setup.tls.clone(), resolver.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = crate::broker::serve(listener, Arc::new(config), secrets, tls, resolver, effects).await {
+                        eprintln!("tartaros: broker stopped: {e}");
+                    }
+                })
+            }
+        };
+        tasks.push(task);
+    }
+    Ok(tasks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_variables_only_with_allowed_domains() {
+        assert!(proxy_env(&Policy::default()).is_empty());
+        let policy = Policy {
+            allow_domains: vec!["crates.io".into()],
+            ..Default::default()
+        };
+        let env = proxy_env(&policy);
+        assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
+        assert!(env.contains(&("https_proxy".into(), "http://127.0.0.1:3128".into())));
+        assert!(env.contains(&("NO_PROXY".into(), String::new())));
+    }
+}
