@@ -57,12 +57,14 @@ pub struct BrokerSetup {
 
 impl BrokerSetup {
     pub fn load(policy: &Policy) -> Result<Option<Self>, EgressError> {
-        let Some(config) = &policy.broker else { return Ok(None) };
+        let Some(config) = &policy.broker else {
+            return Ok(None);
+        };
+        crate::broker::validate(config)?;
         let secrets = Arc::new(BrokerSecrets::from_env(config)?);
         let tls = crate::broker::client_tls(config.ca_file.as_deref())?;
         Ok(Some(Self { secrets, tls }))
     }
-
 }
 
 /// The broker's secret values, read by name from the launcher's environment,
@@ -70,7 +72,9 @@ impl BrokerSetup {
 /// ever hold them in the first place).
 pub fn secret_values(policy: &Policy) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStringExt;
-    let Some(config) = &policy.broker else { return Vec::new() };
+    let Some(config) = &policy.broker else {
+        return Vec::new();
+    };
     std::iter::once(&config.token_env)
         .chain(config.capabilities.iter().map(|c| &c.value_env))
         .filter_map(std::env::var_os)
@@ -104,14 +108,30 @@ pub fn open(
         wanted.push((v6, true, Gateway::Relay(v6)));
     }
     if !policy.allow_domains.is_empty() {
-        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT)), false, Gateway::Proxy));
-        wanted.push((SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)), true, Gateway::Proxy));
+        wanted.push((
+            SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT)),
+            false,
+            Gateway::Proxy,
+        ));
+        wanted.push((
+            SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)),
+            true,
+            Gateway::Proxy,
+        ));
     }
     if original_dst.is_some() {
-        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)), false, Gateway::Transparent));
+        wanted.push((
+            SocketAddr::from((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)),
+            false,
+            Gateway::Transparent,
+        ));
     }
     if let (Some(config), Some(_)) = (&policy.broker, broker) {
-        wanted.push((SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)), false, Gateway::Broker));
+        wanted.push((
+            SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)),
+            false,
+            Gateway::Broker,
+        ));
     }
     if wanted.is_empty() {
         return Ok(Vec::new());
@@ -135,17 +155,40 @@ pub fn open(
         let listener = tokio::net::TcpListener::from_std(listener).map_err(EgressError::Serve)?;
         let effects = effects.clone();
         let task = match gateway {
-            Gateway::Relay(upstream) => tokio::spawn(crate::forward::relay(listener, upstream, effects)),
-            Gateway::Proxy => tokio::spawn(crate::proxy::serve(listener, proxy_config.clone(), effects)),
+            Gateway::Relay(upstream) => {
+                tokio::spawn(crate::forward::relay(listener, upstream, effects))
+            }
+            Gateway::Proxy => {
+                tokio::spawn(crate::proxy::serve(listener, proxy_config.clone(), effects))
+            }
             Gateway::Transparent => {
-                let Some(original) = original_dst.clone() else { continue };
-                tokio::spawn(crate::proxy::serve_transparent(listener, proxy_config.clone(), effects, original))
+                let Some(original) = original_dst.clone() else {
+                    continue;
+                };
+                tokio::spawn(crate::proxy::serve_transparent(
+                    listener,
+                    proxy_config.clone(),
+                    effects,
+                    original,
+                ))
             }
             Gateway::Broker => {
-                let (Some(config), Some(setup)) = (policy.broker.clone(), broker) else { continue };
-                let (secrets, tls, resolver) = (setup.secrets.clone(), setup.tls.clone(), resolver.clone());
+                let (Some(config), Some(setup)) = (policy.broker.clone(), broker) else {
+                    continue;
+                };
+                let (secrets, tls, resolver) =
+                    (setup.secrets.clone(), setup.tls.clone(), resolver.clone());
                 tokio::spawn(async move {
-                    if let Err(e) = crate::broker::serve(listener, Arc::new(config), secrets, tls, resolver, effects).await {
+                    if let Err(e) = crate::broker::serve(
+                        listener,
+                        Arc::new(config),
+                        secrets,
+                        tls,
+                        resolver,
+                        effects,
+                    )
+                    .await
+                    {
                         eprintln!("tartaros: broker stopped: {e}");
                     }
                 })

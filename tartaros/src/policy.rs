@@ -427,17 +427,17 @@ fn check_ports(policy: &Policy) -> Result<(), PolicyError> {
     for port in &policy.local_ports {
         if reserved.contains(port) {
             return Err(invalid(format!(
-                "--port {port} conflicts with a port TartarOS uses inside the sandbox ({reserved:?}); the agent reaches the host's port through another number only if you change the host side"
+                "--port {port} conflicts with a port TartarOS uses inside the sandbox ({reserved:?}); serve the host side on another port"
             )));
         }
     }
-    if let Some(broker) = &policy.broker {
-        if reserved.contains(&broker.port) || policy.local_ports.contains(&broker.port) {
-            return Err(invalid(format!(
-                "[broker] port {} conflicts with --port or a port TartarOS uses inside the sandbox ({reserved:?}); choose another",
-                broker.port
-            )));
-        }
+    if let Some(broker) = &policy.broker
+        && (reserved.contains(&broker.port) || policy.local_ports.contains(&broker.port))
+    {
+        return Err(invalid(format!(
+            "[broker] port {} conflicts with --port or a port TartarOS uses inside the sandbox ({reserved:?}); choose another",
+            broker.port
+        )));
     }
     Ok(())
 }

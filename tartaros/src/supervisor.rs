@@ -249,6 +249,7 @@ struct AgentEnd {
 
 /// Runs the agent under `request` and returns the exit status to use.
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
+    raise_fd_limit();
     let host = Host::probe();
     let mut prepared = prepare(&request, &host)?;
     let mut janitor = request.janitor.take();
@@ -368,6 +369,16 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
 }
 
+/// Gateways hold several descriptors per connection: use the hard limit.
+fn raise_fd_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}
+
 fn installed(guarantees: &[Guarantee], name: &str) -> bool {
     guarantees.iter().any(|g| g.name == name && g.installed)
 }
@@ -453,7 +464,8 @@ async fn run_in(
     drop(gate_write);
     drop(gate_read);
     let gateways = if installed(&prepared.guarantees, "gateways") {
-        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), None, effects).map_err(|e| e.to_string())
+        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), None, effects)
+            .map_err(|e| e.to_string())
     } else {
         Ok(Vec::new())
     };

@@ -10,7 +10,8 @@ use anyhow::{Result, bail};
 pub fn run(which: &str, runs: usize, root: &Path) -> Result<()> {
     match which {
         "startup" => startup(runs, root),
-        other => bail!("unknown benchmark {other:?}; use startup"),
+        "proxy" => crate::bench_proxy::run(root, runs.min(9)),
+        other => bail!("unknown benchmark {other:?}; use startup, log or proxy"),
     }
 }
 
