@@ -218,9 +218,6 @@ fn classify_v4(ip: Ipv4Addr) -> Class {
         ([0, 0, 0, 0], 8),       // "this network", incl. 0.0.0.0 (= local host on Linux)
         ([224, 0, 0, 0], 4),     // multicast
         ([240, 0, 0, 0], 4),     // reserved, incl. 255.255.255.255 broadcast
-        ([192, 0, 2, 0], 24),    // TEST-NET-1
-        ([198, 51, 100, 0], 24), // TEST-NET-2
-        ([203, 0, 113, 0], 24),  // TEST-NET-3
     ];
     const INTERNAL: &[([u8; 4], u32)] = &[
         ([127, 0, 0, 0], 8),    // loopback
@@ -232,6 +229,11 @@ fn classify_v4(ip: Ipv4Addr) -> Class {
         ([192, 0, 0, 0], 24),   // IETF protocol assignments
         ([198, 18, 0, 0], 15),  // benchmarking; also "fake IP" DNS of local proxies
     ];
+    // The IPv4 documentation ranges (192.0.2/24, 198.51.100/24,
+    // 203.0.113/24, RFC 5737) are left Public on purpose: no real service,
+    // internal or external, may live there, so there is nothing for DNS
+    // rebinding to reach, and test labs (our runner/) put their stand-ins
+    // for public hosts there, inside network namespaces of their own.
     if NEVER.iter().any(|&(net, prefix)| in_v4(ip, net, prefix)) {
         Class::Never
     } else if INTERNAL.iter().any(|&(net, prefix)| in_v4(ip, net, prefix)) {
@@ -459,7 +461,8 @@ mod tests {
             ("239.255.255.250", false, false),
             ("255.255.255.255", false, false),
             ("240.0.0.1", false, false),
-            ("192.0.2.1", false, false),
+            ("192.0.2.1", true, true),
+            ("203.0.113.7", true, true),
             ("::", false, false),
             ("::1", false, true),
             ("fc00::1", false, true),
