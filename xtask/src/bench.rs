@@ -11,6 +11,7 @@ pub fn run(which: &str, runs: usize, root: &Path) -> Result<()> {
     match which {
         "startup" => startup(runs, root),
         "proxy" => crate::bench_proxy::run(root, runs.min(9)),
+        "log" => crate::bench_log::run(root, runs),
         other => bail!("unknown benchmark {other:?}; use startup, log or proxy"),
     }
 }

@@ -7,6 +7,7 @@
 //! - `bench startup|log|proxy`: side-by-side benchmarks.
 //! - `lab`: install the peer sandboxes and run the contract lab.
 mod bench;
+mod bench_log;
 mod bench_proxy;
 mod deps;
 mod lab;

@@ -1,0 +1,264 @@
+//! `cargo xtask bench log`: what the effect log costs, side by side in one
+//! invocation: (1) a syscall-heavy workload under `tartaros run` with and
+//! without `--log`, and under `strace -f -o` for comparison; (2) the event
+//! rate that reaches a verifying log with no loss; (3) the start-up time
+//! `--log` adds.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// The workload, in C so that the program itself costs next to nothing:
+/// `cycles N` creates, writes, closes and unlinks N files; `execs N` runs
+/// /bin/true N times; `flood N` opens one file for writing N times and
+/// prints how long that took.
+const WORKLOAD: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
+int main(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i += 2) {
+        long n = atol(argv[i + 1]);
+        double start = now();
+        if (!strcmp(argv[i], "cycles")) {
+            char name[64];
+            for (long k = 0; k < n; k++) {
+                snprintf(name, sizeof name, "bench-%ld.tmp", k);
+                int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+                if (fd < 0) return 2;
+                if (write(fd, "data\n", 5) != 5) return 3;
+                close(fd);
+                unlink(name);
+            }
+        } else if (!strcmp(argv[i], "execs")) {
+            for (long k = 0; k < n; k++) {
+                pid_t pid = fork();
+                if (pid == 0) { execl("/bin/true", "true", (char *)0); _exit(127); }
+                int status; waitpid(pid, &status, 0);
+            }
+        } else if (!strcmp(argv[i], "flood")) {
+            int fd0 = open("flood.tmp", O_WRONLY | O_CREAT, 0644); close(fd0);
+            for (long k = 0; k < n; k++) { int fd = open("flood.tmp", O_WRONLY); close(fd); }
+            unlink("flood.tmp");
+        }
+        printf("%s %ld %.6f\n", argv[i], n, now() - start);
+    }
+    return 0;
+}
+"#;
+
+fn build_workload(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let source = dir.join("workload.c");
+    let binary = dir.join("workload");
+    std::fs::write(&source, WORKLOAD)?;
+    crate::check(
+        Command::new("cc")
+            .args(["-O2", "-o"])
+            .arg(&binary)
+            .arg(&source),
+    )
+    .context("failed to compile the benchmark workload (is a C compiler installed?)")?;
+    Ok(binary)
+}
+
+mod tempfile_dir {
+    use std::path::{Path, PathBuf};
+
+    /// A work directory the agent (uid nobody when run as root) may write,
+    /// removed on drop.
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> anyhow::Result<Self> {
+            let path = std::env::temp_dir().join(format!(
+                "tartaros-bench-{}-{}",
+                std::process::id(),
+                rand()
+            ));
+            std::fs::create_dir_all(&path)?;
+            crate::check(
+                std::process::Command::new("chown")
+                    .args(["65534:65534"])
+                    .arg(&path),
+            )?;
+            Ok(Self(path))
+        }
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn rand() -> u32 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    }
+}
+
+fn timed(cmd: &mut Command) -> Result<Duration> {
+    let start = Instant::now();
+    let out = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()?;
+    let elapsed = start.elapsed();
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(elapsed)
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+pub fn run(root: &Path, runs: usize) -> Result<()> {
+    let tartaros = root.join("target/release/tartaros");
+    let workload = build_workload(root)?;
+    let w = workload.to_str().unwrap_or_default().to_string();
+    let dir = tempfile_dir::Dir::new()?;
+    let d = dir.path().to_str().unwrap_or_default().to_string();
+    let args = ["cycles", "20000", "execs", "2000"];
+    let runs = runs.clamp(3, 11);
+
+    // (1) workload overhead, interleaved.
+    let mut samples: [Vec<Duration>; 4] = Default::default();
+    for i in 0..runs {
+        let log = dir.path().join(format!("effects-{i}.jsonl"));
+        samples[0].push(timed(Command::new(&w).args(args).current_dir(&d))?);
+        samples[1].push(timed(
+            Command::new(&tartaros)
+                .args(["run", "--write", &d, "--"])
+                .arg(&w)
+                .args(args)
+                .current_dir(&d),
+        )?);
+        samples[2].push(timed(
+            Command::new(&tartaros)
+                .args(["run", "--write", &d, "--log"])
+                .arg(&log)
+                .arg("--")
+                .arg(&w)
+                .args(args)
+                .current_dir(&d),
+        )?);
+        let trace = dir.path().join("strace.out");
+        samples[3].push(timed(
+            Command::new("strace")
+                .args(["-f", "-o"])
+                .arg(&trace)
+                .arg(&w)
+                .args(args)
+                .current_dir(&d),
+        )?);
+        let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&trace);
+    }
+    let [bare, plain, logged, strace] = samples.map(median);
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!("log: 20,000 create/write/unlink cycles + 2,000 execs, median of {runs}");
+    println!("  bare workload                    {:>9.1} ms", ms(bare));
+    println!("  tartaros run                     {:>9.1} ms", ms(plain));
+    println!(
+        "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
+        ms(logged),
+        (ms(logged) / ms(plain) - 1.0) * 100.0
+    );
+    println!(
+        "  strace -f -o (no sandbox)        {:>9.1} ms   overhead of strace {:+.1}%",
+        ms(strace),
+        (ms(strace) / ms(bare) - 1.0) * 100.0
+    );
+
+    // (2) event rate: a flood of opens into a large ring buffer.
+    for n in [200_000u64, 1_000_000] {
+        let log = dir.path().join(format!("flood-{n}.jsonl"));
+        let out = Command::new(&tartaros)
+            .args(["run", "--write", &d, "--log-buffer", "256M", "--log"])
+            .arg(&log)
+            .arg("--")
+            .arg(&w)
+            .args(["flood", &n.to_string()])
+            .current_dir(&d)
+            .stderr(Stdio::null())
+            .output()?;
+        let seconds: f64 = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .nth(2)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(f64::NAN);
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let opens = text
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"open\"") && l.contains("flood.tmp"))
+            .count() as u64;
+        let lost: u64 = text
+            .lines()
+            .filter(|l| l.contains("\"kind\":\"gap\""))
+            .filter_map(|l| {
+                l.split("\"count\":")
+                    .nth(1)?
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        let verify = Command::new(&tartaros)
+            .args(["log", "verify"])
+            .arg(&log)
+            .output()?;
+        println!(
+            "  flood of {n} opens: {:.0} events/s generated, {opens} logged, {lost} lost (gap records), verify exit {}",
+            n as f64 / seconds,
+            verify.status.code().unwrap_or(-1)
+        );
+        let _ = std::fs::remove_file(&log);
+    }
+
+    // (3) start-up added by --log.
+    let mut with = Vec::new();
+    let mut without = Vec::new();
+    for i in 0..runs.max(11) {
+        let log = dir.path().join(format!("start-{i}.jsonl"));
+        without.push(timed(
+            Command::new(&tartaros)
+                .args(["run", "--", "/bin/true"])
+                .current_dir(&d),
+        )?);
+        with.push(timed(
+            Command::new(&tartaros)
+                .args(["run", "--log"])
+                .arg(&log)
+                .args(["--", "/bin/true"])
+                .current_dir(&d),
+        )?);
+        let _ = std::fs::remove_file(&log);
+    }
+    let (with, without) = (median(with), median(without));
+    println!(
+        "  start-up: tartaros run -- true {:.2} ms, with --log {:.2} ms: +{:.2} ms",
+        ms(without),
+        ms(with),
+        ms(with) - ms(without)
+    );
+    Ok(())
+}
