@@ -52,7 +52,7 @@ pub fn print() -> i32 {
     };
     let mut missing_now = 0;
     for (who, view) in [("root", &as_root), ("ordinary user", &as_user)] {
-        let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), view);
+        let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), view, true);
         let missing: Vec<_> = guarantees.iter().filter(|g| !g.installed).collect();
         if missing.is_empty() {
             println!("as {who:<14} every default guarantee installs");
@@ -60,14 +60,6 @@ pub fn print() -> i32 {
         for g in &missing {
             println!("as {who:<14} missing {}: {}", g.name, g.reason);
         }
-        println!(
-            "as {who:<14} eBPF capture and connect filtering: {}",
-            if view.root {
-                "available (CAP_BPF)"
-            } else {
-                "not available (needs CAP_BPF): --log records no kernel events"
-            }
-        );
         if view.root == host.root {
             missing_now = missing.len();
         }

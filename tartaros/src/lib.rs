@@ -18,6 +18,7 @@ pub mod exit;
 pub mod forward;
 pub mod init;
 pub mod janitor;
+pub mod kernel_watch;
 pub mod landlock;
 pub mod mounts;
 pub mod network;

@@ -68,7 +68,7 @@ pub struct Guarantee {
 }
 
 /// Decides which guarantees `policy` requests and which `host` can install.
-pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
+pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee> {
     let mut out = Vec::new();
     let mut add = |name, installed: bool, reason: &str| {
         out.push(Guarantee {
@@ -134,6 +134,27 @@ pub fn guarantees(policy: &Policy, host: &Host) -> Vec<Guarantee> {
             "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
         );
     }
+    // eBPF needs CAP_BPF (root here) and the run's own cgroup.
+    let bpf = host.root && cgroup;
+    add(
+        "connect-filter",
+        bpf,
+        "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
+    );
+    if !policy.deny_unix {
+        add(
+            "unix-socket-policy",
+            bpf && kernel_at_least(&host.kernel, 6, 7),
+            "keeping unix sockets outside the writable roots unreachable needs root and Linux 6.7+ (cgroup connect_unix); pass --deny-unix to refuse every unix socket instead",
+        );
+    }
+    if capture {
+        add(
+            "ebpf-capture",
+            bpf,
+            "capturing the agent's execs, file changes and connects for the log needs root (CAP_BPF) and the run's cgroup",
+        );
+    }
     let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
     if denies {
         add(
@@ -166,7 +187,7 @@ mod tests {
             landlock_abi: Some(2),
             ..Default::default()
         };
-        let g = guarantees(&Policy::default(), &host);
+        let g = guarantees(&Policy::default(), &host, false);
         let fs = g.iter().find(|g| g.name == "landlock-filesystem").unwrap();
         assert!(!fs.installed);
         assert!(fs.reason.contains("ABI 3"));

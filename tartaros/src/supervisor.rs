@@ -18,6 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cgroup::RunCgroup;
 use crate::credentials::Identity;
 use crate::effectlog::{Genesis, LogWriter};
+use crate::kernel_watch::KernelWatch;
 use crate::exit;
 use crate::plan::{Plan, Report, SeccompPlan};
 use crate::policy::Policy;
@@ -72,7 +73,7 @@ struct Prepared {
 
 fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     let policy = &request.policy;
-    let guarantees = crate::probe::guarantees(policy, host);
+    let guarantees = crate::probe::guarantees(policy, host, request.log.is_some());
     for missing in guarantees.iter().filter(|g| !g.installed) {
         if policy.strict || missing.name == "namespaces" {
             return Err(refuse(
@@ -251,6 +252,10 @@ struct AgentEnd {
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     raise_fd_limit();
     let host = Host::probe();
+    if host.root {
+        // Parses the kernel's BTF on a thread while we prepare the rest.
+        crate::ebpf::warm_up_capture();
+    }
     let mut prepared = prepare(&request, &host)?;
     let mut janitor = request.janitor.take();
     if let Some(janitor) = janitor.as_mut() {
@@ -307,13 +312,24 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
 
     let (effects, effects_rx) = crate::runlog::channel();
+    let watch = match (&cgroup, installed(&prepared.guarantees, "connect-filter")) {
+        (Some(cgroup_dir), true) => match start_watch(&request, &mut prepared, cgroup_dir.path(), &effects) {
+            Ok(watch) => watch,
+            Err(refusal) => {
+                let _ = cgroup_dir.kill_and_remove(TEARDOWN_TIMEOUT);
+                abandon(&mut prepared);
+                return Err(refusal);
+            }
+        },
+        _ => None,
+    };
     let drain = match prepared.log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
                 serde_json::to_value(&request.policy).unwrap_or_default(),
                 names(&prepared.guarantees, true),
                 names(&prepared.guarantees, false),
-                Vec::new(),
+                watch.as_ref().map(KernelWatch::tags).unwrap_or_default(),
             );
             writer.set_secrets(crate::egress::secret_values(&request.policy));
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
@@ -337,6 +353,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         None => Ok(()),
     };
     cleanup_placeholders(&prepared.placeholders);
+    // The cgroup is empty: every event is in the ring buffer. Drain it.
+    if let Some(watch) = watch {
+        watch.finish().await;
+    }
     if let Some(janitor) = janitor
         && teardown.is_ok()
     {
@@ -366,6 +386,52 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         (Ok(_), Err(_)) => Ok(code.max(1)),
         (Ok(_), Ok(())) => Ok(code),
         (Err(refusal), _) => Err(refusal),
+    }
+}
+
+/// Attaches the eBPF programs to the run's cgroup (before the init exists).
+/// A failure refuses a strict run and degrades the others, with a warning
+/// and a `degraded` entry in the log's genesis.
+fn start_watch(
+    request: &RunRequest,
+    prepared: &mut Prepared,
+    cgroup: &Path,
+    effects: &crate::events::EffectSender,
+) -> Result<Option<KernelWatch>, Refusal> {
+    let policy = &request.policy;
+    let capture = installed(&prepared.guarantees, "ebpf-capture");
+    let mut options = crate::kernel_watch::options(policy, capture, request.log_buffer);
+    options.unix_policy &= installed(&prepared.guarantees, "unix-socket-policy");
+    if options.unix_policy
+        && let Err(why) = crate::kernel_watch::unix_roots_fit(&options)
+    {
+        if policy.strict {
+            return Err(refuse(exit::REFUSED, format!("cannot install unix-socket-policy: {why}")));
+        }
+        eprintln!("tartaros: warning: unix-socket-policy not installed: {why}");
+        degrade(&mut prepared.guarantees, "unix-socket-policy", &why);
+        options.unix_policy = false;
+    }
+    match KernelWatch::start(cgroup, &options, effects) {
+        Ok(watch) => Ok(Some(watch)),
+        Err(e) => {
+            let why = e.to_string();
+            if policy.strict {
+                return Err(refuse(exit::REFUSED, format!("cannot install the eBPF programs: {why}")));
+            }
+            eprintln!("tartaros: warning: eBPF programs not installed: {why}");
+            for name in ["connect-filter", "unix-socket-policy", "ebpf-capture"] {
+                degrade(&mut prepared.guarantees, name, &why);
+            }
+            Ok(None)
+        }
+    }
+}
+
+fn degrade(guarantees: &mut [Guarantee], name: &str, why: &str) {
+    for g in guarantees.iter_mut().filter(|g| g.name == name) {
+        g.installed = false;
+        g.reason = why.to_string();
     }
 }
 

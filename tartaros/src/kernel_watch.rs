@@ -1,0 +1,145 @@
+//! The run's eBPF programs, from attach (before the init exists) to the
+//! last drained event (after the cgroup is empty): the glue between
+//! `ebpf` and the supervisor.
+
+use std::path::{Path, PathBuf};
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::ebpf::{AttachOptions, CaptureStats, CgroupPrograms, ConnectGrant, EbpfError};
+use crate::events::EffectSender;
+use crate::policy::Policy;
+
+/// At most this many directories may hold reachable unix sockets (a limit
+/// of the eBPF program).
+pub const MAX_UNIX_PREFIXES: usize = 8;
+
+/// Decides what to attach: pure, unit-tested.
+pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions {
+    let mut ports: Vec<u16> = policy.local_ports.clone();
+    if !policy.allow_domains.is_empty() {
+        ports.extend(crate::egress::RESERVED_PORTS);
+    }
+    ports.extend(policy.broker.iter().map(|b| b.port));
+    let grants = ports
+        .iter()
+        .flat_map(|port| {
+            [
+                ConnectGrant {
+                    addr: std::net::Ipv4Addr::LOCALHOST.into(),
+                    port: *port,
+                },
+                ConnectGrant {
+                    addr: std::net::Ipv6Addr::LOCALHOST.into(),
+                    port: *port,
+                },
+            ]
+        })
+        .collect();
+    let mut unix_allowed: Vec<PathBuf> = policy.writable_roots.clone();
+    if policy.private_tmp {
+        unix_allowed.push(PathBuf::from("/tmp"));
+    }
+    AttachOptions {
+        grants,
+        capture,
+        ring_bytes,
+        unix_policy: !policy.deny_unix,
+        unix_allowed,
+    }
+}
+
+/// Whether the unix socket policy can hold these roots.
+pub fn unix_roots_fit(options: &AttachOptions) -> Result<(), String> {
+    if options.unix_allowed.len() > MAX_UNIX_PREFIXES {
+        return Err(format!(
+            "at most {MAX_UNIX_PREFIXES} writable roots can hold unix sockets; merge roots or pass --deny-unix"
+        ));
+    }
+    if let Some(long) = options.unix_allowed.iter().find(|p| p.as_os_str().len() >= 107) {
+        return Err(format!(
+            "writable root {} is too long for the unix socket policy (106 bytes at most); use a shorter path or --deny-unix",
+            long.display()
+        ));
+    }
+    Ok(())
+}
+
+/// The attached programs and, with capture, the task that forwards their
+/// events to the log.
+pub struct KernelWatch {
+    programs: CgroupPrograms,
+    forwarder: Option<(JoinHandle<CaptureStats>, oneshot::Sender<()>)>,
+}
+
+impl KernelWatch {
+    /// Attaches to the run's cgroup; must happen before any process joins
+    /// it, so that no effect precedes capture.
+    pub fn start(cgroup: &Path, options: &AttachOptions, effects: &EffectSender) -> Result<Self, EbpfError> {
+        let mut programs = crate::ebpf::attach_with(cgroup, options)?;
+        let forwarder = if options.capture {
+            let source = programs.take_event_source()?;
+            let (stop, stopped) = oneshot::channel();
+            let task = tokio::spawn(crate::ebpf::forward_events(source, effects.clone(), stopped));
+            Some((task, stop))
+        } else {
+            None
+        };
+        Ok(Self { programs, forwarder })
+    }
+
+    /// Program tags, for the log's genesis.
+    pub fn tags(&self) -> Vec<String> {
+        self.programs.program_tags()
+    }
+
+    /// Drains what is left and detaches. Call only once the cgroup is
+    /// empty: later events cannot exist, earlier ones are all in the ring.
+    pub async fn finish(self) -> Option<CaptureStats> {
+        let stats = match self.forwarder {
+            Some((task, stop)) => {
+                let _ = stop.send(());
+                task.await.ok()
+            }
+            None => None,
+        };
+        drop(self.programs);
+        stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_are_granted_and_roots_hold_unix_sockets() {
+        let policy = Policy {
+            local_ports: vec![8080],
+            allow_domains: vec!["crates.io".into()],
+            writable_roots: vec!["/work".into()],
+            ..Default::default()
+        };
+        let options = options(&policy, true, 1 << 20);
+        let ports: Vec<u16> = options.grants.iter().map(|g| g.port).collect();
+        assert!(ports.contains(&8080) && ports.contains(&crate::egress::PROXY_PORT));
+        assert_eq!(options.unix_allowed, vec![PathBuf::from("/work")]);
+        assert!(options.unix_policy && options.capture);
+        let denied = options_for_deny_unix();
+        assert!(!denied.unix_policy, "--deny-unix refuses every unix socket in seccomp already");
+    }
+
+    fn options_for_deny_unix() -> AttachOptions {
+        options(&Policy { deny_unix: true, ..Default::default() }, false, 1 << 20)
+    }
+
+    #[test]
+    fn too_many_roots_for_the_unix_policy_are_refused() {
+        let policy = Policy {
+            writable_roots: (0..9).map(|i| PathBuf::from(format!("/r{i}"))).collect(),
+            ..Default::default()
+        };
+        assert!(unix_roots_fit(&options(&policy, false, 1 << 20)).is_err());
+    }
+}
