@@ -43,8 +43,11 @@ pub fn proxy_env(policy: &Policy) -> Vec<(String, String)> {
         env.push((name.to_string(), url.clone()));
         env.push((name.to_ascii_lowercase(), url.clone()));
     }
-    env.push(("NO_PROXY".into(), String::new()));
-    env.push(("no_proxy".into(), String::new()));
+    // Loopback is the sandbox's own (its servers, the broker, the --port
+    // gateways): it goes direct. Everything else goes through the proxy.
+    let direct = "127.0.0.1,localhost,::1".to_string();
+    env.push(("NO_PROXY".into(), direct.clone()));
+    env.push(("no_proxy".into(), direct));
     env
 }
 
@@ -213,6 +216,6 @@ mod tests {
         let env = proxy_env(&policy);
         assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
         assert!(env.contains(&("https_proxy".into(), "http://127.0.0.1:3128".into())));
-        assert!(env.contains(&("NO_PROXY".into(), String::new())));
+        assert!(env.contains(&("NO_PROXY".into(), "127.0.0.1,localhost,::1".into())));
     }
 }
