@@ -5,6 +5,8 @@
 //! hands over (IPv4 in `addr[0..4]`, the rest zero); ports are in host order.
 #![no_std]
 
+pub mod capture;
+
 /// `AF_UNIX`.
 pub const AF_UNIX: u16 = 1;
 /// `AF_INET`.
@@ -32,12 +34,18 @@ pub const MAP_ALLOW: &str = "ALLOW";
 pub const MAP_FILTER: &str = "FILTER";
 /// Name of the event ring buffer (records are [`ConnectEvent`]).
 pub const MAP_EVENTS: &str = "EVENTS";
-/// Name of the per-CPU lost-event counters (`PerCpuArray<u64>`, one entry).
+/// Name of the per-CPU lost-event counters (`PerCpuArray<[u64; LOST_SLOTS]>`,
+/// one entry, indexed by `capture::effect` kind).
 pub const MAP_EVENTS_LOST: &str = "EVENTS_LOST";
+/// Name of the configuration map (`Array<capture::CaptureConfig>`, one entry).
+pub const MAP_CONFIG: &str = "CONFIG";
+/// Name of the unix policy (`Array<capture::UnixAllow>`, one entry).
+pub const MAP_UNIX_ALLOW: &str = "UNIX_ALLOW";
 
 /// Capacity of the allow map.
 pub const ALLOW_MAX_ENTRIES: u32 = 1024;
-/// Size of the event ring buffer in bytes (power of two, page multiple).
+/// Size of the event ring buffer in bytes as compiled (power of two, page
+/// multiple); the supervisor resizes it at load time.
 pub const EVENTS_BYTES: u32 = 256 * 1024;
 
 /// Index of the filter mode in [`MAP_FILTER`].
@@ -191,4 +199,9 @@ mod user {
     unsafe impl aya::Pod for super::AllowKey {}
     // SAFETY: as above for `ConnectEvent`.
     unsafe impl aya::Pod for super::ConnectEvent {}
+    // SAFETY: as above: `repr(C)`, `Copy`, no padding (size asserts in
+    // `capture`), integers only.
+    unsafe impl aya::Pod for super::capture::CaptureConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::capture::UnixAllow {}
 }

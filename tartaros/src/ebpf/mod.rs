@@ -1,38 +1,53 @@
-//! Cgroup eBPF network filter: the second wall of DESIGN.md section 4.
+//! Cgroup eBPF programs: the network filter (the second wall of DESIGN.md
+//! section 4), the unix-socket path policy, and event capture for the
+//! effect log (DESIGN.md sections 5 and 6).
 //!
-//! [`attach`] loads the embedded eBPF object (built by `build.rs` from the
-//! `tartaros-ebpf` crate, or taken from `TARTAROS_EBPF_OBJECT`), fills the
-//! allow map with the run's grants and attaches `connect4`, `connect6`,
-//! `sendmsg4`, `sendmsg6` and `sock_create` to the run's cgroup v2 directory
-//! with BPF links. A link lives as long as its file descriptor: dropping
-//! [`CgroupPrograms`], or the supervisor dying, detaches the programs; nothing
-//! is pinned.
+//! [`attach_with`] loads the embedded eBPF object (built by `build.rs` from
+//! the `tartaros-ebpf` crate, or taken from `TARTAROS_EBPF_OBJECT`), fills
+//! its maps and attaches:
+//! - `sock_create`, `connect4`, `connect6`, `sendmsg4`, `sendmsg6` to the
+//!   run's cgroup v2 directory (always);
+//! - `unix_connect`, `unix_sendmsg` to the cgroup (`unix_policy`);
+//! - `sched_process_exec` / `_fork` / `_exit` (tp_btf) and `sys_exit`
+//!   (raw_tracepoint), which run host-wide and filter on the cgroup id
+//!   (`capture`).
+//!
+//! Every program is attached with a BPF link. A link lives as long as its
+//! file descriptor: dropping [`CgroupPrograms`], or the supervisor dying,
+//! detaches the programs; nothing is pinned.
 //!
 //! Attach the programs *before* any process joins the cgroup: they are
 //! attached one after another, and a process already inside could use the
 //! short window between them.
 //!
-//! Each decision is a [`ConnectEvent`] on the ring buffer returned by
-//! [`CgroupPrograms::take_events`]; [`CgroupPrograms::lost_events`] counts
-//! the events the kernel could not reserve space for.
+//! Records arrive on one ring buffer: [`CgroupPrograms::take_events`] for
+//! the raw records ([`ConnectEvent`] only, unless capture is on), or
+//! [`CgroupPrograms::take_event_source`] and [`forward_events`] to turn
+//! them into effect-log records.
 
+mod decode;
+mod forward;
+mod kbtf;
+mod load;
 mod probe;
+mod rawprog;
 
-use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
-use aya::maps::{Array, HashMap, MapData, MapError, PerCpuArray, RingBuf};
+use aya::Ebpf;
+use aya::maps::{MapError, PerCpuArray, RingBuf};
+use aya::programs::ProgramError;
 use aya::programs::cgroup_sock::CgroupSockLink;
 use aya::programs::cgroup_sock_addr::CgroupSockAddrLink;
 use aya::programs::links::Link as _;
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, ProgramError};
 use aya::util::KernelVersion;
-use aya::{Ebpf, EbpfLoader};
+use tartaros_common::capture::LOST_SLOTS;
 
+pub use forward::{CaptureStats, EventSource, forward_events};
 pub use probe::probe_program_types;
 pub use tartaros_common::{AllowKey, ConnectEvent, kind, verdict};
 
@@ -43,13 +58,28 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 pub const SOCK_ADDR_PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 /// Name of the socket-creation program in the object.
 pub const SOCK_CREATE_PROGRAM: &str = "sock_create";
+/// The capture programs: `tp_btf` ones (named after their tracepoint) and
+/// the raw tracepoint.
+pub const TP_BTF_PROGRAMS: [&str; 3] = kbtf::TP_BTF;
+pub const RAW_TP_PROGRAM: &str = "sys_exit";
+/// The unix policy programs and their attach types.
+const UNIX_PROGRAMS: [(&str, u32); 2] = [
+    ("unix_connect", rawprog::ATTACH_UNIX_CONNECT),
+    ("unix_sendmsg", rawprog::ATTACH_UNIX_SENDMSG),
+];
+
+/// Ring buffer size of [`AttachOptions::default`]: 8 MiB holds ~24,000
+/// file records (352 bytes each) while the reader is descheduled.
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 
 /// Oldest kernel with everything [`attach`] relies on: BPF links for cgroup
 /// programs (5.7; without them a legacy attachment would outlive the
 /// supervisor) and ring buffers (5.8).
 const MIN_KERNEL: (u8, u8) = (5, 8);
+/// First kernel with the unix sock_addr hooks.
+const UNIX_KERNEL: (u8, u8) = (6, 7);
 
-/// Errors of the eBPF filter.
+/// Errors of the eBPF programs.
 #[derive(Debug, thiserror::Error)]
 pub enum EbpfError {
     #[error(
@@ -66,6 +96,21 @@ pub enum EbpfError {
         MIN_KERNEL.0, MIN_KERNEL.1
     )]
     KernelTooOld { found: String },
+    #[error(
+        "failed to size the event ring buffer: {0} bytes is not a power of two of at least 4096"
+    )]
+    RingSize(u32),
+    #[error(
+        "failed to prepare event capture: {0}; capture needs x86_64 and the kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)"
+    )]
+    CaptureUnsupported(String),
+    #[error(
+        "failed to install the unix socket policy: {reason}; the kernel needs the cgroup connect_unix / sendmsg_unix hooks (Linux {}.{}); run without the unix policy or upgrade",
+        UNIX_KERNEL.0, UNIX_KERNEL.1
+    )]
+    UnixHooksUnsupported { reason: String },
+    #[error("failed to use {path} as an allowed unix socket prefix: {reason}")]
+    UnixPrefix { path: PathBuf, reason: String },
     #[error(
         "failed to parse the embedded eBPF object: {source}; rebuild tartaros (or check TARTAROS_EBPF_OBJECT points to an object built from this tree)"
     )]
@@ -103,6 +148,16 @@ pub enum EbpfError {
         source: ProgramError,
     },
     #[error(
+        "failed to install the capture program {program}: {source}; the host must allow tp_btf and raw_tracepoint programs (see `tartaros doctor`)"
+    )]
+    AttachTracing {
+        program: &'static str,
+        #[source]
+        source: rawprog::RawError,
+    },
+    #[error("failed to set up the unix socket policy program: {0}")]
+    RawProgram(#[from] rawprog::RawError),
+    #[error(
         "failed to detach the eBPF program {program} from the cgroup {path}: {source}; it is detached anyway when the supervisor exits"
     )]
     Detach {
@@ -135,10 +190,41 @@ impl ConnectGrant {
     }
 }
 
-/// One attached link. Dropping it detaches the program from the cgroup.
+/// What [`attach_with`] installs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachOptions {
+    /// Destinations the connect filter lets through.
+    pub grants: Vec<ConnectGrant>,
+    /// Attach the capture programs (exec / fork / exit, syscalls).
+    pub capture: bool,
+    /// Size of the event ring buffer: a power of two, >= 4096.
+    pub ring_bytes: u32,
+    /// Install the unix-socket path policy.
+    pub unix_policy: bool,
+    /// With `unix_policy`: pathname sockets are reachable only under these
+    /// directories (at most 8, absolute, shorter than 107 bytes). Empty
+    /// means no pathname socket at all.
+    pub unix_allowed: Vec<PathBuf>,
+}
+
+impl Default for AttachOptions {
+    fn default() -> Self {
+        Self {
+            grants: Vec::new(),
+            capture: false,
+            ring_bytes: DEFAULT_RING_BYTES,
+            unix_policy: false,
+            unix_allowed: Vec::new(),
+        }
+    }
+}
+
+/// One attached link. Dropping it detaches the program.
 enum Attached {
     SockAddr(CgroupSockAddrLink),
     Sock(CgroupSockLink),
+    /// A link made without aya (unix policy, capture).
+    Fd(OwnedFd),
 }
 
 impl Attached {
@@ -146,16 +232,23 @@ impl Attached {
         match self {
             Self::SockAddr(link) => link.detach(),
             Self::Sock(link) => link.detach(),
+            Self::Fd(fd) => {
+                drop(fd);
+                Ok(())
+            }
         }
     }
 }
 
-/// The filter programs attached to one cgroup. Dropping it detaches them.
+/// The programs attached for one cgroup. Dropping it detaches them.
 pub struct CgroupPrograms {
     // Field order matters: links are dropped (detached) before the object.
     links: Vec<(&'static str, Attached)>,
     ebpf: Ebpf,
     cgroup: PathBuf,
+    cgroup_id: u64,
+    capture: bool,
+    tags: Vec<String>,
     attach_time: Duration,
 }
 
@@ -163,20 +256,75 @@ impl std::fmt::Debug for CgroupPrograms {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CgroupPrograms")
             .field("cgroup", &self.cgroup)
-            .field(
-                "programs",
-                &self.links.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
-            )
+            .field("programs", &self.programs().collect::<Vec<_>>())
+            .field("capture", &self.capture)
             .field("attach_time", &self.attach_time)
             .finish_non_exhaustive()
     }
 }
 
-/// Loads the filter, allows exactly `grants`, and attaches every program to
-/// the cgroup v2 directory `cgroup_dir` with BPF links.
+/// Loads the filter, allows exactly `grants`, and attaches the network
+/// filter to the cgroup v2 directory `cgroup_dir` (no capture, no unix
+/// policy, a 256 KiB ring buffer).
 pub fn attach(cgroup_dir: &Path, grants: &[ConnectGrant]) -> Result<CgroupPrograms, EbpfError> {
+    attach_with(
+        cgroup_dir,
+        &AttachOptions {
+            grants: grants.to_vec(),
+            ring_bytes: tartaros_common::EVENTS_BYTES,
+            ..AttachOptions::default()
+        },
+    )
+}
+
+/// Loads the object and attaches what `options` asks for to the cgroup v2
+/// directory `cgroup_dir`. Fails (attaching nothing) if any part cannot be
+/// installed; [`EbpfError::UnixHooksUnsupported`] and
+/// [`EbpfError::CaptureUnsupported`] / [`EbpfError::AttachTracing`] let
+/// the caller retry without that part and report it as degraded.
+pub fn attach_with(
+    cgroup_dir: &Path,
+    options: &AttachOptions,
+) -> Result<CgroupPrograms, EbpfError> {
     let started = Instant::now();
-    check_kernel()?;
+    let kernel = check_kernel()?;
+    let ring = options.ring_bytes;
+    if !ring.is_power_of_two() || ring < 4096 {
+        return Err(EbpfError::RingSize(ring));
+    }
+    let unix_prefixes = if options.unix_policy {
+        if kernel < KernelVersion::new(UNIX_KERNEL.0, UNIX_KERNEL.1, 0) {
+            return Err(EbpfError::UnixHooksUnsupported {
+                reason: format!("kernel {kernel:?}"),
+            });
+        }
+        load::unix_prefixes(&options.unix_allowed)?
+    } else {
+        Vec::new()
+    };
+    if options.capture && !cfg!(target_arch = "x86_64") {
+        return Err(EbpfError::CaptureUnsupported(
+            "the syscall capture decodes x86_64 registers and syscall numbers".into(),
+        ));
+    }
+    let layout = if options.capture || options.unix_policy {
+        Some(load::kernel_layout().map_err(EbpfError::CaptureUnsupported)?)
+    } else {
+        None
+    };
+    if options.unix_policy {
+        // The unix programs read `struct bpf_sock_addr_kern` at fixed
+        // offsets (see tartaros-ebpf/src/unix.rs).
+        let found = layout.as_ref().and_then(|l| l.sock_addr_kern);
+        if found != Some((8, 32)) {
+            return Err(EbpfError::UnixHooksUnsupported {
+                reason: format!(
+                    "struct bpf_sock_addr_kern has (uaddr, uaddrlen) at {found:?}, expected (8, 32)"
+                ),
+            });
+        }
+    }
+
     let cgroup = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
@@ -185,28 +333,133 @@ pub fn attach(cgroup_dir: &Path, grants: &[ConnectGrant]) -> Result<CgroupProgra
             path: cgroup_dir.to_path_buf(),
             source,
         })?;
+    let cgroup_id = cgroup
+        .metadata()
+        .map_err(|source| EbpfError::OpenCgroup {
+            path: cgroup_dir.to_path_buf(),
+            source,
+        })?
+        .ino();
+    let level = load::cgroup_level(cgroup_dir);
 
-    let mut ebpf = load_object()?;
-    fill_maps(&mut ebpf, grants)?;
+    let mut ebpf = load::load_object(ring)?;
+    load::insert_grants(&mut ebpf, &options.grants)?;
+    load::set_filter_mode(&mut ebpf, tartaros_common::FILTER_ENFORCE)?;
+    load::set_config(
+        &mut ebpf,
+        load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
+    )?;
+    load::set_unix_prefixes(&mut ebpf, &unix_prefixes)?;
 
-    let mut links = Vec::with_capacity(SOCK_ADDR_PROGRAMS.len() + 1);
+    let mut links = Vec::with_capacity(12);
+    let mut tags = Vec::with_capacity(12);
     // Socket creation first, then the destination checks.
     links.push((
         SOCK_CREATE_PROGRAM,
-        attach_sock(&mut ebpf, SOCK_CREATE_PROGRAM, &cgroup, cgroup_dir)?,
+        load::attach_sock(&mut ebpf, SOCK_CREATE_PROGRAM, &cgroup, cgroup_dir)?,
     ));
     for name in SOCK_ADDR_PROGRAMS {
         links.push((
             name,
-            attach_sock_addr(&mut ebpf, name, &cgroup, cgroup_dir)?,
+            load::attach_sock_addr(&mut ebpf, name, &cgroup, cgroup_dir)?,
         ));
+    }
+    for (name, _) in &links {
+        tags.extend(load::program_tag(&ebpf, name).map(|t| format!("{name}:{t}")));
+    }
+    let relocate =
+        |name: &str| rawprog::relocated(EBPF_OBJECT, name, &|map| load::map_raw_fd(&ebpf, map));
+    if options.unix_policy {
+        for (name, attach_type) in UNIX_PROGRAMS {
+            let spec = rawprog::ProgSpec {
+                name,
+                prog_type: rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+                expected_attach_type: attach_type,
+                attach_btf_id: 0,
+            };
+            let prog = rawprog::load(spec, &relocate(name)?).map_err(|e| match e {
+                rawprog::RawError::Load { source, log, .. }
+                    if source.raw_os_error() == Some(libc::EINVAL) && log.is_empty() =>
+                {
+                    EbpfError::UnixHooksUnsupported {
+                        reason: format!("loading {name}: {source}"),
+                    }
+                }
+                other => other.into(),
+            })?;
+            let link = rawprog::link_cgroup(name, &prog, cgroup.as_fd(), attach_type)?;
+            tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
+            links.push((name, Attached::Fd(link)));
+        }
+    }
+    if let Some(layout) = layout.as_ref().filter(|_| options.capture) {
+        let tracing =
+            |program: &'static str| move |source| EbpfError::AttachTracing { program, source };
+        // Process events first, so that no exec can slip between them and
+        // the syscall capture.
+        for (name, btf_id) in TP_BTF_PROGRAMS.into_iter().zip(layout.tp_btf_ids) {
+            let spec = rawprog::ProgSpec {
+                name,
+                prog_type: rawprog::PROG_TYPE_TRACING,
+                expected_attach_type: rawprog::ATTACH_TRACE_RAW_TP,
+                attach_btf_id: btf_id,
+            };
+            let prog = rawprog::load(spec, &relocate(name)?).map_err(tracing(name))?;
+            let link = rawprog::open_tracepoint(name, &prog, None).map_err(tracing(name))?;
+            tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
+            links.push((name, Attached::Fd(link)));
+        }
+        let name = RAW_TP_PROGRAM;
+        let spec = rawprog::ProgSpec {
+            name,
+            prog_type: rawprog::PROG_TYPE_RAW_TRACEPOINT,
+            expected_attach_type: 0,
+            attach_btf_id: 0,
+        };
+        let prog = rawprog::load(spec, &relocate(name)?).map_err(tracing(name))?;
+        let link =
+            rawprog::open_tracepoint(name, &prog, Some(c"sys_exit")).map_err(tracing(name))?;
+        tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
+        links.push((name, Attached::Fd(link)));
     }
     Ok(CgroupPrograms {
         links,
         ebpf,
         cgroup: cgroup_dir.to_path_buf(),
+        cgroup_id,
+        capture: options.capture,
+        tags,
         attach_time: started.elapsed(),
     })
+}
+
+/// Starts preparing the eBPF loader on a background thread so a later
+/// [`attach`] does not pay for it. Optional; call it early at start-up.
+pub fn warm_up() {
+    warm_up_inner(false);
+}
+
+/// [`warm_up`], and also parse the kernel BTF that capture and the unix
+/// policy need (10-25 ms of CPU on a background thread).
+pub fn warm_up_capture() {
+    warm_up_inner(true);
+}
+
+fn warm_up_inner(capture: bool) {
+    if load::loader_ready() && (!capture || load::kernel_layout_ready()) {
+        return;
+    }
+    // Two threads: both parse the kernel BTF, aya's loader fully (~20 ms)
+    // and our offset pass quickly (~9 ms). If a thread cannot be spawned,
+    // attach does the work itself.
+    let _ = std::thread::Builder::new()
+        .name("ebpf-warm-up".into())
+        .spawn(load::loader);
+    if capture {
+        let _ = std::thread::Builder::new()
+            .name("ebpf-warm-up-btf".into())
+            .spawn(load::kernel_layout);
+    }
 }
 
 impl CgroupPrograms {
@@ -215,7 +468,12 @@ impl CgroupPrograms {
         &self.cgroup
     }
 
-    /// How long [`attach`] took (object load, verification, attachment).
+    /// The cgroup's id (inode of its directory), as events carry it.
+    pub fn cgroup_id(&self) -> u64 {
+        self.cgroup_id
+    }
+
+    /// How long the attach took (object load, verification, attachment).
     pub fn attach_time(&self) -> Duration {
         self.attach_time
     }
@@ -225,9 +483,20 @@ impl CgroupPrograms {
         self.links.iter().map(|(n, _)| *n)
     }
 
+    /// `name:tag` of every attached program (the kernel's tag, a hash of
+    /// the loaded instructions), for the effect log's genesis record.
+    pub fn program_tags(&self) -> Vec<String> {
+        self.tags.clone()
+    }
+
+    /// Whether the capture programs are attached.
+    pub fn captures(&self) -> bool {
+        self.capture
+    }
+
     /// Allows one more destination, effective for the next connect / send.
     pub fn allow(&mut self, grant: ConnectGrant) -> Result<(), EbpfError> {
-        insert_grants(&mut self.ebpf, &[grant])
+        load::insert_grants(&mut self.ebpf, &[grant])
     }
 
     /// Switches between enforcing (the default after [`attach`]) and
@@ -239,32 +508,52 @@ impl CgroupPrograms {
         } else {
             tartaros_common::FILTER_MONITOR
         };
-        set_filter_mode(&mut self.ebpf, mode)
+        load::set_filter_mode(&mut self.ebpf, mode)
     }
 
-    /// Takes the event ring buffer (records are [`ConnectEvent`]; decode
-    /// them with [`parse_event`]). `None` when it was taken already.
-    pub fn take_events(&mut self) -> Option<RingBuf<MapData>> {
+    /// Takes the event ring buffer (records are [`ConnectEvent`] when
+    /// capture is off; decode them with [`parse_event`]). `None` when it was
+    /// taken already.
+    pub fn take_events(&mut self) -> Option<RingBuf<aya::maps::MapData>> {
         let map = self.ebpf.take_map(tartaros_common::MAP_EVENTS)?;
         RingBuf::try_from(map).ok()
     }
 
-    /// Total number of events dropped because the ring buffer was full,
-    /// summed over CPUs. Monotonic over the life of the programs.
-    pub fn lost_events(&self) -> Result<u64, EbpfError> {
-        let name = tartaros_common::MAP_EVENTS_LOST;
-        let map = self
-            .ebpf
-            .map(name)
+    /// Takes the ring buffer together with a handle on the loss counters,
+    /// for [`forward_events`]. Fails when the ring buffer was taken already.
+    pub fn take_event_source(&mut self) -> Result<EventSource, EbpfError> {
+        let lost = self.lost_counters()?;
+        let ring = self
+            .take_events()
             .ok_or_else(|| EbpfError::MissingInObject {
-                what: format!("map {name}"),
+                what: "the ring buffer (already taken)".into(),
             })?;
-        let counters = PerCpuArray::<_, u64>::try_from(map)
-            .map_err(|source| EbpfError::Map { map: name, source })?;
-        let values = counters
-            .get(&0, 0)
-            .map_err(|source| EbpfError::Map { map: name, source })?;
-        Ok(values.iter().sum())
+        Ok(EventSource::new(ring, lost, self.capture))
+    }
+
+    /// A second handle (own fd) on the loss counters.
+    fn lost_counters(
+        &self,
+    ) -> Result<PerCpuArray<aya::maps::MapData, [u64; LOST_SLOTS]>, EbpfError> {
+        let name = tartaros_common::MAP_EVENTS_LOST;
+        let err = |source| EbpfError::Map { map: name, source };
+        let data = load::map_data(&self.ebpf, name).ok_or_else(|| EbpfError::MissingInObject {
+            what: format!("map {name}"),
+        })?;
+        let id = data.info().map_err(err)?.id();
+        let data = aya::maps::MapData::from_id(id).map_err(err)?;
+        PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).map_err(err)
+    }
+
+    /// Total number of events dropped because the ring buffer was full,
+    /// summed over kinds and CPUs. Monotonic over the life of the programs.
+    pub fn lost_events(&self) -> Result<u64, EbpfError> {
+        let counters = self.lost_counters()?;
+        let by_kind = forward::read_lost(&counters).map_err(|source| EbpfError::Map {
+            map: tartaros_common::MAP_EVENTS_LOST,
+            source,
+        })?;
+        Ok(by_kind.iter().sum())
     }
 
     /// Detaches every program now and reports the first failure (dropping
@@ -286,7 +575,8 @@ impl CgroupPrograms {
     }
 }
 
-/// Decodes one ring-buffer record. `None` if it is too short.
+/// Decodes one connect-filter record. `None` if it is too short or is not
+/// a [`ConnectEvent`] (capture records share the ring buffer).
 pub fn parse_event(bytes: &[u8]) -> Option<ConnectEvent> {
     if bytes.len() < size_of::<ConnectEvent>() {
         return None;
@@ -294,7 +584,8 @@ pub fn parse_event(bytes: &[u8]) -> Option<ConnectEvent> {
     // SAFETY: the slice holds at least size_of::<ConnectEvent>() bytes,
     // `read_unaligned` needs no alignment, and `ConnectEvent` is plain data
     // (integers and a byte array) for which every bit pattern is valid.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ConnectEvent>()) })
+    let ev = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<ConnectEvent>()) };
+    (!tartaros_common::capture::record::is_capture(ev.kind)).then_some(ev)
 }
 
 /// Destination of a connect / sendmsg event. `None` for socket-creation
@@ -313,146 +604,14 @@ pub fn event_destination(ev: &ConnectEvent) -> Option<SocketAddr> {
     Some(SocketAddr::new(ip, ev.port))
 }
 
-fn check_kernel() -> Result<(), EbpfError> {
+fn check_kernel() -> Result<KernelVersion, EbpfError> {
     let current = KernelVersion::current().map_err(|e| EbpfError::KernelVersion(e.to_string()))?;
     if current < KernelVersion::new(MIN_KERNEL.0, MIN_KERNEL.1, 0) {
         return Err(EbpfError::KernelTooOld {
             found: format!("{current:?}"),
         });
     }
-    Ok(())
-}
-
-/// The loader, shared by every [`attach`] of this process.
-///
-/// `EbpfLoader::new()` always parses the kernel's BTF (/sys/kernel/btf/vmlinux,
-/// 8-20 ms, most of the attach time), although the cgroup programs need no
-/// CO-RE relocations. Creating the loader once per process, optionally
-/// ahead of time on another thread ([`warm_up`]), takes that off the
-/// start-up path. The parsed BTF is dropped right away (`btf(None)`).
-static LOADER: OnceLock<Mutex<EbpfLoader<'static>>> = OnceLock::new();
-
-fn loader() -> &'static Mutex<EbpfLoader<'static>> {
-    LOADER.get_or_init(|| {
-        let mut loader = EbpfLoader::new();
-        loader.btf(None);
-        Mutex::new(loader)
-    })
-}
-
-/// Starts preparing the eBPF loader on a background thread so a later
-/// [`attach`] does not pay for it. Optional; call it early at start-up.
-pub fn warm_up() {
-    if LOADER.get().is_none() {
-        // If the thread cannot be spawned, `attach` does the work itself.
-        let _ = std::thread::Builder::new()
-            .name("ebpf-warm-up".into())
-            .spawn(|| {
-                loader();
-            });
-    }
-}
-
-/// Parses the embedded object and creates its maps.
-fn load_object() -> Result<Ebpf, EbpfError> {
-    // A poisoned lock only means another attach panicked; the loader holds
-    // no state that a panic could leave inconsistent.
-    let mut loader = loader().lock().unwrap_or_else(PoisonError::into_inner);
-    loader.load(EBPF_OBJECT).map_err(|e| EbpfError::LoadObject {
-        source: Box::new(e),
-    })
-}
-
-fn fill_maps(ebpf: &mut Ebpf, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
-    insert_grants(ebpf, grants)?;
-    set_filter_mode(ebpf, tartaros_common::FILTER_ENFORCE)
-}
-
-fn insert_grants(ebpf: &mut Ebpf, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_ALLOW;
-    let map = ebpf
-        .map_mut(name)
-        .ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("map {name}"),
-        })?;
-    let mut allow = HashMap::<_, AllowKey, u32>::try_from(map)
-        .map_err(|source| EbpfError::Map { map: name, source })?;
-    for grant in grants {
-        allow
-            .insert(grant.key(), tartaros_common::ALLOW_VALUE, 0)
-            .map_err(|source| EbpfError::Map { map: name, source })?;
-    }
-    Ok(())
-}
-
-fn set_filter_mode(ebpf: &mut Ebpf, mode: u32) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_FILTER;
-    let map = ebpf
-        .map_mut(name)
-        .ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("map {name}"),
-        })?;
-    let mut filter =
-        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
-    filter
-        .set(tartaros_common::FILTER_MODE_INDEX, mode, 0)
-        .map_err(|source| EbpfError::Map { map: name, source })
-}
-
-fn attach_sock_addr(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    cgroup: &File,
-    path: &Path,
-) -> Result<Attached, EbpfError> {
-    let prog: &mut CgroupSockAddr = ebpf
-        .program_mut(name)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("cgroup_sock_addr program {name}"),
-        })?;
-    prog.load().map_err(|source| EbpfError::LoadProgram {
-        program: name,
-        source,
-    })?;
-    let attach_err = |source| EbpfError::AttachProgram {
-        program: name,
-        path: path.to_path_buf(),
-        source,
-    };
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(attach_err)?;
-    let link = prog.take_link(id).map_err(attach_err)?;
-    Ok(Attached::SockAddr(link))
-}
-
-fn attach_sock(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    cgroup: &File,
-    path: &Path,
-) -> Result<Attached, EbpfError> {
-    let prog: &mut CgroupSock = ebpf
-        .program_mut(name)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("cgroup_sock program {name}"),
-        })?;
-    prog.load().map_err(|source| EbpfError::LoadProgram {
-        program: name,
-        source,
-    })?;
-    let attach_err = |source| EbpfError::AttachProgram {
-        program: name,
-        path: path.to_path_buf(),
-        source,
-    };
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(attach_err)?;
-    let link = prog.take_link(id).map_err(attach_err)?;
-    Ok(Attached::Sock(link))
+    Ok(current)
 }
 
 #[cfg(test)]
@@ -491,26 +650,37 @@ mod tests {
             Some("127.0.0.1:8080".parse().unwrap())
         );
         assert!(parse_event(&bytes[..10]).is_none());
+        let mut capture = bytes.to_vec();
+        capture[28..30].copy_from_slice(&tartaros_common::capture::record::EXEC.to_ne_bytes());
+        assert!(
+            parse_event(&capture).is_none(),
+            "capture records are not connect events"
+        );
     }
 
     #[test]
     fn embedded_object_has_all_programs() {
-        let obj = aya_obj_names();
-        for name in SOCK_ADDR_PROGRAMS.iter().chain([&SOCK_CREATE_PROGRAM]) {
-            assert!(obj.iter().any(|n| n == name), "{name} missing from {obj:?}");
+        let text = String::from_utf8_lossy(EBPF_OBJECT);
+        let sections = SOCK_ADDR_PROGRAMS
+            .iter()
+            .map(|n| format!("cgroup/{n}"))
+            .chain([format!("cgroup/{SOCK_CREATE_PROGRAM}")])
+            .chain(TP_BTF_PROGRAMS.iter().map(|n| format!("tp_btf/{n}")))
+            .chain([format!("raw_tp/{RAW_TP_PROGRAM}")])
+            .chain(
+                UNIX_PROGRAMS
+                    .iter()
+                    .map(|(n, _)| format!("cgroup/connect4/{n}")),
+            );
+        for section in sections {
+            assert!(text.contains(&section), "{section} missing from the object");
         }
     }
 
-    /// Program names in the embedded object (parsing needs no privileges).
-    fn aya_obj_names() -> Vec<String> {
-        // Ebpf::load needs privileges to create maps; look for the ELF
-        // section names instead.
-        let text = String::from_utf8_lossy(EBPF_OBJECT);
-        SOCK_ADDR_PROGRAMS
-            .iter()
-            .chain([&SOCK_CREATE_PROGRAM])
-            .filter(|n| text.contains(&format!("cgroup/{n}")))
-            .map(|n| (*n).to_owned())
-            .collect()
+    #[test]
+    fn default_options_capture_nothing_and_use_a_big_ring() {
+        let o = AttachOptions::default();
+        assert!(!o.capture && !o.unix_policy && o.grants.is_empty());
+        assert!(o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096);
     }
 }

@@ -24,7 +24,7 @@ pub fn probe_program_types() -> Vec<(&'static str, bool)> {
     // Kernel BTF is needed to resolve the attach targets of tp_btf, LSM and
     // fentry programs; without it those report `false`.
     let btf = Btf::from_sys_fs().ok();
-    let Ok(mut ebpf) = super::load_object() else {
+    let Ok(mut ebpf) = super::load::load_object(tartaros_common::EVENTS_BYTES) else {
         return PROBES.iter().map(|p| (*p, false)).collect();
     };
     PROBES

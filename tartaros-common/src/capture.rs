@@ -1,0 +1,464 @@
+//! Event capture records (exec / fork / exit, file, network and signal
+//! syscalls, unix-socket policy decisions) shared by the eBPF programs and
+//! the supervisor. See docs/ebpf.md, "Capture".
+//!
+//! Every ring-buffer record starts with 28 bytes laid out like the first
+//! fields of [`crate::ConnectEvent`], followed by a `u16` at byte 28 that
+//! tells the record apart: the connect filter's kinds (`crate::kind`, 1-5) or
+//! one of [`record`] (>= 0x10). Capture records start with [`EventHeader`].
+//!
+//! Strings are fixed-size buffers; the `*_len` fields hold what the read
+//! helper returned (bytes copied including the final NUL, or a negative
+//! errno when the read failed).
+
+/// Record type, the `u16` at byte offset 28 of every ring-buffer record.
+pub mod record {
+    /// [`super::ExecEvent`] (`tp_btf/sched_process_exec`).
+    pub const EXEC: u16 = 0x10;
+    /// [`super::ForkEvent`] (`tp_btf/sched_process_fork`, new processes only).
+    pub const FORK: u16 = 0x11;
+    /// [`super::ExitEvent`] (`tp_btf/sched_process_exit`, whole process).
+    pub const EXIT: u16 = 0x12;
+    /// [`super::SysEvent`] without a string (fd-based calls, signals).
+    pub const SYS: u16 = 0x13;
+    /// [`super::SysPathEvent`]: one path.
+    pub const SYS_PATH: u16 = 0x14;
+    /// [`super::SysPath2Event`]: two paths (rename, link, symlink).
+    pub const SYS_PATH2: u16 = 0x15;
+    /// [`super::SysAddrEvent`]: a socket address (connect, sendto, sendmsg).
+    pub const SYS_ADDR: u16 = 0x16;
+    /// [`super::UnixEvent`]: a decision of the unix-socket path policy.
+    pub const UNIX: u16 = 0x17;
+
+    /// Whether `r` (the `u16` at offset 28) is a capture record.
+    pub const fn is_capture(r: u16) -> bool {
+        r >= EXEC && r <= UNIX
+    }
+}
+
+/// Effect kinds, as in the effect log (`effectlog::EFFECT_KINDS`), and the
+/// index of the loss counters in [`crate::MAP_EVENTS_LOST`].
+pub mod effect {
+    /// Unknown / not attributable.
+    pub const OTHER: u16 = 0;
+    pub const EXEC: u16 = 1;
+    pub const EXIT: u16 = 2;
+    pub const FORK: u16 = 3;
+    pub const OPEN: u16 = 4;
+    pub const CREATE: u16 = 5;
+    pub const WRITE: u16 = 6;
+    pub const UNLINK: u16 = 7;
+    pub const RENAME: u16 = 8;
+    pub const CHMOD: u16 = 9;
+    pub const TRUNCATE: u16 = 10;
+    pub const MKDIR: u16 = 11;
+    pub const RMDIR: u16 = 12;
+    pub const LINK: u16 = 13;
+    pub const SYMLINK: u16 = 14;
+    pub const CHOWN: u16 = 15;
+    pub const CONNECT: u16 = 16;
+    pub const SENDTO: u16 = 17;
+    pub const SIGNAL: u16 = 18;
+    /// A successful chdir / fchdir: not logged, but it keeps the
+    /// supervisor's model of each process's cwd, against which relative
+    /// paths are resolved.
+    pub const CHDIR: u16 = 19;
+
+    /// Number of kinds (and of loss counters in use).
+    pub const COUNT: usize = 20;
+
+    /// Log names, indexed by kind. `OTHER` is logged as `event`.
+    pub const NAMES: [&str; COUNT] = [
+        "event", "exec", "exit", "fork", "open", "create", "write", "unlink", "rename", "chmod",
+        "truncate", "mkdir", "rmdir", "link", "symlink", "chown", "connect", "sendto", "signal",
+        "chdir",
+    ];
+
+    /// Log name of `kind` (`event` when unknown).
+    pub const fn name(kind: u16) -> &'static str {
+        if (kind as usize) < COUNT {
+            NAMES[kind as usize]
+        } else {
+            NAMES[0]
+        }
+    }
+}
+
+/// Bits of [`EventHeader::flags`].
+pub mod flag {
+    /// The (first) path could not be read from the caller's memory.
+    pub const PATH_UNREADABLE: u32 = 1 << 0;
+    /// The (first) path is longer than [`super::PATH_BYTES`] - 1 bytes.
+    pub const PATH_TRUNCATED: u32 = 1 << 1;
+    /// The second path could not be read.
+    pub const PATH2_UNREADABLE: u32 = 1 << 2;
+    /// The second path is longer than [`super::PATH_BYTES`] - 1 bytes.
+    pub const PATH2_TRUNCATED: u32 = 1 << 3;
+    /// exec: the argument strings could not be read.
+    pub const ARGV_UNREADABLE: u32 = 1 << 4;
+    /// exec: the argument strings are longer than [`super::ARGV_BYTES`].
+    pub const ARGV_TRUNCATED: u32 = 1 << 5;
+    /// The socket address (or `struct open_how` / `struct msghdr`) could not
+    /// be read.
+    pub const ADDR_UNREADABLE: u32 = 1 << 6;
+    /// The socket address is longer than [`super::ADDR_BYTES`].
+    pub const ADDR_TRUNCATED: u32 = 1 << 7;
+    /// The parent's pid could not be read.
+    pub const PPID_UNREADABLE: u32 = 1 << 8;
+}
+
+/// Size of a path buffer (including the final NUL).
+pub const PATH_BYTES: usize = 256;
+/// Bytes of the argument strings kept for an exec.
+pub const ARGV_BYTES: usize = 1024;
+/// Bytes of a socket address kept (`sizeof(struct sockaddr_storage)`).
+pub const ADDR_BYTES: usize = 128;
+/// Bytes of `sun_path` compared by the unix policy (108, rounded up to 8).
+pub const UNIX_PATH_BYTES: usize = 112;
+/// `sizeof(((struct sockaddr_un *)0)->sun_path)`.
+pub const SUN_PATH_MAX: usize = 108;
+/// Words of a unix path prefix.
+pub const UNIX_WORDS: usize = UNIX_PATH_BYTES / 8;
+/// Number of prefix slots in [`UnixAllow`].
+pub const UNIX_PREFIXES: u32 = 8;
+/// Slots of the per-CPU loss counters (>= [`effect::COUNT`]).
+pub const LOST_SLOTS: usize = 24;
+
+/// `CaptureConfig::cgroup_level` value meaning "match the cgroup itself
+/// only" (the level of the cgroup in the hierarchy is not known).
+pub const LEVEL_UNKNOWN: u32 = u32::MAX;
+
+/// Which unix-socket operation a [`UnixEvent`] is about.
+pub mod unix_hook {
+    /// `cgroup/connect_unix`.
+    pub const CONNECT: u16 = 1;
+    /// `cgroup/sendmsg_unix`.
+    pub const SENDMSG: u16 = 2;
+}
+
+/// Why the unix policy decided as it did ([`UnixEvent::verdict`]).
+pub mod unix_verdict {
+    /// Under an allowed prefix.
+    pub const ALLOW: u16 = 1;
+    /// Abstract name (Landlock scopes these).
+    pub const ALLOW_ABSTRACT: u16 = 2;
+    /// Pathname outside every allowed prefix.
+    pub const DENY: u16 = 3;
+    /// Relative pathname (cannot be judged without the caller's cwd).
+    pub const DENY_RELATIVE: u16 = 4;
+    /// Pathname with a `..` component.
+    pub const DENY_DOTDOT: u16 = 5;
+    /// The address or the configuration could not be read (fail closed).
+    pub const DENY_ERROR: u16 = 6;
+}
+
+/// Common head of every capture record. 40 bytes, alignment 8, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventHeader {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC).
+    pub ktime_ns: u64,
+    /// `bpf_get_current_cgroup_id()` of the caller.
+    pub cgroup_id: u64,
+    /// Kernel task id (thread id).
+    pub pid: u32,
+    /// Thread-group id (process id, as seen from the host).
+    pub tgid: u32,
+    /// Real uid.
+    pub uid: u32,
+    /// One of [`record`].
+    pub record: u16,
+    /// One of [`effect`].
+    pub effect: u16,
+    /// Thread-group id of the real parent (0 if unreadable).
+    pub ppid: u32,
+    /// [`flag`] bits.
+    pub flags: u32,
+}
+
+/// An exec (`sched_process_exec`). 1336 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ExecEvent {
+    pub header: EventHeader,
+    /// `bprm->argc`.
+    pub argc: u32,
+    /// Size of the argument strings (`mm->arg_end - mm->arg_start`).
+    pub args_size: u32,
+    /// Read result for `filename` (bytes with the NUL, or -errno).
+    pub filename_len: i32,
+    /// Bytes of `args` read (or -errno).
+    pub args_len: i32,
+    /// `bprm->filename`: the path the caller passed to execve.
+    pub filename: [u8; PATH_BYTES],
+    /// NUL-separated argument strings, bounded by [`ARGV_BYTES`] and by
+    /// `arg_end` (the environment that follows is never read).
+    pub args: [u8; ARGV_BYTES],
+}
+
+/// A new process (`sched_process_fork` with a new thread group). 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ForkEvent {
+    pub header: EventHeader,
+    /// Thread-group id of the child.
+    pub child: u32,
+    pub _pad: u32,
+}
+
+/// A process exit (the last thread of the group). 48 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitEvent {
+    pub header: EventHeader,
+    /// `task->exit_code`: wait status (`code << 8`, or the signal number).
+    pub status: u32,
+    pub _pad: u32,
+}
+
+/// A captured syscall, with the kernel's return value. 96 bytes; the path
+/// and address records below extend it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SysEvent {
+    pub header: EventHeader,
+    /// Syscall number (x86_64).
+    pub nr: u32,
+    /// Directory fd of the (first) path, an fd operated on, or -100
+    /// (`AT_FDCWD`).
+    pub fd: i32,
+    /// Directory fd of the second path (`AT_FDCWD` when the call has none).
+    pub fd2: i32,
+    /// Read result of the (first) path or the address length read.
+    pub len: i32,
+    /// Read result of the second path.
+    pub len2: i32,
+    pub _pad: u32,
+    /// The syscall's return value (negative errno on failure).
+    pub ret: i64,
+    /// Call-specific integers (flags, mode, uid/gid, length, signal, ...).
+    pub args: [u64; 3],
+}
+
+/// [`SysEvent`] with one path. 352 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SysPathEvent {
+    pub sys: SysEvent,
+    pub path: [u8; PATH_BYTES],
+}
+
+/// [`SysEvent`] with two paths. 608 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SysPath2Event {
+    pub sys: SysEvent,
+    pub path: [u8; PATH_BYTES],
+    pub path2: [u8; PATH_BYTES],
+}
+
+/// [`SysEvent`] with a socket address (raw `struct sockaddr` bytes, `len`
+/// of them valid). 224 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SysAddrEvent {
+    pub sys: SysEvent,
+    pub addr: [u8; ADDR_BYTES],
+}
+
+/// A decision of the unix-socket path policy. 160 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UnixEvent {
+    pub header: EventHeader,
+    /// One of [`unix_hook`].
+    pub hook: u16,
+    /// One of [`unix_verdict`].
+    pub verdict: u16,
+    /// Length of the address (`uaddrlen`), including the family.
+    pub addr_len: u32,
+    /// `sun_path` (the first `addr_len - 2` bytes are meaningful).
+    pub path: [u8; UNIX_PATH_BYTES],
+}
+
+/// Run-time configuration of all programs (one entry of
+/// [`crate::MAP_CONFIG`]): the sandbox cgroup and the kernel structure
+/// offsets read from the kernel's BTF (the programs are not CO-RE).
+/// 64 bytes, alignment 8, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CaptureConfig {
+    /// Inode of the run's cgroup v2 directory.
+    pub cgroup_id: u64,
+    /// Level of that cgroup (root = 0) for `bpf_get_current_ancestor_cgroup_id`,
+    /// or [`LEVEL_UNKNOWN`].
+    pub cgroup_level: u32,
+    /// Non-zero: the connect filter and the unix policy do not write their
+    /// decisions to the ring buffer, because syscall capture records the
+    /// same attempts with the kernel's verdict (refused socket creations
+    /// are still written). Zero, the state of a fresh map, reports them.
+    pub policy_quiet: u32,
+    /// Non-zero: `sched_process_exit` has the `group_dead` argument (6.16+).
+    pub exit_group_dead: u32,
+    /// Offsets in `struct task_struct`.
+    pub task_pid: u32,
+    pub task_tgid: u32,
+    pub task_real_parent: u32,
+    pub task_mm: u32,
+    pub task_exit_code: u32,
+    /// Offset of `thread_info.status` in `task_struct` (x86 `TS_COMPAT`),
+    /// or `u32::MAX` when unknown.
+    pub task_ti_status: u32,
+    /// Offsets in `struct mm_struct`.
+    pub mm_arg_start: u32,
+    pub mm_arg_end: u32,
+    /// Offsets in `struct linux_binprm`.
+    pub bprm_filename: u32,
+    pub bprm_argc: u32,
+    /// Capture records are submitted without waking the reader until this
+    /// many bytes wait in the ring buffer (the reader also polls on a
+    /// timer): one wake-up per batch instead of one per event. 0: wake up
+    /// for every record.
+    pub wake_bytes: u32,
+}
+
+/// One allowed unix path prefix, compared 8 bytes at a time:
+/// `(path[w] ^ words[w]) & masks[w] == 0` for every word. 232 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnixPrefix {
+    /// Prefix length in bytes; 0 marks an unused slot.
+    pub len: u32,
+    pub _pad: u32,
+    /// Prefix bytes, little-endian words, zero after `len`.
+    pub words: [u64; UNIX_WORDS],
+    /// 0xff for every byte below `len`, 0 after.
+    pub masks: [u64; UNIX_WORDS],
+}
+
+impl UnixPrefix {
+    /// An unused slot: it demands byte 0xff first, which no pathname (they
+    /// start with `/`) has, so it never matches.
+    pub const NEVER: Self = {
+        let mut p = Self::EMPTY;
+        p.words[0] = 0xff;
+        p.masks[0] = 0xff;
+        p
+    };
+
+    const EMPTY: Self = Self {
+        len: 0,
+        _pad: 0,
+        words: [0; UNIX_WORDS],
+        masks: [0; UNIX_WORDS],
+    };
+
+    /// The slot for `prefix`; `None` when it is empty or longer than a
+    /// `sun_path` can be.
+    pub fn new(prefix: &[u8]) -> Option<Self> {
+        if prefix.is_empty() || prefix.len() >= SUN_PATH_MAX {
+            return None;
+        }
+        let mut p = Self::EMPTY;
+        p.len = prefix.len() as u32;
+        let mut i = 0;
+        while i < prefix.len() {
+            let (w, shift) = (i / 8, (i % 8) * 8);
+            p.words[w] |= (prefix[i] as u64) << shift;
+            p.masks[w] |= 0xff << shift;
+            i += 1;
+        }
+        Some(p)
+    }
+}
+
+/// The unix policy: every allowed prefix, in one map value so the
+/// program needs a single lookup. 1856 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnixAllow {
+    pub prefixes: [UnixPrefix; UNIX_PREFIXES as usize],
+}
+
+impl UnixAllow {
+    /// No pathname allowed.
+    pub const NONE: Self = Self {
+        prefixes: [UnixPrefix::NEVER; UNIX_PREFIXES as usize],
+    };
+}
+
+/// Syscall numbers captured (x86_64).
+pub mod nr {
+    pub const OPEN: u32 = 2;
+    pub const CONNECT: u32 = 42;
+    pub const SENDTO: u32 = 44;
+    pub const SENDMSG: u32 = 46;
+    pub const EXECVE: u32 = 59;
+    pub const KILL: u32 = 62;
+    pub const TRUNCATE: u32 = 76;
+    pub const CHDIR: u32 = 80;
+    pub const FCHDIR: u32 = 81;
+    pub const FTRUNCATE: u32 = 77;
+    pub const RENAME: u32 = 82;
+    pub const MKDIR: u32 = 83;
+    pub const RMDIR: u32 = 84;
+    pub const CREAT: u32 = 85;
+    pub const LINK: u32 = 86;
+    pub const UNLINK: u32 = 87;
+    pub const SYMLINK: u32 = 88;
+    pub const CHMOD: u32 = 90;
+    pub const FCHMOD: u32 = 91;
+    pub const CHOWN: u32 = 92;
+    pub const FCHOWN: u32 = 93;
+    pub const LCHOWN: u32 = 94;
+    pub const TKILL: u32 = 200;
+    pub const TGKILL: u32 = 234;
+    pub const OPENAT: u32 = 257;
+    pub const MKDIRAT: u32 = 258;
+    pub const FCHOWNAT: u32 = 260;
+    pub const UNLINKAT: u32 = 263;
+    pub const RENAMEAT: u32 = 264;
+    pub const LINKAT: u32 = 265;
+    pub const SYMLINKAT: u32 = 266;
+    pub const FCHMODAT: u32 = 268;
+    pub const RENAMEAT2: u32 = 316;
+    pub const EXECVEAT: u32 = 322;
+    pub const OPENAT2: u32 = 437;
+    pub const FCHMODAT2: u32 = 452;
+}
+
+/// Open flags (x86_64 / generic values).
+pub mod oflag {
+    pub const O_ACCMODE: u64 = 0o3;
+    pub const O_CREAT: u64 = 0o100;
+    pub const O_TRUNC: u64 = 0o1000;
+    pub const O_PATH: u64 = 0o10000000;
+    /// `__O_TMPFILE` (O_TMPFILE without O_DIRECTORY).
+    pub const O_TMPFILE_BIT: u64 = 0o20000000;
+    /// `O_CREAT | O_WRONLY | O_TRUNC`, what creat(2) means.
+    pub const CREAT_FLAGS: u64 = O_CREAT | 0o1 | O_TRUNC;
+}
+
+/// `AT_FDCWD`.
+pub const AT_FDCWD: i32 = -100;
+/// `AT_REMOVEDIR` (unlinkat).
+pub const AT_REMOVEDIR: u64 = 0x200;
+
+const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
+const _: () = assert!(core::mem::size_of::<ExecEvent>() == 1336);
+const _: () = assert!(core::mem::size_of::<ForkEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
+const _: () = assert!(core::mem::size_of::<SysEvent>() == 96);
+const _: () = assert!(core::mem::size_of::<SysPathEvent>() == 352);
+const _: () = assert!(core::mem::size_of::<SysPath2Event>() == 608);
+const _: () = assert!(core::mem::size_of::<SysAddrEvent>() == 224);
+const _: () = assert!(core::mem::size_of::<UnixEvent>() == 160);
+const _: () = assert!(core::mem::size_of::<CaptureConfig>() == 64);
+const _: () = assert!(core::mem::size_of::<UnixPrefix>() == 232);
+const _: () = assert!(core::mem::size_of::<UnixAllow>() == 1856);
+const _: () = assert!(core::mem::align_of::<ExecEvent>() == 8);
+const _: () = assert!(core::mem::align_of::<UnixEvent>() == 8);
+// The record type sits where `ConnectEvent::kind` does.
+const _: () = assert!(core::mem::offset_of!(EventHeader, record) == 28);
+const _: () = assert!(core::mem::offset_of!(crate::ConnectEvent, kind) == 28);
+const _: () = assert!(effect::COUNT <= LOST_SLOTS);

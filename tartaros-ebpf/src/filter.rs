@@ -1,0 +1,272 @@
+//! The cgroup connect filter: `connect4` / `connect6` (Linux 4.17),
+//! `sendmsg4` / `sendmsg6` (4.18) and `sock_create` (4.10). See main.rs.
+
+use aya_ebpf::{
+    bindings::{bpf_sock, bpf_sock_addr},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
+        generated::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+    },
+    macros::{cgroup_sock, cgroup_sock_addr},
+    programs::{SockAddrContext, SockContext},
+};
+use core::ptr::{addr_of, read_volatile};
+use tartaros_common::{
+    AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, AllowKey, ConnectEvent, FILTER_MODE_INDEX,
+    FILTER_MONITOR, IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM, capture::effect, kind,
+    verdict,
+};
+
+use crate::maps::{ALLOW, EVENTS, FILTER, config, count_lost};
+
+/// Return value of a cgroup program that lets the operation proceed.
+pub const PASS: i32 = 1;
+/// Return value that refuses it; the caller sees `EPERM`.
+pub const REFUSE: i32 = 0;
+
+// ---- connect / sendmsg ------------------------------------------------
+
+#[cgroup_sock_addr(connect4)]
+pub fn connect4(ctx: SockAddrContext) -> i32 {
+    decide(kind::CONNECT4, &ctx, try_connect4)
+}
+
+fn try_connect4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v4(ctx, ev)
+}
+
+#[cgroup_sock_addr(connect6)]
+pub fn connect6(ctx: SockAddrContext) -> i32 {
+    decide(kind::CONNECT6, &ctx, try_connect6)
+}
+
+fn try_connect6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v6(ctx, ev)
+}
+
+#[cgroup_sock_addr(sendmsg4)]
+pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
+    decide(kind::SENDMSG4, &ctx, try_sendmsg4)
+}
+
+fn try_sendmsg4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v4(ctx, ev)
+}
+
+#[cgroup_sock_addr(sendmsg6)]
+pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
+    decide(kind::SENDMSG6, &ctx, try_sendmsg6)
+}
+
+fn try_sendmsg6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v6(ctx, ev)
+}
+
+/// Runs `check`, records the event and turns the verdict into the
+/// program's return value. An `Err` is a verdict too (always a denial).
+#[inline(always)]
+fn decide(
+    kind: u16,
+    ctx: &SockAddrContext,
+    check: impl Fn(&SockAddrContext, &mut ConnectEvent) -> Result<u16, u16>,
+) -> i32 {
+    let mut ev = new_event(kind);
+    let v = match check(ctx, &mut ev) {
+        Ok(v) => v,
+        Err(v) => v,
+    };
+    ev.verdict = v;
+    emit(&ev);
+    if verdict::is_denied(v) { REFUSE } else { PASS }
+}
+
+/// Reads the socket's family, type and protocol into `ev`. These fields
+/// are readable in sock_addr programs since Linux 4.17.
+#[inline(always)]
+fn read_common(sa: *const bpf_sock_addr, ev: &mut ConnectEvent) -> u32 {
+    // SAFETY: `sa` is the context pointer the kernel passed in; the
+    // verifier rewrites these loads into reads of the kernel's
+    // `struct bpf_sock_addr_kern`, checked at load time. Volatile 4-byte
+    // loads keep the compiler from merging them into wider loads the
+    // verifier would refuse.
+    let (family, sock_type, protocol) = unsafe {
+        (
+            read_volatile(addr_of!((*sa).user_family)),
+            read_volatile(addr_of!((*sa).type_)),
+            read_volatile(addr_of!((*sa).protocol)),
+        )
+    };
+    ev.family = family as u16;
+    ev.sock_type = sock_type as u16;
+    ev.protocol = protocol as u16;
+    family
+}
+
+#[inline(always)]
+fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    let sa = ctx.sock_addr;
+    let family = read_common(sa, ev);
+    // SAFETY: as in `read_common`.
+    let (ip, port) = unsafe {
+        (
+            read_volatile(addr_of!((*sa).user_ip4)),
+            read_volatile(addr_of!((*sa).user_port)),
+        )
+    };
+    let ip = ip.to_ne_bytes(); // network order, as stored in the sockaddr
+    ev.addr[0] = ip[0];
+    ev.addr[1] = ip[1];
+    ev.addr[2] = ip[2];
+    ev.addr[3] = ip[3];
+    // `user_port` holds the 16-bit network-order port in its low bytes.
+    ev.port = u16::from_be(port as u16);
+    if family != AF_INET as u32 {
+        return Err(verdict::DENY_FAMILY);
+    }
+    lookup(&AllowKey::v4(ip, ev.port))
+}
+
+#[inline(always)]
+fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    let sa = ctx.sock_addr;
+    let family = read_common(sa, ev);
+    // SAFETY: as in `read_common`; `user_ip6` is read one 32-bit word at
+    // a time, the access size the verifier accepts at every offset.
+    let (w0, w1, w2, w3, port) = unsafe {
+        (
+            read_volatile(addr_of!((*sa).user_ip6[0])),
+            read_volatile(addr_of!((*sa).user_ip6[1])),
+            read_volatile(addr_of!((*sa).user_ip6[2])),
+            read_volatile(addr_of!((*sa).user_ip6[3])),
+            read_volatile(addr_of!((*sa).user_port)),
+        )
+    };
+    let words = [
+        w0.to_ne_bytes(),
+        w1.to_ne_bytes(),
+        w2.to_ne_bytes(),
+        w3.to_ne_bytes(),
+    ];
+    let mut i = 0;
+    while i < 16 {
+        ev.addr[i] = words[i / 4][i % 4];
+        i += 1;
+    }
+    ev.port = u16::from_be(port as u16);
+    if family != AF_INET6 as u32 {
+        return Err(verdict::DENY_FAMILY);
+    }
+    // ::ffff:a.b.c.d reaches IPv4 a.b.c.d through a dual-stack socket
+    // without passing connect4/sendmsg4: judge it as that IPv4 pair.
+    if w0 == 0 && w1 == 0 && words[2] == [0, 0, 0xff, 0xff] {
+        return lookup(&AllowKey::v4(words[3], ev.port));
+    }
+    lookup(&AllowKey::v6(ev.addr, ev.port))
+}
+
+/// Allowed if granted; otherwise allowed only in monitor mode. A failed
+/// lookup of the mode, or any mode value but `FILTER_MONITOR`, enforces.
+#[inline(always)]
+fn lookup(key: &AllowKey) -> Result<u16, u16> {
+    // SAFETY: the value is a plain `u32` that we only read; concurrent
+    // updates from user space can at worst give us a stale value.
+    if unsafe { ALLOW.get(key) }.is_some() {
+        return Ok(verdict::ALLOW);
+    }
+    match FILTER.get(FILTER_MODE_INDEX) {
+        Some(&FILTER_MONITOR) => Ok(verdict::ALLOW_MONITOR),
+        Some(_) => Ok(verdict::DENY),
+        None => Err(verdict::DENY_ERROR),
+    }
+}
+
+// ---- socket creation ---------------------------------------------------
+
+#[cgroup_sock(sock_create)]
+pub fn sock_create(ctx: SockContext) -> i32 {
+    match try_sock_create(&ctx) {
+        Ok(()) => PASS,
+        Err(ev) => {
+            emit(&ev);
+            REFUSE
+        }
+    }
+}
+
+/// Lets through what a coding agent needs: TCP and UDP over IPv4/IPv6
+/// (destinations are then judged by connect/sendmsg), UNIX and netlink
+/// sockets. Refuses raw sockets (`SOCK_RAW`), ICMP "ping" sockets, SCTP,
+/// MPTCP, UDP-Lite and every other family (AF_PACKET, AF_VSOCK, ...).
+///
+/// Note: the kernel runs this hook only from `inet_create` /
+/// `inet6_create`, so other families never reach it; those must be
+/// refused by the seccomp filter on `socket(2)`.
+fn try_sock_create(ctx: &SockContext) -> Result<(), ConnectEvent> {
+    let sk: *const bpf_sock = ctx.sock;
+    // SAFETY: `sk` is the context pointer; the verifier checks these
+    // 4-byte loads against `struct bpf_sock` at load time.
+    let (family, sock_type, protocol) = unsafe {
+        (
+            read_volatile(addr_of!((*sk).family)),
+            read_volatile(addr_of!((*sk).type_)),
+            read_volatile(addr_of!((*sk).protocol)),
+        )
+    };
+    let allowed = match family {
+        f if f == AF_UNIX as u32 || f == AF_NETLINK as u32 => true,
+        f if f == AF_INET as u32 || f == AF_INET6 as u32 => {
+            (sock_type == SOCK_STREAM as u32 && protocol == IPPROTO_TCP as u32)
+                || (sock_type == SOCK_DGRAM as u32 && protocol == IPPROTO_UDP as u32)
+        }
+        _ => false,
+    };
+    if allowed {
+        return Ok(());
+    }
+    let mut ev = new_event(kind::SOCK_CREATE);
+    ev.verdict = verdict::DENY_FAMILY;
+    ev.family = family as u16;
+    ev.sock_type = sock_type as u16;
+    ev.protocol = protocol as u16;
+    Err(ev)
+}
+
+// ---- events --------------------------------------------------------------
+
+#[inline(always)]
+fn new_event(kind: u16) -> ConnectEvent {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let mut ev = ConnectEvent::ZERO;
+    // SAFETY: helper calls without pointer arguments.
+    unsafe {
+        ev.ktime_ns = bpf_ktime_get_ns();
+        ev.cgroup_id = bpf_get_current_cgroup_id();
+    }
+    ev.pid = pid_tgid as u32;
+    ev.tgid = (pid_tgid >> 32) as u32;
+    ev.uid = bpf_get_current_uid_gid() as u32;
+    ev.kind = kind;
+    ev
+}
+
+/// Writes `ev` to the ring buffer, or counts it as lost when the buffer
+/// is full. Skipped when syscall capture reports the same attempt
+/// (`policy_quiet`), except refused socket creations, which no captured
+/// syscall describes.
+#[inline(always)]
+fn emit(ev: &ConnectEvent) {
+    let quiet = config().is_some_and(|c| c.policy_quiet != 0);
+    if quiet && ev.kind != kind::SOCK_CREATE {
+        return;
+    }
+    match EVENTS.reserve::<ConnectEvent>(0) {
+        Some(mut entry) => {
+            entry.write(*ev);
+            entry.submit(0);
+        }
+        None => count_lost(match ev.kind {
+            kind::SENDMSG4 | kind::SENDMSG6 => effect::SENDTO,
+            _ => effect::CONNECT,
+        }),
+    }
+}

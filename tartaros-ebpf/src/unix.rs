@@ -1,0 +1,205 @@
+//! Unix-socket path policy: `cgroup/connect_unix` and `cgroup/sendmsg_unix`
+//! (`BPF_PROG_TYPE_CGROUP_SOCK_ADDR`, attach types `BPF_CGROUP_UNIX_CONNECT`
+//! / `BPF_CGROUP_UNIX_SENDMSG`, Linux 6.7).
+//!
+//! Pathname sockets pass only under an allowed prefix (`UNIX_ALLOW`, the
+//! writable roots, each ending in `/`); abstract names pass (Landlock scopes
+//! them); relative names and names with a `..` component are refused, as is
+//! anything that cannot be read (fail closed). The comparison is textual,
+//! on what the caller passed: see docs/ebpf.md for what that cannot see
+//! (symlinks planted inside an allowed root).
+//!
+//! Prefixes are compared 8 bytes at a time against precomputed words and
+//! masks (`UnixPrefix`), all slots in one map value.
+//!
+//! aya 0.14 does not know these attach types, so the programs sit in
+//! `cgroup/connect4/<name>` sections (which aya parses, and never loads)
+//! and the supervisor loads them itself with the right expected attach
+//! type. They must therefore only reference maps: no calls into `.text`
+//! (memset, memcpy) and no `.rodata`; hence `MaybeUninit` buffers filled by
+//! helpers and copies done with `bpf_probe_read_kernel`.
+
+use core::mem::MaybeUninit;
+
+use aya_ebpf::bindings::bpf_sock_addr;
+use tartaros_common::capture::{
+    SUN_PATH_MAX, UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixEvent, effect, record, unix_hook,
+    unix_verdict,
+};
+
+use crate::filter::{PASS, REFUSE};
+use crate::maps::{EVENTS, UNIX_ALLOW, config, copy_kernel, count_lost, fill_header, read_kernel};
+
+/// `offsetof(struct bpf_sock_addr_kern, uaddr)`, the same since 4.17.
+const KERN_UADDR: u64 = 8;
+/// `offsetof(struct bpf_sock_addr_kern, uaddrlen)` (added in 6.7 with the
+/// unix hooks; the supervisor checks both offsets against the kernel BTF).
+const KERN_UADDRLEN: u64 = 32;
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "cgroup/connect4/unix_connect")]
+pub fn unix_connect(ctx: *mut bpf_sock_addr) -> i32 {
+    decide(ctx, unix_hook::CONNECT)
+}
+
+#[unsafe(no_mangle)]
+#[unsafe(link_section = "cgroup/connect4/unix_sendmsg")]
+pub fn unix_sendmsg(ctx: *mut bpf_sock_addr) -> i32 {
+    decide(ctx, unix_hook::SENDMSG)
+}
+
+#[inline(always)]
+fn decide(ctx: *mut bpf_sock_addr, hook: u16) -> i32 {
+    let mut path = MaybeUninit::<[u64; BUF_WORDS]>::uninit();
+    let (verdict, addr_len) = judge(ctx as u64, path.as_mut_ptr());
+    if verdict >= unix_verdict::DENY {
+        report(hook, verdict, addr_len, path.as_mut_ptr().cast());
+        REFUSE
+    } else {
+        PASS
+    }
+}
+
+/// The path buffer: the 112 compared bytes plus one zero word, so that the
+/// look-ahead of the `..` scan needs no bounds branch.
+const BUF_WORDS: usize = UNIX_WORDS + 1;
+const ONES: u64 = 0x0101_0101_0101_0101;
+const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// 0x80 in every byte of `v` that is zero, 0 elsewhere (exact, no carries
+/// between bytes).
+#[inline(always)]
+fn zero_bytes(v: u64) -> u64 {
+    !(((v & LOW7).wrapping_add(LOW7)) | v | LOW7)
+}
+
+/// 0x80 in every byte of `v` equal to `c`.
+#[inline(always)]
+fn bytes_eq(v: u64, c: u8) -> u64 {
+    zero_bytes(v ^ (c as u64).wrapping_mul(ONES))
+}
+
+/// Flags of the bytes `k` positions further on (`next` is the following
+/// word), aligned with the bytes of the current word. 1 <= k <= 7.
+#[inline(always)]
+fn ahead(cur: u64, next: u64, k: u32) -> u64 {
+    (cur >> (8 * k)) | (next << (64 - 8 * k))
+}
+
+/// Reads the address the kernel copied from the caller and judges it. The
+/// judgement is branch-free word arithmetic (a handful of branches in all):
+/// each branch multiplies the verifier's work, which a byte loop with a
+/// state machine made cost ~90 ms per program load.
+#[inline(always)]
+fn judge(ctx: u64, path: *mut [u64; BUF_WORDS]) -> (u16, u32) {
+    // Zero the buffer first: bytes past the name must not be stale stack.
+    // Volatile stores, so the compiler emits no memset call.
+    let mut w = 0;
+    while w < BUF_WORDS {
+        // SAFETY: `w` < BUF_WORDS, inside the caller's buffer.
+        unsafe { core::ptr::write_volatile(path.cast::<u64>().add(w), 0) };
+        w += 1;
+    }
+    // The program's context is a `struct bpf_sock_addr_kern`; its `uaddr`
+    // (the kernel's copy of the address) is not reachable through the
+    // `bpf_sock_addr` fields, so it is read with bpf_probe_read_kernel.
+    let Some(uaddr) = read_kernel::<u64>(ctx + KERN_UADDR) else {
+        return (unix_verdict::DENY_ERROR, 0);
+    };
+    let Some(addr_len) = read_kernel::<u32>(ctx + KERN_UADDRLEN) else {
+        return (unix_verdict::DENY_ERROR, 0);
+    };
+    let plen = addr_len.saturating_sub(2);
+    let plen = if plen > SUN_PATH_MAX as u32 {
+        SUN_PATH_MAX as u32
+    } else {
+        plen
+    };
+    if plen == 0 {
+        return (unix_verdict::DENY_ERROR, addr_len);
+    }
+    // sun_path follows the 2-byte family; only the caller's `plen` bytes.
+    if copy_kernel(path.cast::<u8>(), plen, uaddr + 2) < 0 {
+        return (unix_verdict::DENY_ERROR, addr_len);
+    }
+    // SAFETY: the buffer is initialised (zeroed, then partly overwritten).
+    let words = unsafe { &*path };
+    match words[0] & 0xff {
+        0 => return (unix_verdict::ALLOW_ABSTRACT, addr_len),
+        0x2f => {}
+        _ => return (unix_verdict::DENY_RELATIVE, addr_len),
+    }
+    // A `..` component: `/` `.` `.` then `/` or the end (a zero byte; the
+    // kernel stops at the first NUL). Zero bytes after an early NUL can
+    // only add false hits, which refuse: fail closed.
+    let mut dotdot = 0u64;
+    let mut w = 0;
+    while w < UNIX_WORDS {
+        let (cur, next) = (words[w], words[w + 1]);
+        let (s, s2) = (bytes_eq(cur, b'/'), bytes_eq(next, b'/'));
+        let (d, d2) = (bytes_eq(cur, b'.'), bytes_eq(next, b'.'));
+        let (z, z2) = (zero_bytes(cur), zero_bytes(next));
+        dotdot |= s & ahead(d, d2, 1) & ahead(d, d2, 2) & (ahead(s, s2, 3) | ahead(z, z2, 3));
+        w += 1;
+    }
+    if dotdot & HIGH != 0 {
+        return (unix_verdict::DENY_DOTDOT, addr_len);
+    }
+    let Some(allow) = UNIX_ALLOW.get(0) else {
+        return (unix_verdict::DENY_ERROR, addr_len);
+    };
+    // A map never filled has no mask on byte 0 of slot 0 (every configured
+    // slot has one): refuse rather than let the empty masks match.
+    if allow.prefixes[0].masks[0] == 0 {
+        return (unix_verdict::DENY_ERROR, addr_len);
+    }
+    let mut p = 0;
+    while p < UNIX_PREFIXES as usize {
+        let prefix = &allow.prefixes[p];
+        let mut diff = 0u64;
+        let mut w = 0;
+        while w < UNIX_WORDS {
+            diff |= (words[w] ^ prefix.words[w]) & prefix.masks[w];
+            w += 1;
+        }
+        if diff == 0 {
+            return (unix_verdict::ALLOW, addr_len);
+        }
+        p += 1;
+    }
+    (unix_verdict::DENY, addr_len)
+}
+
+/// Writes a denial to the ring buffer unless syscall capture reports it.
+#[inline(always)]
+fn report(hook: u16, verdict: u16, addr_len: u32, path: *mut u8) {
+    let Some(cfg) = config() else { return };
+    if cfg.policy_quiet != 0 {
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<UnixEvent>(0) else {
+        count_lost(effect::CONNECT);
+        return;
+    };
+    let ev = entry.as_mut_ptr();
+    // SAFETY: `ev` is the reserved record; the copy stays inside its path
+    // buffer (UNIX_PATH_BYTES from a stack buffer of that size).
+    unsafe {
+        fill_header(&raw mut (*ev).header, cfg, record::UNIX, effect::CONNECT);
+        (*ev).hook = hook;
+        (*ev).verdict = verdict;
+        (*ev).addr_len = addr_len;
+        // The buffer is zeroed before anything can fail, so it can always
+        // be copied.
+        if copy_kernel(
+            (&raw mut (*ev).path).cast::<u8>(),
+            UNIX_PATH_BYTES as u32,
+            path as u64,
+        ) < 0
+        {
+            (*ev).path[0] = 0xff;
+        }
+    }
+    entry.submit(0);
+}

@@ -1,0 +1,752 @@
+//! Ring-buffer records to effect-log records ([`crate::events::Effect`]).
+//!
+//! Paths are what the agent passed. Relative ones are made absolute here
+//! (the record then says `resolved_from`):
+//! - against the process's cwd, from a model kept in event order: a
+//!   process's cwd is read from `/proc/<pid>/cwd` the first time it is
+//!   needed, inherited by forked children, and moved by the captured
+//!   chdir / fchdir calls; so short-lived children (`rm`, `mkdir`) that
+//!   are gone by the time their record is read still resolve;
+//! - against `/proc/<pid>/fd/<dirfd>`, read when the record arrives (racy:
+//!   the fd may have been closed or reused since);
+//! - or they stay relative with `path_relative: true` when neither is
+//!   known (the process is gone).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{Map, Value};
+use tartaros_common::capture::{
+    AT_FDCWD, EventHeader, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, SUN_PATH_MAX, SysAddrEvent,
+    SysEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record, unix_hook,
+    unix_verdict,
+};
+use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, verdict};
+
+use crate::events::Effect;
+
+const EPERM: u64 = 1;
+const EINTR: u64 = 4;
+const EINPROGRESS: u64 = 115;
+
+/// Record types read with `read_unaligned`.
+///
+/// # Safety
+/// Implementors are `repr(C)` plain data (integers and integer arrays), so
+/// every bit pattern is a valid value.
+unsafe trait Plain: Copy {}
+// SAFETY: all are repr(C) structs of integers and byte arrays
+// (tartaros-common, with size asserts).
+unsafe impl Plain for EventHeader {}
+// SAFETY: as above.
+unsafe impl Plain for ExecEvent {}
+// SAFETY: as above.
+unsafe impl Plain for ForkEvent {}
+// SAFETY: as above.
+unsafe impl Plain for ExitEvent {}
+// SAFETY: as above.
+unsafe impl Plain for SysEvent {}
+// SAFETY: as above.
+unsafe impl Plain for SysPathEvent {}
+// SAFETY: as above.
+unsafe impl Plain for SysPath2Event {}
+// SAFETY: as above.
+unsafe impl Plain for SysAddrEvent {}
+// SAFETY: as above.
+unsafe impl Plain for UnixEvent {}
+// SAFETY: as above.
+unsafe impl Plain for ConnectEvent {}
+
+fn read<T: Plain>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < size_of::<T>() {
+        return None;
+    }
+    // SAFETY: the slice holds size_of::<T>() bytes, read_unaligned needs no
+    // alignment, and `T: Plain` accepts every bit pattern.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
+}
+
+/// What a record turned into.
+#[derive(Debug)]
+pub(super) enum Decoded {
+    Effect(Effect),
+    /// A valid record that produces no log entry.
+    Skip,
+    /// Too short or of an unknown type.
+    Invalid,
+}
+
+/// Decoding state: clock offset, known sandbox processes, per-batch caches.
+pub(super) struct Decoder {
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC, to give each record a wall time.
+    wall_offset: i128,
+    /// Parent of each sandbox process seen (for connect-filter records,
+    /// which carry no ppid).
+    ppids: HashMap<u32, u32>,
+    /// Processes seen in the sandbox and not yet exited.
+    known: HashSet<u32>,
+    /// cwd per process (see the module documentation).
+    cwds: HashMap<u32, String>,
+    /// `NSpid` of sandbox processes (host pid first), for signal targets.
+    nspids: HashMap<u32, Option<Vec<i64>>>,
+    proc_root: String,
+    /// (tgid, ppid) of the last record, whose table entries are current.
+    last: (u32, u32),
+}
+
+fn clock_ns(clock: libc::clockid_t) -> i128 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    i128::from(ts.tv_sec) * 1_000_000_000 + i128::from(ts.tv_nsec)
+}
+
+impl Decoder {
+    pub fn new() -> Self {
+        Self {
+            wall_offset: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
+            ppids: HashMap::new(),
+            known: HashSet::new(),
+            cwds: HashMap::new(),
+            nspids: HashMap::new(),
+            proc_root: "/proc".into(),
+            last: (0, 0),
+        }
+    }
+
+    /// Forgets the cwd model: after lost events a chdir may be missing,
+    /// so cwds are read from /proc again.
+    pub fn forget_cwds(&mut self) {
+        self.cwds.clear();
+    }
+
+    fn wall(&self, mono: u64) -> u64 {
+        u64::try_from(i128::from(mono) + self.wall_offset).unwrap_or(0)
+    }
+
+    pub fn decode(&mut self, bytes: &[u8]) -> Decoded {
+        let Some(r) = bytes.get(28..30).map(|b| u16::from_ne_bytes([b[0], b[1]])) else {
+            return Decoded::Invalid;
+        };
+        let effect =
+            match r {
+                record::EXEC => read::<ExecEvent>(bytes).map(|e| self.exec(&e)),
+                record::FORK => read::<ForkEvent>(bytes).map(|e| self.fork(&e)),
+                record::EXIT => read::<ExitEvent>(bytes).map(|e| self.exit(&e)),
+                record::SYS => read::<SysEvent>(bytes).map(|e| self.sys(&e, None, None, None)),
+                record::SYS_PATH => read::<SysPathEvent>(bytes)
+                    .map(|e| self.sys(&e.sys, Some(&e.path[..]), None, None)),
+                record::SYS_PATH2 => read::<SysPath2Event>(bytes)
+                    .map(|e| self.sys(&e.sys, Some(&e.path[..]), Some(&e.path2[..]), None)),
+                record::SYS_ADDR => read::<SysAddrEvent>(bytes)
+                    .map(|e| self.sys(&e.sys, None, None, Some(&e.addr[..]))),
+                record::UNIX => read::<UnixEvent>(bytes).map(|e| Some(self.unix(&e))),
+                k if (kind::CONNECT4..=kind::SOCK_CREATE).contains(&k) => {
+                    read::<ConnectEvent>(bytes).map(|e| Some(self.connect_event(&e)))
+                }
+                _ => None,
+            };
+        match effect {
+            Some(Some(e)) => Decoded::Effect(e),
+            Some(None) => Decoded::Skip,
+            None => Decoded::Invalid,
+        }
+    }
+
+    /// The record around `target` for a capture header.
+    fn effect(
+        &mut self,
+        kind: &'static str,
+        h: &EventHeader,
+        errno: u64,
+        mut target: Map<String, Value>,
+    ) -> Effect {
+        // Records come in runs from one process: skip the table updates
+        // while the process and its parent stay the same.
+        if self.last != (h.tgid, h.ppid) {
+            self.last = (h.tgid, h.ppid);
+            self.known.insert(h.tgid);
+            if h.ppid != 0 {
+                self.ppids.insert(h.tgid, h.ppid);
+            }
+        }
+        if h.pid != h.tgid {
+            target.insert("tid".into(), h.pid.into());
+        }
+        if h.flags & flag::PPID_UNREADABLE != 0 {
+            target.insert("ppid_unreadable".into(), true.into());
+        }
+        let decision = if errno == 0 { "allowed" } else { "denied" };
+        Effect::new(kind)
+            .with("pid", h.tgid)
+            .with("ppid", h.ppid)
+            .with("uid", h.uid)
+            .with("mono_ns", h.ktime_ns)
+            .with("wall_ns", self.wall(h.ktime_ns))
+            .with("decision", decision)
+            .with("errno", errno)
+            .with("target", Value::Object(target))
+    }
+
+    fn exec(&mut self, e: &ExecEvent) -> Option<Effect> {
+        let h = &e.header;
+        let mut t = Map::new();
+        self.put_path(
+            &mut t,
+            "path",
+            h.tgid,
+            AT_FDCWD,
+            &e.filename,
+            e.filename_len,
+            h.flags & flag::PATH_UNREADABLE != 0,
+            h.flags & flag::PATH_TRUNCATED != 0,
+        );
+        let args_len = usize::try_from(e.args_len).unwrap_or(0).min(e.args.len());
+        let mut argv: Vec<Value> = Vec::new();
+        if args_len > 0 {
+            let raw = &e.args[..args_len];
+            let raw = raw.strip_suffix(&[0]).unwrap_or(raw);
+            for arg in raw.split(|&b| b == 0).take(e.argc as usize) {
+                argv.push(String::from_utf8_lossy(arg).into_owned().into());
+            }
+        }
+        let truncated = h.flags & flag::ARGV_TRUNCATED != 0 || (argv.len() as u32) < e.argc;
+        t.insert("argv".into(), Value::Array(argv));
+        t.insert("argc".into(), e.argc.into());
+        if truncated {
+            t.insert("argv_truncated".into(), true.into());
+        }
+        if h.flags & flag::ARGV_UNREADABLE != 0 {
+            t.insert("argv_unreadable".into(), true.into());
+        }
+        Some(self.effect("exec", h, 0, t))
+    }
+
+    fn fork(&mut self, e: &ForkEvent) -> Option<Effect> {
+        self.known.insert(e.child);
+        self.ppids.insert(e.child, e.header.tgid);
+        // The child starts in its parent's cwd.
+        if let Some(cwd) = self.cwd(e.header.tgid) {
+            self.cwds.insert(e.child, cwd);
+        }
+        let mut t = Map::new();
+        t.insert("child".into(), e.child.into());
+        Some(self.effect("fork", &e.header, 0, t))
+    }
+
+    fn exit(&mut self, e: &ExitEvent) -> Option<Effect> {
+        let mut t = Map::new();
+        let status = e.status;
+        if status & 0x7f == 0 {
+            t.insert("code".into(), ((status >> 8) & 0xff).into());
+        } else {
+            t.insert("signal".into(), (status & 0x7f).into());
+            if status & 0x80 != 0 {
+                t.insert("core".into(), true.into());
+            }
+        }
+        let effect = self.effect("exit", &e.header, 0, t);
+        let tgid = e.header.tgid;
+        self.last = (0, 0);
+        self.known.remove(&tgid);
+        self.ppids.remove(&tgid);
+        self.nspids.remove(&tgid);
+        self.cwds.remove(&tgid);
+        Some(effect)
+    }
+
+    fn sys(
+        &mut self,
+        s: &SysEvent,
+        path: Option<&[u8]>,
+        path2: Option<&[u8]>,
+        addr: Option<&[u8]>,
+    ) -> Option<Effect> {
+        let h = &s.header;
+        if h.effect == effect::CHDIR {
+            self.chdir(s, path);
+            return None;
+        }
+        let kind = effect::name(h.effect);
+        if kind == "event" {
+            return None;
+        }
+        let (mut errno, mut t) = (errno_of(s.ret), Map::new());
+        let flags = h.flags;
+        match (path, path2) {
+            (Some(p), Some(p2)) => {
+                let (k1, k2) = if h.effect == effect::SYMLINK {
+                    ("target", "path")
+                } else {
+                    ("from", "to")
+                };
+                if h.effect == effect::SYMLINK {
+                    // The link's contents are stored, never looked up now.
+                    let v = cstr(p, s.len).map(lossy).unwrap_or_default();
+                    t.insert(k1.into(), v.into());
+                    flags_for(
+                        &mut t,
+                        k1,
+                        flags & flag::PATH_UNREADABLE != 0,
+                        flags & flag::PATH_TRUNCATED != 0,
+                    );
+                } else {
+                    self.put_path(
+                        &mut t,
+                        k1,
+                        h.tgid,
+                        s.fd,
+                        p,
+                        s.len,
+                        flags & flag::PATH_UNREADABLE != 0,
+                        flags & flag::PATH_TRUNCATED != 0,
+                    );
+                }
+                self.put_path(
+                    &mut t,
+                    k2,
+                    h.tgid,
+                    s.fd2,
+                    p2,
+                    s.len2,
+                    flags & flag::PATH2_UNREADABLE != 0,
+                    flags & flag::PATH2_TRUNCATED != 0,
+                );
+            }
+            (Some(p), None) => {
+                self.put_path(
+                    &mut t,
+                    "path",
+                    h.tgid,
+                    s.fd,
+                    p,
+                    s.len,
+                    flags & flag::PATH_UNREADABLE != 0,
+                    flags & flag::PATH_TRUNCATED != 0,
+                );
+            }
+            _ => {}
+        }
+        let fd_target = path.is_none() && addr.is_none() && h.effect != effect::SIGNAL;
+        if fd_target {
+            t.insert("fd".into(), s.fd.into());
+            match self.fd_path(h.tgid, s.fd) {
+                Some(p) => {
+                    t.insert("path".into(), p.into());
+                    t.insert("resolved_from".into(), "fd".into());
+                }
+                None => {
+                    t.insert("path_unresolved".into(), true.into());
+                }
+            }
+        }
+        match h.effect {
+            effect::OPEN | effect::CREATE | effect::TRUNCATE
+                if s.nr != nr::TRUNCATE && s.nr != nr::FTRUNCATE =>
+            {
+                t.insert("flags".into(), s.args[0].into());
+                if h.effect == effect::CREATE {
+                    t.insert("mode".into(), (s.args[1] & 0o7777).into());
+                }
+                if h.effect == effect::TRUNCATE {
+                    t.insert("length".into(), 0.into());
+                }
+                if flags & flag::ADDR_UNREADABLE != 0 {
+                    t.insert("flags_unreadable".into(), true.into());
+                }
+            }
+            effect::TRUNCATE => {
+                t.insert("length".into(), (s.args[0] as i64).into());
+            }
+            effect::MKDIR | effect::CHMOD => {
+                t.insert("mode".into(), (s.args[0] & 0o7777).into());
+            }
+            effect::UNLINK | effect::RMDIR if s.nr == nr::UNLINKAT => {
+                t.insert("flags".into(), s.args[0].into());
+            }
+            effect::RENAME | effect::LINK if s.args[0] != 0 => {
+                t.insert("flags".into(), s.args[0].into());
+            }
+            effect::CHOWN => {
+                t.insert("uid".into(), (s.args[0] as u32 as i32).into());
+                t.insert("gid".into(), (s.args[1] as u32 as i32).into());
+            }
+            effect::CONNECT | effect::SENDTO => {
+                if let Some(a) = addr {
+                    self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
+                }
+                t.insert("fd".into(), s.fd.into());
+                if errno == EINPROGRESS && h.effect == effect::CONNECT {
+                    // A non-blocking connect that the filters let through.
+                    t.insert("in_progress".into(), true.into());
+                    errno = 0;
+                }
+            }
+            effect::SIGNAL => self.put_signal(&mut t, s),
+            _ => {}
+        }
+        Some(self.effect(kind, h, errno, t))
+    }
+
+    fn put_signal(&mut self, t: &mut Map<String, Value>, s: &SysEvent) {
+        let to = s.args[0] as u32 as i32;
+        t.insert("to".into(), to.into());
+        t.insert("signal".into(), (s.args[1] as u32 as i32).into());
+        match s.nr {
+            nr::TKILL => {
+                t.insert("thread".into(), true.into());
+            }
+            nr::TGKILL => {
+                t.insert("tid".into(), (s.args[2] as u32 as i32).into());
+            }
+            _ => {}
+        }
+        if to <= 0 {
+            // 0: the caller's process group, -1: every process it may
+            // signal, -N: process group N (all inside the pid namespace).
+            t.insert("group".into(), true.into());
+        } else if let Some(outside) = self.target_outside(s.header.tgid, to) {
+            t.insert("outside".into(), outside.into());
+        }
+    }
+
+    /// Whether pid `to`, as the sender `sender` names it, is a process not
+    /// known to be in the sandbox. The sender may live in a pid namespace:
+    /// its `NSpid` line says so, and the target is then matched against the
+    /// innermost pids of the known sandbox processes.
+    fn target_outside(&mut self, sender: u32, to: i32) -> Option<bool> {
+        let sender_ns = self.nspid(sender)?;
+        if sender_ns.len() <= 1 {
+            return Some(!self.known.contains(&(to as u32)));
+        }
+        let known: Vec<u32> = self.known.iter().copied().collect();
+        for pid in known {
+            if let Some(ns) = self.nspid(pid)
+                && ns.last() == Some(&i64::from(to))
+            {
+                return Some(false);
+            }
+        }
+        Some(true)
+    }
+
+    fn nspid(&mut self, pid: u32) -> Option<Vec<i64>> {
+        let root = self.proc_root.clone();
+        self.nspids
+            .entry(pid)
+            .or_insert_with(|| {
+                let status = std::fs::read_to_string(format!("{root}/{pid}/status")).ok()?;
+                let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+                Some(
+                    line[6..]
+                        .split_whitespace()
+                        .filter_map(|v| v.parse().ok())
+                        .collect(),
+                )
+            })
+            .clone()
+    }
+
+    /// Sets `key` (and its flags) from a path buffer, resolving a relative
+    /// path against the process's cwd or `dirfd`.
+    #[allow(clippy::too_many_arguments)]
+    fn put_path(
+        &mut self,
+        t: &mut Map<String, Value>,
+        key: &str,
+        tgid: u32,
+        dirfd: i32,
+        buf: &[u8],
+        len: i32,
+        unreadable: bool,
+        truncated: bool,
+    ) {
+        flags_for(t, key, unreadable, truncated);
+        let Some(raw) = cstr(buf, len).filter(|_| !unreadable) else {
+            t.insert(key.into(), "".into());
+            return;
+        };
+        let path = lossy(raw);
+        if path.starts_with('/') {
+            t.insert(key.into(), path.into());
+            return;
+        }
+        let (base, from) = if dirfd == AT_FDCWD {
+            (self.cwd(tgid), "cwd")
+        } else if dirfd >= 0 {
+            (self.fd_path(tgid, dirfd), "dirfd")
+        } else {
+            (None, "")
+        };
+        let from_key = if key == "path" {
+            "resolved_from".to_owned()
+        } else {
+            format!("{key}_resolved_from")
+        };
+        match base {
+            Some(base) => {
+                t.insert(key.into(), join(&base, &path).into());
+                t.insert(from_key, from.into());
+            }
+            None => {
+                t.insert(key.into(), path.into());
+                t.insert(format!("{key}_relative"), true.into());
+                if dirfd != AT_FDCWD {
+                    t.insert(format!("{key}_dirfd"), dirfd.into());
+                }
+            }
+        }
+    }
+
+    fn cwd(&mut self, tgid: u32) -> Option<String> {
+        if let Some(cwd) = self.cwds.get(&tgid) {
+            return Some(cwd.clone());
+        }
+        let cwd = std::fs::read_link(format!("{}/{tgid}/cwd", self.proc_root))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())?;
+        self.cwds.insert(tgid, cwd.clone());
+        Some(cwd)
+    }
+
+    /// Moves the modelled cwd of the caller (successful calls only).
+    fn chdir(&mut self, s: &SysEvent, path: Option<&[u8]>) {
+        let tgid = s.header.tgid;
+        let new = match path {
+            Some(buf) if s.header.flags & flag::PATH_UNREADABLE == 0 => {
+                match cstr(buf, s.len).map(lossy) {
+                    Some(p) if p.starts_with('/') => Some(normalize(&p)),
+                    Some(p) => self.cwd(tgid).map(|base| normalize(&join(&base, &p))),
+                    None => None,
+                }
+            }
+            Some(_) => None,
+            None => self.fd_path(tgid, s.fd),
+        };
+        match new {
+            Some(cwd) => self.cwds.insert(tgid, cwd),
+            // Unknown now: read from /proc next time, if still possible.
+            None => self.cwds.remove(&tgid),
+        };
+    }
+
+    fn fd_path(&self, tgid: u32, fd: i32) -> Option<String> {
+        if fd < 0 {
+            return None;
+        }
+        std::fs::read_link(format!("{}/{tgid}/fd/{fd}", self.proc_root))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    }
+
+    fn put_sockaddr(
+        &mut self,
+        t: &mut Map<String, Value>,
+        tgid: u32,
+        a: &[u8],
+        len: i32,
+        flags: u32,
+    ) {
+        if flags & flag::ADDR_UNREADABLE != 0 || len < 2 {
+            t.insert("family".into(), "unknown".into());
+            t.insert("addr_unreadable".into(), true.into());
+            return;
+        }
+        if flags & flag::ADDR_TRUNCATED != 0 {
+            t.insert("addr_truncated".into(), true.into());
+        }
+        let a = &a[..(len as usize).min(a.len())];
+        let family = u16::from_ne_bytes([a[0], a[1]]);
+        let port = |a: &[u8]| a.get(2..4).map(|p| u16::from_be_bytes([p[0], p[1]]));
+        match family {
+            AF_INET if a.len() >= 8 => {
+                t.insert("family".into(), "inet".into());
+                t.insert(
+                    "addr".into(),
+                    std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7])
+                        .to_string()
+                        .into(),
+                );
+                t.insert("port".into(), port(a).unwrap_or(0).into());
+            }
+            AF_INET6 if a.len() >= 24 => {
+                let mut ip = [0u8; 16];
+                ip.copy_from_slice(&a[8..24]);
+                t.insert("family".into(), "inet6".into());
+                t.insert(
+                    "addr".into(),
+                    std::net::Ipv6Addr::from(ip).to_string().into(),
+                );
+                t.insert("port".into(), port(a).unwrap_or(0).into());
+            }
+            AF_UNIX => {
+                t.insert("family".into(), "unix".into());
+                let name = &a[2..];
+                if name.first() == Some(&0) {
+                    // Abstract: the whole name, NULs included, is the address.
+                    t.insert("path".into(), format!("@{}", lossy(&name[1..])).into());
+                    t.insert("abstract".into(), true.into());
+                } else {
+                    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                    let mut buf = name[..end].to_vec();
+                    buf.push(0);
+                    self.put_path(
+                        t,
+                        "path",
+                        tgid,
+                        AT_FDCWD,
+                        &buf,
+                        buf.len() as i32,
+                        false,
+                        false,
+                    );
+                }
+            }
+            0 => {
+                t.insert("family".into(), "unspec".into());
+            }
+            other => {
+                t.insert("family".into(), other.into());
+            }
+        }
+    }
+
+    fn unix(&mut self, e: &UnixEvent) -> Effect {
+        let kind = if e.hook == unix_hook::SENDMSG {
+            "sendto"
+        } else {
+            "connect"
+        };
+        let mut t = Map::new();
+        t.insert("family".into(), "unix".into());
+        let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
+        let name = &e.path[..len];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(len);
+        t.insert("path".into(), lossy(&name[..end]).into());
+        let reason = match e.verdict {
+            unix_verdict::DENY => "outside the allowed socket directories",
+            unix_verdict::DENY_RELATIVE => "relative socket path",
+            unix_verdict::DENY_DOTDOT => "socket path with ..",
+            _ => "socket address unreadable",
+        };
+        t.insert("reason".into(), reason.into());
+        self.effect(kind, &e.header, EPERM, t)
+    }
+
+    fn connect_event(&mut self, e: &ConnectEvent) -> Effect {
+        let kind = match e.kind {
+            kind::SENDMSG4 | kind::SENDMSG6 => "sendto",
+            _ => "connect",
+        };
+        let mut t = Map::new();
+        if e.kind == kind::SOCK_CREATE {
+            t.insert("socket".into(), true.into());
+            t.insert("family".into(), e.family.into());
+            t.insert("type".into(), e.sock_type.into());
+            t.insert("protocol".into(), e.protocol.into());
+        } else if let Some(dest) = super::event_destination(e) {
+            t.insert(
+                "family".into(),
+                if dest.is_ipv4() { "inet" } else { "inet6" }.into(),
+            );
+            t.insert("addr".into(), dest.ip().to_string().into());
+            t.insert("port".into(), dest.port().into());
+        } else {
+            t.insert("family".into(), e.family.into());
+        }
+        if e.verdict == verdict::ALLOW_MONITOR {
+            t.insert("monitor".into(), true.into());
+        }
+        let errno = if verdict::is_denied(e.verdict) {
+            EPERM
+        } else {
+            0
+        };
+        let header = EventHeader {
+            ktime_ns: e.ktime_ns,
+            cgroup_id: e.cgroup_id,
+            pid: e.pid,
+            tgid: e.tgid,
+            uid: e.uid,
+            record: 0,
+            effect: 0,
+            ppid: self.ppids.get(&e.tgid).copied().unwrap_or(0),
+            flags: 0,
+        };
+        self.effect(kind, &header, errno, t)
+    }
+}
+
+/// The errno of a syscall result (0 on success). The kernel's internal
+/// restart codes (512-516) are what the caller sees as EINTR or a restart.
+fn errno_of(ret: i64) -> u64 {
+    if ret >= 0 {
+        return 0;
+    }
+    match ret.unsigned_abs() {
+        512..=516 => EINTR,
+        e => e,
+    }
+}
+
+fn flags_for(t: &mut Map<String, Value>, key: &str, unreadable: bool, truncated: bool) {
+    if unreadable {
+        t.insert(format!("{key}_unreadable"), true.into());
+    }
+    if truncated {
+        t.insert(format!("{key}_truncated"), true.into());
+    }
+}
+
+/// The string in `buf` as the read helper returned it (`len` bytes with
+/// the NUL, or an error).
+fn cstr(buf: &[u8], len: i32) -> Option<&[u8]> {
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l > 0)?
+        .min(buf.len())
+        .min(PATH_BYTES);
+    let s = &buf[..len];
+    let end = s.iter().position(|&b| b == 0).unwrap_or(len);
+    Some(&s[..end])
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `path` without `.` and `..` components (lexically, as a chdir through
+/// them moves), for the cwd model.
+fn normalize(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+/// `rel` appended to `base`, without `.` components (which change nothing;
+/// `..` stays: through a symlink it is not the lexical parent).
+fn join(base: &str, rel: &str) -> String {
+    let mut out = base.trim_end_matches('/').to_owned();
+    for part in rel.split('/').filter(|p| !p.is_empty() && *p != ".") {
+        out.push('/');
+        out.push_str(part);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "decode_tests.rs"]
+mod tests;

@@ -1,0 +1,373 @@
+use super::*;
+use tartaros_common::capture::{ADDR_BYTES, ARGV_BYTES, UNIX_PATH_BYTES};
+
+fn bytes_of<T: Plain>(v: &T) -> Vec<u8> {
+    // SAFETY: `T: Plain` is repr(C) plain data without padding.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
+}
+
+fn header(record: u16, effect: u16) -> EventHeader {
+    let me = std::process::id();
+    EventHeader {
+        ktime_ns: 5_000,
+        cgroup_id: 9,
+        pid: me,
+        tgid: me,
+        uid: 1000,
+        record,
+        effect,
+        ppid: 1,
+        flags: 0,
+    }
+}
+
+fn sys(record: u16, effect: u16, nr: u32, ret: i64) -> SysEvent {
+    SysEvent {
+        header: header(record, effect),
+        nr,
+        fd: AT_FDCWD,
+        fd2: AT_FDCWD,
+        len: 0,
+        len2: 0,
+        _pad: 0,
+        ret,
+        args: [0; 3],
+    }
+}
+
+fn path_buf(s: &str) -> ([u8; PATH_BYTES], i32) {
+    let mut b = [0u8; PATH_BYTES];
+    b[..s.len()].copy_from_slice(s.as_bytes());
+    (b, s.len() as i32 + 1)
+}
+
+fn effect_of(d: &mut Decoder, bytes: &[u8]) -> Effect {
+    match d.decode(bytes) {
+        Decoded::Effect(e) => e,
+        other => panic!("expected an effect, got {other:?}"),
+    }
+}
+
+fn target(e: &Effect) -> &Map<String, Value> {
+    e.fields["target"].as_object().unwrap()
+}
+
+#[test]
+fn exec_splits_argv_and_flags_truncation() {
+    let mut d = Decoder::new();
+    let (filename, filename_len) = path_buf("/bin/echo");
+    let mut args = [0u8; ARGV_BYTES];
+    let raw = b"echo\0hello world\0";
+    args[..raw.len()].copy_from_slice(raw);
+    let ev = ExecEvent {
+        header: header(record::EXEC, effect::EXEC),
+        argc: 2,
+        args_size: raw.len() as u32,
+        filename_len,
+        args_len: raw.len() as i32,
+        filename,
+        args,
+    };
+    let e = effect_of(&mut d, &bytes_of(&ev));
+    assert_eq!(e.kind, "exec");
+    assert_eq!(e.fields["decision"], "allowed");
+    assert_eq!(e.fields["pid"], std::process::id());
+    assert_eq!(target(&e)["path"], "/bin/echo");
+    assert_eq!(
+        target(&e)["argv"],
+        serde_json::json!(["echo", "hello world"])
+    );
+    assert!(!target(&e).contains_key("argv_truncated"));
+    assert!(e.fields["wall_ns"].as_u64().unwrap() > 1_600_000_000_000_000_000);
+
+    let mut cut = ev;
+    cut.argc = 3;
+    cut.header.flags = flag::ARGV_TRUNCATED;
+    let e = effect_of(&mut d, &bytes_of(&cut));
+    assert_eq!(target(&e)["argv_truncated"], true);
+}
+
+#[test]
+fn relative_paths_are_resolved_against_the_cwd() {
+    let mut d = Decoder::new();
+    let (path, len) = path_buf("some/file");
+    let mut s = sys(record::SYS_PATH, effect::CREATE, nr::OPENAT, 3);
+    s.len = len;
+    s.args = [0o1101, 0o644, 0];
+    let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path }));
+    let cwd = std::env::current_dir().unwrap();
+    assert_eq!(e.kind, "create");
+    assert_eq!(target(&e)["path"], format!("{}/some/file", cwd.display()));
+    assert_eq!(target(&e)["resolved_from"], "cwd");
+    assert_eq!(target(&e)["mode"], 0o644);
+
+    // A process that is gone: kept relative, flagged.
+    let mut gone = s;
+    gone.header.tgid = u32::MAX - 1;
+    gone.header.pid = u32::MAX - 1;
+    let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: gone, path }));
+    assert_eq!(target(&e)["path"], "some/file");
+    assert_eq!(target(&e)["path_relative"], true);
+}
+
+#[test]
+fn failed_calls_are_denied_with_their_errno() {
+    let mut d = Decoder::new();
+    let (path, len) = path_buf("/etc/shadow");
+    let mut s = sys(record::SYS_PATH, effect::OPEN, nr::OPENAT, -13);
+    s.len = len;
+    let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path }));
+    assert_eq!(e.fields["decision"], "denied");
+    assert_eq!(e.fields["errno"], 13);
+    assert_eq!(target(&e)["flags"], 0);
+
+    let mut s = sys(record::SYS_PATH, effect::UNLINK, nr::UNLINK, -514);
+    s.header.flags = flag::PATH_UNREADABLE;
+    s.len = -14;
+    let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path }));
+    assert_eq!(
+        e.fields["errno"], EINTR,
+        "restart codes are reported as EINTR"
+    );
+    assert_eq!(target(&e)["path"], "");
+    assert_eq!(target(&e)["path_unreadable"], true);
+}
+
+#[test]
+fn rename_and_symlink_name_their_two_paths() {
+    let mut d = Decoder::new();
+    let (a, la) = path_buf("/w/a");
+    let (b, lb) = path_buf("/w/b");
+    let mut s = sys(record::SYS_PATH2, effect::RENAME, nr::RENAMEAT2, 0);
+    s.len = la;
+    s.len2 = lb;
+    let e = effect_of(
+        &mut d,
+        &bytes_of(&SysPath2Event {
+            sys: s,
+            path: a,
+            path2: b,
+        }),
+    );
+    assert_eq!(
+        (target(&e)["from"].clone(), target(&e)["to"].clone()),
+        ("/w/a".into(), "/w/b".into())
+    );
+    let (rel, lrel) = path_buf("../x");
+    let mut s = sys(record::SYS_PATH2, effect::SYMLINK, nr::SYMLINK, 0);
+    s.len = lrel;
+    s.len2 = lb;
+    let e = effect_of(
+        &mut d,
+        &bytes_of(&SysPath2Event {
+            sys: s,
+            path: rel,
+            path2: b,
+        }),
+    );
+    assert_eq!(
+        target(&e)["target"],
+        "../x",
+        "link contents are not resolved"
+    );
+    assert_eq!(target(&e)["path"], "/w/b");
+}
+
+fn addr_event(effect: u16, ret: i64, addr: &[u8]) -> SysAddrEvent {
+    let mut s = sys(record::SYS_ADDR, effect, nr::CONNECT, ret);
+    s.len = addr.len() as i32;
+    let mut buf = [0u8; ADDR_BYTES];
+    buf[..addr.len()].copy_from_slice(addr);
+    SysAddrEvent { sys: s, addr: buf }
+}
+
+#[test]
+fn socket_addresses_are_decoded() {
+    let mut d = Decoder::new();
+    let mut v4 = vec![0u8; 16];
+    v4[..2].copy_from_slice(&AF_INET.to_ne_bytes());
+    v4[2..4].copy_from_slice(&443u16.to_be_bytes());
+    v4[4..8].copy_from_slice(&[1, 1, 1, 1]);
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, -1, &v4)));
+    assert_eq!(e.kind, "connect");
+    assert_eq!(e.fields["decision"], "denied");
+    assert_eq!(target(&e)["addr"], "1.1.1.1");
+    assert_eq!(target(&e)["port"], 443);
+    assert_eq!(target(&e)["family"], "inet");
+
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, -115, &v4)));
+    assert_eq!(
+        e.fields["decision"], "allowed",
+        "EINPROGRESS is not a denial"
+    );
+
+    let mut v6 = vec![0u8; 28];
+    v6[..2].copy_from_slice(&AF_INET6.to_ne_bytes());
+    v6[2..4].copy_from_slice(&53u16.to_be_bytes());
+    v6[23] = 1;
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::SENDTO, 1, &v6)));
+    assert_eq!(
+        (e.kind, target(&e)["addr"].clone()),
+        ("sendto", "::1".into())
+    );
+
+    let mut un = AF_UNIX.to_ne_bytes().to_vec();
+    un.extend_from_slice(b"\0hidden");
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, 0, &un)));
+    assert_eq!(target(&e)["path"], "@hidden");
+    let mut un = AF_UNIX.to_ne_bytes().to_vec();
+    un.extend_from_slice(b"/run/x.sock\0");
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, -1, &un)));
+    assert_eq!(
+        (target(&e)["family"].clone(), target(&e)["path"].clone()),
+        ("unix".into(), "/run/x.sock".into())
+    );
+}
+
+#[test]
+fn exit_status_and_signals() {
+    let mut d = Decoder::new();
+    let ev = ExitEvent {
+        header: header(record::EXIT, effect::EXIT),
+        status: 3 << 8,
+        _pad: 0,
+    };
+    assert_eq!(target(&effect_of(&mut d, &bytes_of(&ev)))["code"], 3);
+    let ev = ExitEvent { status: 9, ..ev };
+    assert_eq!(target(&effect_of(&mut d, &bytes_of(&ev)))["signal"], 9);
+
+    let mut s = sys(record::SYS, effect::SIGNAL, nr::KILL, 0);
+    s.fd = -1;
+    s.args = [1, 15, 0];
+    let e = effect_of(&mut d, &bytes_of(&s));
+    assert_eq!(
+        (target(&e)["to"].clone(), target(&e)["signal"].clone()),
+        (1.into(), 15.into())
+    );
+    assert_eq!(
+        target(&e)["outside"],
+        true,
+        "pid 1 is not a sandbox process"
+    );
+    assert!(!target(&e).contains_key("path"));
+    s.args = [0, 15, 0];
+    assert_eq!(target(&effect_of(&mut d, &bytes_of(&s)))["group"], true);
+}
+
+#[test]
+fn policy_records_and_garbage() {
+    let mut d = Decoder::new();
+    let mut ev = ConnectEvent::ZERO;
+    ev.kind = kind::CONNECT4;
+    ev.verdict = verdict::DENY;
+    ev.family = AF_INET;
+    ev.port = 22;
+    ev.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
+    let e = effect_of(&mut d, &bytes_of(&ev));
+    assert_eq!(
+        (e.kind, e.fields["errno"].clone()),
+        ("connect", EPERM.into())
+    );
+    assert_eq!(target(&e)["port"], 22);
+
+    let mut path = [0u8; UNIX_PATH_BYTES];
+    path[..9].copy_from_slice(b"/run/d.so");
+    let un = UnixEvent {
+        header: header(record::UNIX, effect::CONNECT),
+        hook: unix_hook::CONNECT,
+        verdict: unix_verdict::DENY,
+        addr_len: 2 + 9,
+        path,
+    };
+    let e = effect_of(&mut d, &bytes_of(&un));
+    assert_eq!(target(&e)["path"], "/run/d.so");
+    assert_eq!(e.fields["decision"], "denied");
+
+    assert!(matches!(d.decode(&[0u8; 10]), Decoded::Invalid));
+    let mut unknown = vec![0u8; 64];
+    unknown[28] = 0x7f;
+    assert!(matches!(d.decode(&unknown), Decoded::Invalid));
+}
+
+#[test]
+fn the_cwd_model_follows_forks_and_chdirs() {
+    let mut d = Decoder::new();
+    let me = std::process::id();
+    let gone = u32::MAX - 7;
+    let fork = ForkEvent {
+        header: header(record::FORK, effect::FORK),
+        child: gone,
+        _pad: 0,
+    };
+    effect_of(&mut d, &bytes_of(&fork));
+    let (rel, len) = path_buf("../x/./y");
+    let mut cd = sys(record::SYS_PATH, effect::CHDIR, nr::CHDIR, 0);
+    cd.header.tgid = gone;
+    cd.header.pid = gone;
+    cd.len = len;
+    assert!(matches!(
+        d.decode(&bytes_of(&SysPathEvent { sys: cd, path: rel })),
+        Decoded::Skip
+    ));
+    let (file, flen) = path_buf("f");
+    let mut s = sys(record::SYS_PATH, effect::UNLINK, nr::UNLINK, 0);
+    s.header.tgid = gone;
+    s.header.pid = gone;
+    s.len = flen;
+    let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path: file }));
+    let cwd = std::env::current_dir().unwrap();
+    let parent = cwd.parent().unwrap_or(&cwd).display().to_string();
+    assert_eq!(
+        target(&e)["path"],
+        format!("{}/x/y/f", parent.trim_end_matches('/'))
+    );
+    assert_eq!(target(&e)["resolved_from"], "cwd");
+    assert_eq!(normalize("/a/../../b/./c/"), "/b/c");
+    assert_eq!(join("/w/", "./x/../y/."), "/w/x/../y");
+    assert_eq!(join("/", ""), "/");
+    let _ = me;
+}
+
+/// `cargo test --release -p tartaros --lib decode_throughput -- --ignored --nocapture`
+#[test]
+#[ignore = "benchmark"]
+fn decode_throughput() {
+    let mut d = Decoder::new();
+    let (path, len) = path_buf("/nonexistent-tartaros-bench");
+    let mut s = sys(record::SYS_PATH, effect::UNLINK, nr::UNLINK, -2);
+    s.len = len;
+    let bytes = bytes_of(&SysPathEvent { sys: s, path });
+    let n = 1_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = crate::runlog::open(
+        &dir.path().join("log"),
+        crate::effectlog::Genesis::new(serde_json::json!({}), vec![], vec![], vec![]),
+    )
+    .unwrap();
+    let (mut t_decode, mut t_log) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
+    for _ in 0..n / 1000 {
+        let t = std::time::Instant::now();
+        let mut effects = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            if let Decoded::Effect(e) = d.decode(&bytes) {
+                effects.push(e);
+            }
+        }
+        t_decode += t.elapsed();
+        let t = std::time::Instant::now();
+        for e in effects {
+            let kind = e.kind;
+            w.append(kind, crate::runlog::to_record(e)).unwrap();
+        }
+        w.flush().unwrap();
+        t_log += t.elapsed();
+    }
+    eprintln!(
+        "decode: {:.0} ns/record",
+        t_decode.as_nanos() as f64 / n as f64
+    );
+    eprintln!(
+        "log append: {:.0} ns/record",
+        t_log.as_nanos() as f64 / n as f64
+    );
+}

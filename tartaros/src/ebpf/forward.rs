@@ -1,0 +1,235 @@
+//! Reading the ring buffer into the effect log's channel.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use aya::maps::{MapData, MapError, PerCpuArray, RingBuf};
+use tartaros_common::capture::{LOST_SLOTS, effect};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+use super::decode::{Decoded, Decoder};
+use crate::events::{Effect, EffectSender};
+
+/// How often the ring buffer is drained without a wake-up: capture
+/// records wake the reader only once a batch is waiting (see
+/// `CaptureConfig::wake_bytes`), so this bounds how late a record can be.
+const POLL: Duration = Duration::from_millis(10);
+/// How often (in polls) the loss counters are read while running.
+const LOSS_CHECK_POLLS: u32 = 10;
+/// Records handled before the task yields back to the runtime.
+const BATCH: usize = 4096;
+
+/// The ring buffer and a handle on the loss counters, taken from
+/// [`super::CgroupPrograms::take_event_source`]; owned by
+/// [`forward_events`], so it outlives a detach of the programs.
+pub struct EventSource {
+    ring: RingBuf<MapData>,
+    lost: PerCpuArray<MapData, [u64; LOST_SLOTS]>,
+    capture: bool,
+}
+
+impl std::fmt::Debug for EventSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSource")
+            .field("capture", &self.capture)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventSource {
+    pub(super) fn new(
+        ring: RingBuf<MapData>,
+        lost: PerCpuArray<MapData, [u64; LOST_SLOTS]>,
+        capture: bool,
+    ) -> Self {
+        Self {
+            ring,
+            lost,
+            capture,
+        }
+    }
+}
+
+/// What [`forward_events`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureStats {
+    /// Records read from the ring buffer.
+    pub records: u64,
+    /// Effects sent on the channel (not counting gaps).
+    pub forwarded: u64,
+    /// Events the kernel could not write (ring buffer full), total.
+    pub lost: u64,
+    /// The same by effect kind (`event` when not attributable).
+    pub lost_by_kind: BTreeMap<&'static str, u64>,
+    /// Gap effects sent.
+    pub gaps: u64,
+    /// Records that could not be decoded (short, unknown type).
+    pub invalid: u64,
+    /// Effects that could not be sent because the receiver was gone.
+    pub send_failed: u64,
+    /// Why reading stopped early, if it did.
+    pub error: Option<String>,
+}
+
+/// Sum over CPUs of each loss counter.
+pub(super) fn read_lost(
+    counters: &PerCpuArray<MapData, [u64; LOST_SLOTS]>,
+) -> Result<[u64; LOST_SLOTS], MapError> {
+    let mut sum = [0u64; LOST_SLOTS];
+    for cpu in counters.get(&0, 0)?.iter() {
+        for (s, v) in sum.iter_mut().zip(cpu.iter()) {
+            *s += v;
+        }
+    }
+    Ok(sum)
+}
+
+struct Forwarder {
+    decoder: Decoder,
+    effects: EffectSender,
+    stats: CaptureStats,
+    reported: [u64; LOST_SLOTS],
+}
+
+impl Forwarder {
+    /// Decodes and sends up to `limit` records; returns how many were read.
+    fn drain(&mut self, ring: &mut RingBuf<MapData>, limit: usize) -> usize {
+        let mut n = 0;
+        while n < limit {
+            let Some(item) = ring.next() else { break };
+            n += 1;
+            self.stats.records += 1;
+            match self.decoder.decode(&item) {
+                Decoded::Effect(e) => {
+                    drop(item);
+                    self.send(e);
+                    self.stats.forwarded += 1;
+                }
+                Decoded::Skip => {}
+                Decoded::Invalid => self.stats.invalid += 1,
+            }
+        }
+        n
+    }
+
+    fn send(&mut self, e: Effect) {
+        if self.effects.send(e).is_err() {
+            self.stats.send_failed += 1;
+        }
+    }
+
+    /// Turns increases of the loss counters into gap effects.
+    fn check_lost(&mut self, counters: &PerCpuArray<MapData, [u64; LOST_SLOTS]>) {
+        let now = match read_lost(counters) {
+            Ok(now) => now,
+            Err(e) => {
+                self.stats.error = Some(format!("failed to read the loss counters: {e}"));
+                return;
+            }
+        };
+        for (slot, &now) in now.iter().enumerate() {
+            let reported = self.reported[slot];
+            if now <= reported {
+                continue;
+            }
+            let count = now - reported;
+            self.reported[slot] = now;
+            self.decoder.forget_cwds();
+            let kind = effect::name(slot as u16);
+            self.stats.lost += count;
+            *self.stats.lost_by_kind.entry(kind).or_default() += count;
+            self.stats.gaps += 1;
+            self.send(
+                Effect::new("gap")
+                    .with("count", count)
+                    .with("lost_kind", kind),
+            );
+        }
+    }
+}
+
+/// Forwards every record of `source` as an [`Effect`] to `effects` until
+/// `stop` resolves (or its sender is dropped), then drains everything left
+/// in the ring buffer and the loss counters, and returns.
+///
+/// The ring is drained on wake-ups and every 10 ms; loss counters are
+/// checked every 100 ms and at the end; each increase is
+/// sent as `Effect::new("gap")` with `count` and `lost_kind`. Stop only
+/// after the cgroup is empty: events of processes still running would be
+/// written after the drain.
+pub async fn forward_events(
+    source: EventSource,
+    effects: EffectSender,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> CaptureStats {
+    let EventSource { ring, lost, .. } = source;
+    let mut fw = Forwarder {
+        decoder: Decoder::new(),
+        effects,
+        stats: CaptureStats::default(),
+        reported: [0; LOST_SLOTS],
+    };
+    // SAFETY: the ring buffer owns its map fd, which stays open and
+    // unchanged for as long as the AsyncFd (which owns the RingBuf) lives.
+    let registered = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) };
+    let mut afd = match registered {
+        Ok(afd) => afd,
+        Err(e) => {
+            // Without epoll, poll on the timer instead: slower, not lossy.
+            let (mut ring, cause) = e.into_parts();
+            fw.stats.error = Some(format!(
+                "failed to register the ring buffer with the runtime ({cause}); polling"
+            ));
+            let mut tick = tokio::time::interval(Duration::from_millis(5));
+            loop {
+                tokio::select! {
+                    _ = &mut stop => break,
+                    _ = tick.tick() => {
+                        while fw.drain(&mut ring, BATCH) == BATCH {}
+                        fw.check_lost(&lost);
+                    }
+                }
+            }
+            while fw.drain(&mut ring, BATCH) > 0 {}
+            fw.check_lost(&lost);
+            return fw.stats;
+        }
+    };
+    let mut tick = tokio::time::interval(POLL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut polls = 0u32;
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut stop => break,
+            guard = afd.readable_mut() => match guard {
+                Ok(mut guard) => {
+                    if fw.drain(guard.get_inner_mut(), BATCH) < BATCH {
+                        guard.clear_ready();
+                    } else {
+                        // Readiness is kept: come back after other tasks ran.
+                        drop(guard);
+                        tokio::task::yield_now().await;
+                    }
+                }
+                Err(e) => {
+                    fw.stats.error = Some(format!("failed to wait for the ring buffer: {e}"));
+                    break;
+                }
+            },
+            _ = tick.tick() => {
+                while fw.drain(afd.get_mut(), BATCH) == BATCH {
+                    tokio::task::yield_now().await;
+                }
+                polls += 1;
+                if polls.is_multiple_of(LOSS_CHECK_POLLS) {
+                    fw.check_lost(&lost);
+                }
+            }
+        }
+    }
+    while fw.drain(afd.get_mut(), BATCH) > 0 {}
+    fw.check_lost(&lost);
+    fw.stats
+}

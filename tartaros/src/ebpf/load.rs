@@ -1,0 +1,339 @@
+//! Loading the object, filling its maps, attaching programs (the steps of
+//! `attach_with`).
+
+use std::fs::File;
+use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+use aya::maps::{Array, HashMap, Map, MapData};
+use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, Program};
+use aya::{Ebpf, EbpfLoader};
+use tartaros_common::capture::{
+    CaptureConfig, LEVEL_UNKNOWN, UNIX_PREFIXES, UnixAllow, UnixPrefix,
+};
+
+use super::kbtf::{self, KernelLayout};
+use super::{Attached, ConnectGrant, EBPF_OBJECT, EbpfError};
+
+/// The loader, shared by every attach of this process.
+///
+/// `EbpfLoader::new()` always parses the kernel's BTF (/sys/kernel/btf/vmlinux,
+/// 8-20 ms, most of the attach time), although no program needs CO-RE
+/// relocations. Creating the loader once per process, optionally ahead of
+/// time on another thread ([`super::warm_up`]), takes that off the start-up
+/// path. The parsed BTF is dropped right away (`btf(None)`).
+static LOADER: OnceLock<Mutex<EbpfLoader<'static>>> = OnceLock::new();
+
+pub(super) fn loader() -> &'static Mutex<EbpfLoader<'static>> {
+    LOADER.get_or_init(|| {
+        let mut loader = EbpfLoader::new();
+        loader.btf(None);
+        Mutex::new(loader)
+    })
+}
+
+pub(super) fn loader_ready() -> bool {
+    LOADER.get().is_some()
+}
+
+/// The structure offsets and BTF ids the programs need, from one quick
+/// pass over the kernel BTF (~9 ms with the read), once per process.
+static KERNEL_LAYOUT: OnceLock<Result<KernelLayout, String>> = OnceLock::new();
+
+const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
+
+pub(super) fn kernel_layout() -> Result<KernelLayout, String> {
+    KERNEL_LAYOUT
+        .get_or_init(|| {
+            let data = std::fs::read(VMLINUX).map_err(|e| format!("cannot read {VMLINUX}: {e}"))?;
+            kbtf::layout(&data)
+        })
+        .clone()
+}
+
+pub(super) fn kernel_layout_ready() -> bool {
+    KERNEL_LAYOUT.get().is_some()
+}
+
+/// Parses the embedded object and creates its maps, the ring buffer
+/// sized `ring_bytes`.
+pub(super) fn load_object(ring_bytes: u32) -> Result<Ebpf, EbpfError> {
+    // A poisoned lock only means another attach panicked; the loader holds
+    // no state that a panic could leave inconsistent.
+    let mut loader = loader().lock().unwrap_or_else(PoisonError::into_inner);
+    loader.map_max_entries(tartaros_common::MAP_EVENTS, ring_bytes);
+    loader.load(EBPF_OBJECT).map_err(|e| EbpfError::LoadObject {
+        source: Box::new(e),
+    })
+}
+
+fn missing(what: String) -> EbpfError {
+    EbpfError::MissingInObject { what }
+}
+
+pub(super) fn insert_grants(ebpf: &mut Ebpf, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_ALLOW;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut allow = HashMap::<_, tartaros_common::AllowKey, u32>::try_from(map)
+        .map_err(|source| EbpfError::Map { map: name, source })?;
+    for grant in grants {
+        allow
+            .insert(grant.key(), tartaros_common::ALLOW_VALUE, 0)
+            .map_err(|source| EbpfError::Map { map: name, source })?;
+    }
+    Ok(())
+}
+
+pub(super) fn set_filter_mode(ebpf: &mut Ebpf, mode: u32) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_FILTER;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut filter =
+        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
+    filter
+        .set(tartaros_common::FILTER_MODE_INDEX, mode, 0)
+        .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+pub(super) fn set_config(ebpf: &mut Ebpf, config: CaptureConfig) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_CONFIG;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array = Array::<_, CaptureConfig>::try_from(map)
+        .map_err(|source| EbpfError::Map { map: name, source })?;
+    array
+        .set(0, config, 0)
+        .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+/// The configuration for a cgroup, with the offsets of `layout` if given.
+pub(super) fn config_for(
+    cgroup_id: u64,
+    cgroup_level: u32,
+    capture: bool,
+    ring_bytes: u32,
+    layout: Option<&KernelLayout>,
+) -> CaptureConfig {
+    let mut c = CaptureConfig {
+        cgroup_id,
+        cgroup_level,
+        policy_quiet: u32::from(capture),
+        task_ti_status: u32::MAX,
+        // Capture wakes the reader per quarter ring (at most 1 MiB); the
+        // reader's 10 ms timer picks up the rest.
+        wake_bytes: if capture {
+            (ring_bytes / 4).min(1 << 20)
+        } else {
+            0
+        },
+        ..CaptureConfig::default()
+    };
+    if let Some(l) = layout {
+        c.exit_group_dead = u32::from(l.exit_group_dead);
+        c.task_pid = l.task_pid;
+        c.task_tgid = l.task_tgid;
+        c.task_real_parent = l.task_real_parent;
+        c.task_mm = l.task_mm;
+        c.task_exit_code = l.task_exit_code;
+        c.task_ti_status = l.task_ti_status.unwrap_or(u32::MAX);
+        c.mm_arg_start = l.mm_arg_start;
+        c.mm_arg_end = l.mm_arg_end;
+        c.bprm_filename = l.bprm_filename;
+        c.bprm_argc = l.bprm_argc;
+    }
+    c
+}
+
+/// The unix prefix slots for `allowed`: each made absolute-looking and
+/// ending in `/`, so `/a/b` admits `/a/b/sock` but not `/a/bc/sock`.
+pub(super) fn unix_prefixes(allowed: &[PathBuf]) -> Result<Vec<UnixPrefix>, EbpfError> {
+    if allowed.len() > UNIX_PREFIXES as usize {
+        return Err(EbpfError::UnixPrefix {
+            path: allowed[UNIX_PREFIXES as usize].clone(),
+            reason: format!("more than {UNIX_PREFIXES} prefixes"),
+        });
+    }
+    allowed
+        .iter()
+        .map(|path| {
+            let bad = |reason: &str| EbpfError::UnixPrefix {
+                path: path.clone(),
+                reason: reason.to_owned(),
+            };
+            let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
+            if bytes.first() != Some(&b'/') {
+                return Err(bad("not an absolute path"));
+            }
+            if path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+            {
+                return Err(bad("contains `..`"));
+            }
+            if bytes.last() != Some(&b'/') {
+                bytes.push(b'/');
+            }
+            UnixPrefix::new(&bytes).ok_or_else(|| {
+                bad("longer than a unix socket path can be (107 bytes); no socket under it could be reached by its absolute name")
+            })
+        })
+        .collect()
+}
+
+pub(super) fn set_unix_prefixes(ebpf: &mut Ebpf, prefixes: &[UnixPrefix]) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_UNIX_ALLOW;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array = Array::<_, UnixAllow>::try_from(map)
+        .map_err(|source| EbpfError::Map { map: name, source })?;
+    let mut allow = UnixAllow::NONE;
+    for (slot, p) in allow.prefixes.iter_mut().zip(prefixes) {
+        *slot = *p;
+    }
+    array
+        .set(0, allow, 0)
+        .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+/// The kernel-side data of a map, for its fd.
+pub(super) fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Option<&'a MapData> {
+    match ebpf.map(name)? {
+        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) => Some(d),
+        _ => None,
+    }
+}
+
+pub(super) fn map_raw_fd(ebpf: &Ebpf, name: &str) -> Option<RawFd> {
+    map_data(ebpf, name).map(|d| d.fd().as_fd().as_raw_fd())
+}
+
+/// Level of `dir` in the cgroup v2 hierarchy (root = 0), counted up to the
+/// root of the cgroup2 mount. `LEVEL_UNKNOWN` when that mount root is not
+/// the hierarchy's root (inode 1; e.g. inside a cgroup namespace), where
+/// the count would not be the kernel's level.
+pub(super) fn cgroup_level(dir: &Path) -> u32 {
+    let Ok(mut dir) = dir.canonicalize() else {
+        return LEVEL_UNKNOWN;
+    };
+    if !is_cgroup2(&dir) {
+        return LEVEL_UNKNOWN;
+    }
+    let mut level = 0;
+    loop {
+        let Some(parent) = dir.parent().map(Path::to_path_buf) else {
+            return LEVEL_UNKNOWN;
+        };
+        if !is_cgroup2(&parent) {
+            let root_ino = std::fs::metadata(&dir).map(|m| m.ino()).unwrap_or(0);
+            return if root_ino == 1 { level } else { LEVEL_UNKNOWN };
+        }
+        level += 1;
+        dir = parent;
+    }
+}
+
+fn is_cgroup2(path: &Path) -> bool {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path and `st` a zeroed statfs
+    // the kernel fills in.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC
+    }
+}
+
+/// The kernel's tag of program `name`, as hex.
+pub(super) fn program_tag(ebpf: &Ebpf, name: &str) -> Option<String> {
+    let info = ebpf.program(name)?.info().ok()?;
+    Some(format!("{:016x}", info.tag()))
+}
+
+fn typed<'a, T>(ebpf: &'a mut Ebpf, name: &str, what: &str) -> Result<&'a mut T, EbpfError>
+where
+    &'a mut T: TryFrom<&'a mut Program>,
+{
+    ebpf.program_mut(name)
+        .and_then(|p| p.try_into().ok())
+        .ok_or_else(|| missing(format!("{what} program {name}")))
+}
+
+pub(super) fn attach_sock_addr(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    cgroup: &File,
+    path: &Path,
+) -> Result<Attached, EbpfError> {
+    let prog: &mut CgroupSockAddr = typed(ebpf, name, "cgroup_sock_addr")?;
+    prog.load().map_err(|source| EbpfError::LoadProgram {
+        program: name,
+        source,
+    })?;
+    let attach_err = |source| EbpfError::AttachProgram {
+        program: name,
+        path: path.to_path_buf(),
+        source,
+    };
+    let id = prog
+        .attach(cgroup, CgroupAttachMode::Single)
+        .map_err(attach_err)?;
+    Ok(Attached::SockAddr(prog.take_link(id).map_err(attach_err)?))
+}
+
+pub(super) fn attach_sock(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    cgroup: &File,
+    path: &Path,
+) -> Result<Attached, EbpfError> {
+    let prog: &mut CgroupSock = typed(ebpf, name, "cgroup_sock")?;
+    prog.load().map_err(|source| EbpfError::LoadProgram {
+        program: name,
+        source,
+    })?;
+    let attach_err = |source| EbpfError::AttachProgram {
+        program: name,
+        path: path.to_path_buf(),
+        source,
+    };
+    let id = prog
+        .attach(cgroup, CgroupAttachMode::Single)
+        .map_err(attach_err)?;
+    Ok(Attached::Sock(prog.take_link(id).map_err(attach_err)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unix_prefixes_end_in_a_slash_and_refuse_what_cannot_match() {
+        let p = unix_prefixes(&[PathBuf::from("/tmp/root")]).unwrap();
+        assert_eq!(p[0].len, 10, "/tmp/root/");
+        assert_eq!(
+            p[0].words[1] & 0xffff,
+            u64::from(b't') | (u64::from(b'/') << 8)
+        );
+        let p = unix_prefixes(&[PathBuf::from("/tmp/root/")]).unwrap();
+        assert_eq!(p[0].len, 10);
+        assert!(unix_prefixes(&[PathBuf::from("relative")]).is_err());
+        assert!(unix_prefixes(&[PathBuf::from("/a/../b")]).is_err());
+        assert!(unix_prefixes(&[PathBuf::from(format!("/{}", "x".repeat(120)))]).is_err());
+        let many: Vec<PathBuf> = (0..9).map(|i| PathBuf::from(format!("/r{i}"))).collect();
+        assert!(unix_prefixes(&many).is_err());
+    }
+
+    #[test]
+    fn cgroup_level_of_a_non_cgroup_is_unknown() {
+        assert_eq!(cgroup_level(Path::new("/tmp")), LEVEL_UNKNOWN);
+    }
+}
