@@ -298,7 +298,8 @@ pub struct CaptureConfig {
     /// same attempts with the kernel's verdict (refused socket creations
     /// are still written). Zero, the state of a fresh map, reports them.
     pub policy_quiet: u32,
-    /// Non-zero: `sched_process_exit` has the `group_dead` argument (6.16+).
+    /// Non-zero: `sched_process_exit` has the `group_dead` argument (recent
+    /// kernels, 6.18 has it; read from the BTF).
     pub exit_group_dead: u32,
     /// Offsets in `struct task_struct`.
     pub task_pid: u32,

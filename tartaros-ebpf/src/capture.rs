@@ -156,7 +156,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 
 /// `sched_process_exit(struct task_struct *p[, bool group_dead])`, run by
 /// the exiting thread. Reported once per process: when the last thread
-/// exits (`group_dead`, Linux 6.16), or, without that argument, when the
+/// exits (`group_dead`, in recent kernels), or, without that argument, when the
 /// thread-group leader exits.
 fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
     let cfg = config()?;

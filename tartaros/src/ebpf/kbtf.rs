@@ -24,7 +24,7 @@ pub struct KernelLayout {
     pub mm_arg_end: u32,
     pub bprm_filename: u32,
     pub bprm_argc: u32,
-    /// `sched_process_exit` has the `group_dead` argument (6.16+).
+    /// `sched_process_exit` has the `group_dead` argument (recent kernels).
     pub exit_group_dead: bool,
     /// `(uaddr, uaddrlen)` offsets in `struct bpf_sock_addr_kern`; `None`
     /// before 6.7 (no `uaddrlen`, no unix hooks).

@@ -439,8 +439,9 @@ pub fn warm_up() {
     warm_up_inner(false);
 }
 
-/// [`warm_up`], and also parse the kernel BTF that capture and the unix
-/// policy need (10-25 ms of CPU on a background thread).
+/// [`warm_up`], and also read the structure offsets and tracepoint ids that
+/// capture and the unix policy need from the kernel BTF (~9 ms, on a second
+/// background thread).
 pub fn warm_up_capture() {
     warm_up_inner(true);
 }
