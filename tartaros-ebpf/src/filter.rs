@@ -164,13 +164,15 @@ fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
     lookup(&AllowKey::v6(ev.addr, ev.port))
 }
 
-/// Allowed if granted; otherwise allowed only in monitor mode. A failed
-/// lookup of the mode, or any mode value but `FILTER_MONITOR`, enforces.
+/// Allowed if granted (a grant with port 0 covers every port of its
+/// address); otherwise allowed only in monitor mode. A failed lookup of the
+/// mode, or any mode value but `FILTER_MONITOR`, enforces.
 #[inline(always)]
 fn lookup(key: &AllowKey) -> Result<u16, u16> {
+    let any_port = AllowKey { port: 0, ..*key };
     // SAFETY: the value is a plain `u32` that we only read; concurrent
     // updates from user space can at worst give us a stale value.
-    if unsafe { ALLOW.get(key) }.is_some() {
+    if unsafe { ALLOW.get(key) }.is_some() || unsafe { ALLOW.get(&any_port) }.is_some() {
         return Ok(verdict::ALLOW);
     }
     match FILTER.get(FILTER_MODE_INDEX) {

@@ -17,11 +17,12 @@ pub const MAX_UNIX_PREFIXES: usize = 8;
 
 /// Decides what to attach: pure, unit-tested.
 pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions {
-    let mut ports: Vec<u16> = policy.local_ports.clone();
-    if !policy.allow_domains.is_empty() {
-        ports.extend(crate::egress::RESERVED_PORTS);
-    }
-    ports.extend(policy.broker.iter().map(|b| b.port));
+    // The sandbox's loopback is its own (a private network namespace): its
+    // servers, the broker, the proxy and the --port gateways all live there,
+    // so every port of 127.0.0.1 and ::1 is granted (port 0 = any). Every
+    // other destination is refused: nothing else is reachable anyway, and
+    // the attempt is recorded.
+    let ports = [0u16];
     let grants = ports
         .iter()
         .flat_map(|port| {
@@ -122,8 +123,8 @@ mod tests {
             ..Default::default()
         };
         let options = options(&policy, true, 1 << 20);
-        let ports: Vec<u16> = options.grants.iter().map(|g| g.port).collect();
-        assert!(ports.contains(&8080) && ports.contains(&crate::egress::PROXY_PORT));
+        assert!(options.grants.iter().all(|g| g.port == 0 && g.addr.is_loopback()));
+        assert_eq!(options.grants.len(), 2);
         assert_eq!(options.unix_allowed, vec![PathBuf::from("/work")]);
         assert!(options.unix_policy && options.capture);
         let denied = options_for_deny_unix();

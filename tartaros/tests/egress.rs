@@ -39,7 +39,10 @@ fn proxy_config(work: &Dir, port: u16, allow_internal: bool) -> String {
 }
 
 const FETCH: &str = r#"
-import urllib.request, urllib.error, sys
+import urllib.request, urllib.error, sys, os
+# The upstream stands on the host's loopback, named "localhost", which the
+# sandbox sends direct by default (NO_PROXY): route it through the proxy.
+os.environ["no_proxy"] = os.environ["NO_PROXY"] = ""
 def fetch(label, url):
     try:
         body = urllib.request.urlopen(url, timeout=10).read().decode()

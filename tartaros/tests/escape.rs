@@ -341,3 +341,36 @@ fn inherited_file_descriptors_are_closed_before_the_agent_runs() {
     expect(&out, "control", "OK");
     assert!(!stdout(&out).contains("s3cr3t"));
 }
+
+#[test]
+fn a_host_unix_socket_outside_the_roots_cannot_be_reached() {
+    if !can_run("unix_socket_outside") {
+        return;
+    }
+    let work = Dir::new();
+    // A stand-in for docker.sock: world-connectable, outside every root.
+    let outside = Dir::open_to_all();
+    let host_path = outside.join("docker.sock");
+    let host = std::os::unix::net::UnixListener::bind(&host_path).unwrap();
+    std::fs::set_permissions(&host_path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let (h, w) = (host_path.display(), work.path().display());
+    let out = run_py(
+        &work,
+        &[],
+        &format!(
+            "import socket
+def connect(path):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+attempt('host-socket', lambda: connect('{h}'))
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind('{w}/own.sock')
+srv.listen()
+attempt('control-own-socket', lambda: connect('{w}/own.sock'))"
+        ),
+    );
+    expect(&out, "host-socket", "EPERM");
+    expect(&out, "control-own-socket", "OK");
+    assert!(host.accept().is_err(), "the host socket got a connection");
+}
