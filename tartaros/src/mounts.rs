@@ -96,6 +96,29 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
     ops
 }
 
+/// The host's listening unix sockets (`/proc/net/unix` of the host's
+/// network namespace) that lie outside everything the agent may write:
+/// the mount plan hides them, so a symlink planted in a root cannot lead to
+/// them either (the eBPF unix policy judges the path the agent passes,
+/// before any symlink is followed). Sockets bound after the run starts are
+/// not covered; the eBPF policy still refuses their direct paths.
+pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = proc_net_unix
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|path| path.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|path| !policy.is_writable(path))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    // A host with thousands of sockets would slow every start; the eBPF
+    // policy still holds for their direct paths.
+    paths.truncate(256);
+    paths
+}
+
 /// The ancestors of `path` that the agent could rename (their parent is
 /// writable), outermost first.
 fn ancestors_to_pin(policy: &Policy, path: &Path) -> Vec<PathBuf> {
@@ -304,6 +327,20 @@ mod tests {
             pin < deny,
             "pins go first so a deny cannot be hidden by them"
         );
+    }
+
+    #[test]
+    fn host_sockets_outside_the_roots_are_hidden() {
+        let table = "Num RefCount Protocol Flags Type St Inode Path\n\
+            0000: 00000002 00000000 00010000 0001 01 1 /run/docker.sock\n\
+            0001: 00000002 00000000 00010000 0001 01 2 @abstract\n\
+            0002: 00000002 00000000 00010000 0001 01 3 /work/own.sock\n\
+            0003: 00000003 00000000 00000000 0001 03 4\n";
+        let policy = Policy {
+            writable_roots: vec!["/work".into()],
+            ..Default::default()
+        };
+        assert_eq!(host_sockets_to_hide(table, &policy), vec![PathBuf::from("/run/docker.sock")]);
     }
 
     #[test]

@@ -133,6 +133,15 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     // when it lies inside a writable root: it is denied like a secret.
     let mut mount_policy = policy.clone();
     mount_policy.read_denies.extend(request.log.iter().cloned());
+    if !policy.deny_unix
+        && let Ok(table) = std::fs::read_to_string("/proc/net/unix")
+    {
+        let sockets = crate::mounts::host_sockets_to_hide(&table, policy);
+        mount_policy.read_denies.extend(sockets.into_iter().filter(|p| {
+            use std::os::unix::fs::FileTypeExt;
+            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+        }));
+    }
     let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
     let plan = Plan {

@@ -364,6 +364,8 @@ def connect(path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
 attempt('host-socket', lambda: connect('{h}'))
+os.symlink('{h}', '{w}/planted.sock')
+attempt('host-socket-via-symlink', lambda: connect('{w}/planted.sock'))
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind('{w}/own.sock')
 srv.listen()
@@ -371,6 +373,9 @@ attempt('control-own-socket', lambda: connect('{w}/own.sock'))"
         ),
     );
     expect(&out, "host-socket", "EPERM");
+    // The socket is hidden under /dev/null in the sandbox's mounts: not a
+    // socket any more, whatever path leads there.
+    expect(&out, "host-socket-via-symlink", "ECONNREFUSED");
     expect(&out, "control-own-socket", "OK");
     assert!(host.accept().is_err(), "the host socket got a connection");
 }
