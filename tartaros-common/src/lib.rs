@@ -41,6 +41,16 @@ pub const MAP_EVENTS_LOST: &str = "EVENTS_LOST";
 pub const MAP_CONFIG: &str = "CONFIG";
 /// Name of the unix policy (`Array<capture::UnixAllow>`, one entry).
 pub const MAP_UNIX_ALLOW: &str = "UNIX_ALLOW";
+/// Name of the transparent-interception map filled by `connect4` /
+/// `connect6` (`LruHashMap<u64, SavedDst>`, keyed by socket cookie).
+pub const MAP_TPROXY_COOKIE: &str = "TPROXY_COOKIE";
+/// Name of the map `sock_ops` moves those entries to
+/// (`LruHashMap<TransparentKey, SavedDst>`, keyed by the client's local port),
+/// which the transparent proxy reads (and deletes from) on accept.
+pub const MAP_TPROXY_PORT: &str = "TPROXY_PORT";
+/// Capacity of both transparent-interception maps (LRU: entries of
+/// connections that never reached the proxy age out).
+pub const TPROXY_MAX_ENTRIES: u32 = 4096;
 
 /// Capacity of the allow map.
 pub const ALLOW_MAX_ENTRIES: u32 = 1024;
@@ -50,6 +60,11 @@ pub const EVENTS_BYTES: u32 = 256 * 1024;
 
 /// Index of the filter mode in [`MAP_FILTER`].
 pub const FILTER_MODE_INDEX: u32 = 0;
+/// Index of the transparent proxy port in [`MAP_FILTER`] (host order; 0 =
+/// no transparent interception: non-granted TCP connects are refused).
+pub const FILTER_TRANSPARENT_INDEX: u32 = 1;
+/// Entries of [`MAP_FILTER`].
+pub const FILTER_ENTRIES: u32 = 2;
 /// Filter mode: only destinations in the allow map pass. Any value other
 /// than [`FILTER_MONITOR`] (including an unset `0` and a failed lookup) is
 /// treated as enforcing, so a half-initialised filter fails closed.
@@ -100,6 +115,41 @@ impl AllowKey {
     }
 }
 
+/// The original destination of an intercepted TCP connect.
+///
+/// 24 bytes, alignment 2, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SavedDst {
+    /// `AF_INET` or `AF_INET6` (an IPv4-mapped IPv6 destination is saved
+    /// as the `AF_INET` address it maps to).
+    pub family: u16,
+    /// Destination port, host byte order.
+    pub port: u16,
+    /// Network-order address bytes; IPv4 uses `addr[0..4]`.
+    pub addr: [u8; 16],
+    /// Family of the loopback address the connect was rewritten to
+    /// (`AF_INET` for 127.0.0.1 and ::ffff:127.0.0.1, `AF_INET6` for ::1):
+    /// the family under which the proxy sees the client.
+    pub listener_family: u16,
+    /// Zero.
+    pub pad: u16,
+}
+
+/// Key of [`MAP_TPROXY_PORT`]: the intercepted client's local port, as the
+/// proxy sees it (the accepted connection's peer port), and the family of
+/// the loopback address it connected to.
+///
+/// 4 bytes, alignment 2, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TransparentKey {
+    /// [`SavedDst::listener_family`].
+    pub family: u16,
+    /// Client's local port, host byte order.
+    pub port: u16,
+}
+
 /// Hook that produced an event ([`ConnectEvent::kind`]).
 pub mod kind {
     /// `cgroup/connect4`.
@@ -126,10 +176,13 @@ pub mod verdict {
     pub const DENY_FAMILY: u16 = 4;
     /// A read of the context or a map lookup failed (fail closed).
     pub const DENY_ERROR: u16 = 5;
+    /// Not granted, but a TCP connect: rewritten to the transparent proxy
+    /// on loopback (the event carries the original destination).
+    pub const REDIRECT: u16 = 6;
 
     /// Whether `v` denies the operation.
     pub const fn is_denied(v: u16) -> bool {
-        v >= DENY
+        v >= DENY && v != REDIRECT
     }
 }
 
@@ -191,6 +244,9 @@ const _: () = assert!(core::mem::size_of::<AllowKey>() == 20);
 const _: () = assert!(core::mem::align_of::<AllowKey>() == 2);
 const _: () = assert!(core::mem::size_of::<ConnectEvent>() == 56);
 const _: () = assert!(core::mem::align_of::<ConnectEvent>() == 8);
+const _: () = assert!(core::mem::size_of::<SavedDst>() == 24);
+const _: () = assert!(core::mem::align_of::<SavedDst>() == 2);
+const _: () = assert!(core::mem::size_of::<TransparentKey>() == 4);
 
 #[cfg(feature = "user")]
 mod user {
@@ -204,4 +260,8 @@ mod user {
     unsafe impl aya::Pod for super::capture::CaptureConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::capture::UnixAllow {}
+    // SAFETY: as above: `repr(C)`, `Copy`, no padding (asserted), integers.
+    unsafe impl aya::Pod for super::SavedDst {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TransparentKey {}
 }

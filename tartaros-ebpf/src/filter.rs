@@ -1,23 +1,33 @@
 //! The cgroup connect filter: `connect4` / `connect6` (Linux 4.17),
 //! `sendmsg4` / `sendmsg6` (4.18) and `sock_create` (4.10). See main.rs.
+//!
+//! Transparent interception: with a port in `FILTER[FILTER_TRANSPARENT_INDEX]`,
+//! a TCP connect to a destination that is not granted is rewritten to that
+//! port on loopback (writing `user_ip4` / `user_ip6` / `user_port`, Linux
+//! 4.17) instead of refused. The original destination is saved under the
+//! socket cookie (`bpf_get_socket_cookie` in sock_addr and sock_ops
+//! programs, Linux 4.20), and `sock_ops` (Linux 4.13) moves it, once the
+//! local port is bound (`BPF_SOCK_OPS_TCP_CONNECT_CB`, before the SYN is
+//! sent), to `TPROXY_PORT` keyed by that port, where the proxy finds it.
 
 use aya_ebpf::{
+    EbpfContext as _,
     bindings::{bpf_sock, bpf_sock_addr},
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
-        generated::{bpf_get_current_cgroup_id, bpf_ktime_get_ns},
+        generated::{bpf_get_current_cgroup_id, bpf_get_socket_cookie, bpf_ktime_get_ns},
     },
-    macros::{cgroup_sock, cgroup_sock_addr},
-    programs::{SockAddrContext, SockContext},
+    macros::{cgroup_sock, cgroup_sock_addr, sock_ops},
+    programs::{SockAddrContext, SockContext, SockOpsContext},
 };
-use core::ptr::{addr_of, read_volatile};
+use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use tartaros_common::{
     AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, AllowKey, ConnectEvent, FILTER_MODE_INDEX,
-    FILTER_MONITOR, IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM, capture::effect, kind,
-    verdict,
+    FILTER_MONITOR, FILTER_TRANSPARENT_INDEX, IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM,
+    SavedDst, TransparentKey, capture::effect, kind, verdict,
 };
 
-use crate::maps::{ALLOW, EVENTS, FILTER, config, count_lost};
+use crate::maps::{ALLOW, EVENTS, FILTER, TPROXY_COOKIE, TPROXY_PORT, config, count_lost};
 
 /// Return value of a cgroup program that lets the operation proceed.
 pub const PASS: i32 = 1;
@@ -32,7 +42,7 @@ pub fn connect4(ctx: SockAddrContext) -> i32 {
 }
 
 fn try_connect4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v4(ctx, ev)
+    check_v4(ctx, ev, true)
 }
 
 #[cgroup_sock_addr(connect6)]
@@ -41,7 +51,7 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
 }
 
 fn try_connect6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v6(ctx, ev)
+    check_v6(ctx, ev, true)
 }
 
 #[cgroup_sock_addr(sendmsg4)]
@@ -50,7 +60,7 @@ pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
 }
 
 fn try_sendmsg4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v4(ctx, ev)
+    check_v4(ctx, ev, false)
 }
 
 #[cgroup_sock_addr(sendmsg6)]
@@ -59,7 +69,7 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
 }
 
 fn try_sendmsg6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v6(ctx, ev)
+    check_v6(ctx, ev, false)
 }
 
 /// Runs `check`, records the event and turns the verdict into the
@@ -103,7 +113,7 @@ fn read_common(sa: *const bpf_sock_addr, ev: &mut ConnectEvent) -> u32 {
 }
 
 #[inline(always)]
-fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Result<u16, u16> {
     let sa = ctx.sock_addr;
     let family = read_common(sa, ev);
     // SAFETY: as in `read_common`.
@@ -123,11 +133,15 @@ fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
     if family != AF_INET as u32 {
         return Err(verdict::DENY_FAMILY);
     }
-    lookup(&AllowKey::v4(ip, ev.port))
+    let v = lookup(&AllowKey::v4(ip, ev.port))?;
+    if connect && v == verdict::DENY {
+        return redirect(ctx, ev, AllowKey::v4(ip, ev.port), Listener::V4);
+    }
+    Ok(v)
 }
 
 #[inline(always)]
-fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
+fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Result<u16, u16> {
     let sa = ctx.sock_addr;
     let family = read_common(sa, ev);
     // SAFETY: as in `read_common`; `user_ip6` is read one 32-bit word at
@@ -159,9 +173,138 @@ fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
     // ::ffff:a.b.c.d reaches IPv4 a.b.c.d through a dual-stack socket
     // without passing connect4/sendmsg4: judge it as that IPv4 pair.
     if w0 == 0 && w1 == 0 && words[2] == [0, 0, 0xff, 0xff] {
-        return lookup(&AllowKey::v4(words[3], ev.port));
+        let key = AllowKey::v4(words[3], ev.port);
+        let v = lookup(&key)?;
+        if connect && v == verdict::DENY {
+            return redirect(ctx, ev, key, Listener::Mapped);
+        }
+        return Ok(v);
     }
-    lookup(&AllowKey::v6(ev.addr, ev.port))
+    let key = AllowKey::v6(ev.addr, ev.port);
+    let v = lookup(&key)?;
+    if connect && v == verdict::DENY {
+        return redirect(ctx, ev, key, Listener::V6);
+    }
+    Ok(v)
+}
+
+/// Where an intercepted connect is sent.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Listener {
+    /// 127.0.0.1 (connect4).
+    V4,
+    /// ::ffff:127.0.0.1 (connect6 of an IPv4-mapped destination).
+    Mapped,
+    /// ::1 (connect6).
+    V6,
+}
+
+/// Rewrites a refused TCP connect to the transparent proxy and saves its
+/// original destination `dst` under the socket cookie. Returns
+/// `Ok(REDIRECT)`, or `Ok(DENY)` when interception is off or does not apply
+/// (not TCP), or `Err(DENY_ERROR)` when the destination cannot be saved
+/// (fail closed: without it the proxy could not forward the connection).
+#[inline(always)]
+fn redirect(
+    ctx: &SockAddrContext,
+    ev: &ConnectEvent,
+    dst: AllowKey,
+    listener: Listener,
+) -> Result<u16, u16> {
+    let port = match FILTER.get(FILTER_TRANSPARENT_INDEX) {
+        Some(&p) if p != 0 && p <= 0xffff => p as u16,
+        _ => return Ok(verdict::DENY),
+    };
+    if ev.sock_type != SOCK_STREAM || ev.protocol != IPPROTO_TCP {
+        return Ok(verdict::DENY);
+    }
+    // SAFETY: the helper takes the context pointer the kernel passed in
+    // (`bpf_get_socket_cookie_sock_addr`).
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    let saved = SavedDst {
+        family: dst.family,
+        port: dst.port,
+        addr: dst.addr,
+        listener_family: if listener == Listener::V6 {
+            AF_INET6
+        } else {
+            AF_INET
+        },
+        pad: 0,
+    };
+    if TPROXY_COOKIE.insert(&cookie, &saved, 0).is_err() {
+        return Err(verdict::DENY_ERROR);
+    }
+    let sa = ctx.sock_addr;
+    let loopback4 = u32::from_ne_bytes([127, 0, 0, 1]);
+    // SAFETY: writes to the context the verifier allows for connect
+    // programs (4-byte stores to `user_ip4`, `user_ip6[i]` and
+    // `user_port`, Linux 4.17); checked at load time. `user_port` takes
+    // the network-order port in its low 16 bits.
+    unsafe {
+        match listener {
+            Listener::V4 => write_volatile(addr_of_mut!((*sa).user_ip4), loopback4),
+            Listener::Mapped => {
+                write_volatile(addr_of_mut!((*sa).user_ip6[0]), 0);
+                write_volatile(addr_of_mut!((*sa).user_ip6[1]), 0);
+                write_volatile(
+                    addr_of_mut!((*sa).user_ip6[2]),
+                    u32::from_ne_bytes([0, 0, 0xff, 0xff]),
+                );
+                write_volatile(addr_of_mut!((*sa).user_ip6[3]), loopback4);
+            }
+            Listener::V6 => {
+                write_volatile(addr_of_mut!((*sa).user_ip6[0]), 0);
+                write_volatile(addr_of_mut!((*sa).user_ip6[1]), 0);
+                write_volatile(addr_of_mut!((*sa).user_ip6[2]), 0);
+                write_volatile(
+                    addr_of_mut!((*sa).user_ip6[3]),
+                    u32::from_ne_bytes([0, 0, 0, 1]),
+                );
+            }
+        }
+        write_volatile(addr_of_mut!((*sa).user_port), u32::from(port.to_be()));
+    }
+    Ok(verdict::REDIRECT)
+}
+
+// ---- sock_ops ----------------------------------------------------------
+
+/// `BPF_SOCK_OPS_TCP_CONNECT_CB`: called from `tcp_connect()`, after the
+/// local port is bound and before the SYN is sent (Linux 4.13; needs no
+/// `bpf_sock_ops_cb_flags_set`).
+const BPF_SOCK_OPS_TCP_CONNECT_CB: u32 = 3;
+/// Return value of a sock_ops program (ignored for this callback).
+const SOCK_OPS_OK: u32 = 1;
+
+/// Moves the saved destination of an intercepted connect from its socket
+/// cookie to its local port, where the proxy looks it up on accept.
+#[sock_ops]
+pub fn sock_ops(ctx: SockOpsContext) -> u32 {
+    let _ = try_sock_ops(&ctx);
+    SOCK_OPS_OK
+}
+
+fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
+    if ctx.op() != BPF_SOCK_OPS_TCP_CONNECT_CB {
+        return Ok(());
+    }
+    // SAFETY: the helper takes the context pointer the kernel passed in
+    // (`bpf_get_socket_cookie_sock_ops`, Linux 4.20).
+    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // SAFETY: the value is copied out right away; entries are only written
+    // by the connect programs of the same socket, which run before this.
+    let saved = match unsafe { TPROXY_COOKIE.get(&cookie) } {
+        Some(s) => *s,
+        None => return Ok(()),
+    };
+    let _ = TPROXY_COOKIE.remove(&cookie);
+    let key = TransparentKey {
+        family: saved.listener_family,
+        // `local_port` is in host byte order.
+        port: ctx.local_port() as u16,
+    };
+    TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
 }
 
 /// Allowed if granted (a grant with port 0 covers every port of its

@@ -11,10 +11,11 @@ use aya_ebpf::{
         },
     },
     macros::map,
-    maps::{Array, HashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
 };
 use tartaros_common::{
-    ALLOW_MAX_ENTRIES, AllowKey, EVENTS_BYTES,
+    ALLOW_MAX_ENTRIES, AllowKey, EVENTS_BYTES, FILTER_ENTRIES, SavedDst, TPROXY_MAX_ENTRIES,
+    TransparentKey,
     capture::{CaptureConfig, EventHeader, LEVEL_UNKNOWN, LOST_SLOTS, UnixAllow, flag},
 };
 
@@ -22,7 +23,18 @@ use tartaros_common::{
 pub static ALLOW: HashMap<AllowKey, u32> = HashMap::with_max_entries(ALLOW_MAX_ENTRIES, 0);
 
 #[map(name = "FILTER")]
-pub static FILTER: Array<u32> = Array::with_max_entries(1, 0);
+pub static FILTER: Array<u32> = Array::with_max_entries(FILTER_ENTRIES, 0);
+
+/// Original destinations of intercepted connects, by socket cookie
+/// (written by `connect4` / `connect6`, moved by `sock_ops`).
+#[map(name = "TPROXY_COOKIE")]
+pub static TPROXY_COOKIE: LruHashMap<u64, SavedDst> =
+    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+
+/// The same, by the client's local port (read and deleted by the proxy).
+#[map(name = "TPROXY_PORT")]
+pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
+    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
 /// One ring buffer for every record (Linux 5.8); resized at load time.
 #[map(name = "EVENTS")]

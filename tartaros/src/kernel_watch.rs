@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use crate::ebpf::{AttachOptions, CaptureStats, CgroupPrograms, ConnectGrant, EbpfError};
 use crate::events::EffectSender;
 use crate::policy::Policy;
+use crate::proxy::OriginalDst;
 
 /// At most this many directories may hold reachable unix sockets (a limit
 /// of the eBPF program).
@@ -48,6 +49,10 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
         ring_bytes,
         unix_policy: !policy.deny_unix,
         unix_allowed,
+        // With allowed domains, TCP connects to anything but loopback go to
+        // the transparent proxy instead of failing with EPERM.
+        transparent_port: (!policy.allow_domains.is_empty())
+            .then_some(crate::egress::TRANSPARENT_PORT),
     }
 }
 
@@ -58,7 +63,11 @@ pub fn unix_roots_fit(options: &AttachOptions) -> Result<(), String> {
             "at most {MAX_UNIX_PREFIXES} writable roots can hold unix sockets; merge roots or pass --deny-unix"
         ));
     }
-    if let Some(long) = options.unix_allowed.iter().find(|p| p.as_os_str().len() >= 107) {
+    if let Some(long) = options
+        .unix_allowed
+        .iter()
+        .find(|p| p.as_os_str().len() >= 107)
+    {
         return Err(format!(
             "writable root {} is too long for the unix socket policy (106 bytes at most); use a shorter path or --deny-unix",
             long.display()
@@ -77,17 +86,35 @@ pub struct KernelWatch {
 impl KernelWatch {
     /// Attaches to the run's cgroup; must happen before any process joins
     /// it, so that no effect precedes capture.
-    pub fn start(cgroup: &Path, options: &AttachOptions, effects: &EffectSender) -> Result<Self, EbpfError> {
+    pub fn start(
+        cgroup: &Path,
+        options: &AttachOptions,
+        effects: &EffectSender,
+    ) -> Result<Self, EbpfError> {
         let mut programs = crate::ebpf::attach_with(cgroup, options)?;
         let forwarder = if options.capture {
             let source = programs.take_event_source()?;
             let (stop, stopped) = oneshot::channel();
-            let task = tokio::spawn(crate::ebpf::forward_events(source, effects.clone(), stopped));
+            let task = tokio::spawn(crate::ebpf::forward_events(
+                source,
+                effects.clone(),
+                stopped,
+            ));
             Some((task, stop))
         } else {
             None
         };
-        Ok(Self { programs, forwarder })
+        Ok(Self {
+            programs,
+            forwarder,
+        })
+    }
+
+    /// With a `transparent_port`: the original-destination lookup to hand
+    /// to `crate::egress::open` (the transparent proxy refuses connections
+    /// it returns `None` for). `None` without transparent interception.
+    pub fn original_dst(&self) -> Option<OriginalDst> {
+        self.programs.original_dst()
     }
 
     /// Program tags, for the log's genesis.
@@ -123,16 +150,40 @@ mod tests {
             ..Default::default()
         };
         let options = options(&policy, true, 1 << 20);
-        assert!(options.grants.iter().all(|g| g.port == 0 && g.addr.is_loopback()));
+        assert!(
+            options
+                .grants
+                .iter()
+                .all(|g| g.port == 0 && g.addr.is_loopback())
+        );
         assert_eq!(options.grants.len(), 2);
         assert_eq!(options.unix_allowed, vec![PathBuf::from("/work")]);
         assert!(options.unix_policy && options.capture);
+        assert_eq!(
+            options.transparent_port,
+            Some(crate::egress::TRANSPARENT_PORT)
+        );
+        assert_eq!(
+            options_for_deny_unix().transparent_port,
+            None,
+            "no domains, no interception"
+        );
         let denied = options_for_deny_unix();
-        assert!(!denied.unix_policy, "--deny-unix refuses every unix socket in seccomp already");
+        assert!(
+            !denied.unix_policy,
+            "--deny-unix refuses every unix socket in seccomp already"
+        );
     }
 
     fn options_for_deny_unix() -> AttachOptions {
-        options(&Policy { deny_unix: true, ..Default::default() }, false, 1 << 20)
+        options(
+            &Policy {
+                deny_unix: true,
+                ..Default::default()
+            },
+            false,
+            1 << 20,
+        )
     }
 
     #[test]

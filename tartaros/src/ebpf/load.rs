@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use aya::maps::{Array, HashMap, Map, MapData};
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, Program};
+use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, SockOps};
 use aya::{Ebpf, EbpfLoader};
 use tartaros_common::capture::{
     CaptureConfig, LEVEL_UNKNOWN, UNIX_PREFIXES, UnixAllow, UnixPrefix,
@@ -205,7 +205,11 @@ pub(super) fn set_unix_prefixes(ebpf: &mut Ebpf, prefixes: &[UnixPrefix]) -> Res
 /// The kernel-side data of a map, for its fd.
 pub(super) fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Option<&'a MapData> {
     match ebpf.map(name)? {
-        Map::Array(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::RingBuf(d) => Some(d),
+        Map::Array(d)
+        | Map::HashMap(d)
+        | Map::LruHashMap(d)
+        | Map::PerCpuArray(d)
+        | Map::RingBuf(d) => Some(d),
         _ => None,
     }
 }
@@ -287,6 +291,46 @@ pub(super) fn attach_sock_addr(
         .attach(cgroup, CgroupAttachMode::Single)
         .map_err(attach_err)?;
     Ok(Attached::SockAddr(prog.take_link(id).map_err(attach_err)?))
+}
+
+/// Sets the transparent proxy port the connect programs rewrite refused
+/// TCP connects to (0 = off).
+pub(super) fn set_transparent_port(ebpf: &mut Ebpf, port: u16) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_FILTER;
+    let map = ebpf
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array =
+        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
+    array
+        .set(
+            tartaros_common::FILTER_TRANSPARENT_INDEX,
+            u32::from(port),
+            0,
+        )
+        .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+pub(super) fn attach_sock_ops(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+    cgroup: &File,
+    path: &Path,
+) -> Result<Attached, EbpfError> {
+    let prog: &mut SockOps = typed(ebpf, name, "sock_ops")?;
+    prog.load().map_err(|source| EbpfError::LoadProgram {
+        program: name,
+        source,
+    })?;
+    let attach_err = |source| EbpfError::AttachProgram {
+        program: name,
+        path: path.to_path_buf(),
+        source,
+    };
+    let id = prog
+        .attach(cgroup, CgroupAttachMode::Single)
+        .map_err(attach_err)?;
+    Ok(Attached::SockOps(prog.take_link(id).map_err(attach_err)?))
 }
 
 pub(super) fn attach_sock(

@@ -8,6 +8,10 @@
 //! - `sock_create`, `connect4`, `connect6`, `sendmsg4`, `sendmsg6` to the
 //!   run's cgroup v2 directory (always);
 //! - `unix_connect`, `unix_sendmsg` to the cgroup (`unix_policy`);
+//! - `sock_ops` to the cgroup (`transparent_port`): with it, `connect4` /
+//!   `connect6` rewrite a TCP connect to a destination that is not granted
+//!   to the transparent proxy on loopback instead of refusing it, and
+//!   [`CgroupPrograms::original_dst`] gives the proxy the destination;
 //! - `sched_process_exec` / `_fork` / `_exit` (tp_btf) and `sys_exit`
 //!   (raw_tracepoint), which run host-wide and filter on the cgroup id
 //!   (`capture`).
@@ -36,20 +40,22 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use aya::Ebpf;
-use aya::maps::{MapError, PerCpuArray, RingBuf};
+use aya::maps::{HashMap as AyaHashMap, MapError, PerCpuArray, RingBuf};
 use aya::programs::ProgramError;
 use aya::programs::cgroup_sock::CgroupSockLink;
 use aya::programs::cgroup_sock_addr::CgroupSockAddrLink;
 use aya::programs::links::Link as _;
+use aya::programs::sock_ops::SockOpsLink;
 use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
 pub use forward::{CaptureStats, EventSource, forward_events};
 pub use probe::probe_program_types;
-pub use tartaros_common::{AllowKey, ConnectEvent, kind, verdict};
+pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind, verdict};
 
 /// The eBPF object, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tartaros"));
@@ -58,6 +64,8 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 pub const SOCK_ADDR_PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
 /// Name of the socket-creation program in the object.
 pub const SOCK_CREATE_PROGRAM: &str = "sock_create";
+/// Name of the sock_ops program (transparent interception).
+pub const SOCK_OPS_PROGRAM: &str = "sock_ops";
 /// The capture programs: `tp_btf` ones (named after their tracepoint) and
 /// the raw tracepoint.
 pub const TP_BTF_PROGRAMS: [&str; 3] = kbtf::TP_BTF;
@@ -109,6 +117,10 @@ pub enum EbpfError {
         UNIX_KERNEL.0, UNIX_KERNEL.1
     )]
     UnixHooksUnsupported { reason: String },
+    #[error(
+        "failed to set up transparent interception: {0}; it needs cgroup sock_ops programs (Linux 4.13), writable connect addresses (4.17) and bpf_get_socket_cookie in sock_addr / sock_ops programs (4.20); run without allowed domains (the explicit proxy on 127.0.0.1:3128 still works)"
+    )]
+    Transparent(#[source] Box<EbpfError>),
     #[error("failed to use {path} as an allowed unix socket prefix: {reason}")]
     UnixPrefix { path: PathBuf, reason: String },
     #[error(
@@ -205,6 +217,11 @@ pub struct AttachOptions {
     /// directories (at most 8, absolute, shorter than 107 bytes). Empty
     /// means no pathname socket at all.
     pub unix_allowed: Vec<PathBuf>,
+    /// Transparent interception: TCP connects to destinations that are not
+    /// granted go to this port on loopback (127.0.0.1, ::ffff:127.0.0.1 or
+    /// ::1, after the destination's family) instead of being refused. UDP
+    /// stays refused. `None`: refuse them.
+    pub transparent_port: Option<u16>,
 }
 
 impl Default for AttachOptions {
@@ -215,6 +232,7 @@ impl Default for AttachOptions {
             ring_bytes: DEFAULT_RING_BYTES,
             unix_policy: false,
             unix_allowed: Vec::new(),
+            transparent_port: None,
         }
     }
 }
@@ -223,6 +241,7 @@ impl Default for AttachOptions {
 enum Attached {
     SockAddr(CgroupSockAddrLink),
     Sock(CgroupSockLink),
+    SockOps(SockOpsLink),
     /// A link made without aya (unix policy, capture).
     Fd(OwnedFd),
 }
@@ -232,6 +251,7 @@ impl Attached {
         match self {
             Self::SockAddr(link) => link.detach(),
             Self::Sock(link) => link.detach(),
+            Self::SockOps(link) => link.detach(),
             Self::Fd(fd) => {
                 drop(fd);
                 Ok(())
@@ -244,6 +264,9 @@ impl Attached {
 pub struct CgroupPrograms {
     // Field order matters: links are dropped (detached) before the object.
     links: Vec<(&'static str, Attached)>,
+    /// The port-keyed map of intercepted connects (own fd), with
+    /// `transparent_port`.
+    transparent: Option<Arc<OriginalDstMap>>,
     ebpf: Ebpf,
     cgroup: PathBuf,
     cgroup_id: u64,
@@ -350,10 +373,35 @@ pub fn attach_with(
         load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
     )?;
     load::set_unix_prefixes(&mut ebpf, &unix_prefixes)?;
+    let transparent = match options.transparent_port {
+        Some(0) => {
+            return Err(EbpfError::Transparent(Box::new(
+                EbpfError::MissingInObject {
+                    what: "a transparent port (0 given)".into(),
+                },
+            )));
+        }
+        Some(port) => {
+            load::set_transparent_port(&mut ebpf, port)
+                .map_err(|e| EbpfError::Transparent(Box::new(e)))?;
+            let lookup =
+                OriginalDstMap::open(&ebpf).map_err(|e| EbpfError::Transparent(Box::new(e)))?;
+            Some(Arc::new(lookup))
+        }
+        None => None,
+    };
 
     let mut links = Vec::with_capacity(12);
     let mut tags = Vec::with_capacity(12);
-    // Socket creation first, then the destination checks.
+    // sock_ops before the connect programs, so that no intercepted connect
+    // can miss it; then socket creation, then the destination checks.
+    if transparent.is_some() {
+        links.push((
+            SOCK_OPS_PROGRAM,
+            load::attach_sock_ops(&mut ebpf, SOCK_OPS_PROGRAM, &cgroup, cgroup_dir)
+                .map_err(|e| EbpfError::Transparent(Box::new(e)))?,
+        ));
+    }
     links.push((
         SOCK_CREATE_PROGRAM,
         load::attach_sock(&mut ebpf, SOCK_CREATE_PROGRAM, &cgroup, cgroup_dir)?,
@@ -424,6 +472,7 @@ pub fn attach_with(
     }
     Ok(CgroupPrograms {
         links,
+        transparent,
         ebpf,
         cgroup: cgroup_dir.to_path_buf(),
         cgroup_id,
@@ -493,6 +542,21 @@ impl CgroupPrograms {
     /// Whether the capture programs are attached.
     pub fn captures(&self) -> bool {
         self.capture
+    }
+
+    /// With `transparent_port`: the lookup the transparent proxy
+    /// (`crate::proxy::serve_transparent`) calls on each accepted
+    /// connection. It takes the connection's peer port (the client's local
+    /// port), removes the entry saved for it and returns the destination the
+    /// client asked for; `None` (no entry: not an intercepted connect, or
+    /// the entry aged out) makes the proxy refuse the connection. The
+    /// closure keeps its own handle on the map, so it stays usable after
+    /// the programs are detached (it then finds nothing new).
+    pub fn original_dst(&self) -> Option<crate::proxy::OriginalDst> {
+        let map = self.transparent.clone()?;
+        Some(Arc::new(move |stream: &tokio::net::TcpStream| {
+            map.take(stream.peer_addr().ok()?)
+        }))
     }
 
     /// Allows one more destination, effective for the next connect / send.
@@ -574,6 +638,69 @@ impl CgroupPrograms {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The map of intercepted connects, keyed by the client's local port.
+struct OriginalDstMap {
+    map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, SavedDst>>,
+}
+
+impl OriginalDstMap {
+    /// A second handle (own fd) on the map, independent of the `Ebpf`.
+    fn open(ebpf: &Ebpf) -> Result<Self, EbpfError> {
+        let name = tartaros_common::MAP_TPROXY_PORT;
+        let err = |source| EbpfError::Map { map: name, source };
+        let data = load::map_data(ebpf, name).ok_or_else(|| EbpfError::MissingInObject {
+            what: format!("map {name}"),
+        })?;
+        let id = data.info().map_err(err)?.id();
+        let data = aya::maps::MapData::from_id(id).map_err(err)?;
+        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
+        Ok(Self {
+            map: Mutex::new(map),
+        })
+    }
+
+    /// Removes and returns the original destination of the connection
+    /// whose client is `peer`.
+    fn take(&self, peer: SocketAddr) -> Option<SocketAddr> {
+        let key = transparent_key(peer);
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let saved = map.get(&key, 0).ok()?;
+        // A failed removal leaves a stale entry that the next connect from
+        // the same port overwrites (and the LRU ages out).
+        let _ = map.remove(&key);
+        saved_destination(&saved)
+    }
+}
+
+/// The map key for a client seen by the proxy at `peer`: an IPv4 client
+/// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
+fn transparent_key(peer: SocketAddr) -> TransparentKey {
+    let v4 = match peer.ip() {
+        IpAddr::V4(_) => true,
+        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+    };
+    TransparentKey {
+        family: if v4 {
+            tartaros_common::AF_INET
+        } else {
+            tartaros_common::AF_INET6
+        },
+        port: peer.port(),
+    }
+}
+
+/// The socket address of a saved destination.
+fn saved_destination(s: &SavedDst) -> Option<SocketAddr> {
+    let ip = match s.family {
+        tartaros_common::AF_INET => {
+            IpAddr::V4(Ipv4Addr::new(s.addr[0], s.addr[1], s.addr[2], s.addr[3]))
+        }
+        tartaros_common::AF_INET6 => IpAddr::V6(Ipv6Addr::from(s.addr)),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, s.port))
 }
 
 /// Decodes one connect-filter record. `None` if it is too short or is not
@@ -665,7 +792,7 @@ mod tests {
         let sections = SOCK_ADDR_PROGRAMS
             .iter()
             .map(|n| format!("cgroup/{n}"))
-            .chain([format!("cgroup/{SOCK_CREATE_PROGRAM}")])
+            .chain([format!("cgroup/{SOCK_CREATE_PROGRAM}"), "sockops".into()])
             .chain(TP_BTF_PROGRAMS.iter().map(|n| format!("tp_btf/{n}")))
             .chain([format!("raw_tp/{RAW_TP_PROGRAM}")])
             .chain(
@@ -679,8 +806,39 @@ mod tests {
     }
 
     #[test]
+    fn transparent_keys_and_destinations() {
+        let k = transparent_key("127.0.0.1:40000".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40000));
+        let k = transparent_key("[::ffff:127.0.0.1]:40001".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40001));
+        let k = transparent_key("[::1]:40002".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET6, 40002));
+        let mut s = SavedDst {
+            family: tartaros_common::AF_INET,
+            port: 443,
+            addr: [0; 16],
+            listener_family: tartaros_common::AF_INET,
+            pad: 0,
+        };
+        s.addr[..4].copy_from_slice(&[192, 0, 2, 1]);
+        assert_eq!(
+            saved_destination(&s),
+            Some("192.0.2.1:443".parse().unwrap())
+        );
+        s.family = tartaros_common::AF_INET6;
+        s.addr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
+        assert_eq!(
+            saved_destination(&s),
+            Some("[2001:db8::1]:443".parse().unwrap())
+        );
+        s.family = 0;
+        assert_eq!(saved_destination(&s), None);
+    }
+
+    #[test]
     fn default_options_capture_nothing_and_use_a_big_ring() {
         let o = AttachOptions::default();
+        assert!(o.transparent_port.is_none());
         assert!(!o.capture && !o.unix_policy && o.grants.is_empty());
         assert!(o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096);
     }
