@@ -6,7 +6,7 @@
 //! port on loopback (writing `user_ip4` / `user_ip6` / `user_port`, Linux
 //! 4.17) instead of refused. The original destination is saved under the
 //! socket cookie (`bpf_get_socket_cookie` in sock_addr and sock_ops
-//! programs, Linux 4.20), and `sock_ops` (Linux 4.13) moves it, once the
+//! programs, Linux 4.19), and `sock_ops` (Linux 4.13) moves it, once the
 //! local port is bound (`BPF_SOCK_OPS_TCP_CONNECT_CB`, before the SYN is
 //! sent), to `TPROXY_PORT` keyed by that port, where the proxy finds it.
 
@@ -290,7 +290,7 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
         return Ok(());
     }
     // SAFETY: the helper takes the context pointer the kernel passed in
-    // (`bpf_get_socket_cookie_sock_ops`, Linux 4.20).
+    // (`bpf_get_socket_cookie_sock_ops`, Linux 4.19).
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     // SAFETY: the value is copied out right away; entries are only written
     // by the connect programs of the same socket, which run before this.

@@ -9,6 +9,11 @@
 //! - `sock_create` (`BPF_PROG_TYPE_CGROUP_SOCK`, `BPF_CGROUP_INET_SOCK_CREATE`;
 //!   Linux >= 4.10; the kernel runs it for AF_INET / AF_INET6 sockets only).
 //!
+//! - `sock_ops` (`BPF_PROG_TYPE_SOCK_OPS`, `BPF_CGROUP_SOCK_OPS`; Linux >= 4.13),
+//!   only with transparent interception: a TCP connect that is not granted
+//!   is rewritten to the transparent proxy on loopback and its original
+//!   destination saved (see filter.rs and docs/ebpf.md).
+//!
 //! Only destinations present in `ALLOW` pass; everything else (other
 //! families, IPv6 unless granted, IPv4-mapped IPv6 unless the IPv4 pair is
 //! granted, failed lookups) is refused, which the kernel reports to the

@@ -659,6 +659,10 @@ impl Decoder {
         if e.verdict == verdict::ALLOW_MONITOR {
             t.insert("monitor".into(), true.into());
         }
+        if e.verdict == verdict::REDIRECT {
+            // Sent to the transparent proxy, which logs its own decision.
+            t.insert("transparent".into(), true.into());
+        }
         let errno = if verdict::is_denied(e.verdict) {
             EPERM
         } else {

@@ -118,7 +118,7 @@ pub enum EbpfError {
     )]
     UnixHooksUnsupported { reason: String },
     #[error(
-        "failed to set up transparent interception: {0}; it needs cgroup sock_ops programs (Linux 4.13), writable connect addresses (4.17) and bpf_get_socket_cookie in sock_addr / sock_ops programs (4.20); run without allowed domains (the explicit proxy on 127.0.0.1:3128 still works)"
+        "failed to set up transparent interception: {0}; it needs cgroup sock_ops programs (Linux 4.13), writable connect addresses (4.17) and bpf_get_socket_cookie in sock_addr / sock_ops programs (4.19); run without allowed domains (the explicit proxy on 127.0.0.1:3128 still works)"
     )]
     Transparent(#[source] Box<EbpfError>),
     #[error("failed to use {path} as an allowed unix socket prefix: {reason}")]
