@@ -353,7 +353,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         None => None,
     };
 
-    let outcome = run_in(cgroup.as_ref(), &prepared, &request.policy, &effects).await;
+    let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
+    let outcome = run_in(cgroup.as_ref(), &prepared, &request.policy, original_dst, &effects).await;
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
@@ -421,7 +422,19 @@ fn start_watch(
         degrade(&mut prepared.guarantees, "unix-socket-policy", &why);
         options.unix_policy = false;
     }
-    match KernelWatch::start(cgroup, &options, effects) {
+    let mut started = KernelWatch::start(cgroup, &options, effects);
+    if let Err(crate::ebpf::EbpfError::Transparent(e)) = &started {
+        // Without interception the explicit proxy still works; tools that
+        // ignore HTTP(S)_PROXY get EPERM instead of being filtered.
+        let why = e.to_string();
+        if policy.strict {
+            return Err(refuse(exit::REFUSED, format!("cannot install transparent interception: {why}")));
+        }
+        eprintln!("tartaros: warning: transparent interception not installed: {why}");
+        options.transparent_port = None;
+        started = KernelWatch::start(cgroup, &options, effects);
+    }
+    match started {
         Ok(watch) => Ok(Some(watch)),
         Err(e) => {
             let why = e.to_string();
@@ -481,6 +494,7 @@ async fn run_in(
     cgroup: Option<&RunCgroup>,
     prepared: &Prepared,
     policy: &Policy,
+    original_dst: Option<crate::proxy::OriginalDst>,
     effects: &crate::events::EffectSender,
 ) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
@@ -539,7 +553,7 @@ async fn run_in(
     drop(gate_write);
     drop(gate_read);
     let gateways = if installed(&prepared.guarantees, "gateways") {
-        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), None, effects)
+        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), original_dst, effects)
             .map_err(|e| e.to_string())
     } else {
         Ok(Vec::new())

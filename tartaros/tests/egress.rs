@@ -138,3 +138,38 @@ fn broker_secrets_never_reach_the_agent() {
     let all = format!("{}{}{}", stdout(&out), stderr(&out), std::fs::read_to_string(&log).unwrap());
     assert!(!all.contains("tok-123456") && !all.contains("sec-abcdef"), "a secret leaked");
 }
+
+#[test]
+fn tools_that_ignore_the_proxy_are_intercepted_and_filtered_the_same_way() {
+    if !can_run("egress_transparent") {
+        return;
+    }
+    let work = Dir::new();
+    let (port, hits) = upstream();
+    let config = proxy_config(&work, port, true);
+    // A raw socket to a documentation address, no proxy variables used: the
+    // eBPF connect program sends it to the transparent listener, which goes
+    // by the Host header. No packet leaves the sandbox's namespace.
+    let code = format!(
+        "import socket, sys
+def raw(label, host):
+    try:
+        s = socket.create_connection(('192.0.2.10', {port}), timeout=10)
+        s.sendall(('GET / HTTP/1.1\\r\\nHost: %s:{port}\\r\\nConnection: close\\r\\n\\r\\n' % host).encode())
+        reply = s.recv(4096).decode(errors='replace')
+        print(label, 'upstream-ok' if 'upstream-ok' in reply else reply.split(' ')[1])
+    except OSError as e:
+        print(label, type(e).__name__)
+    sys.stdout.flush()
+raw('allowed', 'localhost')
+raw('denied', 'evil.example')"
+    );
+    let out = Command::new(bin())
+        .args(["run", "--strict", "--allow-domain", "localhost", "--config", &config, "--", "python3", "-c", &code])
+        .current_dir(work.path())
+        .output()
+        .unwrap();
+    expect(&out, "allowed", "upstream-ok");
+    expect(&out, "denied", "403");
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
