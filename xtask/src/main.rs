@@ -201,7 +201,14 @@ fn ci(no_peers: bool) -> Result<()> {
     if !no_peers {
         lab::install_peers()?;
     }
-    lab::run_lab(&["--sandbox".into(), "tartaros".into()])?;
+    // Asserted: every attack mitigated, every control passing. A few
+    // contracts race short sleeps on a loaded host, so a failing lab run is
+    // repeated once before it fails CI.
+    let tartaros_lab = ["--sandbox".to_string(), "tartaros".into(), "--fail-on".into(), "tartaros".into()];
+    if let Err(first) = lab::run_lab(&tartaros_lab) {
+        eprintln!("xtask: the lab failed against TartarOS ({first:#}); running it once more");
+        lab::run_lab(&tartaros_lab)?;
+    }
     if !no_peers {
         // Peers are printed for comparison, never asserted.
         if let Err(e) = lab::run_lab(&[
