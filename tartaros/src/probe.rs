@@ -49,6 +49,11 @@ impl Host {
     }
 }
 
+/// Whether the run attaches eBPF programs (see [`guarantees`]).
+pub fn wants_bpf(policy: &Policy, capture: bool) -> bool {
+    capture || !policy.allow_domains.is_empty()
+}
+
 /// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
     let mut parts = release
@@ -134,8 +139,24 @@ pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee>
             "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
         );
     }
-    // eBPF needs CAP_BPF (root here) and the run's own cgroup.
+    let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
+    if denies {
+        add(
+            "deny-mounts",
+            host.root || host.user_namespaces,
+            "read and write denies need a private mount namespace (root or user namespaces)",
+        );
+    }
+    // eBPF needs CAP_BPF (root here) and the run's own cgroup. It is
+    // attached when it adds something the namespaces do not give: the
+    // record of every attempt (--log) and transparent interception
+    // (--allow-domain). Without it the private network namespace has no way
+    // out but the gateways, and the host's listening unix sockets are
+    // hidden by the mount plan; attaching costs start-up time.
     let bpf = host.root && cgroup;
+    if !wants_bpf(policy, capture) {
+        return out;
+    }
     add(
         "connect-filter",
         bpf,
@@ -153,14 +174,6 @@ pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee>
             "ebpf-capture",
             bpf,
             "capturing the agent's execs, file changes and connects for the log needs root (CAP_BPF) and the run's cgroup",
-        );
-    }
-    let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
-    if denies {
-        add(
-            "deny-mounts",
-            host.root || host.user_namespaces,
-            "read and write denies need a private mount namespace (root or user namespaces)",
         );
     }
     out

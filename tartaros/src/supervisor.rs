@@ -261,7 +261,7 @@ struct AgentEnd {
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     raise_fd_limit();
     let host = Host::probe();
-    if host.root {
+    if host.root && crate::probe::wants_bpf(&request.policy, request.log.is_some()) {
         // Parses the kernel's BTF on a thread while we prepare the rest.
         crate::ebpf::warm_up_capture();
     }
