@@ -147,7 +147,9 @@ fn ring_size(requested: Option<u64>) -> Result<u32, String> {
     const DEFAULT: u64 = 8 << 20;
     let size = requested.unwrap_or(DEFAULT);
     if !(64 << 10..=1 << 30).contains(&size) {
-        return Err(format!("--log-buffer {size} is out of range; use 64K to 1G"));
+        return Err(format!(
+            "--log-buffer {size} is out of range; use 64K to 1G"
+        ));
     }
     u32::try_from(size.next_power_of_two()).map_err(|_| format!("--log-buffer {size} is too large"))
 }

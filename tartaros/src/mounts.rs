@@ -340,7 +340,10 @@ mod tests {
             writable_roots: vec!["/work".into()],
             ..Default::default()
         };
-        assert_eq!(host_sockets_to_hide(table, &policy), vec![PathBuf::from("/run/docker.sock")]);
+        assert_eq!(
+            host_sockets_to_hide(table, &policy),
+            vec![PathBuf::from("/run/docker.sock")]
+        );
     }
 
     #[test]

@@ -18,8 +18,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::cgroup::RunCgroup;
 use crate::credentials::Identity;
 use crate::effectlog::{Genesis, LogWriter};
-use crate::kernel_watch::KernelWatch;
 use crate::exit;
+use crate::kernel_watch::KernelWatch;
 use crate::plan::{Plan, Report, SeccompPlan};
 use crate::policy::Policy;
 use crate::probe::{Guarantee, Host};
@@ -137,10 +137,12 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         && let Ok(table) = std::fs::read_to_string("/proc/net/unix")
     {
         let sockets = crate::mounts::host_sockets_to_hide(&table, policy);
-        mount_policy.read_denies.extend(sockets.into_iter().filter(|p| {
-            use std::os::unix::fs::FileTypeExt;
-            std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
-        }));
+        mount_policy
+            .read_denies
+            .extend(sockets.into_iter().filter(|p| {
+                use std::os::unix::fs::FileTypeExt;
+                std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
+            }));
     }
     let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
@@ -322,14 +324,16 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
 
     let (effects, effects_rx) = crate::runlog::channel();
     let watch = match (&cgroup, installed(&prepared.guarantees, "connect-filter")) {
-        (Some(cgroup_dir), true) => match start_watch(&request, &mut prepared, cgroup_dir.path(), &effects) {
-            Ok(watch) => watch,
-            Err(refusal) => {
-                let _ = cgroup_dir.kill_and_remove(TEARDOWN_TIMEOUT);
-                abandon(&mut prepared);
-                return Err(refusal);
+        (Some(cgroup_dir), true) => {
+            match start_watch(&request, &mut prepared, cgroup_dir.path(), &effects) {
+                Ok(watch) => watch,
+                Err(refusal) => {
+                    let _ = cgroup_dir.kill_and_remove(TEARDOWN_TIMEOUT);
+                    abandon(&mut prepared);
+                    return Err(refusal);
+                }
             }
-        },
+        }
         _ => None,
     };
     let drain = match prepared.log.take() {
@@ -354,7 +358,14 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
-    let outcome = run_in(cgroup.as_ref(), &prepared, &request.policy, original_dst, &effects).await;
+    let outcome = run_in(
+        cgroup.as_ref(),
+        &prepared,
+        &request.policy,
+        original_dst,
+        &effects,
+    )
+    .await;
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
@@ -416,7 +427,10 @@ fn start_watch(
         && let Err(why) = crate::kernel_watch::unix_roots_fit(&options)
     {
         if policy.strict {
-            return Err(refuse(exit::REFUSED, format!("cannot install unix-socket-policy: {why}")));
+            return Err(refuse(
+                exit::REFUSED,
+                format!("cannot install unix-socket-policy: {why}"),
+            ));
         }
         eprintln!("tartaros: warning: unix-socket-policy not installed: {why}");
         degrade(&mut prepared.guarantees, "unix-socket-policy", &why);
@@ -428,7 +442,10 @@ fn start_watch(
         // ignore HTTP(S)_PROXY get EPERM instead of being filtered.
         let why = e.to_string();
         if policy.strict {
-            return Err(refuse(exit::REFUSED, format!("cannot install transparent interception: {why}")));
+            return Err(refuse(
+                exit::REFUSED,
+                format!("cannot install transparent interception: {why}"),
+            ));
         }
         eprintln!("tartaros: warning: transparent interception not installed: {why}");
         options.transparent_port = None;
@@ -439,7 +456,10 @@ fn start_watch(
         Err(e) => {
             let why = e.to_string();
             if policy.strict {
-                return Err(refuse(exit::REFUSED, format!("cannot install the eBPF programs: {why}")));
+                return Err(refuse(
+                    exit::REFUSED,
+                    format!("cannot install the eBPF programs: {why}"),
+                ));
             }
             eprintln!("tartaros: warning: eBPF programs not installed: {why}");
             for name in ["connect-filter", "unix-socket-policy", "ebpf-capture"] {
@@ -553,8 +573,14 @@ async fn run_in(
     drop(gate_write);
     drop(gate_read);
     let gateways = if installed(&prepared.guarantees, "gateways") {
-        crate::egress::open(init.pid, policy, prepared.broker.as_ref(), original_dst, effects)
-            .map_err(|e| e.to_string())
+        crate::egress::open(
+            init.pid,
+            policy,
+            prepared.broker.as_ref(),
+            original_dst,
+            effects,
+        )
+        .map_err(|e| e.to_string())
     } else {
         Ok(Vec::new())
     };

@@ -125,10 +125,20 @@ fn a_normal_run_seals_the_log_with_the_exit_status() {
 }
 
 /// Runs `sh -c script` under `--log` in `work` and returns the log's lines.
-fn logged_run(work: &Dir, extra: &[&str], script: &str) -> (std::process::Output, Vec<serde_json::Value>) {
+fn logged_run(
+    work: &Dir,
+    extra: &[&str],
+    script: &str,
+) -> (std::process::Output, Vec<serde_json::Value>) {
     let log = work.join("effects.jsonl");
     let _ = std::fs::remove_file(&log);
-    let mut args = vec!["run", "--write", work.path().to_str().unwrap(), "--log", log.to_str().unwrap()];
+    let mut args = vec![
+        "run",
+        "--write",
+        work.path().to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+    ];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "sh", "-c", script]);
     let out = tartaros(&args, work.path());
@@ -140,7 +150,12 @@ fn logged_run(work: &Dir, extra: &[&str], script: &str) -> (std::process::Output
     (out, records)
 }
 
-fn find<'a>(records: &'a [serde_json::Value], kind: &str, needle: &str, decision: &str) -> Option<&'a serde_json::Value> {
+fn find<'a>(
+    records: &'a [serde_json::Value],
+    kind: &str,
+    needle: &str,
+    decision: &str,
+) -> Option<&'a serde_json::Value> {
     records.iter().find(|r| {
         r["kind"] == kind && r["decision"] == decision && r["target"].to_string().contains(needle)
     })
@@ -157,7 +172,10 @@ fn an_exec_by_a_daemonized_grandchild_after_the_first_process_exited_is_logged()
     // run tears the sandbox down.
     let script = format!("(setsid sh -c 'sleep 0.2; exec /bin/echo {marker}' &) ; sleep 0.5");
     let (_, records) = logged_run(&work, &[], &script);
-    assert!(find(&records, "exec", &marker, "allowed").is_some(), "no exec of the daemon: {records:?}");
+    assert!(
+        find(&records, "exec", &marker, "allowed").is_some(),
+        "no exec of the daemon: {records:?}"
+    );
 }
 
 #[test]
@@ -192,7 +210,8 @@ for fam, addr in ((socket.AF_INET, ('192.0.2.1', 80)), (socket.AF_INET6, ('2001:
     let (out, records) = logged_run(&work, &[], script);
     assert_eq!(stdout(&out), "1\n1\n", "EPERM twice: {}", stderr(&out));
     for needle in ["192.0.2.1", "2001:db8::1"] {
-        let record = find(&records, "connect", needle, "denied").unwrap_or_else(|| panic!("no record for {needle}"));
+        let record = find(&records, "connect", needle, "denied")
+            .unwrap_or_else(|| panic!("no record for {needle}"));
         assert_eq!(record["errno"], 1);
     }
 }
@@ -205,14 +224,18 @@ fn the_agents_attempts_on_the_log_are_logged_as_denied() {
     let work = Dir::new();
     let l = work.join("effects.jsonl");
     let l = l.display();
-    let script = format!("(echo forged >> {l}) 2>/dev/null; (mv {l} {l}.x) 2>/dev/null; (rm -f {l}) 2>/dev/null; true");
+    let script = format!(
+        "(echo forged >> {l}) 2>/dev/null; (mv {l} {l}.x) 2>/dev/null; (rm -f {l}) 2>/dev/null; true"
+    );
     let (_, records) = logged_run(&work, &[], &script);
     // An open with O_CREAT is recorded as `create`.
     for kinds in [&["open", "create"][..], &["rename"], &["unlink"]] {
         assert!(
-            records.iter().any(|r| kinds.contains(&r["kind"].as_str().unwrap_or(""))
-                && r["decision"] == "denied"
-                && r["target"].to_string().contains("effects.jsonl")),
+            records
+                .iter()
+                .any(|r| kinds.contains(&r["kind"].as_str().unwrap_or(""))
+                    && r["decision"] == "denied"
+                    && r["target"].to_string().contains("effects.jsonl")),
             "no denied {kinds:?} of the log: {records:?}"
         );
     }
@@ -236,13 +259,26 @@ for _ in range({n}):
     let (_, records) = logged_run(&work, &["--log-buffer", "64K"], &script);
     let logged = records
         .iter()
-        .filter(|r| ["open", "create"].contains(&r["kind"].as_str().unwrap_or("")) && r["target"].to_string().contains("flood.marker"))
+        .filter(|r| {
+            ["open", "create"].contains(&r["kind"].as_str().unwrap_or(""))
+                && r["target"].to_string().contains("flood.marker")
+        })
         .count() as u64;
-    let lost: u64 = records.iter().filter(|r| r["kind"] == "gap").map(|r| r["count"].as_u64().unwrap()).sum();
-    assert!(lost > 0, "the flood should overflow a 64 KiB ring ({logged} logged)");
+    let lost: u64 = records
+        .iter()
+        .filter(|r| r["kind"] == "gap")
+        .map(|r| r["count"].as_u64().unwrap())
+        .sum();
+    assert!(
+        lost > 0,
+        "the flood should overflow a 64 KiB ring ({logged} logged)"
+    );
     // Lost events of other kinds (the python start-up) may be counted too,
     // so every marker open is either logged or within the lost count.
-    assert!(logged + lost >= n, "{logged} logged + {lost} lost < {n} generated");
+    assert!(
+        logged + lost >= n,
+        "{logged} logged + {lost} lost < {n} generated"
+    );
     let seal = records.last().unwrap();
     assert_eq!(seal["kind"], "seal");
     assert_eq!(seal["lost"].as_u64().unwrap(), lost);

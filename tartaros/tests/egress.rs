@@ -22,7 +22,9 @@ fn upstream() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
             counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             let mut buf = [0u8; 4096];
             let _ = conn.read(&mut buf);
-            let _ = conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nupstream-ok");
+            let _ = conn.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nupstream-ok",
+            );
         }
     });
     (port, hits)
@@ -70,7 +72,15 @@ fetch('denied', 'http://not-allowed.invalid:{port}/')
 fetch('ip-literal', 'http://127.0.0.1:{port}/')"
     );
     let out = Command::new(bin())
-        .args(["run", "--strict", "--allow-domain", "localhost", "--config", &config, "--log"])
+        .args([
+            "run",
+            "--strict",
+            "--allow-domain",
+            "localhost",
+            "--config",
+            &config,
+            "--log",
+        ])
         .arg(&log)
         .args(["--", "python3", "-c", &code])
         .current_dir(work.path())
@@ -79,11 +89,23 @@ fetch('ip-literal', 'http://127.0.0.1:{port}/')"
     expect(&out, "allowed", "upstream-ok");
     expect(&out, "denied", "403");
     expect(&out, "ip-literal", "403");
-    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1, "only the allowed request reached the upstream");
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "only the allowed request reached the upstream"
+    );
     let text = std::fs::read_to_string(&log).unwrap();
-    let proxy: Vec<&str> = text.lines().filter(|l| l.contains("\"kind\":\"proxy\"")).collect();
+    let proxy: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"proxy\""))
+        .collect();
     assert!(proxy.iter().any(|l| l.contains("\"decision\":\"allowed\"") && l.contains("\"host\":\"localhost\"")), "{text}");
-    assert!(proxy.iter().any(|l| l.contains("\"decision\":\"denied\"") && l.contains("not-allowed.invalid")), "{text}");
+    assert!(
+        proxy
+            .iter()
+            .any(|l| l.contains("\"decision\":\"denied\"") && l.contains("not-allowed.invalid")),
+        "{text}"
+    );
     let verify = tartaros(&["log", "verify", log.to_str().unwrap()], work.path());
     assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
 }
@@ -98,7 +120,18 @@ fn a_name_that_resolves_to_an_internal_address_is_refused_by_default() {
     let config = proxy_config(&work, port, false);
     let code = format!("{FETCH}\nfetch('rebound', 'http://localhost:{port}/')");
     let out = Command::new(bin())
-        .args(["run", "--strict", "--allow-domain", "localhost", "--config", &config, "--", "python3", "-c", &code])
+        .args([
+            "run",
+            "--strict",
+            "--allow-domain",
+            "localhost",
+            "--config",
+            &config,
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ])
         .current_dir(work.path())
         .output()
         .unwrap();
@@ -135,8 +168,16 @@ fn broker_secrets_never_reach_the_agent() {
         .unwrap();
     expect(&out, "token-visible", "False");
     expect(&out, "secret-visible", "False");
-    let all = format!("{}{}{}", stdout(&out), stderr(&out), std::fs::read_to_string(&log).unwrap());
-    assert!(!all.contains("tok-123456") && !all.contains("sec-abcdef"), "a secret leaked");
+    let all = format!(
+        "{}{}{}",
+        stdout(&out),
+        stderr(&out),
+        std::fs::read_to_string(&log).unwrap()
+    );
+    assert!(
+        !all.contains("tok-123456") && !all.contains("sec-abcdef"),
+        "a secret leaked"
+    );
 }
 
 #[test]
@@ -165,7 +206,18 @@ raw('allowed', 'localhost')
 raw('denied', 'evil.example')"
     );
     let out = Command::new(bin())
-        .args(["run", "--strict", "--allow-domain", "localhost", "--config", &config, "--", "python3", "-c", &code])
+        .args([
+            "run",
+            "--strict",
+            "--allow-domain",
+            "localhost",
+            "--config",
+            &config,
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ])
         .current_dir(work.path())
         .output()
         .unwrap();

@@ -352,7 +352,11 @@ fn a_host_unix_socket_outside_the_roots_cannot_be_reached() {
     let outside = Dir::open_to_all();
     let host_path = outside.join("docker.sock");
     let host = std::os::unix::net::UnixListener::bind(&host_path).unwrap();
-    std::fs::set_permissions(&host_path, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(
+        &host_path,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     host.set_nonblocking(true).unwrap();
     let (h, w) = (host_path.display(), work.path().display());
     let out = run_py(

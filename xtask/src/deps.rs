@@ -25,7 +25,6 @@ const NIGHTLY: &str = "nightly";
 
 /// Installs everything the eBPF build needs. Idempotent and quiet when every
 /// piece is already in place.
-#[allow(dead_code)]
 pub fn install_prerequisites() -> Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker()?;
@@ -34,7 +33,6 @@ pub fn install_prerequisites() -> Result<()> {
 
 /// Installs (with `apt-get install -y`) those of `pkgs` that dpkg does not
 /// report as installed. Does nothing, quietly, when all are installed.
-#[allow(dead_code)]
 pub fn ensure_debian_packages(pkgs: &[&str]) -> Result<()> {
     let missing: Vec<&str> = pkgs
         .iter()

@@ -32,7 +32,6 @@ const ALL_SANDBOXES: &str = "tartaros,bwrap,firejail,nsjail,sandlock,codex,srt";
 
 /// Installs the peer sandboxes; idempotent. Only an unusable environment
 /// (no home directory) is an error; each failed peer is a printed warning.
-#[allow(dead_code)]
 pub fn install_peers() -> Result<()> {
     let cache = peer_cache_dir()?;
     std::fs::create_dir_all(&cache)
@@ -51,7 +50,6 @@ pub fn install_peers() -> Result<()> {
 
 /// Runs the lab: `python3 -m runner run ARGS...` from the workspace root.
 /// With no arguments, every sandbox and every contract.
-#[allow(dead_code)]
 pub fn run_lab(args: &[String]) -> Result<()> {
     let root = workspace_root();
     let mut cmd = Command::new("python3");
@@ -71,7 +69,6 @@ pub fn run_lab(args: &[String]) -> Result<()> {
 }
 
 /// Where the peers installed from npm and PyPI live.
-#[allow(dead_code)]
 pub fn peer_cache_dir() -> Result<PathBuf> {
     if let Some(dir) = std::env::var_os("TARTAROS_PEERS") {
         return Ok(PathBuf::from(dir));

@@ -204,7 +204,12 @@ fn ci(no_peers: bool) -> Result<()> {
     // Asserted: every attack mitigated, every control passing. A few
     // contracts race short sleeps on a loaded host, so a failing lab run is
     // repeated once before it fails CI.
-    let tartaros_lab = ["--sandbox".to_string(), "tartaros".into(), "--fail-on".into(), "tartaros".into()];
+    let tartaros_lab = [
+        "--sandbox".to_string(),
+        "tartaros".into(),
+        "--fail-on".into(),
+        "tartaros".into(),
+    ];
     if let Err(first) = lab::run_lab(&tartaros_lab) {
         eprintln!("xtask: the lab failed against TartarOS ({first:#}); running it once more");
         lab::run_lab(&tartaros_lab)?;

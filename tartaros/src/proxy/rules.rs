@@ -215,9 +215,9 @@ fn in_v4(ip: Ipv4Addr, net: [u8; 4], prefix: u32) -> bool {
 
 fn classify_v4(ip: Ipv4Addr) -> Class {
     const NEVER: &[([u8; 4], u32)] = &[
-        ([0, 0, 0, 0], 8),       // "this network", incl. 0.0.0.0 (= local host on Linux)
-        ([224, 0, 0, 0], 4),     // multicast
-        ([240, 0, 0, 0], 4),     // reserved, incl. 255.255.255.255 broadcast
+        ([0, 0, 0, 0], 8),   // "this network", incl. 0.0.0.0 (= local host on Linux)
+        ([224, 0, 0, 0], 4), // multicast
+        ([240, 0, 0, 0], 4), // reserved, incl. 255.255.255.255 broadcast
     ];
     const INTERNAL: &[([u8; 4], u32)] = &[
         ([127, 0, 0, 0], 8),    // loopback
