@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 /// Offsets the capture programs need.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelLayout {
     pub task_pid: u32,
     pub task_tgid: u32,
