@@ -66,8 +66,13 @@ fn layout_cache_path() -> Option<PathBuf> {
     let mut id = uts.release().to_string_lossy().into_owned();
     id.push('-');
     id.push_str(&uts.version().to_string_lossy());
-    let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(id.as_bytes()));
-    Some(PathBuf::from(format!("/run/tartaros/kernel-layout-{}.json", &hex::encode(digest)[..16])))
+    let digest = sha2::Digest::finalize(<sha2::Sha256 as sha2::Digest>::new_with_prefix(
+        id.as_bytes(),
+    ));
+    Some(PathBuf::from(format!(
+        "/run/tartaros/kernel-layout-{}.json",
+        &hex::encode(digest)[..16]
+    )))
 }
 
 fn cached_layout() -> Option<KernelLayout> {
@@ -83,7 +88,9 @@ fn cached_layout() -> Option<KernelLayout> {
 }
 
 fn store_layout(layout: &KernelLayout) {
-    let Some(path) = layout_cache_path() else { return };
+    let Some(path) = layout_cache_path() else {
+        return;
+    };
     let Some(dir) = path.parent() else { return };
     if std::fs::create_dir_all(dir).is_err() {
         return;
