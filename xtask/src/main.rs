@@ -130,7 +130,7 @@ git init -q . && git config user.email agent@example.invalid && git config user.
 mkdir -p calc tests
 printf 'def add(a, b):\n    return a + b\n' > calc/__init__.py
 printf 'from calc import add\nassert add(2, 3) == 5\nprint("tests passed")\n' > tests/test_add.py
-python3 tests/test_add.py
+PYTHONPATH=. python3 tests/test_add.py
 python3 -m compileall -q calc
 git add calc tests && git commit -qm "add calc"
 if cat .env 2>/dev/null; then echo "secret was readable"; exit 1; else echo ".env is denied"; fi
@@ -151,6 +151,8 @@ git log --oneline
         .arg(&log)
         .args(["--", "sh", "-c", script])
         .current_dir(&work)
+        // The agent runs as nobody: give it a HOME it may read.
+        .env("HOME", &work)
         .status()?;
     if !status.success() {
         bail!("the agent failed under tartaros: {status}");
