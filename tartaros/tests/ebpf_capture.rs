@@ -2,6 +2,8 @@
 //! needs root, cgroup v2, python3 and setpriv. Skips (with a reason) when
 //! those are missing, unless CI=true. Network targets are loopback only.
 
+mod common;
+
 use std::ffi::CString;
 use std::os::linux::net::SocketAddrExt as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -17,47 +19,25 @@ use serde_json::{Map, Value};
 use tartaros::ebpf::{self, AttachOptions, CaptureStats, CgroupPrograms};
 use tartaros::events::{self, Effect};
 
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
 const PYTHON: &str = "/usr/bin/python3";
-
-/// Skips the test with a reason, or fails it under CI=true.
-fn skip(reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("ebpf_capture cannot run: {reason}");
-    }
-    eprintln!("skipping ebpf_capture: {reason}");
-}
-
-fn is_cgroup2(path: &Path) -> bool {
-    let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path; `st` a zeroed statfs the
-    // kernel fills in.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC
-    }
-}
 
 /// Whether this host can run the tests; skips (or panics under CI) if not.
 fn usable() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        skip("needs root (loads BPF programs, creates cgroups)");
+        common::skip(
+            "ebpf_capture",
+            "needs root (loads BPF programs, creates cgroups)",
+        );
         return None;
     }
-    let Some(root) = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| is_cgroup2(p))
-    else {
-        skip("no cgroup v2 hierarchy");
+    let Some(root) = common::cgroup2_root() else {
+        common::skip("ebpf_capture", "no cgroup v2 hierarchy");
         return None;
     };
     for tool in [PYTHON, "/usr/bin/setpriv"] {
         if !Path::new(tool).exists() {
-            skip(&format!("{tool} is missing"));
+            common::skip("ebpf_capture", &format!("{tool} is missing"));
             return None;
         }
     }
@@ -690,7 +670,7 @@ fn bench_capture_overhead_and_event_rate() {
         .arg(&src)
         .status();
     if !cc.is_ok_and(|s| s.success()) {
-        return skip("no C compiler");
+        return common::skip("ebpf_capture", "no C compiler");
     }
     let bin = bin.display().to_string();
     let unix = AttachOptions {

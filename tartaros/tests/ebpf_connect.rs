@@ -2,10 +2,12 @@
 //! and python3. Skips (with a reason) when those are missing, unless CI=true.
 //! Only loopback addresses are ever used as network targets.
 
+mod common;
+
 use std::io::Read as _;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -13,34 +15,6 @@ use std::time::{Duration, Instant};
 use tartaros::ebpf::{self, CgroupPrograms, ConnectEvent, ConnectGrant, kind, verdict};
 
 const EPERM: i64 = libc::EPERM as i64;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
-/// Skips the test with a reason, or fails it under CI=true.
-fn skip(reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("ebpf_connect cannot run: {reason}");
-    }
-    eprintln!("skipping ebpf_connect: {reason}");
-}
-
-fn is_cgroup2(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path; `st` is a zeroed statfs
-    // the kernel fills in.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC
-    }
-}
-
-fn cgroup2_root() -> Option<PathBuf> {
-    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| is_cgroup2(p))
-}
 
 /// Cleans up whatever the test made, also when it fails half-way.
 struct Guard {
@@ -209,12 +183,18 @@ static COUNTER: AtomicU32 = AtomicU32::new(0);
 fn connect_filter_allows_only_granted_destinations() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return skip("needs root (loads BPF programs, creates cgroups)");
+        return common::skip(
+            "ebpf_connect",
+            "needs root (loads BPF programs, creates cgroups)",
+        );
     }
     // As the supervisor does: prepare the loader while other start-up work runs.
     ebpf::warm_up();
-    let Some(root) = cgroup2_root() else {
-        return skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup");
+    let Some(root) = common::cgroup2_root() else {
+        return common::skip(
+            "ebpf_connect",
+            "no cgroup v2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup",
+        );
     };
     if Command::new("python3")
         .arg("-c")
@@ -223,7 +203,7 @@ fn connect_filter_allows_only_granted_destinations() {
         .map(|s| !s.success())
         .unwrap_or(true)
     {
-        return skip("python3 is not available");
+        return common::skip("ebpf_connect", "python3 is not available");
     }
 
     let granted_listener = TcpListener::bind("127.0.0.1:0").expect("bind granted listener");
@@ -252,7 +232,12 @@ fn connect_filter_allows_only_granted_destinations() {
     let started = Instant::now();
     let programs = match ebpf::attach(&cgroup, &grants) {
         Ok(p) => p,
-        Err(e) => return skip(&format!("cannot attach the filter here: {e}")),
+        Err(e) => {
+            return common::skip(
+                "ebpf_connect",
+                &format!("cannot attach the filter here: {e}"),
+            );
+        }
     };
     let elapsed = started.elapsed();
     eprintln!(
@@ -434,7 +419,7 @@ fn connect_filter_allows_only_granted_destinations() {
 fn probe_program_types_reports_cgroup_programs() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return skip("needs root (loads BPF programs)");
+        return common::skip("ebpf_connect", "needs root (loads BPF programs)");
     }
     let started = Instant::now();
     let probes = ebpf::probe_program_types();

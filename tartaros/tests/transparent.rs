@@ -8,43 +8,18 @@
 //! connect programs rewrite the destination before routing, so no packet
 //! leaves loopback; were the rewrite broken, the connect would just fail.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tartaros::ebpf::{self, AttachOptions, CgroupPrograms, ConnectGrant};
 
 const EPERM: i64 = libc::EPERM as i64;
-const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
-
-fn skip(reason: &str) {
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("transparent cannot run: {reason}");
-    }
-    eprintln!("skipping transparent: {reason}");
-}
-
-fn is_cgroup2(path: &Path) -> bool {
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated path; `st` is a zeroed statfs
-    // the kernel fills in.
-    unsafe {
-        let mut st: libc::statfs = std::mem::zeroed();
-        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2_SUPER_MAGIC
-    }
-}
-
-fn cgroup2_root() -> Option<PathBuf> {
-    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-        .into_iter()
-        .map(PathBuf::from)
-        .find(|p| is_cgroup2(p))
-}
 
 /// Detaches, kills the client and removes the cgroup, also on failure.
 struct Guard {
@@ -144,10 +119,16 @@ fn accept(listener: &TcpListener) -> std::net::TcpStream {
 fn tcp_connects_are_redirected_and_their_destination_recovered() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return skip("needs root (loads BPF programs, creates cgroups)");
+        return common::skip(
+            "transparent",
+            "needs root (loads BPF programs, creates cgroups)",
+        );
     }
-    let Some(root) = cgroup2_root() else {
-        return skip("no cgroup v2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup");
+    let Some(root) = common::cgroup2_root() else {
+        return common::skip(
+            "transparent",
+            "no cgroup v2 hierarchy at /sys/fs/cgroup/unified or /sys/fs/cgroup",
+        );
     };
     if Command::new("python3")
         .arg("-c")
@@ -156,7 +137,7 @@ fn tcp_connects_are_redirected_and_their_destination_recovered() {
         .map(|s| !s.success())
         .unwrap_or(true)
     {
-        return skip("python3 is not available");
+        return common::skip("transparent", "python3 is not available");
     }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

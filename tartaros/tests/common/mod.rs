@@ -202,3 +202,25 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// Skips `test` with a reason, or fails it under CI=true (for tests with
+/// more preconditions than root).
+pub fn skip(test: &str, reason: &str) {
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test} cannot run: {reason}");
+    }
+    eprintln!("skipping {test}: {reason}");
+}
+
+/// The cgroup v2 hierarchy: `/sys/fs/cgroup/unified` on hybrid hosts,
+/// `/sys/fs/cgroup` on pure-v2 hosts (checked by filesystem magic).
+pub fn cgroup2_root() -> Option<PathBuf> {
+    const CGROUP2_SUPER_MAGIC: i64 = 0x6367_7270;
+    ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| {
+            nix::sys::statfs::statfs(path)
+                .is_ok_and(|st| st.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
+        })
+}
