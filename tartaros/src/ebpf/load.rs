@@ -325,27 +325,43 @@ where
         .ok_or_else(|| missing(format!("{what} program {name}")))
 }
 
-pub(super) fn attach_sock_addr(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    cgroup: &File,
-    path: &Path,
-) -> Result<Attached, EbpfError> {
-    let prog: &mut CgroupSockAddr = typed(ebpf, name, "cgroup_sock_addr")?;
-    prog.load().map_err(|source| EbpfError::LoadProgram {
-        program: name,
-        source,
-    })?;
-    let attach_err = |source| EbpfError::AttachProgram {
-        program: name,
-        path: path.to_path_buf(),
-        source,
+/// Loads a cgroup program of type `$ty` and attaches it to `cgroup` as a
+/// link (detached when dropped, and when the supervisor dies). The aya
+/// program types share no trait for this, hence a macro.
+macro_rules! cgroup_attach {
+    ($fn_name:ident, $ty:ty, $kind:literal, $variant:ident) => {
+        pub(super) fn $fn_name(
+            ebpf: &mut Ebpf,
+            name: &'static str,
+            cgroup: &File,
+            path: &Path,
+        ) -> Result<Attached, EbpfError> {
+            let prog: &mut $ty = typed(ebpf, name, $kind)?;
+            prog.load().map_err(|source| EbpfError::LoadProgram {
+                program: name,
+                source,
+            })?;
+            let attach_err = |source| EbpfError::AttachProgram {
+                program: name,
+                path: path.to_path_buf(),
+                source,
+            };
+            let id = prog
+                .attach(cgroup, CgroupAttachMode::Single)
+                .map_err(attach_err)?;
+            Ok(Attached::$variant(prog.take_link(id).map_err(attach_err)?))
+        }
     };
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(attach_err)?;
-    Ok(Attached::SockAddr(prog.take_link(id).map_err(attach_err)?))
 }
+
+cgroup_attach!(
+    attach_sock_addr,
+    CgroupSockAddr,
+    "cgroup_sock_addr",
+    SockAddr
+);
+cgroup_attach!(attach_sock_ops, SockOps, "sock_ops", SockOps);
+cgroup_attach!(attach_sock, CgroupSock, "cgroup_sock", Sock);
 
 /// Sets the transparent proxy port the connect programs rewrite refused
 /// TCP connects to (0 = off).
@@ -363,50 +379,6 @@ pub(super) fn set_transparent_port(ebpf: &mut Ebpf, port: u16) -> Result<(), Ebp
             0,
         )
         .map_err(|source| EbpfError::Map { map: name, source })
-}
-
-pub(super) fn attach_sock_ops(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    cgroup: &File,
-    path: &Path,
-) -> Result<Attached, EbpfError> {
-    let prog: &mut SockOps = typed(ebpf, name, "sock_ops")?;
-    prog.load().map_err(|source| EbpfError::LoadProgram {
-        program: name,
-        source,
-    })?;
-    let attach_err = |source| EbpfError::AttachProgram {
-        program: name,
-        path: path.to_path_buf(),
-        source,
-    };
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(attach_err)?;
-    Ok(Attached::SockOps(prog.take_link(id).map_err(attach_err)?))
-}
-
-pub(super) fn attach_sock(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-    cgroup: &File,
-    path: &Path,
-) -> Result<Attached, EbpfError> {
-    let prog: &mut CgroupSock = typed(ebpf, name, "cgroup_sock")?;
-    prog.load().map_err(|source| EbpfError::LoadProgram {
-        program: name,
-        source,
-    })?;
-    let attach_err = |source| EbpfError::AttachProgram {
-        program: name,
-        path: path.to_path_buf(),
-        source,
-    };
-    let id = prog
-        .attach(cgroup, CgroupAttachMode::Single)
-        .map_err(attach_err)?;
-    Ok(Attached::Sock(prog.take_link(id).map_err(attach_err)?))
 }
 
 #[cfg(test)]
