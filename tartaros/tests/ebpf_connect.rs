@@ -7,42 +7,13 @@ mod common;
 use std::io::Read as _;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tartaros::ebpf::{self, CgroupPrograms, ConnectEvent, ConnectGrant, kind, verdict};
+use tartaros::ebpf::{self, ConnectEvent, ConnectGrant, kind, verdict};
 
 const EPERM: i64 = libc::EPERM as i64;
-
-/// Cleans up whatever the test made, also when it fails half-way.
-struct Guard {
-    cgroup: PathBuf,
-    programs: Option<CgroupPrograms>,
-    child: Option<Child>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        drop(self.programs.take());
-        // Reaped processes leave the cgroup asynchronously: retry briefly.
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while let Err(e) = std::fs::remove_dir(&self.cgroup) {
-            if e.kind() == std::io::ErrorKind::NotFound || Instant::now() > deadline {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("failed to remove {}: {e}", self.cgroup.display());
-                }
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
 
 const CHILD_SCRIPT: &str = r#"
 import errno, json, socket, sys
@@ -114,11 +85,16 @@ print('{"denied": %d}' % denied)
 
 /// Runs the probe script as a process inside `cgroup`; returns its results
 /// as (case, errno) pairs (0 = success).
-fn run_child(guard: &mut Guard, granted: u16, other: u16) -> Vec<(String, i64)> {
+fn run_child(guard: &mut common::CgroupGuard, granted: u16, other: u16) -> Vec<(String, i64)> {
     run_script(guard, CHILD_SCRIPT, granted, other)
 }
 
-fn run_script(guard: &mut Guard, script: &str, granted: u16, other: u16) -> Vec<(String, i64)> {
+fn run_script(
+    guard: &mut common::CgroupGuard,
+    script: &str,
+    granted: u16,
+    other: u16,
+) -> Vec<(String, i64)> {
     let procs = guard.cgroup.join("cgroup.procs");
     let child = Command::new("sh")
         .arg("-c")
@@ -218,7 +194,7 @@ fn connect_filter_allows_only_granted_destinations() {
     );
     let cgroup = root.join(name);
     std::fs::create_dir(&cgroup).expect("create test cgroup");
-    let mut guard = Guard {
+    let mut guard = common::CgroupGuard {
         cgroup: cgroup.clone(),
         programs: None,
         child: None,

@@ -13,40 +13,12 @@ mod common;
 use std::collections::HashMap;
 use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use tartaros::ebpf::{self, AttachOptions, CgroupPrograms, ConnectGrant};
+use tartaros::ebpf::{self, AttachOptions, ConnectGrant};
 
 const EPERM: i64 = libc::EPERM as i64;
-
-/// Detaches, kills the client and removes the cgroup, also on failure.
-struct Guard {
-    cgroup: PathBuf,
-    programs: Option<CgroupPrograms>,
-    child: Option<Child>,
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        drop(self.programs.take());
-        let deadline = Instant::now() + Duration::from_secs(2);
-        while let Err(e) = std::fs::remove_dir(&self.cgroup) {
-            if e.kind() == std::io::ErrorKind::NotFound || Instant::now() > deadline {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    eprintln!("failed to remove {}: {e}", self.cgroup.display());
-                }
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
 
 /// Prints one line per case: `name errno local_port`.
 const CLIENT: &str = r#"
@@ -152,7 +124,7 @@ fn tcp_connects_are_redirected_and_their_destination_recovered() {
 
     let cgroup = root.join(format!("tartaros-transparent-{}", std::process::id()));
     std::fs::create_dir(&cgroup).expect("create test cgroup");
-    let mut guard = Guard {
+    let mut guard = common::CgroupGuard {
         cgroup: cgroup.clone(),
         programs: None,
         child: None,

@@ -224,3 +224,33 @@ pub fn cgroup2_root() -> Option<PathBuf> {
                 .is_ok_and(|st| st.filesystem_type().0 == CGROUP2_SUPER_MAGIC)
         })
 }
+
+/// A test cgroup with programs attached and a child inside: on drop (also
+/// when the test fails half-way) kills the child, detaches, and removes the
+/// cgroup, retrying briefly because reaped processes leave it
+/// asynchronously.
+pub struct CgroupGuard {
+    pub cgroup: PathBuf,
+    pub programs: Option<tartaros::ebpf::CgroupPrograms>,
+    pub child: Option<std::process::Child>,
+}
+
+impl Drop for CgroupGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        drop(self.programs.take());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while let Err(e) = std::fs::remove_dir(&self.cgroup) {
+            if e.kind() == std::io::ErrorKind::NotFound || std::time::Instant::now() > deadline {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("failed to remove {}: {e}", self.cgroup.display());
+                }
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
