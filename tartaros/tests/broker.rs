@@ -14,7 +14,6 @@ use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::PrivateKeyDer;
 use tartaros::broker::{self, BrokerSecrets};
 use tartaros::events::{Effect, EffectReceiver};
 use tartaros::policy::{BrokerCapability, BrokerConfig};
@@ -22,45 +21,12 @@ use tartaros::proxy::StaticResolver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "support/pki.rs"]
+mod pki_support;
+use pki_support::{TestPki, pki};
+
 const TOKEN: &str = "agent-token-0123456789";
 const SECRET: &str = "Bearer upstream-secret-9f8e7d";
-
-struct TestPki {
-    ca_file: tempfile::NamedTempFile,
-    server: Arc<rustls::ServerConfig>,
-}
-
-fn pki() -> TestPki {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "tartaros test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let names = ["api.test", "other.test"].map(String::from).to_vec();
-    let leaf = rcgen::CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let mut ca_file = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut ca_file, ca.pem().as_bytes()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-        )
-        .unwrap();
-    TestPki {
-        ca_file,
-        server: Arc::new(server),
-    }
-}
 
 /// One request as the upstream saw it.
 #[derive(Debug, Clone)]
@@ -169,7 +135,7 @@ fn config(allow_internal: bool) -> BrokerConfig {
 }
 
 async fn setup(allow_internal: bool) -> Setup {
-    let pki = pki();
+    let pki = pki(&["api.test", "other.test"]);
     let (other_addr, other) = upstream(pki.server.clone(), String::new()).await;
     let redirect = format!("https://other.test:{}/landed", other_addr.port());
     let (api_addr, api) = upstream(pki.server.clone(), redirect).await;

@@ -14,53 +14,17 @@ use http_body_util::{BodyExt, Empty, Full};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rustls_pki_types::{PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use tartaros::events::{Effect, EffectReceiver};
 use tartaros::proxy::{self, OriginalDst, ProxyConfig, StaticResolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "support/pki.rs"]
+mod pki_support;
+use pki_support::{TestPki, pki};
+
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// A test CA and a server certificate for the test names.
-struct TestPki {
-    ca_file: tempfile::NamedTempFile,
-    server: Arc<rustls::ServerConfig>,
-}
-
-fn pki() -> TestPki {
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(rcgen::DnType::CommonName, "tartaros test CA");
-    let ca = ca_params.self_signed(&ca_key).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let names = ["allowed.test", "a.wild.test", "denied.test"]
-        .map(String::from)
-        .to_vec();
-    let leaf = rcgen::CertificateParams::new(names)
-        .unwrap()
-        .signed_by(&leaf_key, &ca, &ca_key)
-        .unwrap();
-    let mut ca_file = tempfile::NamedTempFile::new().unwrap();
-    std::io::Write::write_all(&mut ca_file, ca.pem().as_bytes()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::Pkcs8(leaf_key.serialize_der().into()),
-        )
-        .unwrap();
-    TestPki {
-        ca_file,
-        server: Arc::new(server),
-    }
-}
 
 /// One request as an upstream saw it: method, target, Host header and
 /// the header names.
@@ -146,7 +110,7 @@ struct Setup {
 }
 
 async fn setup(allow_internal: bool) -> Setup {
-    let pki = pki();
+    let pki = pki(&["allowed.test", "a.wild.test", "denied.test"]);
     let (http, http_seen) = upstream(None).await;
     let (https, https_seen) = upstream(Some(pki.server.clone())).await;
     let resolver = StaticResolver::new()
