@@ -1,42 +1,129 @@
 //! Loading the object, filling its maps, attaching programs (the steps of
 //! `attach_with`).
 
+use std::ffi::CStr;
 use std::fs::File;
-use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, OnceLock, PoisonError};
+use std::sync::OnceLock;
 
 use aya::maps::{Array, HashMap, Map, MapData};
-use aya::programs::{CgroupAttachMode, CgroupSock, CgroupSockAddr, Program, SockOps};
-use aya::{Ebpf, EbpfLoader};
 use tartaros_common::capture::{
     CaptureConfig, LEVEL_UNKNOWN, UNIX_PREFIXES, UnixAllow, UnixPrefix,
 };
 
 use super::kbtf::{self, KernelLayout};
-use super::{Attached, ConnectGrant, EBPF_OBJECT, EbpfError};
+use super::rawprog::{self, ProgSpec, RawError};
+use super::{ConnectGrant, EBPF_OBJECT, EbpfError, elf};
 
-/// The loader, shared by every attach of this process.
-///
-/// `EbpfLoader::new()` always parses the kernel's BTF (/sys/kernel/btf/vmlinux,
-/// 8-20 ms, most of the attach time), although no program needs CO-RE
-/// relocations. Creating the loader once per process, optionally ahead of
-/// time on another thread ([`super::warm_up`]), takes that off the start-up
-/// path. The parsed BTF is dropped right away (`btf(None)`).
-static LOADER: OnceLock<Mutex<EbpfLoader<'static>>> = OnceLock::new();
-
-pub(super) fn loader() -> &'static Mutex<EbpfLoader<'static>> {
-    LOADER.get_or_init(|| {
-        let mut loader = EbpfLoader::new();
-        loader.btf(None);
-        Mutex::new(loader)
-    })
+/// The maps of the embedded object, created by us (see `elf.rs` for why
+/// not through aya's loader), each wrapped in aya's typed handle.
+pub(super) struct Object {
+    maps: Vec<ObjectMap>,
+    /// The frozen `.rodata` array, referenced by the programs that use it.
+    rodata: Option<OwnedFd>,
 }
 
-pub(super) fn loader_ready() -> bool {
-    LOADER.get().is_some()
+struct ObjectMap {
+    name: String,
+    /// The map's descriptor, owned by `map` (or by whoever took it), for
+    /// relocating programs before anything is taken.
+    fd: RawFd,
+    map: Option<Map>,
 }
+
+impl Object {
+    pub(super) fn map(&self, name: &str) -> Option<&Map> {
+        self.maps.iter().find(|m| m.name == name)?.map.as_ref()
+    }
+
+    pub(super) fn map_mut(&mut self, name: &str) -> Option<&mut Map> {
+        self.maps.iter_mut().find(|m| m.name == name)?.map.as_mut()
+    }
+
+    pub(super) fn take_map(&mut self, name: &str) -> Option<Map> {
+        self.maps.iter_mut().find(|m| m.name == name)?.map.take()
+    }
+
+    /// Descriptor of map `name` ([`elf::RODATA`] for the read-only data)
+    /// while the map is still held here.
+    fn map_fd(&self, name: &str) -> Option<RawFd> {
+        if name == elf::RODATA {
+            return self.rodata.as_ref().map(|fd| fd.as_raw_fd());
+        }
+        self.maps
+            .iter()
+            .find(|m| m.name == name && m.map.is_some())
+            .map(|m| m.fd)
+    }
+
+    /// Loads program `spec.name` of the object into the kernel, its map
+    /// references pointing at our maps.
+    pub(super) fn load_program(&self, spec: ProgSpec<'_>) -> Result<OwnedFd, RawError> {
+        let insns = elf::relocated(EBPF_OBJECT, spec.name, &|map| self.map_fd(map))?;
+        rawprog::load(spec, &insns)
+    }
+}
+
+/// Creates the maps the embedded object declares, the ring buffer sized
+/// `ring_bytes`, and the frozen `.rodata`.
+pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
+    let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
+    let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
+    let mut maps = Vec::with_capacity(defs.len());
+    for def in &defs {
+        let max_entries = if def.name == tartaros_common::MAP_EVENTS {
+            ring_bytes
+        } else {
+            def.max_entries
+        };
+        let fd = rawprog::create_map(rawprog::MapSpec {
+            name: &def.name,
+            map_type: def.map_type,
+            key_size: def.key_size,
+            value_size: def.value_size,
+            max_entries,
+            flags: def.flags,
+        })
+        .map_err(EbpfError::LoadObject)?;
+        let raw = fd.as_raw_fd();
+        let wrap = |source| {
+            EbpfError::LoadObject(RawError::Wrap {
+                map: def.name.clone(),
+                source: Box::new(source),
+            })
+        };
+        let map = Map::from_map_data(MapData::from_fd(fd).map_err(wrap)?).map_err(wrap)?;
+        maps.push(ObjectMap {
+            name: def.name.clone(),
+            fd: raw,
+            map: Some(map),
+        });
+    }
+    let rodata = match elf.rodata().map_err(EbpfError::LoadObject)? {
+        Some(bytes) if !bytes.is_empty() => {
+            let value_size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+            let fd = rawprog::create_map(rawprog::MapSpec {
+                name: elf::RODATA,
+                map_type: MAP_TYPE_ARRAY,
+                key_size: 4,
+                value_size,
+                max_entries: 1,
+                flags: rawprog::MAP_F_RDONLY_PROG,
+            })
+            .map_err(EbpfError::LoadObject)?;
+            rawprog::fill_and_freeze(elf::RODATA, fd.as_fd(), bytes)
+                .map_err(EbpfError::LoadObject)?;
+            Some(fd)
+        }
+        _ => None,
+    };
+    Ok(Object { maps, rodata })
+}
+
+/// `BPF_MAP_TYPE_ARRAY`.
+const MAP_TYPE_ARRAY: u32 = 2;
 
 /// The structure offsets and BTF ids the programs need, from one quick
 /// pass over the kernel BTF (~9 ms with the read), once per process.
@@ -111,25 +198,13 @@ pub(super) fn kernel_layout_ready() -> bool {
     KERNEL_LAYOUT.get().is_some()
 }
 
-/// Parses the embedded object and creates its maps, the ring buffer
-/// sized `ring_bytes`.
-pub(super) fn load_object(ring_bytes: u32) -> Result<Ebpf, EbpfError> {
-    // A poisoned lock only means another attach panicked; the loader holds
-    // no state that a panic could leave inconsistent.
-    let mut loader = loader().lock().unwrap_or_else(PoisonError::into_inner);
-    loader.map_max_entries(tartaros_common::MAP_EVENTS, ring_bytes);
-    loader.load(EBPF_OBJECT).map_err(|e| EbpfError::LoadObject {
-        source: Box::new(e),
-    })
-}
-
 fn missing(what: String) -> EbpfError {
     EbpfError::MissingInObject { what }
 }
 
-pub(super) fn insert_grants(ebpf: &mut Ebpf, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
+pub(super) fn insert_grants(object: &mut Object, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_ALLOW;
-    let map = ebpf
+    let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut allow = HashMap::<_, tartaros_common::AllowKey, u32>::try_from(map)
@@ -142,9 +217,9 @@ pub(super) fn insert_grants(ebpf: &mut Ebpf, grants: &[ConnectGrant]) -> Result<
     Ok(())
 }
 
-pub(super) fn set_filter_mode(ebpf: &mut Ebpf, mode: u32) -> Result<(), EbpfError> {
+pub(super) fn set_filter_mode(object: &mut Object, mode: u32) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_FILTER;
-    let map = ebpf
+    let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut filter =
@@ -154,9 +229,9 @@ pub(super) fn set_filter_mode(ebpf: &mut Ebpf, mode: u32) -> Result<(), EbpfErro
         .map_err(|source| EbpfError::Map { map: name, source })
 }
 
-pub(super) fn set_config(ebpf: &mut Ebpf, config: CaptureConfig) -> Result<(), EbpfError> {
+pub(super) fn set_config(object: &mut Object, config: CaptureConfig) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_CONFIG;
-    let map = ebpf
+    let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut array = Array::<_, CaptureConfig>::try_from(map)
@@ -240,9 +315,12 @@ pub(super) fn unix_prefixes(allowed: &[PathBuf]) -> Result<Vec<UnixPrefix>, Ebpf
         .collect()
 }
 
-pub(super) fn set_unix_prefixes(ebpf: &mut Ebpf, prefixes: &[UnixPrefix]) -> Result<(), EbpfError> {
+pub(super) fn set_unix_prefixes(
+    object: &mut Object,
+    prefixes: &[UnixPrefix],
+) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_UNIX_ALLOW;
-    let map = ebpf
+    let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut array = Array::<_, UnixAllow>::try_from(map)
@@ -257,8 +335,8 @@ pub(super) fn set_unix_prefixes(ebpf: &mut Ebpf, prefixes: &[UnixPrefix]) -> Res
 }
 
 /// The kernel-side data of a map, for its fd.
-pub(super) fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Option<&'a MapData> {
-    match ebpf.map(name)? {
+pub(super) fn map_data<'a>(object: &'a Object, name: &str) -> Option<&'a MapData> {
+    match object.map(name)? {
         Map::Array(d)
         | Map::HashMap(d)
         | Map::LruHashMap(d)
@@ -266,10 +344,6 @@ pub(super) fn map_data<'a>(ebpf: &'a Ebpf, name: &str) -> Option<&'a MapData> {
         | Map::RingBuf(d) => Some(d),
         _ => None,
     }
-}
-
-pub(super) fn map_raw_fd(ebpf: &Ebpf, name: &str) -> Option<RawFd> {
-    map_data(ebpf, name).map(|d| d.fd().as_fd().as_raw_fd())
 }
 
 /// Level of `dir` in the cgroup v2 hierarchy (root = 0), counted up to the
@@ -310,64 +384,96 @@ fn is_cgroup2(path: &Path) -> bool {
     }
 }
 
-/// The kernel's tag of program `name`, as hex.
-pub(super) fn program_tag(ebpf: &Ebpf, name: &str) -> Option<String> {
-    let info = ebpf.program(name)?.info().ok()?;
-    Some(format!("{:016x}", info.tag()))
+/// A cgroup program of the object: what it is and where it attaches.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct CgroupProgram {
+    pub name: &'static str,
+    pub prog_type: u32,
+    pub attach_type: u32,
 }
 
-fn typed<'a, T>(ebpf: &'a mut Ebpf, name: &str, what: &str) -> Result<&'a mut T, EbpfError>
-where
-    &'a mut T: TryFrom<&'a mut Program>,
-{
-    ebpf.program_mut(name)
-        .and_then(|p| p.try_into().ok())
-        .ok_or_else(|| missing(format!("{what} program {name}")))
+/// A tracing program of the object and the tracepoint it attaches to
+/// (`None`: its BTF target, for `tp_btf`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct TracingProgram {
+    pub spec: ProgSpec<'static>,
+    pub tracepoint: Option<&'static CStr>,
 }
 
-/// Loads a cgroup program of type `$ty` and attaches it to `cgroup` as a
-/// link (detached when dropped, and when the supervisor dies). The aya
-/// program types share no trait for this, hence a macro.
-macro_rules! cgroup_attach {
-    ($fn_name:ident, $ty:ty, $kind:literal, $variant:ident) => {
-        pub(super) fn $fn_name(
-            ebpf: &mut Ebpf,
-            name: &'static str,
-            cgroup: &File,
-            path: &Path,
-        ) -> Result<Attached, EbpfError> {
-            let prog: &mut $ty = typed(ebpf, name, $kind)?;
-            prog.load().map_err(|source| EbpfError::LoadProgram {
-                program: name,
-                source,
-            })?;
-            let attach_err = |source| EbpfError::AttachProgram {
-                program: name,
-                path: path.to_path_buf(),
-                source,
-            };
-            let id = prog
-                .attach(cgroup, CgroupAttachMode::Single)
-                .map_err(attach_err)?;
-            Ok(Attached::$variant(prog.take_link(id).map_err(attach_err)?))
-        }
+/// Programs loaded (verified) into the kernel, not attached yet, in the
+/// order they were asked for.
+pub(super) struct Loaded {
+    pub cgroup: Vec<(CgroupProgram, OwnedFd)>,
+    pub tracing: Vec<(TracingProgram, OwnedFd)>,
+}
+
+type LoadResult<T> = Result<Vec<(T, OwnedFd)>, (&'static str, RawError)>;
+
+/// Loads `cgroup` and `tracing`. The verifier is most of the attach time
+/// (~4 ms for `sys_exit` alone), and the two groups are independent, so
+/// the tracing programs are verified on a second thread meanwhile (or
+/// here, if no thread can be started).
+pub(super) fn load_programs(
+    object: &Object,
+    cgroup: &[CgroupProgram],
+    tracing: &[TracingProgram],
+) -> Result<Loaded, (&'static str, RawError)> {
+    let load_tracing = || -> LoadResult<TracingProgram> {
+        tracing
+            .iter()
+            .map(|p| {
+                Ok((
+                    *p,
+                    object.load_program(p.spec).map_err(|e| (p.spec.name, e))?,
+                ))
+            })
+            .collect()
     };
+    let load_cgroup = || -> LoadResult<CgroupProgram> {
+        cgroup
+            .iter()
+            .map(|p| {
+                let spec = ProgSpec {
+                    name: p.name,
+                    prog_type: p.prog_type,
+                    expected_attach_type: p.attach_type,
+                    attach_btf_id: 0,
+                };
+                Ok((*p, object.load_program(spec).map_err(|e| (p.name, e))?))
+            })
+            .collect()
+    };
+    std::thread::scope(|scope| {
+        let helper = if tracing.is_empty() {
+            None
+        } else {
+            std::thread::Builder::new()
+                .name("ebpf-verify".into())
+                .spawn_scoped(scope, load_tracing)
+                .ok()
+        };
+        let cgroup = load_cgroup();
+        let tracing = match helper {
+            Some(thread) => thread.join().unwrap_or_else(|_| {
+                Err((
+                    "tracing programs",
+                    RawError::Elf("the loading thread panicked".into()),
+                ))
+            }),
+            None => load_tracing(),
+        };
+        Ok(Loaded {
+            cgroup: cgroup?,
+            tracing: tracing?,
+        })
+    })
 }
-
-cgroup_attach!(
-    attach_sock_addr,
-    CgroupSockAddr,
-    "cgroup_sock_addr",
-    SockAddr
-);
-cgroup_attach!(attach_sock_ops, SockOps, "sock_ops", SockOps);
-cgroup_attach!(attach_sock, CgroupSock, "cgroup_sock", Sock);
 
 /// Sets the transparent proxy port the connect programs rewrite refused
 /// TCP connects to (0 = off).
-pub(super) fn set_transparent_port(ebpf: &mut Ebpf, port: u16) -> Result<(), EbpfError> {
+pub(super) fn set_transparent_port(object: &mut Object, port: u16) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_FILTER;
-    let map = ebpf
+    let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut array =

@@ -30,9 +30,11 @@
 //! them into effect-log records.
 
 mod decode;
+mod elf;
 mod forward;
 mod kbtf;
 mod load;
+mod original_dst;
 mod probe;
 mod rawprog;
 
@@ -40,20 +42,15 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aya::Ebpf;
-use aya::maps::{HashMap as AyaHashMap, MapError, PerCpuArray, RingBuf};
-use aya::programs::ProgramError;
-use aya::programs::cgroup_sock::CgroupSockLink;
-use aya::programs::cgroup_sock_addr::CgroupSockAddrLink;
-use aya::programs::links::Link as _;
-use aya::programs::sock_ops::SockOpsLink;
+use aya::maps::{MapError, PerCpuArray, RingBuf};
 use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
 pub use forward::{CaptureStats, EventSource, forward_events};
+use original_dst::OriginalDstMap;
 pub use probe::probe_program_types;
 pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind, verdict};
 
@@ -66,14 +63,68 @@ pub const SOCK_ADDR_PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "
 pub const SOCK_CREATE_PROGRAM: &str = "sock_create";
 /// Name of the sock_ops program (transparent interception).
 pub const SOCK_OPS_PROGRAM: &str = "sock_ops";
+/// The cgroup programs of the network filter, in attach order after
+/// `sock_ops`: socket creation first, then the destination checks.
+const FILTER_PROGRAMS: [load::CgroupProgram; 5] = [
+    cgroup_program(
+        SOCK_CREATE_PROGRAM,
+        rawprog::PROG_TYPE_CGROUP_SOCK,
+        rawprog::ATTACH_INET_SOCK_CREATE,
+    ),
+    cgroup_program(
+        SOCK_ADDR_PROGRAMS[0],
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_INET4_CONNECT,
+    ),
+    cgroup_program(
+        SOCK_ADDR_PROGRAMS[1],
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_INET6_CONNECT,
+    ),
+    cgroup_program(
+        SOCK_ADDR_PROGRAMS[2],
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_UDP4_SENDMSG,
+    ),
+    cgroup_program(
+        SOCK_ADDR_PROGRAMS[3],
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_UDP6_SENDMSG,
+    ),
+];
+const SOCK_OPS: load::CgroupProgram = cgroup_program(
+    SOCK_OPS_PROGRAM,
+    rawprog::PROG_TYPE_SOCK_OPS,
+    rawprog::ATTACH_SOCK_OPS,
+);
+
+const fn cgroup_program(
+    name: &'static str,
+    prog_type: u32,
+    attach_type: u32,
+) -> load::CgroupProgram {
+    load::CgroupProgram {
+        name,
+        prog_type,
+        attach_type,
+    }
+}
 /// The capture programs: `tp_btf` ones (named after their tracepoint) and
 /// the raw tracepoint.
 pub const TP_BTF_PROGRAMS: [&str; 3] = kbtf::TP_BTF;
 pub const RAW_TP_PROGRAM: &str = "sys_exit";
 /// The unix policy programs and their attach types.
-const UNIX_PROGRAMS: [(&str, u32); 2] = [
-    ("unix_connect", rawprog::ATTACH_UNIX_CONNECT),
-    ("unix_sendmsg", rawprog::ATTACH_UNIX_SENDMSG),
+const UNIX_PROGRAMS: [load::CgroupProgram; 2] = [
+    cgroup_program(
+        "unix_connect",
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_UNIX_CONNECT,
+    ),
+    cgroup_program(
+        "unix_sendmsg",
+        rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
+        rawprog::ATTACH_UNIX_SENDMSG,
+    ),
 ];
 
 /// Ring buffer size of [`AttachOptions::default`]: 8 MiB holds ~24,000
@@ -124,12 +175,9 @@ pub enum EbpfError {
     #[error("failed to use {path} as an allowed unix socket prefix: {reason}")]
     UnixPrefix { path: PathBuf, reason: String },
     #[error(
-        "failed to parse the embedded eBPF object: {source}; rebuild tartaros (or check TARTAROS_EBPF_OBJECT points to an object built from this tree)"
+        "failed to load the embedded eBPF object: {0}; run as root (or with CAP_BPF), and if it persists rebuild tartaros (or check TARTAROS_EBPF_OBJECT points to an object built from this tree)"
     )]
-    LoadObject {
-        #[source]
-        source: Box<aya::EbpfError>,
-    },
+    LoadObject(#[source] rawprog::RawError),
     #[error(
         "failed to find {what} in the eBPF object; it was built from another version of tartaros-ebpf: rebuild, or fix TARTAROS_EBPF_OBJECT"
     )]
@@ -148,7 +196,7 @@ pub enum EbpfError {
     LoadProgram {
         program: &'static str,
         #[source]
-        source: ProgramError,
+        source: rawprog::RawError,
     },
     #[error(
         "failed to attach the eBPF program {program} to the cgroup {path}: {source}; the directory must be a cgroup v2 directory and the process needs CAP_NET_ADMIN"
@@ -157,7 +205,7 @@ pub enum EbpfError {
         program: &'static str,
         path: PathBuf,
         #[source]
-        source: ProgramError,
+        source: rawprog::RawError,
     },
     #[error(
         "failed to install the capture program {program}: {source}; the host must allow tp_btf and raw_tracepoint programs (see `tartaros doctor`)"
@@ -167,17 +215,10 @@ pub enum EbpfError {
         #[source]
         source: rawprog::RawError,
     },
-    #[error("failed to set up the unix socket policy program: {0}")]
-    RawProgram(#[from] rawprog::RawError),
     #[error(
-        "failed to detach the eBPF program {program} from the cgroup {path}: {source}; it is detached anyway when the supervisor exits"
+        "failed to prepare the eBPF program from the embedded object: {0}; rebuild tartaros (or fix TARTAROS_EBPF_OBJECT)"
     )]
-    Detach {
-        program: &'static str,
-        path: PathBuf,
-        #[source]
-        source: ProgramError,
-    },
+    RawProgram(#[from] rawprog::RawError),
 }
 
 /// A destination the sandboxed processes may connect or send to.
@@ -237,37 +278,15 @@ impl Default for AttachOptions {
     }
 }
 
-/// One attached link. Dropping it detaches the program.
-enum Attached {
-    SockAddr(CgroupSockAddrLink),
-    Sock(CgroupSockLink),
-    SockOps(SockOpsLink),
-    /// A link made without aya (unix policy, capture).
-    Fd(OwnedFd),
-}
-
-impl Attached {
-    fn detach(self) -> Result<(), ProgramError> {
-        match self {
-            Self::SockAddr(link) => link.detach(),
-            Self::Sock(link) => link.detach(),
-            Self::SockOps(link) => link.detach(),
-            Self::Fd(fd) => {
-                drop(fd);
-                Ok(())
-            }
-        }
-    }
-}
-
 /// The programs attached for one cgroup. Dropping it detaches them.
 pub struct CgroupPrograms {
     // Field order matters: links are dropped (detached) before the object.
-    links: Vec<(&'static str, Attached)>,
+    /// BPF link descriptors: closing one detaches its program.
+    links: Vec<(&'static str, OwnedFd)>,
     /// The port-keyed map of intercepted connects (own fd), with
     /// `transparent_port`.
     transparent: Option<Arc<OriginalDstMap>>,
-    ebpf: Ebpf,
+    object: load::Object,
     cgroup: PathBuf,
     cgroup_id: u64,
     capture: bool,
@@ -365,14 +384,14 @@ pub fn attach_with(
         .ino();
     let level = load::cgroup_level(cgroup_dir);
 
-    let mut ebpf = load::load_object(ring)?;
-    load::insert_grants(&mut ebpf, &options.grants)?;
-    load::set_filter_mode(&mut ebpf, tartaros_common::FILTER_ENFORCE)?;
+    let mut object = load::load_object(ring)?;
+    load::insert_grants(&mut object, &options.grants)?;
+    load::set_filter_mode(&mut object, tartaros_common::FILTER_ENFORCE)?;
     load::set_config(
-        &mut ebpf,
+        &mut object,
         load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
     )?;
-    load::set_unix_prefixes(&mut ebpf, &unix_prefixes)?;
+    load::set_unix_prefixes(&mut object, &unix_prefixes)?;
     let transparent = match options.transparent_port {
         Some(0) => {
             return Err(EbpfError::Transparent(Box::new(
@@ -382,98 +401,89 @@ pub fn attach_with(
             )));
         }
         Some(port) => {
-            load::set_transparent_port(&mut ebpf, port)
+            load::set_transparent_port(&mut object, port)
                 .map_err(|e| EbpfError::Transparent(Box::new(e)))?;
             let lookup =
-                OriginalDstMap::open(&ebpf).map_err(|e| EbpfError::Transparent(Box::new(e)))?;
+                OriginalDstMap::open(&object).map_err(|e| EbpfError::Transparent(Box::new(e)))?;
             Some(Arc::new(lookup))
         }
         None => None,
     };
 
+    // What to attach, in order: sock_ops before the connect programs, so
+    // that no intercepted connect can miss it; then socket creation, the
+    // destination checks and the unix policy; then the process events, so
+    // that no exec can slip between them and the syscall capture.
+    let mut cgroup_programs = Vec::with_capacity(8);
+    if transparent.is_some() {
+        cgroup_programs.push(SOCK_OPS);
+    }
+    cgroup_programs.extend(FILTER_PROGRAMS);
+    if options.unix_policy {
+        cgroup_programs.extend(UNIX_PROGRAMS);
+    }
+    let tracing_programs: Vec<load::TracingProgram> = match &layout {
+        Some(layout) if options.capture => TP_BTF_PROGRAMS
+            .into_iter()
+            .zip(layout.tp_btf_ids)
+            .map(|(name, btf_id)| load::TracingProgram {
+                spec: rawprog::ProgSpec {
+                    name,
+                    prog_type: rawprog::PROG_TYPE_TRACING,
+                    expected_attach_type: rawprog::ATTACH_TRACE_RAW_TP,
+                    attach_btf_id: btf_id,
+                },
+                tracepoint: None,
+            })
+            .chain([load::TracingProgram {
+                spec: rawprog::ProgSpec {
+                    name: RAW_TP_PROGRAM,
+                    prog_type: rawprog::PROG_TYPE_RAW_TRACEPOINT,
+                    expected_attach_type: 0,
+                    attach_btf_id: 0,
+                },
+                tracepoint: Some(c"sys_exit"),
+            }])
+            .collect(),
+        _ => Vec::new(),
+    };
+    let loaded = load::load_programs(&object, &cgroup_programs, &tracing_programs)
+        .map_err(|(name, source)| load_error(name, source))?;
+
     let mut links = Vec::with_capacity(12);
     let mut tags = Vec::with_capacity(12);
-    // sock_ops before the connect programs, so that no intercepted connect
-    // can miss it; then socket creation, then the destination checks.
-    if transparent.is_some() {
-        links.push((
-            SOCK_OPS_PROGRAM,
-            load::attach_sock_ops(&mut ebpf, SOCK_OPS_PROGRAM, &cgroup, cgroup_dir)
-                .map_err(|e| EbpfError::Transparent(Box::new(e)))?,
-        ));
-    }
-    links.push((
-        SOCK_CREATE_PROGRAM,
-        load::attach_sock(&mut ebpf, SOCK_CREATE_PROGRAM, &cgroup, cgroup_dir)?,
-    ));
-    for name in SOCK_ADDR_PROGRAMS {
-        links.push((
-            name,
-            load::attach_sock_addr(&mut ebpf, name, &cgroup, cgroup_dir)?,
-        ));
-    }
-    for (name, _) in &links {
-        tags.extend(load::program_tag(&ebpf, name).map(|t| format!("{name}:{t}")));
-    }
-    let relocate =
-        |name: &str| rawprog::relocated(EBPF_OBJECT, name, &|map| load::map_raw_fd(&ebpf, map));
-    if options.unix_policy {
-        for (name, attach_type) in UNIX_PROGRAMS {
-            let spec = rawprog::ProgSpec {
-                name,
-                prog_type: rawprog::PROG_TYPE_CGROUP_SOCK_ADDR,
-                expected_attach_type: attach_type,
-                attach_btf_id: 0,
-            };
-            let prog = rawprog::load(spec, &relocate(name)?).map_err(|e| match e {
-                rawprog::RawError::Load { source, log, .. }
-                    if source.raw_os_error() == Some(libc::EINVAL) && log.is_empty() =>
-                {
-                    EbpfError::UnixHooksUnsupported {
-                        reason: format!("loading {name}: {source}"),
-                    }
-                }
-                other => other.into(),
-            })?;
-            let link = rawprog::link_cgroup(name, &prog, cgroup.as_fd(), attach_type)?;
-            tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
-            links.push((name, Attached::Fd(link)));
-        }
-    }
-    if let Some(layout) = layout.as_ref().filter(|_| options.capture) {
-        let tracing =
-            |program: &'static str| move |source| EbpfError::AttachTracing { program, source };
-        // Process events first, so that no exec can slip between them and
-        // the syscall capture.
-        for (name, btf_id) in TP_BTF_PROGRAMS.into_iter().zip(layout.tp_btf_ids) {
-            let spec = rawprog::ProgSpec {
-                name,
-                prog_type: rawprog::PROG_TYPE_TRACING,
-                expected_attach_type: rawprog::ATTACH_TRACE_RAW_TP,
-                attach_btf_id: btf_id,
-            };
-            let prog = rawprog::load(spec, &relocate(name)?).map_err(tracing(name))?;
-            let link = rawprog::open_tracepoint(name, &prog, None).map_err(tracing(name))?;
-            tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
-            links.push((name, Attached::Fd(link)));
-        }
-        let name = RAW_TP_PROGRAM;
-        let spec = rawprog::ProgSpec {
-            name,
-            prog_type: rawprog::PROG_TYPE_RAW_TRACEPOINT,
-            expected_attach_type: 0,
-            attach_btf_id: 0,
+    for (program, prog) in &loaded.cgroup {
+        let name = program.name;
+        let link = rawprog::link_cgroup(name, prog, cgroup.as_fd(), program.attach_type).map_err(
+            |source| EbpfError::AttachProgram {
+                program: name,
+                path: cgroup_dir.to_path_buf(),
+                source,
+            },
+        );
+        let link = if name == SOCK_OPS_PROGRAM {
+            link.map_err(|e| EbpfError::Transparent(Box::new(e)))?
+        } else {
+            link?
         };
-        let prog = rawprog::load(spec, &relocate(name)?).map_err(tracing(name))?;
-        let link =
-            rawprog::open_tracepoint(name, &prog, Some(c"sys_exit")).map_err(tracing(name))?;
+        links.push((name, link));
         tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
-        links.push((name, Attached::Fd(link)));
+    }
+    for (program, prog) in &loaded.tracing {
+        let name = program.spec.name;
+        let link = rawprog::open_tracepoint(name, prog, program.tracepoint).map_err(|source| {
+            EbpfError::AttachTracing {
+                program: name,
+                source,
+            }
+        })?;
+        links.push((name, link));
+        tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
     }
     Ok(CgroupPrograms {
         links,
         transparent,
-        ebpf,
+        object,
         cgroup: cgroup_dir.to_path_buf(),
         cgroup_id,
         capture: options.capture,
@@ -482,34 +492,42 @@ pub fn attach_with(
     })
 }
 
-/// Starts preparing the eBPF loader on a background thread so a later
-/// [`attach`] does not pay for it. Optional; call it early at start-up.
-pub fn warm_up() {
-    warm_up_inner(false);
+/// The error for a program the kernel refused to load, by which part of
+/// the attach it belongs to (so the caller can degrade just that part).
+fn load_error(program: &'static str, source: rawprog::RawError) -> EbpfError {
+    let unix = UNIX_PROGRAMS.iter().any(|p| p.name == program);
+    match source {
+        // A kernel without the unix hooks refuses their attach type at load
+        // time, before the verifier runs.
+        rawprog::RawError::Load { source, log, .. }
+            if unix && source.raw_os_error() == Some(libc::EINVAL) && log.is_empty() =>
+        {
+            EbpfError::UnixHooksUnsupported {
+                reason: format!("loading {program}: {source}"),
+            }
+        }
+        source if program == SOCK_OPS_PROGRAM => {
+            EbpfError::Transparent(Box::new(EbpfError::LoadProgram { program, source }))
+        }
+        source if TP_BTF_PROGRAMS.contains(&program) || program == RAW_TP_PROGRAM => {
+            EbpfError::AttachTracing { program, source }
+        }
+        source => EbpfError::LoadProgram { program, source },
+    }
 }
 
-/// [`warm_up`], and also read the structure offsets and tracepoint ids that
-/// capture and the unix policy need from the kernel BTF (~9 ms, on a second
-/// background thread).
+/// Starts reading the structure offsets and tracepoint ids that capture
+/// and the unix policy need (the kernel BTF pass, ~9 ms when not cached) on
+/// a background thread, so a later [`attach_with`] does not wait for it.
+/// Optional; call it early at start-up. If the thread cannot be spawned,
+/// attach does the work itself.
 pub fn warm_up_capture() {
-    warm_up_inner(true);
-}
-
-fn warm_up_inner(capture: bool) {
-    if load::loader_ready() && (!capture || load::kernel_layout_ready()) {
+    if load::kernel_layout_ready() {
         return;
     }
-    // Two threads: both parse the kernel BTF, aya's loader fully (~20 ms)
-    // and our offset pass quickly (~9 ms). If a thread cannot be spawned,
-    // attach does the work itself.
     let _ = std::thread::Builder::new()
-        .name("ebpf-warm-up".into())
-        .spawn(load::loader);
-    if capture {
-        let _ = std::thread::Builder::new()
-            .name("ebpf-warm-up-btf".into())
-            .spawn(load::kernel_layout);
-    }
+        .name("ebpf-warm-up-btf".into())
+        .spawn(load::kernel_layout);
 }
 
 impl CgroupPrograms {
@@ -561,7 +579,7 @@ impl CgroupPrograms {
 
     /// Allows one more destination, effective for the next connect / send.
     pub fn allow(&mut self, grant: ConnectGrant) -> Result<(), EbpfError> {
-        load::insert_grants(&mut self.ebpf, &[grant])
+        load::insert_grants(&mut self.object, &[grant])
     }
 
     /// Switches between enforcing (the default after [`attach`]) and
@@ -573,14 +591,14 @@ impl CgroupPrograms {
         } else {
             tartaros_common::FILTER_MONITOR
         };
-        load::set_filter_mode(&mut self.ebpf, mode)
+        load::set_filter_mode(&mut self.object, mode)
     }
 
     /// Takes the event ring buffer (records are [`ConnectEvent`] when
     /// capture is off; decode them with [`parse_event`]). `None` when it was
     /// taken already.
     pub fn take_events(&mut self) -> Option<RingBuf<aya::maps::MapData>> {
-        let map = self.ebpf.take_map(tartaros_common::MAP_EVENTS)?;
+        let map = self.object.take_map(tartaros_common::MAP_EVENTS)?;
         RingBuf::try_from(map).ok()
     }
 
@@ -602,9 +620,10 @@ impl CgroupPrograms {
     ) -> Result<PerCpuArray<aya::maps::MapData, [u64; LOST_SLOTS]>, EbpfError> {
         let name = tartaros_common::MAP_EVENTS_LOST;
         let err = |source| EbpfError::Map { map: name, source };
-        let data = load::map_data(&self.ebpf, name).ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("map {name}"),
-        })?;
+        let data =
+            load::map_data(&self.object, name).ok_or_else(|| EbpfError::MissingInObject {
+                what: format!("map {name}"),
+            })?;
         let id = data.info().map_err(err)?.id();
         let data = aya::maps::MapData::from_id(id).map_err(err)?;
         PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).map_err(err)
@@ -621,86 +640,11 @@ impl CgroupPrograms {
         Ok(by_kind.iter().sum())
     }
 
-    /// Detaches every program now and reports the first failure (dropping
-    /// detaches too, silently).
-    pub fn detach(mut self) -> Result<(), EbpfError> {
-        let mut first_error = None;
-        for (program, link) in self.links.drain(..) {
-            if let Err(source) = link.detach()
-                && first_error.is_none()
-            {
-                first_error = Some(EbpfError::Detach {
-                    program,
-                    path: self.cgroup.clone(),
-                    source,
-                });
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+    /// Detaches every program now (dropping detaches too).
+    pub fn detach(mut self) {
+        // Closing a link's descriptor detaches its program.
+        self.links.clear();
     }
-}
-
-/// The map of intercepted connects, keyed by the client's local port.
-struct OriginalDstMap {
-    map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, SavedDst>>,
-}
-
-impl OriginalDstMap {
-    /// A second handle (own fd) on the map, independent of the `Ebpf`.
-    fn open(ebpf: &Ebpf) -> Result<Self, EbpfError> {
-        let name = tartaros_common::MAP_TPROXY_PORT;
-        let err = |source| EbpfError::Map { map: name, source };
-        let data = load::map_data(ebpf, name).ok_or_else(|| EbpfError::MissingInObject {
-            what: format!("map {name}"),
-        })?;
-        let id = data.info().map_err(err)?.id();
-        let data = aya::maps::MapData::from_id(id).map_err(err)?;
-        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
-        Ok(Self {
-            map: Mutex::new(map),
-        })
-    }
-
-    /// Removes and returns the original destination of the connection
-    /// whose client is `peer`.
-    fn take(&self, peer: SocketAddr) -> Option<SocketAddr> {
-        let key = transparent_key(peer);
-        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        let saved = map.get(&key, 0).ok()?;
-        // A failed removal leaves a stale entry that the next connect from
-        // the same port overwrites (and the LRU ages out).
-        let _ = map.remove(&key);
-        saved_destination(&saved)
-    }
-}
-
-/// The map key for a client seen by the proxy at `peer`: an IPv4 client
-/// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
-fn transparent_key(peer: SocketAddr) -> TransparentKey {
-    let v4 = match peer.ip() {
-        IpAddr::V4(_) => true,
-        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
-    };
-    TransparentKey {
-        family: if v4 {
-            tartaros_common::AF_INET
-        } else {
-            tartaros_common::AF_INET6
-        },
-        port: peer.port(),
-    }
-}
-
-/// The socket address of a saved destination.
-fn saved_destination(s: &SavedDst) -> Option<SocketAddr> {
-    let ip = match s.family {
-        tartaros_common::AF_INET => {
-            IpAddr::V4(Ipv4Addr::new(s.addr[0], s.addr[1], s.addr[2], s.addr[3]))
-        }
-        tartaros_common::AF_INET6 => IpAddr::V6(Ipv6Addr::from(s.addr)),
-        _ => return None,
-    };
-    Some(SocketAddr::new(ip, s.port))
 }
 
 /// Decodes one connect-filter record. `None` if it is too short or is not
@@ -798,41 +742,11 @@ mod tests {
             .chain(
                 UNIX_PROGRAMS
                     .iter()
-                    .map(|(n, _)| format!("cgroup/connect4/{n}")),
+                    .map(|p| format!("cgroup/connect4/{}", p.name)),
             );
         for section in sections {
             assert!(text.contains(&section), "{section} missing from the object");
         }
-    }
-
-    #[test]
-    fn transparent_keys_and_destinations() {
-        let k = transparent_key("127.0.0.1:40000".parse().unwrap());
-        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40000));
-        let k = transparent_key("[::ffff:127.0.0.1]:40001".parse().unwrap());
-        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40001));
-        let k = transparent_key("[::1]:40002".parse().unwrap());
-        assert_eq!((k.family, k.port), (tartaros_common::AF_INET6, 40002));
-        let mut s = SavedDst {
-            family: tartaros_common::AF_INET,
-            port: 443,
-            addr: [0; 16],
-            listener_family: tartaros_common::AF_INET,
-            pad: 0,
-        };
-        s.addr[..4].copy_from_slice(&[192, 0, 2, 1]);
-        assert_eq!(
-            saved_destination(&s),
-            Some("192.0.2.1:443".parse().unwrap())
-        );
-        s.family = tartaros_common::AF_INET6;
-        s.addr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
-        assert_eq!(
-            saved_destination(&s),
-            Some("[2001:db8::1]:443".parse().unwrap())
-        );
-        s.family = 0;
-        assert_eq!(saved_destination(&s), None);
     }
 
     #[test]

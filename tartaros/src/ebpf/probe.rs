@@ -24,7 +24,10 @@ pub fn probe_program_types() -> Vec<(&'static str, bool)> {
     // Kernel BTF is needed to resolve the attach targets of tp_btf, LSM and
     // fentry programs; without it those report `false`.
     let btf = Btf::from_sys_fs().ok();
-    let Ok(mut ebpf) = super::load::load_object(tartaros_common::EVENTS_BYTES) else {
+    // aya's loader is fine here: `doctor` is not on the start-up path.
+    let mut loader = aya::EbpfLoader::new();
+    loader.map_max_entries(tartaros_common::MAP_EVENTS, tartaros_common::EVENTS_BYTES);
+    let Ok(mut ebpf) = loader.load(super::EBPF_OBJECT) else {
         return PROBES.iter().map(|p| (*p, false)).collect();
     };
     PROBES

@@ -1,0 +1,108 @@
+//! The map of intercepted connects: the transparent proxy asks it where a
+//! redirected connection was going.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Mutex, PoisonError};
+
+use aya::maps::HashMap as AyaHashMap;
+
+use super::load::{Object, map_data};
+use super::{EbpfError, SavedDst, TransparentKey};
+
+/// The map of intercepted connects, keyed by the client's local port.
+pub(super) struct OriginalDstMap {
+    map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, SavedDst>>,
+}
+
+impl OriginalDstMap {
+    /// A second handle (own fd) on the map, independent of the `Ebpf`.
+    pub(super) fn open(object: &Object) -> Result<Self, EbpfError> {
+        let name = tartaros_common::MAP_TPROXY_PORT;
+        let err = |source| EbpfError::Map { map: name, source };
+        let data = map_data(object, name).ok_or_else(|| EbpfError::MissingInObject {
+            what: format!("map {name}"),
+        })?;
+        let id = data.info().map_err(err)?.id();
+        let data = aya::maps::MapData::from_id(id).map_err(err)?;
+        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
+        Ok(Self {
+            map: Mutex::new(map),
+        })
+    }
+
+    /// Removes and returns the original destination of the connection
+    /// whose client is `peer`.
+    pub(super) fn take(&self, peer: SocketAddr) -> Option<SocketAddr> {
+        let key = transparent_key(peer);
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let saved = map.get(&key, 0).ok()?;
+        // A failed removal leaves a stale entry that the next connect from
+        // the same port overwrites (and the LRU ages out).
+        let _ = map.remove(&key);
+        saved_destination(&saved)
+    }
+}
+
+/// The map key for a client seen by the proxy at `peer`: an IPv4 client
+/// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
+fn transparent_key(peer: SocketAddr) -> TransparentKey {
+    let v4 = match peer.ip() {
+        IpAddr::V4(_) => true,
+        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+    };
+    TransparentKey {
+        family: if v4 {
+            tartaros_common::AF_INET
+        } else {
+            tartaros_common::AF_INET6
+        },
+        port: peer.port(),
+    }
+}
+
+/// The socket address of a saved destination.
+fn saved_destination(s: &SavedDst) -> Option<SocketAddr> {
+    let ip = match s.family {
+        tartaros_common::AF_INET => {
+            IpAddr::V4(Ipv4Addr::new(s.addr[0], s.addr[1], s.addr[2], s.addr[3]))
+        }
+        tartaros_common::AF_INET6 => IpAddr::V6(Ipv6Addr::from(s.addr)),
+        _ => return None,
+    };
+    Some(SocketAddr::new(ip, s.port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transparent_keys_and_destinations() {
+        let k = transparent_key("127.0.0.1:40000".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40000));
+        let k = transparent_key("[::ffff:127.0.0.1]:40001".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40001));
+        let k = transparent_key("[::1]:40002".parse().unwrap());
+        assert_eq!((k.family, k.port), (tartaros_common::AF_INET6, 40002));
+        let mut s = SavedDst {
+            family: tartaros_common::AF_INET,
+            port: 443,
+            addr: [0; 16],
+            listener_family: tartaros_common::AF_INET,
+            pad: 0,
+        };
+        s.addr[..4].copy_from_slice(&[192, 0, 2, 1]);
+        assert_eq!(
+            saved_destination(&s),
+            Some("192.0.2.1:443".parse().unwrap())
+        );
+        s.family = tartaros_common::AF_INET6;
+        s.addr = "2001:db8::1".parse::<Ipv6Addr>().unwrap().octets();
+        assert_eq!(
+            saved_destination(&s),
+            Some("[2001:db8::1]:443".parse().unwrap())
+        );
+        s.family = 0;
+        assert_eq!(saved_destination(&s), None);
+    }
+}
