@@ -30,38 +30,42 @@ pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
 /// that do not know a pid or uid (the proxy) leave them out.
 pub fn to_record(effect: Effect) -> Map<String, Value> {
     let mut fields = effect.fields;
-    let mut target = match fields.remove("target") {
-        Some(Value::Object(target)) => target,
-        _ => Map::new(),
-    };
-    let extra: Vec<String> = fields
-        .keys()
-        .filter(|k| !COMMON.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for key in extra {
-        if let Some(value) = fields.remove(&key) {
-            target.insert(key, value);
+    // The capture's records (nearly all of them) already have this shape;
+    // they skip the reshuffle below.
+    let complete = fields.len() == COMMON.len()
+        && fields.keys().all(|k| COMMON.contains(&k.as_str()))
+        && fields.get("target").is_some_and(Value::is_object);
+    if !complete {
+        let mut target = match fields.remove("target") {
+            Some(Value::Object(target)) => target,
+            _ => Map::new(),
+        };
+        let extra: Vec<String> = fields
+            .keys()
+            .filter(|k| !COMMON.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in extra {
+            if let Some(value) = fields.remove(&key) {
+                target.insert(key, value);
+            }
         }
+        for key in ["pid", "ppid", "uid", "errno"] {
+            fields.entry(key).or_insert(Value::from(0u64));
+        }
+        fields
+            .entry("mono_ns")
+            .or_insert_with(|| Value::from(crate::effectlog::mono_now_ns()));
+        fields
+            .entry("wall_ns")
+            .or_insert_with(|| Value::from(crate::effectlog::wall_now_ns()));
+        fields.insert("target".into(), Value::Object(target));
     }
-    for key in ["pid", "ppid", "uid", "errno"] {
-        fields.entry(key).or_insert(Value::from(0u64));
-    }
-    fields
-        .entry("mono_ns")
-        .or_insert_with(|| Value::from(crate::effectlog::mono_now_ns()));
-    fields
-        .entry("wall_ns")
-        .or_insert_with(|| Value::from(crate::effectlog::wall_now_ns()));
     let denied = fields.get("decision").and_then(Value::as_str) == Some("denied");
-    fields.insert(
-        "decision".into(),
-        Value::from(if denied { "denied" } else { "allowed" }),
-    );
     if !denied {
+        fields.insert("decision".into(), Value::from("allowed"));
         fields.insert("errno".into(), Value::from(0u64));
     }
-    fields.insert("target".into(), Value::Object(target));
     fields
 }
 

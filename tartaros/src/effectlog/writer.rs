@@ -336,7 +336,13 @@ impl LogWriter {
         line.push(b'\n');
         self.pending.extend_from_slice(&line);
         self.next_seq += 1;
-        *self.counts.entry(kind.to_string()).or_insert(0) += 1;
+        // Every record passes here: allocate the key only for a new kind.
+        match self.counts.get_mut(kind) {
+            Some(count) => *count += 1,
+            None => {
+                self.counts.insert(kind.to_string(), 1);
+            }
+        }
         Ok(seq)
     }
 }
