@@ -13,12 +13,15 @@ use anyhow::{Context, Result, bail};
 /// The workload, in C so that the program itself costs next to nothing:
 /// `cycles N` creates, writes, closes and unlinks N files; `execs N` runs
 /// /bin/true N times; `flood N` opens one file for writing N times and
-/// prints how long that took.
+/// prints how long that took. Last, `cpu S`: the CPU time (user + system)
+/// of the workload and its children, which the supervisor's own work does
+/// not count in.
 const WORKLOAD: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -50,6 +53,11 @@ int main(int argc, char **argv) {
         }
         printf("%s %ld %.6f\n", argv[i], n, now() - start);
     }
+    struct rusage self, children;
+    getrusage(RUSAGE_SELF, &self); getrusage(RUSAGE_CHILDREN, &children);
+    double cpu = self.ru_utime.tv_sec + self.ru_stime.tv_sec + children.ru_utime.tv_sec + children.ru_stime.tv_sec
+        + (self.ru_utime.tv_usec + self.ru_stime.tv_usec + children.ru_utime.tv_usec + children.ru_stime.tv_usec) / 1e6;
+    printf("cpu %.6f\n", cpu);
     return 0;
 }
 "#;
@@ -112,17 +120,27 @@ mod tempfile_dir {
 }
 
 fn timed(cmd: &mut Command) -> Result<Duration> {
+    timed_cpu(cmd).map(|(wall, _)| wall)
+}
+
+/// Wall time of `cmd`, and the CPU time the workload reports (zero when
+/// it reports none).
+fn timed_cpu(cmd: &mut Command) -> Result<(Duration, Duration)> {
     let start = Instant::now();
     let out = cmd
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .output()?;
     let elapsed = start.elapsed();
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     }
-    Ok(elapsed)
+    let cpu = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("cpu ")?.trim().parse::<f64>().ok())
+        .map_or(Duration::ZERO, Duration::from_secs_f64);
+    Ok((elapsed, cpu))
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -141,17 +159,20 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
 
     // (1) workload overhead, interleaved.
     let mut samples: [Vec<Duration>; 4] = Default::default();
+    let mut cpu: [Vec<Duration>; 2] = Default::default();
     for i in 0..runs {
         let log = dir.path().join(format!("effects-{i}.jsonl"));
         samples[0].push(timed(Command::new(&w).args(args).current_dir(&d))?);
-        samples[1].push(timed(
+        let (wall, workload_cpu) = timed_cpu(
             Command::new(&tartaros)
                 .args(["run", "--write", &d, "--"])
                 .arg(&w)
                 .args(args)
                 .current_dir(&d),
-        )?);
-        samples[2].push(timed(
+        )?;
+        samples[1].push(wall);
+        cpu[0].push(workload_cpu);
+        let (wall, workload_cpu) = timed_cpu(
             Command::new(&tartaros)
                 .args(["run", "--write", &d, "--log"])
                 .arg(&log)
@@ -159,28 +180,43 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
                 .arg(&w)
                 .args(args)
                 .current_dir(&d),
-        )?);
+        )?;
+        samples[2].push(wall);
+        cpu[1].push(workload_cpu);
+        // strace is 10x slower and its spread small next to its cost:
+        // three runs are enough for its median.
         let trace = dir.path().join("strace.out");
-        samples[3].push(timed(
-            Command::new("strace")
-                .args(["-f", "-o"])
-                .arg(&trace)
-                .arg(&w)
-                .args(args)
-                .current_dir(&d),
-        )?);
+        if i < 3 {
+            samples[3].push(timed(
+                Command::new("strace")
+                    .args(["-f", "-o"])
+                    .arg(&trace)
+                    .arg(&w)
+                    .args(args)
+                    .current_dir(&d),
+            )?);
+        }
         let _ = std::fs::remove_file(&log);
         let _ = std::fs::remove_file(&trace);
     }
     let [bare, plain, logged, strace] = samples.map(median);
+    let [plain_cpu, logged_cpu] = cpu.map(median);
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("log: 20,000 create/write/unlink cycles + 2,000 execs, median of {runs}");
+    println!(
+        "log: 20,000 create/write/unlink cycles + 2,000 execs, median of {runs} (strace: of 3)"
+    );
     println!("  bare workload                    {:>9.1} ms", ms(bare));
     println!("  tartaros run                     {:>9.1} ms", ms(plain));
     println!(
         "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
         ms(logged),
         (ms(logged) / ms(plain) - 1.0) * 100.0
+    );
+    println!(
+        "  workload CPU time (user+sys, its own processes): {:.1} ms, with --log {:.1} ms ({:+.1}%: the capture in the kernel; the rest of the wall-time overhead is start-up and the supervisor's work)",
+        ms(plain_cpu),
+        ms(logged_cpu),
+        (ms(logged_cpu) / ms(plain_cpu) - 1.0) * 100.0
     );
     println!(
         "  strace -f -o (no sandbox)        {:>9.1} ms   overhead of strace {:+.1}%",
