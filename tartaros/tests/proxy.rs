@@ -529,7 +529,9 @@ async fn transparent_silence_and_other_protocols_are_refused() {
 
 /// `cargo test --release -p tartaros --test proxy -- --ignored --nocapture bench_proxy`
 /// (what `cargo xtask bench proxy` runs). TARTAROS_BENCH_MIB sets the
-/// download size (default 1024), TARTAROS_BENCH_RUNS the runs (default 5).
+/// download size (default 1024), TARTAROS_BENCH_RUNS the runs (default 5),
+/// TARTAROS_BENCH_REQUESTS the latency requests (default 2000, 0 skips),
+/// TARTAROS_BENCH_PATHS a comma list of direct, connect, transparent.
 #[test]
 #[ignore = "benchmark, not a test"]
 fn bench_proxy() {
@@ -541,11 +543,23 @@ fn bench_proxy() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
-    let options = tartaros::proxy::bench::BenchOptions {
+    let mut options = tartaros::proxy::bench::BenchOptions {
         bytes: mib << 20,
         runs,
         ..Default::default()
     };
+    if let Some(requests) = std::env::var("TARTAROS_BENCH_REQUESTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options.requests = requests;
+    }
+    if let Ok(paths) = std::env::var("TARTAROS_BENCH_PATHS") {
+        options.paths = paths
+            .split(',')
+            .filter_map(tartaros::proxy::bench::Path::parse)
+            .collect();
+    }
     let report = tartaros::proxy::bench::run(&options).unwrap();
     println!("{report}");
 }

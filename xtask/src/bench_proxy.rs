@@ -1,6 +1,7 @@
 //! `cargo xtask bench proxy`: throughput of a 1 GiB download direct,
-//! through a CONNECT tunnel and through the transparent listener, and the
-//! latency of small requests each way, side by side in one run.
+//! through a CONNECT tunnel and through the transparent listener, the CPU
+//! each of the bench's threads spent per GiB, and the latency of small
+//! requests each way, side by side in one run.
 //!
 //! The measurement lives in `tartaros::proxy::bench` (upstream, proxy and
 //! client each on its own thread and current-thread runtime, all on

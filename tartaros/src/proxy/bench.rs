@@ -2,6 +2,12 @@
 //! `cargo xtask bench proxy`: a bulk download direct, through a CONNECT
 //! tunnel and through the transparent listener, side by side, and the
 //! latency of small requests each way. A benchmark, not a timed test.
+//!
+//! Next to throughput it reports the CPU time each of its three threads
+//! (client, proxy, upstream) spent per GiB, and how busy they kept the
+//! machine: on a host with fewer cores than threads, a path is bounded by
+//! total CPU per byte, not by any one thread, and these figures show which
+//! side a change made cheaper.
 
 use std::fmt;
 use std::io;
@@ -26,6 +32,9 @@ pub struct BenchOptions {
     pub requests: usize,
     /// Downloads per mode; the median counts. Default: 3.
     pub runs: usize,
+    /// Which of direct, CONNECT and transparent to download through
+    /// (for profiling one path alone). Empty: all three.
+    pub paths: Vec<Path>,
 }
 
 impl Default for BenchOptions {
@@ -34,6 +43,7 @@ impl Default for BenchOptions {
             bytes: 1 << 30,
             requests: 2000,
             runs: 3,
+            paths: Vec::new(),
         }
     }
 }
@@ -50,6 +60,18 @@ pub enum Path {
 }
 
 impl Path {
+    /// The path named `name` as the report prints it (any case).
+    pub fn parse(name: &str) -> Option<Path> {
+        [
+            Path::Direct,
+            Path::Connect,
+            Path::Transparent,
+            Path::AbsoluteForm,
+        ]
+        .into_iter()
+        .find(|p| p.name().eq_ignore_ascii_case(name))
+    }
+
     fn name(self) -> &'static str {
         match self {
             Path::Direct => "direct",
@@ -73,6 +95,9 @@ pub struct BenchReport {
     pub runs: usize,
     /// Median throughput in MB/s (10^6 bytes) per path.
     pub throughput: Vec<(Path, f64)>,
+    /// CPU time the bench's threads spent on the downloads, per path,
+    /// summed over all runs (so a mean, where throughput is a median).
+    pub cpu: Vec<(Path, CpuUse)>,
     /// Small-request latency per path.
     pub latency: Vec<(Path, Latency)>,
 }
@@ -111,6 +136,29 @@ impl fmt::Display for BenchReport {
                 mbps / direct
             )?;
         }
+        // All online CPUs, not this thread's affinity mask (which a profiler
+        // may have narrowed).
+        // SAFETY: sysconf reads a system value and touches no memory of ours.
+        let cores = usize::try_from(unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) })
+            .unwrap_or(1)
+            .max(1);
+        writeln!(
+            f,
+            "CPU ms per GiB (client + proxy + upstream threads; busy: of {cores} CPUs)"
+        )?;
+        for (path, cpu) in &self.cpu {
+            let [client, proxy, upstream] = cpu.per_gib();
+            writeln!(
+                f,
+                "  {:<20} {:>5.0} + {:>5.0} + {:>5.0} = {:>5.0}  busy {:>3.0}%",
+                path.name(),
+                client,
+                proxy,
+                upstream,
+                client + proxy + upstream,
+                cpu.busy(cores) * 100.0
+            )?;
+        }
         let base = self
             .latency_of(Path::Direct)
             .map(|l| l.p50)
@@ -130,6 +178,91 @@ impl fmt::Display for BenchReport {
             )?;
         }
         Ok(())
+    }
+}
+
+/// CPU time of the client, proxy and upstream threads during downloads.
+/// It shows where a path spends CPU, and whether the threads had the
+/// machine to themselves (`busy` near 100% of the cores means the path is
+/// CPU-bound, not waiting on the relay).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuUse {
+    /// Client, proxy, upstream.
+    pub threads: [Duration; 3],
+    pub wall: Duration,
+    pub bytes: u64,
+}
+
+impl CpuUse {
+    fn add(&mut self, after: &[Duration; 3], before: &[Duration; 3], wall: Duration, bytes: u64) {
+        for (sum, (a, b)) in self.threads.iter_mut().zip(after.iter().zip(before)) {
+            *sum += a.saturating_sub(*b);
+        }
+        self.wall += wall;
+        self.bytes += bytes;
+    }
+
+    /// Milliseconds per GiB moved, per thread.
+    pub fn per_gib(&self) -> [f64; 3] {
+        let gib = self.bytes as f64 / f64::from(1u32 << 30);
+        self.threads
+            .map(|t| t.as_secs_f64() * 1e3 / gib.max(f64::MIN_POSITIVE))
+    }
+
+    /// Share of `cores` the three threads kept busy.
+    pub fn busy(&self, cores: usize) -> f64 {
+        let used: f64 = self.threads.iter().map(Duration::as_secs_f64).sum();
+        used / (self.wall.as_secs_f64() * cores as f64).max(f64::MIN_POSITIVE)
+    }
+}
+
+/// Per-thread CPU clocks, readable from the client's thread.
+struct Clocks {
+    client: ThreadClock,
+    proxy: ThreadClock,
+    upstream: ThreadClock,
+}
+
+impl Clocks {
+    fn read(&self) -> [Duration; 3] {
+        [self.client, self.proxy, self.upstream].map(ThreadClock::read)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ThreadClock(libc::clockid_t);
+
+impl ThreadClock {
+    fn current() -> Self {
+        Self(libc::CLOCK_THREAD_CPUTIME_ID)
+    }
+
+    fn of(thread: &std::thread::JoinHandle<()>) -> io::Result<Self> {
+        use std::os::unix::thread::JoinHandleExt;
+        let mut id: libc::clockid_t = 0;
+        // SAFETY: the thread is joinable (we hold its handle), so its
+        // pthread_t is valid; the call only writes `id`.
+        let rc = unsafe { libc::pthread_getcpuclockid(thread.as_pthread_t(), &mut id) };
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc));
+        }
+        Ok(Self(id))
+    }
+
+    fn read(self) -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime only writes the timespec we own. A thread
+        // that has exited reads as an error, which counts as zero.
+        if unsafe { libc::clock_gettime(self.0, &mut ts) } != 0 {
+            return Duration::ZERO;
+        }
+        Duration::new(
+            u64::try_from(ts.tv_sec).unwrap_or(0),
+            u32::try_from(ts.tv_nsec).unwrap_or(0),
+        )
     }
 }
 
@@ -186,7 +319,12 @@ pub fn run(options: &BenchOptions) -> io::Result<BenchReport> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(measure(&client, options));
+    let clocks = Clocks {
+        client: ThreadClock::current(),
+        proxy: ThreadClock::of(&proxy_thread)?,
+        upstream: ThreadClock::of(&upstream_thread)?,
+    };
+    let report = runtime.block_on(measure(&client, &clocks, options));
     let _ = stop.send(true);
     let _ = upstream_thread.join();
     let _ = proxy_thread.join();
@@ -228,13 +366,24 @@ where
         })
 }
 
-async fn measure(client: &Client, options: &BenchOptions) -> io::Result<BenchReport> {
-    let paths = [Path::Direct, Path::Connect, Path::Transparent];
+async fn measure(
+    client: &Client,
+    clocks: &Clocks,
+    options: &BenchOptions,
+) -> io::Result<BenchReport> {
+    let paths: Vec<Path> = [Path::Direct, Path::Connect, Path::Transparent]
+        .into_iter()
+        .filter(|p| options.paths.is_empty() || options.paths.contains(p))
+        .collect();
     let mut samples = vec![Vec::new(); paths.len()];
+    let mut cpu = vec![CpuUse::default(); paths.len()];
     // Interleaved so that drift (other load, CPU frequency) hits all alike.
     for _ in 0..options.runs.max(1) {
         for (i, path) in paths.iter().enumerate() {
+            let before = clocks.read();
+            let start = Instant::now();
             samples[i].push(client.download(*path, options.bytes).await?);
+            cpu[i].add(&clocks.read(), &before, start.elapsed(), options.bytes);
         }
     }
     let throughput = paths
@@ -242,18 +391,24 @@ async fn measure(client: &Client, options: &BenchOptions) -> io::Result<BenchRep
         .zip(samples)
         .map(|(p, s)| (*p, median_f64(s)))
         .collect();
+    let cpu = paths.iter().copied().zip(cpu).collect();
     let latency_paths = [
         Path::Direct,
         Path::Connect,
         Path::Transparent,
         Path::AbsoluteForm,
     ];
-    let latencies = client.latency(&latency_paths, options.requests).await?;
-    let latency = latency_paths.into_iter().zip(latencies).collect();
+    let latency = if options.requests == 0 {
+        Vec::new()
+    } else {
+        let latencies = client.latency(&latency_paths, options.requests).await?;
+        latency_paths.into_iter().zip(latencies).collect()
+    };
     Ok(BenchReport {
         bytes: options.bytes,
         runs: options.runs.max(1),
         throughput,
+        cpu,
         latency,
     })
 }
