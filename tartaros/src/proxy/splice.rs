@@ -10,9 +10,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-/// Pipe capacity asked for; the kernel keeps its 64 KiB default if this is
-/// above `/proc/sys/fs/pipe-max-size` for an unprivileged process.
-const PIPE_SIZE: usize = 1 << 20;
+/// Pipe capacity asked for (the kernel keeps its 64 KiB default if this is
+/// above `/proc/sys/fs/pipe-max-size` for an unprivileged process). Sized
+/// together with the agent-side socket buffer
+/// (`upstream::AGENT_SOCKET_BUFFER`): 256 KiB moves enough per splice that
+/// syscalls stay cheap, while the bytes in flight towards the agent stay
+/// few enough to be still in cache when the agent copies them out. With
+/// 1 MiB pipes and autotuned buffers the agent's side needed about 1.8
+/// times the CPU per byte (docs/egress.md); 64 KiB costs too many splices.
+const PIPE_SIZE: usize = 256 * 1024;
 
 pub(crate) struct Pipe {
     read: OwnedFd,

@@ -5,6 +5,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use nix::sys::socket::{setsockopt, sockopt};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -15,6 +16,17 @@ use super::{ProxyError, Resolve, upstream_address_allowed};
 /// transfer compared to tokio's 8 KiB default, which is most of the
 /// proxy's cost on loopback.
 pub const RELAY_BUFFER: usize = 256 * 1024;
+
+/// Send and receive buffer of the agent's side of a tunnel (the kernel
+/// doubles it for its bookkeeping). That side is the sandbox's loopback,
+/// where a round trip takes microseconds, so a small buffer costs no
+/// throughput; it bounds how many bytes wait between the proxy and the
+/// agent, which keeps them in cache until the agent reads them. Without
+/// it, autotuning grows the buffer to megabytes on a fast loopback and
+/// the agent's copies miss the cache. The upstream side keeps autotuning:
+/// it crosses a real network, whose bandwidth-delay product a fixed
+/// buffer would cap.
+pub const AGENT_SOCKET_BUFFER: usize = 256 * 1024;
 
 /// The first resolved address that may not be used, if any. All of a
 /// name's addresses must pass: a name that mixes public and internal
@@ -106,6 +118,10 @@ pub(crate) async fn relay(
     up: &AtomicU64,
     down: &AtomicU64,
 ) {
+    // Best effort: a refused size leaves autotuning on, which is correct,
+    // only slower on loopback.
+    let _ = setsockopt(client, sockopt::SndBuf, &AGENT_SOCKET_BUFFER);
+    let _ = setsockopt(client, sockopt::RcvBuf, &AGENT_SOCKET_BUFFER);
     if let (Ok(up_pipe), Ok(down_pipe)) = (Pipe::new(), Pipe::new()) {
         let to_upstream = splice::pump(client, upstream, &up_pipe, up);
         let to_client = splice::pump(upstream, client, &down_pipe, down);
