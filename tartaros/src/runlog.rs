@@ -20,7 +20,7 @@ pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
     let mut writer = LogWriter::create(path)?;
     // Batch appends; the drain task flushes whenever the channel runs dry,
     // so a crash loses at most what was in flight.
-    writer.set_batch_bytes(64 * 1024);
+    writer.set_batch_bytes(BATCH_BYTES);
     writer.genesis(genesis)?;
     writer.flush()?;
     Ok(writer)
@@ -69,12 +69,48 @@ pub fn to_record(effect: Effect) -> Map<String, Value> {
     fields
 }
 
+/// Records are written in chunks of this size (or after FLUSH_INTERVAL).
+pub const BATCH_BYTES: usize = 64 * 1024;
+
+/// The longest a record waits in the writer's buffer.
+const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+fn flush(writer: &mut LogWriter) {
+    if let Err(e) = writer.flush() {
+        eprintln!("tartaros: {e}");
+    }
+}
+
 /// Drains `effects` into the log until every sender is gone; returns the
 /// writer for the seal. A record the writer refuses is a supervisor bug:
 /// it is reported and counted as lost, never silently dropped.
 pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWriter {
     let mut refused = 0u64;
-    while let Some(effect) = effects.recv().await {
+    // Buffered records reach the file when the buffer is full (in
+    // `append`) or at the latest FLUSH_INTERVAL after the first of them:
+    // one write(2) per record, which a trickle of events would otherwise
+    // cause, slows the agent's own file operations on the same
+    // filesystem (a journal handle and an mtime update each).
+    let mut flush_at: Option<tokio::time::Instant> = None;
+    loop {
+        let received = match flush_at {
+            Some(deadline) => {
+                tokio::select! {
+                    effect = effects.recv() => Some(effect),
+                    () = tokio::time::sleep_until(deadline) => None,
+                }
+            }
+            None => Some(effects.recv().await),
+        };
+        let effect = match received {
+            Some(Some(effect)) => effect,
+            Some(None) => break,
+            None => {
+                flush(&mut writer);
+                flush_at = None;
+                continue;
+            }
+        };
         let mut batch = vec![effect];
         while let Ok(more) = effects.try_recv() {
             batch.push(more);
@@ -109,10 +145,13 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
             let _ = writer.gap(refused, "refused-record");
             refused = 0;
         }
-        if let Err(e) = writer.flush() {
-            eprintln!("tartaros: {e}");
+        if !writer.writes_pending() {
+            flush_at = None;
+        } else if flush_at.is_none() {
+            flush_at = Some(tokio::time::Instant::now() + FLUSH_INTERVAL);
         }
     }
+    flush(&mut writer);
     writer
 }
 

@@ -121,7 +121,10 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     let placeholders = materialize(policy)?;
     let log = match &request.log {
         Some(path) => match LogWriter::create(path) {
-            Ok(writer) => Some(writer),
+            Ok(mut writer) => {
+                writer.set_batch_bytes(crate::runlog::BATCH_BYTES);
+                Some(writer)
+            }
             Err(e) => {
                 cleanup_placeholders(&placeholders);
                 return Err(refuse(exit::REFUSED, e));
