@@ -426,6 +426,54 @@ pub mod nr {
     pub const EXECVEAT: u32 = 322;
     pub const OPENAT2: u32 = 437;
     pub const FCHMODAT2: u32 = 452;
+
+    /// Whether `sys_exit` looks further at syscall `nr` (every number
+    /// above). Checked before anything else, so every other syscall on the
+    /// host costs the capture one comparison.
+    #[inline(always)]
+    pub const fn is_captured(nr: u64) -> bool {
+        if nr > u32::MAX as u64 {
+            return false;
+        }
+        matches!(
+            nr as u32,
+            OPEN | CONNECT
+                | SENDTO
+                | SENDMSG
+                | EXECVE
+                | KILL
+                | TRUNCATE
+                | FTRUNCATE
+                | CHDIR
+                | FCHDIR
+                | RENAME
+                | MKDIR
+                | RMDIR
+                | CREAT
+                | LINK
+                | UNLINK
+                | SYMLINK
+                | CHMOD
+                | FCHMOD
+                | CHOWN
+                | FCHOWN
+                | LCHOWN
+                | TKILL
+                | TGKILL
+                | OPENAT
+                | MKDIRAT
+                | FCHOWNAT
+                | UNLINKAT
+                | RENAMEAT
+                | LINKAT
+                | SYMLINKAT
+                | FCHMODAT
+                | RENAMEAT2
+                | EXECVEAT
+                | OPENAT2
+                | FCHMODAT2
+        )
+    }
 }
 
 /// Open flags (x86_64 / generic values).

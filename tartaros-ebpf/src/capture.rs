@@ -1,8 +1,11 @@
 //! Event capture for the effect log, filtered to the sandbox cgroup:
 //! - `sched_process_exec` / `sched_process_fork` / `sched_process_exit`
 //!   (`BPF_PROG_TYPE_TRACING`, `tp_btf`, Linux 5.5);
-//! - `sys_exit` (`BPF_PROG_TYPE_RAW_TRACEPOINT`, Linux 4.17): file, network
-//!   and signal syscalls with the kernel's return value as the verdict.
+//! - `sys_exit` (`BPF_PROG_TYPE_TRACING`, `tp_btf`, Linux 5.5): file,
+//!   network and signal syscalls with the kernel's return value as the
+//!   verdict. As `tp_btf` its `struct pt_regs *` is a BTF pointer, read with
+//!   plain (fault-checked) loads instead of a `bpf_probe_read_kernel` call:
+//!   this program runs for every syscall on the host.
 //!
 //! The syscall arguments are read at syscall *exit* from the saved user
 //! registers (`struct pt_regs`), which the kernel leaves untouched for the
@@ -18,8 +21,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated},
-    macros::{btf_tracepoint, raw_tracepoint},
-    programs::{BtfTracePointContext, RawTracePointContext},
+    macros::btf_tracepoint,
+    programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
     ADDR_BYTES, ARGV_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, ExecEvent, ExitEvent, ForkEvent,
@@ -32,10 +35,14 @@ use crate::maps::{EVENTS, config, count_lost, fill_header, in_sandbox, read_kern
 /// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry
 /// (cleared on the return to user mode, after `sys_exit`).
 const TS_COMPAT: u32 = 0x0002;
-/// Offset of `orig_ax` minus 8 words in x86_64 `struct pt_regs`: the
-/// registers r10, r9, r8, ax, cx, dx, si, di, orig_ax are contiguous from
-/// byte 56, so one read gets the syscall number and all six arguments.
-const REGS_R10: u64 = 56;
+/// Word index of `r10` in x86_64 `struct pt_regs`: the registers r10, r9,
+/// r8, ax, cx, dx, si, di, orig_ax are the words 7 to 15, the syscall
+/// number and all six arguments.
+const REGS_R10: usize = 7;
+/// Word index of `di` (then `si`, `dx` below it).
+const REGS_DI: usize = 14;
+/// Word index of `orig_ax` (the syscall number).
+const REGS_ORIG_AX: usize = 15;
 const EACCES: i64 = 13;
 const EPERM: i64 = 1;
 
@@ -265,23 +272,45 @@ impl Call {
     }
 }
 
-#[raw_tracepoint(tracepoint = "sys_exit")]
-pub fn sys_exit(ctx: RawTracePointContext) -> i32 {
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
     let _ = try_sys_exit(&ctx);
     0
 }
 
+/// Word `index` of the tracepoint's `struct pt_regs`.
+#[inline(always)]
+fn reg(regs: *const u64, index: usize) -> u64 {
+    // SAFETY: `regs` is the tracepoint's `struct pt_regs *` (a BTF pointer)
+    // and `index` one of its `unsigned long` members; the verifier checks
+    // the offset against the type and makes the load fault-safe.
+    unsafe { core::ptr::read_volatile(regs.add(index)) }
+}
+
 /// `sys_exit(struct pt_regs *regs, long ret)`: runs for every syscall of
-/// every task on the host, so the cgroup test comes first.
-fn try_sys_exit(ctx: &RawTracePointContext) -> Option<()> {
+/// every task on the host, so the cheapest test comes first: the syscall
+/// number, then the cgroup.
+fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
+    let regs: *const u64 = ctx.arg(0);
+    let number = reg(regs, REGS_ORIG_AX);
+    if !nr::is_captured(number) {
+        return None;
+    }
     let cfg = config()?;
     if !in_sandbox(cfg) {
         return None;
     }
-    let regs: u64 = ctx.arg(0);
     let ret: i64 = ctx.arg(1);
-    let w: [u64; 9] = read_kernel(regs + REGS_R10)?;
-    let call = classify(w[8], ret, [w[7], w[6], w[5], w[0], w[2], w[1]])?;
+    // The arguments are in di, si, dx, r10, r8, r9.
+    let args = [
+        reg(regs, REGS_DI),
+        reg(regs, REGS_DI - 1),
+        reg(regs, REGS_DI - 2),
+        reg(regs, REGS_R10),
+        reg(regs, REGS_R10 + 2),
+        reg(regs, REGS_R10 + 1),
+    ];
+    let call = classify(number, ret, args)?;
     if cfg.task_ti_status != u32::MAX {
         // SAFETY: helper without arguments; used as an address only.
         let task = unsafe { generated::bpf_get_current_task() };
@@ -292,7 +321,7 @@ fn try_sys_exit(ctx: &RawTracePointContext) -> Option<()> {
             return None;
         }
     }
-    emit(cfg, &call, w[8] as u32, ret);
+    emit(cfg, &call, number as u32, ret);
     Some(())
 }
 

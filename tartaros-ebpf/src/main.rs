@@ -24,7 +24,7 @@
 //!
 //! Event capture (`capture.rs`), filtered to the sandbox cgroup:
 //! `sched_process_exec` / `sched_process_fork` / `sched_process_exit`
-//! (`tp_btf`, Linux >= 5.5) and `sys_exit` (`raw_tracepoint`, Linux >= 4.17).
+//! (`tp_btf`, Linux >= 5.5) and `sys_exit` (`tp_btf` as well).
 //!
 //! Every record goes to the `EVENTS` ring buffer (Linux >= 5.8); failed
 //! reservations are counted per effect kind in the per-CPU `EVENTS_LOST`

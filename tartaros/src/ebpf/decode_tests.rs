@@ -371,3 +371,51 @@ fn decode_throughput() {
         t_log.as_nanos() as f64 / n as f64
     );
 }
+
+#[test]
+fn the_capture_looks_at_exactly_the_decoded_syscalls() {
+    use tartaros_common::capture::nr::{self, is_captured};
+    let decoded = [
+        nr::OPEN,
+        nr::CONNECT,
+        nr::SENDTO,
+        nr::SENDMSG,
+        nr::EXECVE,
+        nr::KILL,
+        nr::TRUNCATE,
+        nr::FTRUNCATE,
+        nr::CHDIR,
+        nr::FCHDIR,
+        nr::RENAME,
+        nr::MKDIR,
+        nr::RMDIR,
+        nr::CREAT,
+        nr::LINK,
+        nr::UNLINK,
+        nr::SYMLINK,
+        nr::CHMOD,
+        nr::FCHMOD,
+        nr::CHOWN,
+        nr::FCHOWN,
+        nr::LCHOWN,
+        nr::TKILL,
+        nr::TGKILL,
+        nr::OPENAT,
+        nr::MKDIRAT,
+        nr::FCHOWNAT,
+        nr::UNLINKAT,
+        nr::RENAMEAT,
+        nr::LINKAT,
+        nr::SYMLINKAT,
+        nr::FCHMODAT,
+        nr::RENAMEAT2,
+        nr::EXECVEAT,
+        nr::OPENAT2,
+        nr::FCHMODAT2,
+    ];
+    for n in 0..600u64 {
+        assert_eq!(is_captured(n), decoded.contains(&(n as u32)), "syscall {n}");
+    }
+    assert!(!is_captured(u64::MAX), "-1: no syscall");
+    assert!(!is_captured(u64::from(nr::OPEN) | 1 << 32));
+}

@@ -1,7 +1,6 @@
 //! Loading the object, filling its maps, attaching programs (the steps of
 //! `attach_with`).
 
-use std::ffi::CStr;
 use std::fs::File;
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
@@ -392,12 +391,10 @@ pub(super) struct CgroupProgram {
     pub attach_type: u32,
 }
 
-/// A tracing program of the object and the tracepoint it attaches to
-/// (`None`: its BTF target, for `tp_btf`).
+/// A `tp_btf` program of the object (its spec names the BTF target).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct TracingProgram {
     pub spec: ProgSpec<'static>,
-    pub tracepoint: Option<&'static CStr>,
 }
 
 /// Programs loaded (verified) into the kernel, not attached yet, in the

@@ -109,10 +109,8 @@ const fn cgroup_program(
         attach_type,
     }
 }
-/// The capture programs: `tp_btf` ones (named after their tracepoint) and
-/// the raw tracepoint.
-pub const TP_BTF_PROGRAMS: [&str; 3] = kbtf::TP_BTF;
-pub const RAW_TP_PROGRAM: &str = "sys_exit";
+/// The capture programs, `tp_btf` all, named after their tracepoint.
+pub const TP_BTF_PROGRAMS: [&str; 4] = kbtf::TP_BTF;
 /// The unix policy programs and their attach types.
 const UNIX_PROGRAMS: [load::CgroupProgram; 2] = [
     cgroup_program(
@@ -433,17 +431,7 @@ pub fn attach_with(
                     expected_attach_type: rawprog::ATTACH_TRACE_RAW_TP,
                     attach_btf_id: btf_id,
                 },
-                tracepoint: None,
             })
-            .chain([load::TracingProgram {
-                spec: rawprog::ProgSpec {
-                    name: RAW_TP_PROGRAM,
-                    prog_type: rawprog::PROG_TYPE_RAW_TRACEPOINT,
-                    expected_attach_type: 0,
-                    attach_btf_id: 0,
-                },
-                tracepoint: Some(c"sys_exit"),
-            }])
             .collect(),
         _ => Vec::new(),
     };
@@ -471,12 +459,11 @@ pub fn attach_with(
     }
     for (program, prog) in &loaded.tracing {
         let name = program.spec.name;
-        let link = rawprog::open_tracepoint(name, prog, program.tracepoint).map_err(|source| {
-            EbpfError::AttachTracing {
+        let link =
+            rawprog::open_tracepoint(name, prog).map_err(|source| EbpfError::AttachTracing {
                 program: name,
                 source,
-            }
-        })?;
+            })?;
         links.push((name, link));
         tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
     }
@@ -509,7 +496,7 @@ fn load_error(program: &'static str, source: rawprog::RawError) -> EbpfError {
         source if program == SOCK_OPS_PROGRAM => {
             EbpfError::Transparent(Box::new(EbpfError::LoadProgram { program, source }))
         }
-        source if TP_BTF_PROGRAMS.contains(&program) || program == RAW_TP_PROGRAM => {
+        source if TP_BTF_PROGRAMS.contains(&program) => {
             EbpfError::AttachTracing { program, source }
         }
         source => EbpfError::LoadProgram { program, source },
@@ -738,7 +725,6 @@ mod tests {
             .map(|n| format!("cgroup/{n}"))
             .chain([format!("cgroup/{SOCK_CREATE_PROGRAM}"), "sockops".into()])
             .chain(TP_BTF_PROGRAMS.iter().map(|n| format!("tp_btf/{n}")))
-            .chain([format!("raw_tp/{RAW_TP_PROGRAM}")])
             .chain(
                 UNIX_PROGRAMS
                     .iter()

@@ -14,8 +14,6 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 pub const PROG_TYPE_CGROUP_SOCK: u32 = 9;
 /// `BPF_PROG_TYPE_SOCK_OPS` (Linux 4.13).
 pub const PROG_TYPE_SOCK_OPS: u32 = 13;
-/// `BPF_PROG_TYPE_RAW_TRACEPOINT` (Linux 4.17).
-pub const PROG_TYPE_RAW_TRACEPOINT: u32 = 17;
 /// `BPF_PROG_TYPE_CGROUP_SOCK_ADDR` (Linux 4.17).
 pub const PROG_TYPE_CGROUP_SOCK_ADDR: u32 = 18;
 /// `BPF_PROG_TYPE_TRACING` (Linux 5.5 for `tp_btf`).
@@ -179,17 +177,11 @@ pub fn link_cgroup(
         })
 }
 
-/// `BPF_RAW_TRACEPOINT_OPEN`: attaches a raw tracepoint program to
-/// `tracepoint`, or a `tp_btf` program (`None`) to its BTF target. The
-/// link lives as long as the returned fd.
-pub fn open_tracepoint(
-    program: &str,
-    prog: &OwnedFd,
-    tracepoint: Option<&CStr>,
-) -> Result<OwnedFd, RawError> {
+/// `BPF_RAW_TRACEPOINT_OPEN` of a `tp_btf` program: attaches it to the
+/// BTF target it was loaded for (no name). The link lives as long as the
+/// returned fd.
+pub fn open_tracepoint(program: &str, prog: &OwnedFd) -> Result<OwnedFd, RawError> {
     let mut attr = [0u8; ATTR_BYTES];
-    let name = tracepoint.map_or(0, |t| t.as_ptr() as u64);
-    put(&mut attr, 0, &name.to_le_bytes());
     put(&mut attr, 8, &(prog.as_raw_fd() as u32).to_le_bytes());
     bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
         .map(owned)
