@@ -275,60 +275,82 @@ fn micros(d: Duration) -> f64 {
 /// single-threaded runtime serves the proxy between the agent's client
 /// and a remote server.
 pub fn run(options: &BenchOptions) -> io::Result<BenchReport> {
-    let upstream = bind()?;
-    let upstream_addr = upstream.local_addr()?;
-    let explicit = bind()?;
-    let explicit_addr = explicit.local_addr()?;
-    let transparent = bind()?;
-    let transparent_addr = transparent.local_addr()?;
-    let (stop, stopped) = tokio::sync::watch::channel(false);
-
-    let upstream_thread = spawn_runtime("bench-upstream", stopped.clone(), move || async move {
-        if let Ok(listener) = TcpListener::from_std(upstream) {
-            serve_upstream(listener).await;
-        }
-    })?;
-    let proxy_thread = spawn_runtime("bench-proxy", stopped, move || async move {
-        let resolver = StaticResolver::new().with_ip(HOST, upstream_addr.ip());
-        let mut config = ProxyConfig::new(vec![HOST.to_string()], Arc::new(resolver));
-        config.allow_internal = true;
-        config.connect_ports = vec![upstream_addr.port()];
-        config.http_ports = vec![upstream_addr.port()];
-        let config = Arc::new(config);
-        // Effects are produced as in production and dropped here.
-        let (events, mut drain) = crate::events::channel();
-        let original: OriginalDst = Arc::new(move |_: &TcpStream| Some(upstream_addr));
-        let (Ok(explicit), Ok(transparent)) = (
-            TcpListener::from_std(explicit),
-            TcpListener::from_std(transparent),
-        ) else {
-            return;
-        };
-        tokio::join!(
-            super::serve(explicit, config.clone(), events.clone()),
-            super::serve_transparent(transparent, config, events, original),
-            async { while drain.recv().await.is_some() {} },
-        );
-    })?;
-
-    let client = Client {
-        upstream: upstream_addr,
-        explicit: explicit_addr,
-        transparent: transparent_addr,
-    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let clocks = Clocks {
-        client: ThreadClock::current(),
-        proxy: ThreadClock::of(&proxy_thread)?,
-        upstream: ThreadClock::of(&upstream_thread)?,
-    };
-    let report = runtime.block_on(measure(&client, &clocks, options));
-    let _ = stop.send(true);
-    let _ = upstream_thread.join();
-    let _ = proxy_thread.join();
-    report
+    runtime.block_on(measure(options))
+}
+
+/// The upstream and the proxy, each on its own thread, for one round of
+/// downloads.
+struct Servers {
+    client: Client,
+    clocks: Clocks,
+    stop: tokio::sync::watch::Sender<bool>,
+    threads: [std::thread::JoinHandle<()>; 2],
+}
+
+impl Servers {
+    fn start() -> io::Result<Self> {
+        let upstream = bind()?;
+        let upstream_addr = upstream.local_addr()?;
+        let explicit = bind()?;
+        let explicit_addr = explicit.local_addr()?;
+        let transparent = bind()?;
+        let transparent_addr = transparent.local_addr()?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+
+        let upstream_thread =
+            spawn_runtime("bench-upstream", stopped.clone(), move || async move {
+                if let Ok(listener) = TcpListener::from_std(upstream) {
+                    serve_upstream(listener).await;
+                }
+            })?;
+        let proxy_thread = spawn_runtime("bench-proxy", stopped, move || async move {
+            let resolver = StaticResolver::new().with_ip(HOST, upstream_addr.ip());
+            let mut config = ProxyConfig::new(vec![HOST.to_string()], Arc::new(resolver));
+            config.allow_internal = true;
+            config.connect_ports = vec![upstream_addr.port()];
+            config.http_ports = vec![upstream_addr.port()];
+            let config = Arc::new(config);
+            // Effects are produced as in production and dropped here.
+            let (events, mut drain) = crate::events::channel();
+            let original: OriginalDst = Arc::new(move |_: &TcpStream| Some(upstream_addr));
+            let (Ok(explicit), Ok(transparent)) = (
+                TcpListener::from_std(explicit),
+                TcpListener::from_std(transparent),
+            ) else {
+                return;
+            };
+            tokio::join!(
+                super::serve(explicit, config.clone(), events.clone()),
+                super::serve_transparent(transparent, config, events, original),
+                async { while drain.recv().await.is_some() {} },
+            );
+        })?;
+        let clocks = Clocks {
+            client: ThreadClock::current(),
+            proxy: ThreadClock::of(&proxy_thread)?,
+            upstream: ThreadClock::of(&upstream_thread)?,
+        };
+        Ok(Self {
+            client: Client {
+                upstream: upstream_addr,
+                explicit: explicit_addr,
+                transparent: transparent_addr,
+            },
+            clocks,
+            stop,
+            threads: [upstream_thread, proxy_thread],
+        })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(true);
+        for thread in self.threads {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn bind() -> io::Result<std::net::TcpListener> {
@@ -366,11 +388,7 @@ where
         })
 }
 
-async fn measure(
-    client: &Client,
-    clocks: &Clocks,
-    options: &BenchOptions,
-) -> io::Result<BenchReport> {
+async fn measure(options: &BenchOptions) -> io::Result<BenchReport> {
     let paths: Vec<Path> = [Path::Direct, Path::Connect, Path::Transparent]
         .into_iter()
         .filter(|p| options.paths.is_empty() || options.paths.contains(p))
@@ -378,13 +396,25 @@ async fn measure(
     let mut samples = vec![Vec::new(); paths.len()];
     let mut cpu = vec![CpuUse::default(); paths.len()];
     // Interleaved so that drift (other load, CPU frequency) hits all alike.
+    // Each round starts the upstream and proxy threads afresh: three busy
+    // threads share two CPUs, and where the scheduler first puts them can
+    // hold for a whole round (a proxied download at 0.65x or at 1.0x of
+    // direct); fresh threads make the median one over placements.
     for _ in 0..options.runs.max(1) {
+        let servers = Servers::start()?;
         for (i, path) in paths.iter().enumerate() {
-            let before = clocks.read();
+            let before = servers.clocks.read();
             let start = Instant::now();
-            samples[i].push(client.download(*path, options.bytes).await?);
-            cpu[i].add(&clocks.read(), &before, start.elapsed(), options.bytes);
+            let downloaded = servers.client.download(*path, options.bytes).await;
+            cpu[i].add(
+                &servers.clocks.read(),
+                &before,
+                start.elapsed(),
+                options.bytes,
+            );
+            samples[i].push(downloaded?);
         }
+        servers.stop();
     }
     let throughput = paths
         .iter()
@@ -401,8 +431,13 @@ async fn measure(
     let latency = if options.requests == 0 {
         Vec::new()
     } else {
-        let latencies = client.latency(&latency_paths, options.requests).await?;
-        latency_paths.into_iter().zip(latencies).collect()
+        let servers = Servers::start()?;
+        let latencies = servers
+            .client
+            .latency(&latency_paths, options.requests)
+            .await;
+        servers.stop();
+        latency_paths.into_iter().zip(latencies?).collect()
     };
     Ok(BenchReport {
         bytes: options.bytes,
