@@ -15,6 +15,11 @@ const COMMON: &[&str] = &[
     "pid", "ppid", "uid", "mono_ns", "wall_ns", "decision", "errno", "target",
 ];
 
+/// [`COMMON`] in the order of a `Map`'s keys.
+const COMMON_SORTED: [&str; 8] = [
+    "decision", "errno", "mono_ns", "pid", "ppid", "target", "uid", "wall_ns",
+];
+
 /// Creates the log file and writes the genesis.
 pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
     let mut writer = LogWriter::create(path)?;
@@ -32,8 +37,7 @@ pub fn to_record(effect: Effect) -> Map<String, Value> {
     let mut fields = effect.fields;
     // The capture's records (nearly all of them) already have this shape;
     // they skip the reshuffle below.
-    let complete = fields.len() == COMMON.len()
-        && fields.keys().all(|k| COMMON.contains(&k.as_str()))
+    let complete = fields.keys().map(String::as_str).eq(COMMON_SORTED)
         && fields.get("target").is_some_and(Value::is_object);
     if !complete {
         let mut target = match fields.remove("target") {
@@ -183,6 +187,13 @@ pub fn channel() -> (EffectSender, EffectReceiver) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_sorted_common_fields_are_the_common_fields() {
+        let mut common = COMMON.to_vec();
+        common.sort_unstable();
+        assert_eq!(common, COMMON_SORTED);
+    }
 
     #[test]
     fn producer_fields_land_in_target_and_defaults_fill_the_rest() {
