@@ -264,8 +264,11 @@ pub fn relocated(
     };
     let main = elf.function(program)?;
     let mut insns = Vec::new();
-    // Functions placed in the program: (section, offset in it, first insn).
+    // Functions placed in the program: (section, offset in it, first byte).
     let mut placed: Vec<(usize, usize, usize)> = Vec::new();
+    // Calls to point at their callee once every function is placed:
+    // (byte of the call in `insns`, callee's section, callee's offset).
+    let mut calls: Vec<(usize, usize, usize)> = Vec::new();
     let mut queue = vec![main];
     while let Some(function) = queue.pop() {
         let base = insns.len();
@@ -284,8 +287,10 @@ pub fn relocated(
             }
             relocated_at.push(at);
             let here = base + (at - start);
+            // An ld_imm64 is two instruction slots, a call one.
+            let width = if rtype == R_BPF_64_32 { INSN } else { 2 * INSN };
             let insn = insns
-                .get_mut(here..here + 2 * INSN)
+                .get_mut(here..here + width)
                 .ok_or_else(|| err(format!("relocation at {at} out of bounds")))?;
             let symbol = elf.symbol(sym)?;
             let target = elf.section_name(symbol.section)?;
@@ -317,6 +322,7 @@ pub fn relocated(
                         _ => symbol.value,
                     };
                     let callee = elf.function_at(symbol.section, callee_offset)?;
+                    calls.push((here, callee.section, callee.value));
                     queue_call(&mut queue, &placed, callee);
                 }
                 (rtype, target) => {
@@ -339,11 +345,20 @@ pub fn relocated(
             let callee_offset = usize::try_from(at as i64 + (imm + 1) * INSN as i64)
                 .map_err(|_| err(format!("call before its section at {at}")))?;
             let callee = elf.function_at(function.section, callee_offset)?;
+            calls.push((index, callee.section, callee.value));
             queue_call(&mut queue, &placed, callee);
         }
     }
     // Every function is in place: point each call at its callee.
-    resolve_calls(&elf, &mut insns, &placed).map_err(err)?;
+    for (call, section, offset) in calls {
+        let &(_, _, callee) = placed
+            .iter()
+            .find(|&&(s, o, _)| s == section && o == offset)
+            .ok_or_else(|| err(format!("call at byte {call} to an unplaced function")))?;
+        let distance = i32::try_from((callee as i64 - call as i64) / INSN as i64 - 1)
+            .map_err(|_| err(format!("call at byte {call} too far")))?;
+        insns[call + 4..call + 8].copy_from_slice(&distance.to_le_bytes());
+    }
     Ok(insns)
 }
 
@@ -359,53 +374,6 @@ fn queue_call<'a>(
     {
         queue.push(callee);
     }
-}
-
-/// Sets the immediate of every call to the distance to its callee, now at
-/// its place in `insns`.
-fn resolve_calls(
-    elf: &Elf<'_>,
-    insns: &mut [u8],
-    placed: &[(usize, usize, usize)],
-) -> Result<(), String> {
-    for &(section, value, base) in placed {
-        let function = elf.function_at(section, value).map_err(|e| e.to_string())?;
-        let relocations = elf.relocations(section).map_err(|e| e.to_string())?;
-        for i in 0..function.size / INSN {
-            let index = base + i * INSN;
-            if insns[index] != OP_CALL || insns[index + 1] >> 4 != BPF_PSEUDO_CALL {
-                continue;
-            }
-            let at = value + i * INSN;
-            let imm = i64::from(i32::from_le_bytes([
-                insns[index + 4],
-                insns[index + 5],
-                insns[index + 6],
-                insns[index + 7],
-            ]));
-            let (callee_section, callee_offset) =
-                match relocations.iter().find(|(off, _, _)| *off == at) {
-                    Some(&(_, _, sym)) => {
-                        let symbol = elf.symbol(sym).map_err(|e| e.to_string())?;
-                        let offset = if symbol.kind == STT_SECTION {
-                            symbol.value as i64 + (imm + 1) * INSN as i64
-                        } else {
-                            symbol.value as i64
-                        };
-                        (symbol.section, offset)
-                    }
-                    None => (section, at as i64 + (imm + 1) * INSN as i64),
-                };
-            let &(_, _, callee_base) = placed
-                .iter()
-                .find(|&&(s, v, _)| s == callee_section && v as i64 == callee_offset)
-                .ok_or_else(|| format!("call at {at} to an unplaced function"))?;
-            let distance = (callee_base as i64 - index as i64) / INSN as i64 - 1;
-            let distance = i32::try_from(distance).map_err(|_| format!("call at {at} too far"))?;
-            insns[index + 4..index + 8].copy_from_slice(&distance.to_le_bytes());
-        }
-    }
-    Ok(())
 }
 
 /// Makes the `ld_imm64` in `insn` (16 bytes) load map `fd` (`MAP_FD`) or
@@ -477,13 +445,28 @@ mod tests {
                     assert!((100..109).contains(&fd), "{program}: fd {fd}");
                 }
             }
-            // Every call lands on an instruction of the program.
-            let count = (insns.len() / INSN) as i64;
+            // Every call lands on the first instruction of an appended
+            // function whose code it is.
+            let elf = Elf::parse(object).unwrap();
+            let main_end = elf.function(program).unwrap().size / INSN;
+            let text = elf.section_index(".text").unwrap();
+            let text_functions: Vec<&[u8]> = elf
+                .symbols()
+                .unwrap()
+                .into_iter()
+                .filter(|f| f.kind == STT_FUNC && f.section == text)
+                .map(|f| &elf.bytes(elf.section(text).unwrap()).unwrap()[f.value..f.value + f.size])
+                .collect();
             for (i, insn) in insns.chunks_exact(INSN).enumerate() {
                 if insn[0] == OP_CALL && insn[1] >> 4 == BPF_PSEUDO_CALL {
                     let imm = i64::from(i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]));
-                    let target = i as i64 + 1 + imm;
-                    assert!((0..count).contains(&target), "{program}: call at {i}");
+                    let target = usize::try_from(i as i64 + 1 + imm).unwrap();
+                    assert!(target >= main_end, "{program}: call at {i} into itself");
+                    let at = &insns[target * INSN..];
+                    assert!(
+                        text_functions.iter().any(|code| at.starts_with(code)),
+                        "{program}: call at {i} lands on no function"
+                    );
                 }
             }
         }
