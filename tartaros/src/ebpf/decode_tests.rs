@@ -419,3 +419,30 @@ fn the_capture_looks_at_exactly_the_decoded_syscalls() {
     assert!(!is_captured(u64::MAX), "-1: no syscall");
     assert!(!is_captured(u64::from(nr::OPEN) | 1 << 32));
 }
+
+/// `sys_exit` returns before classifying any syscall that
+/// `nr::is_captured` rejects, so a syscall added to the classification
+/// but not to the prefilter would go unrecorded without an error. The eBPF
+/// code cannot run here; its source names every number it classifies.
+#[test]
+fn every_syscall_the_capture_classifies_passes_the_prefilter() {
+    let capture = include_str!("../../../tartaros-ebpf/src/capture.rs");
+    let common = include_str!("../../../tartaros-common/src/capture.rs");
+    let start = common.find("pub const fn is_captured").unwrap();
+    let prefilter = &common[start..];
+    let prefilter = &prefilter[..prefilter.find("\n    }\n").unwrap()];
+    let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let classified: std::collections::BTreeSet<&str> = capture
+        .split("nr::")
+        .skip(1)
+        .filter_map(|rest| rest.split(|c: char| !word(c)).next())
+        .filter(|name| !name.is_empty() && *name != "is_captured")
+        .collect();
+    assert!(classified.len() >= 30, "found only {classified:?}");
+    for name in classified {
+        assert!(
+            prefilter.split(|c: char| !word(c)).any(|w| w == name),
+            "nr::{name} is classified by sys_exit but rejected by nr::is_captured"
+        );
+    }
+}

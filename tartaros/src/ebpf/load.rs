@@ -451,12 +451,9 @@ pub(super) fn load_programs(
         };
         let cgroup = load_cgroup();
         let tracing = match helper {
-            Some(thread) => thread.join().unwrap_or_else(|_| {
-                Err((
-                    "tracing programs",
-                    RawError::Elf("the loading thread panicked".into()),
-                ))
-            }),
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err(("tracing programs", RawError::Panicked))),
             None => load_tracing(),
         };
         Ok(Loaded {

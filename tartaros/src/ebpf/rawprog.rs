@@ -73,6 +73,8 @@ pub enum RawError {
         map: String,
         source: Box<aya::maps::MapError>,
     },
+    #[error("failed to load the tracing programs: their loading thread panicked")]
+    Panicked,
     #[error("failed to create the eBPF map {map}: {source}")]
     Map { map: String, source: std::io::Error },
 }
