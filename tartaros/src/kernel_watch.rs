@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::ebpf::{AttachOptions, CaptureStats, CgroupPrograms, ConnectGrant, EbpfError};
+use crate::ebpf::{
+    AttachOptions, CaptureStats, CgroupPrograms, ConnectGrant, EbpfError, EventSource,
+};
 use crate::events::EffectSender;
 use crate::policy::Policy;
 use crate::proxy::OriginalDst;
@@ -76,11 +78,14 @@ pub fn unix_roots_fit(options: &AttachOptions) -> Result<(), String> {
     Ok(())
 }
 
+/// The forwarding task: its stats and the event source, handed back.
+type Forwarding = JoinHandle<(CaptureStats, EventSource)>;
+
 /// The attached programs and, with capture, the task that forwards their
 /// events to the log.
 pub struct KernelWatch {
     programs: CgroupPrograms,
-    forwarder: Option<(JoinHandle<CaptureStats>, oneshot::Sender<()>)>,
+    forwarder: Option<(Forwarding, oneshot::Sender<()>)>,
 }
 
 impl KernelWatch {
@@ -95,11 +100,7 @@ impl KernelWatch {
         let forwarder = if options.capture {
             let source = programs.take_event_source()?;
             let (stop, stopped) = oneshot::channel();
-            let task = tokio::spawn(crate::ebpf::forward_events(
-                source,
-                effects.clone(),
-                stopped,
-            ));
+            let task = tokio::spawn(crate::ebpf::forward(source, effects.clone(), stopped));
             Some((task, stop))
         } else {
             None
@@ -122,18 +123,52 @@ impl KernelWatch {
         self.programs.program_tags()
     }
 
-    /// Drains what is left and detaches. Call only once the cgroup is
-    /// empty: later events cannot exist, earlier ones are all in the ring.
-    pub async fn finish(self) -> Option<CaptureStats> {
+    /// Detaches the programs and drains what is left; the programs and
+    /// the ring buffer are released by the returned [`Release`]. Call only
+    /// once the cgroup is empty: later events cannot exist, earlier ones
+    /// are all in the ring, so the programs can go while it is drained.
+    pub async fn finish(self) -> (Option<CaptureStats>, Release) {
+        let mut release = Release::default();
+        release.spawn(self.programs);
         let stats = match self.forwarder {
             Some((task, stop)) => {
                 let _ = stop.send(());
-                task.await.ok()
+                match task.await {
+                    Ok((stats, source)) => {
+                        release.spawn(source);
+                        Some(stats)
+                    }
+                    Err(_) => None,
+                }
             }
             None => None,
         };
-        drop(self.programs);
-        stats
+        (stats, release)
+    }
+}
+
+/// The programs and ring buffer of a finished watch, released on threads
+/// of their own: detaching a dozen programs (each tracepoint's last probe
+/// patches kernel text) and unmapping the ring is ~1.5 ms of kernel work
+/// that need not delay the drain and the seal.
+#[derive(Default)]
+pub struct Release(Vec<std::thread::JoinHandle<()>>);
+
+impl Release {
+    fn spawn<T: Send + 'static>(&mut self, parts: T) {
+        // A thread that cannot start drops its closure, and the parts with
+        // it, right here.
+        let thread = std::thread::Builder::new()
+            .name("ebpf-release".into())
+            .spawn(move || drop(parts));
+        self.0.extend(thread.ok());
+    }
+
+    /// Returns once everything is detached and unmapped.
+    pub fn wait(self) {
+        for thread in self.0 {
+            let _ = thread.join();
+        }
     }
 }
 

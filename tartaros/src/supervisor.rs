@@ -378,9 +378,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
     cleanup_placeholders(&prepared.placeholders);
     // The cgroup is empty: every event is in the ring buffer. Drain it.
-    if let Some(watch) = watch {
-        watch.finish().await;
-    }
+    let release = match watch {
+        Some(watch) => Some(watch.finish().await.1),
+        None => None,
+    };
     if let Some(janitor) = janitor
         && teardown.is_ok()
     {
@@ -405,6 +406,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             }
             Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
         }
+    }
+    if let Some(release) = release {
+        release.wait();
     }
     match (outcome, teardown) {
         (Ok(_), Err(_)) => Ok(code.max(1)),

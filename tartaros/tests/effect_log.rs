@@ -247,16 +247,49 @@ fn a_tiny_ring_buffer_under_a_flood_counts_every_lost_event_and_verify_says_inco
         return;
     }
     let work = Dir::new();
+    let log = work.join("effects.jsonl");
     let n = 20_000;
-    // Each `open` of the marker for writing is one event.
+    // Each `open` of the marker for writing is one event. The flood waits
+    // until the supervisor is stopped, so that nothing reads the ring
+    // buffer meanwhile: a fast reader could otherwise keep up with it.
     let script = format!(
-        "python3 -c \"
+        "touch flood.ready; while [ ! -e flood.go ]; do sleep 0.01; done; python3 -c \"
 import os
 for _ in range({n}):
     os.close(os.open('flood.marker', os.O_WRONLY | os.O_CREAT, 0o644))
+open('flood.done', 'w').close()
 \""
     );
-    let (_, records) = logged_run(&work, &["--log-buffer", "64K"], &script);
+    let mut supervisor = KillOnDrop(Some(
+        Command::new(bin())
+            .args(["run", "--write", work.path().to_str().unwrap()])
+            .args(["--log", log.to_str().unwrap(), "--log-buffer", "64K"])
+            .args(["--", "sh", "-c", &script])
+            .current_dir(work.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    assert!(
+        eventually(10, || work.join("flood.ready").exists()),
+        "the agent did not start"
+    );
+    let pid = supervisor.id() as libc::pid_t;
+    // SAFETY: `pid` is our own child, which has not been waited for.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    std::fs::write(work.join("flood.go"), "").unwrap();
+    let flooded = eventually(30, || work.join("flood.done").exists());
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert!(flooded, "the flood did not finish");
+    let status = supervisor.take().wait().unwrap();
+    assert!(status.success(), "{status}");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     let logged = records
         .iter()
         .filter(|r| {

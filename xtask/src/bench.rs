@@ -12,7 +12,8 @@ pub fn run(which: &str, runs: usize, root: &Path) -> Result<()> {
         "startup" => startup(runs, root),
         "proxy" => crate::bench_proxy::run(root, runs.min(9)),
         "log" => crate::bench_log::run(root, runs),
-        other => bail!("unknown benchmark {other:?}; use startup, log or proxy"),
+        "log-start" => crate::bench_log::run_startup(root, runs),
+        other => bail!("unknown benchmark {other:?}; use startup, log, log-start or proxy"),
     }
 }
 

@@ -15,7 +15,8 @@ use anyhow::{Context, Result, bail};
 /// /bin/true N times; `flood N` opens one file for writing N times and
 /// prints how long that took. Last, `cpu S`: the CPU time (user + system)
 /// of the workload and its children, which the supervisor's own work does
-/// not count in.
+/// not count in. `stamp` alone prints the CLOCK_MONOTONIC time at which the
+/// program started: the end of the sandbox's start-up.
 const WORKLOAD: &str = r#"
 #include <fcntl.h>
 #include <stdio.h>
@@ -27,6 +28,7 @@ const WORKLOAD: &str = r#"
 #include <unistd.h>
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "stamp")) { printf("started %.9f\n", now()); return 0; }
     for (int i = 1; i + 1 < argc; i += 2) {
         long n = atol(argv[i + 1]);
         double start = now();
@@ -143,26 +145,78 @@ fn timed_cpu(cmd: &mut Command) -> Result<(Duration, Duration)> {
     Ok((elapsed, cpu))
 }
 
+/// CLOCK_MONOTONIC in seconds: the clock the workload's `stamp` prints.
+fn monotonic() -> f64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the kernel to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
 }
 
-pub fn run(root: &Path, runs: usize) -> Result<()> {
-    let tartaros = root.join("target/release/tartaros");
-    let workload = build_workload(root)?;
-    let w = workload.to_str().unwrap_or_default().to_string();
-    let dir = tempfile_dir::Dir::new()?;
-    let d = dir.path().to_str().unwrap_or_default().to_string();
-    let args = ["cycles", "20000", "execs", "2000"];
-    let runs = runs.clamp(3, 11);
+/// What every part needs: the binaries and a scratch directory.
+struct Setup {
+    tartaros: PathBuf,
+    workload: String,
+    dir: tempfile_dir::Dir,
+    runs: usize,
+}
 
-    // (1) workload overhead, interleaved.
+impl Setup {
+    fn new(root: &Path, runs: usize) -> Result<Self> {
+        let workload = build_workload(root)?;
+        Ok(Self {
+            tartaros: root.join("target/release/tartaros"),
+            workload: workload.to_str().unwrap_or_default().to_string(),
+            dir: tempfile_dir::Dir::new()?,
+            runs: runs.clamp(3, 11),
+        })
+    }
+
+    fn dir(&self) -> String {
+        self.dir.path().to_str().unwrap_or_default().to_string()
+    }
+}
+
+/// All three parts.
+pub fn run(root: &Path, runs: usize) -> Result<()> {
+    let setup = Setup::new(root, runs)?;
+    overhead(&setup)?;
+    event_rate(&setup)?;
+    startup(&setup)
+}
+
+/// Part (3) alone.
+pub fn run_startup(root: &Path, runs: usize) -> Result<()> {
+    startup(&Setup::new(root, runs)?)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// (1) The workload's overhead, runs interleaved.
+fn overhead(setup: &Setup) -> Result<()> {
+    let (tartaros, w, dir, d, runs) = (
+        &setup.tartaros,
+        &setup.workload,
+        &setup.dir,
+        setup.dir(),
+        setup.runs,
+    );
+    let args = ["cycles", "20000", "execs", "2000"];
     let mut samples: [Vec<Duration>; 4] = Default::default();
     let mut cpu: [Vec<Duration>; 2] = Default::default();
     for i in 0..runs {
         let log = dir.path().join(format!("effects-{i}.jsonl"));
-        samples[0].push(timed(Command::new(&w).args(args).current_dir(&d))?);
+        samples[0].push(timed(Command::new(w).args(args).current_dir(&d))?);
         // Every run leaves the filesystem with 20,000 freshly deleted
         // inodes, which the next run's creates pay for: alternate which of
         // the two goes first.
@@ -172,12 +226,12 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
             [true, false]
         };
         for logged in order {
-            let mut cmd = Command::new(&tartaros);
+            let mut cmd = Command::new(tartaros);
             cmd.args(["run", "--write", &d]);
             if logged {
                 cmd.arg("--log").arg(&log);
             }
-            cmd.arg("--").arg(&w).args(args).current_dir(&d);
+            cmd.arg("--").arg(w).args(args).current_dir(&d);
             let (wall, workload_cpu) = timed_cpu(&mut cmd)?;
             samples[1 + usize::from(logged)].push(wall);
             cpu[usize::from(logged)].push(workload_cpu);
@@ -190,7 +244,7 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
                 Command::new("strace")
                     .args(["-f", "-o"])
                     .arg(&trace)
-                    .arg(&w)
+                    .arg(w)
                     .args(args)
                     .current_dir(&d),
             )?);
@@ -200,7 +254,6 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
     }
     let [bare, plain, logged, strace] = samples.map(median);
     let [plain_cpu, logged_cpu] = cpu.map(median);
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "log: 20,000 create/write/unlink cycles + 2,000 execs, median of {runs} (strace: of 3)"
     );
@@ -223,14 +276,19 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
         (ms(strace) / ms(bare) - 1.0) * 100.0
     );
 
-    // (2) event rate: a flood of opens into a large ring buffer.
+    Ok(())
+}
+
+/// (2) The event rate: a flood of opens into a large ring buffer.
+fn event_rate(setup: &Setup) -> Result<()> {
+    let (tartaros, w, dir, d) = (&setup.tartaros, &setup.workload, &setup.dir, setup.dir());
     for n in [200_000u64, 1_000_000] {
         let log = dir.path().join(format!("flood-{n}.jsonl"));
-        let out = Command::new(&tartaros)
+        let out = Command::new(tartaros)
             .args(["run", "--write", &d, "--log-buffer", "256M", "--log"])
             .arg(&log)
             .arg("--")
-            .arg(&w)
+            .arg(w)
             .args(["flood", &n.to_string()])
             .current_dir(&d)
             .stderr(Stdio::null())
@@ -257,7 +315,7 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
                     .ok()
             })
             .sum();
-        let verify = Command::new(&tartaros)
+        let verify = Command::new(tartaros)
             .args(["log", "verify"])
             .arg(&log)
             .output()?;
@@ -269,31 +327,57 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
         let _ = std::fs::remove_file(&log);
     }
 
-    // (3) start-up added by --log.
-    let mut with = Vec::new();
-    let mut without = Vec::new();
-    for i in 0..runs.max(11) {
-        let log = dir.path().join(format!("start-{i}.jsonl"));
-        without.push(timed(
-            Command::new(&tartaros)
-                .args(["run", "--", "/bin/true"])
-                .current_dir(&d),
-        )?);
-        with.push(timed(
-            Command::new(&tartaros)
-                .args(["run", "--log"])
-                .arg(&log)
-                .args(["--", "/bin/true"])
-                .current_dir(&d),
-        )?);
-        let _ = std::fs::remove_file(&log);
+    Ok(())
+}
+
+/// (3) The start-up `--log` adds: until the agent's first instruction (it
+/// prints CLOCK_MONOTONIC, which the sandbox does not offset), and the
+/// whole run of a program that does nothing, teardown included.
+fn startup(setup: &Setup) -> Result<()> {
+    let (tartaros, w, dir, d, runs) = (
+        &setup.tartaros,
+        &setup.workload,
+        &setup.dir,
+        setup.dir(),
+        setup.runs,
+    );
+    let mut startup: [Vec<Duration>; 2] = Default::default();
+    let mut whole: [Vec<Duration>; 2] = Default::default();
+    for i in 0..runs.max(21) {
+        for logged in [false, true] {
+            let log = dir.path().join(format!("start-{i}.jsonl"));
+            let mut cmd = Command::new(tartaros);
+            cmd.arg("run");
+            if logged {
+                cmd.arg("--log").arg(&log);
+            }
+            cmd.arg("--").arg(w).arg("stamp").current_dir(&d);
+            let begin = monotonic();
+            let out = cmd.stderr(Stdio::null()).output()?;
+            let end = monotonic();
+            let started = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .find_map(|l| l.strip_prefix("started ")?.trim().parse::<f64>().ok())
+                .context("the sandboxed program printed no start time")?;
+            let slot = usize::from(logged);
+            startup[slot].push(Duration::from_secs_f64((started - begin).max(0.0)));
+            whole[slot].push(Duration::from_secs_f64(end - begin));
+            let _ = std::fs::remove_file(&log);
+        }
     }
-    let (with, without) = (median(with), median(without));
+    let [start_plain, start_logged] = startup.map(median);
+    let [whole_plain, whole_logged] = whole.map(median);
     println!(
-        "  start-up: tartaros run -- true {:.2} ms, with --log {:.2} ms: +{:.2} ms",
-        ms(without),
-        ms(with),
-        ms(with) - ms(without)
+        "  start-up (to the agent's first instruction): tartaros run {:.2} ms, with --log {:.2} ms: +{:.2} ms",
+        ms(start_plain),
+        ms(start_logged),
+        ms(start_logged) - ms(start_plain)
+    );
+    println!(
+        "  whole run of a program that does nothing (start-up and teardown): {:.2} ms, with --log {:.2} ms: +{:.2} ms",
+        ms(whole_plain),
+        ms(whole_logged),
+        ms(whole_logged) - ms(whole_plain)
     );
     Ok(())
 }

@@ -4,7 +4,8 @@
 //!   command under `tartaros run --log`), verify the log.
 //! - `ci`: install prerequisites, build, run the whole test suite.
 //! - `deps`: only install prerequisites (idempotent).
-//! - `bench startup|log|proxy`: side-by-side benchmarks.
+//! - `bench startup|log|log-start|proxy`: side-by-side benchmarks
+//!   (`log-start` is the start-up part of `log` alone).
 //! - `lab`: install the peer sandboxes and run the contract lab.
 mod bench;
 mod bench_log;

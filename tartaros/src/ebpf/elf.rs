@@ -210,6 +210,12 @@ impl<'a> Elf<'a> {
             .transpose()
     }
 
+    /// Size in bytes of program `name`'s own code (without the functions
+    /// it calls).
+    pub fn program_size(&self, name: &str) -> Result<usize, RawError> {
+        Ok(self.function(name)?.size)
+    }
+
     /// The function symbol `name`.
     fn function(&self, name: &str) -> Result<Symbol<'a>, RawError> {
         self.symbols()?

@@ -161,9 +161,24 @@ impl Forwarder {
 pub async fn forward_events(
     source: EventSource,
     effects: EffectSender,
-    mut stop: tokio::sync::oneshot::Receiver<()>,
+    stop: tokio::sync::oneshot::Receiver<()>,
 ) -> CaptureStats {
-    let EventSource { ring, lost, .. } = source;
+    forward(source, effects, stop).await.0
+}
+
+/// [`forward_events`], handing the source back instead of dropping it:
+/// unmapping the ring buffer is ~0.5 ms of kernel work that the caller may
+/// do elsewhere.
+pub async fn forward(
+    source: EventSource,
+    effects: EffectSender,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> (CaptureStats, EventSource) {
+    let EventSource {
+        ring,
+        lost,
+        capture,
+    } = source;
     let mut fw = Forwarder {
         decoder: Decoder::new(),
         effects,
@@ -193,7 +208,7 @@ pub async fn forward_events(
             }
             while fw.drain(&mut ring, BATCH) > 0 {}
             fw.check_lost(&lost);
-            return fw.stats;
+            return (fw.stats, EventSource::new(ring, lost, capture));
         }
     };
     let mut tick = tokio::time::interval(POLL);
@@ -231,5 +246,6 @@ pub async fn forward_events(
     }
     while fw.drain(afd.get_mut(), BATCH) > 0 {}
     fw.check_lost(&lost);
-    fw.stats
+    let ring = afd.into_inner();
+    (fw.stats, EventSource::new(ring, lost, capture))
 }

@@ -6,6 +6,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aya::maps::{Array, HashMap, Map, MapData};
 use tartaros_common::capture::{
@@ -57,11 +58,10 @@ impl Object {
             .map(|m| m.fd)
     }
 
-    /// Loads program `spec.name` of the object into the kernel, its map
-    /// references pointing at our maps.
-    pub(super) fn load_program(&self, spec: ProgSpec<'_>) -> Result<OwnedFd, RawError> {
-        let insns = elf::relocated(EBPF_OBJECT, spec.name, &|map| self.map_fd(map))?;
-        rawprog::load(spec, &insns)
+    /// The code of program `name`, its map references pointing at our
+    /// maps.
+    fn relocated(&self, name: &str) -> Result<Vec<u8>, RawError> {
+        elf::relocated(EBPF_OBJECT, name, &|map| self.map_fd(map))
     }
 }
 
@@ -404,62 +404,80 @@ pub(super) struct Loaded {
     pub tracing: Vec<(TracingProgram, OwnedFd)>,
 }
 
-type LoadResult<T> = Result<Vec<(T, OwnedFd)>, (&'static str, RawError)>;
+/// A program to verify: where its result goes, and its size.
+struct Job {
+    index: usize,
+    spec: ProgSpec<'static>,
+    size: usize,
+}
 
-/// Loads `cgroup` and `tracing`. The verifier is most of the attach time
-/// (~4 ms for `sys_exit` alone), and the two groups are independent, so
-/// the tracing programs are verified on a second thread meanwhile (or
-/// here, if no thread can be started).
+type JobResult = (usize, Result<OwnedFd, (&'static str, RawError)>);
+
+/// Loads `cgroup` and `tracing`. The verifier is most of the attach time,
+/// so two threads (this one and a helper) take the programs from one
+/// queue, largest first: `sys_exit` alone costs about as much as all the
+/// others together, and starting it first keeps it off the end of the
+/// critical path. Without a helper thread, this one loads everything.
 pub(super) fn load_programs(
     object: &Object,
     cgroup: &[CgroupProgram],
     tracing: &[TracingProgram],
 ) -> Result<Loaded, (&'static str, RawError)> {
-    let load_tracing = || -> LoadResult<TracingProgram> {
-        tracing
-            .iter()
-            .map(|p| {
-                Ok((
-                    *p,
-                    object.load_program(p.spec).map_err(|e| (p.spec.name, e))?,
-                ))
-            })
-            .collect()
-    };
-    let load_cgroup = || -> LoadResult<CgroupProgram> {
-        cgroup
-            .iter()
-            .map(|p| {
-                let spec = ProgSpec {
-                    name: p.name,
-                    prog_type: p.prog_type,
-                    expected_attach_type: p.attach_type,
-                    attach_btf_id: 0,
-                };
-                Ok((*p, object.load_program(spec).map_err(|e| (p.name, e))?))
-            })
-            .collect()
-    };
-    std::thread::scope(|scope| {
-        let helper = if tracing.is_empty() {
-            None
-        } else {
-            std::thread::Builder::new()
-                .name("ebpf-verify".into())
-                .spawn_scoped(scope, load_tracing)
-                .ok()
-        };
-        let cgroup = load_cgroup();
-        let tracing = match helper {
-            Some(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err(("tracing programs", RawError::Panicked))),
-            None => load_tracing(),
-        };
-        Ok(Loaded {
-            cgroup: cgroup?,
-            tracing: tracing?,
+    let specs = cgroup
+        .iter()
+        .map(|p| ProgSpec {
+            name: p.name,
+            prog_type: p.prog_type,
+            expected_attach_type: p.attach_type,
+            attach_btf_id: 0,
         })
+        .chain(tracing.iter().map(|p| p.spec));
+    let elf = elf::Elf::parse(EBPF_OBJECT).map_err(|e| ("the eBPF object", e))?;
+    let mut jobs = Vec::with_capacity(cgroup.len() + tracing.len());
+    for (index, spec) in specs.enumerate() {
+        let size = elf.program_size(spec.name).map_err(|e| (spec.name, e))?;
+        jobs.push(Job { index, spec, size });
+    }
+    jobs.sort_by_key(|job| std::cmp::Reverse(job.size));
+    let next = AtomicUsize::new(0);
+    let work = || -> Vec<JobResult> {
+        let mut done = Vec::new();
+        while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let loaded = object
+                .relocated(job.spec.name)
+                .and_then(|insns| rawprog::load(job.spec, &insns))
+                .map_err(|e| (job.spec.name, e));
+            done.push((job.index, loaded));
+        }
+        done
+    };
+    let mut results = std::thread::scope(|scope| {
+        let helper = std::thread::Builder::new()
+            .name("ebpf-verify".into())
+            .spawn_scoped(scope, work)
+            .ok();
+        let mut results = work();
+        if let Some(thread) = helper {
+            let theirs = thread
+                .join()
+                .map_err(|_| ("a verifier thread", RawError::Panicked))?;
+            results.extend(theirs);
+        }
+        Ok(results)
+    })?;
+    // The first failure in the order asked for is the one reported.
+    results.sort_by_key(|(index, _)| *index);
+    let mut fds = Vec::with_capacity(results.len());
+    for (_, loaded) in results {
+        fds.push(loaded?);
+    }
+    if fds.len() != cgroup.len() + tracing.len() {
+        return Err(("a verifier thread", RawError::Panicked));
+    }
+    let tracing_fds = fds.split_off(cgroup.len());
+    Ok(Loaded {
+        cgroup: cgroup.iter().copied().zip(fds).collect(),
+        tracing: tracing.iter().copied().zip(tracing_fds).collect(),
     })
 }
 

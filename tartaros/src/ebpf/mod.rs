@@ -49,7 +49,7 @@ use aya::maps::{MapError, PerCpuArray, RingBuf};
 use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
-pub use forward::{CaptureStats, EventSource, forward_events};
+pub use forward::{CaptureStats, EventSource, forward, forward_events};
 use original_dst::OriginalDstMap;
 pub use probe::probe_program_types;
 pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind, verdict};
