@@ -4,6 +4,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::effectlog::Record;
+
 /// One effect record before it gets its `seq`, `prev` and times.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effect {
@@ -28,10 +30,42 @@ impl Effect {
     }
 }
 
+/// What travels to the log writer: an effect of the supervisor's own
+/// services, or a batch of typed records from the eBPF capture.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Entry {
+    Effect(Effect),
+    Records(Vec<Record>),
+}
+
+impl From<Effect> for Entry {
+    fn from(effect: Effect) -> Self {
+        Entry::Effect(effect)
+    }
+}
+
+impl Entry {
+    /// Everything in the entry as [`Effect`]s, each record with its common
+    /// fields and `target` (for tests and tools; the writer takes records
+    /// as they are).
+    pub fn into_effects(self) -> Vec<Effect> {
+        match self {
+            Entry::Effect(effect) => vec![effect],
+            Entry::Records(records) => records
+                .into_iter()
+                .map(|r| Effect {
+                    kind: r.kind,
+                    fields: r.to_fields(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Where producers send effects. Unbounded so that a slow disk never
 /// blocks the proxy; the supervisor drains it continuously.
-pub type EffectSender = tokio::sync::mpsc::UnboundedSender<Effect>;
-pub type EffectReceiver = tokio::sync::mpsc::UnboundedReceiver<Effect>;
+pub type EffectSender = tokio::sync::mpsc::UnboundedSender<Entry>;
+pub type EffectReceiver = tokio::sync::mpsc::UnboundedReceiver<Entry>;
 
 pub fn channel() -> (EffectSender, EffectReceiver) {
     tokio::sync::mpsc::unbounded_channel()

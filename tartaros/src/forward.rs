@@ -35,12 +35,13 @@ pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectS
                         target("allowed")
                             .with("bytes_up", up)
                             .with("bytes_down", down)
-                            .with("duration_us", started.elapsed().as_micros() as u64),
+                            .with("duration_us", started.elapsed().as_micros() as u64)
+                            .into(),
                     );
                 }
                 Err(e) => {
                     // The grant held; the host side had no listener.
-                    let _ = effects.send(target("allowed").with("error", e.to_string()));
+                    let _ = effects.send(target("allowed").with("error", e.to_string()).into());
                 }
             }
         });

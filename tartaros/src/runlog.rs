@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Seal};
-use crate::events::{Effect, EffectReceiver, EffectSender};
+use crate::events::{Effect, EffectReceiver, EffectSender, Entry};
 
 /// Fields every effect record has; anything else goes into `target`.
 const COMMON: &[&str] = &[
@@ -85,6 +85,38 @@ fn flush(writer: &mut LogWriter) {
     }
 }
 
+/// Appends one effect of a supervisor service (or an in-band `gap`);
+/// returns 1 if the writer refused it.
+fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
+    let kind = effect.kind;
+    // Producers report lost events in-band, as a `gap` effect.
+    if kind == "gap" {
+        let count = effect
+            .fields
+            .get("count")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let lost_kind = effect
+            .fields
+            .get("lost_kind")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown");
+        if count > 0
+            && let Err(e) = writer.gap(count, lost_kind)
+        {
+            eprintln!("tartaros: failed to log a gap record: {e}");
+        }
+        return 0;
+    }
+    match writer.append(kind, to_record(effect)) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("tartaros: failed to log a {kind} record: {e}");
+            1
+        }
+    }
+}
+
 /// Drains `effects` into the log until every sender is gone; returns the
 /// writer for the seal. A record the writer refuses is a supervisor bug:
 /// it is reported and counted as lost, never silently dropped.
@@ -119,30 +151,17 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
         while let Ok(more) = effects.try_recv() {
             batch.push(more);
         }
-        for effect in batch {
-            let kind = effect.kind;
-            // Producers report lost events in-band, as a `gap` effect.
-            if kind == "gap" {
-                let count = effect
-                    .fields
-                    .get("count")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                let lost_kind = effect
-                    .fields
-                    .get("lost_kind")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown");
-                if count > 0
-                    && let Err(e) = writer.gap(count, lost_kind)
-                {
-                    eprintln!("tartaros: failed to log a gap record: {e}");
+        for entry in batch {
+            match entry {
+                Entry::Records(records) => {
+                    for mut record in records {
+                        if let Err(e) = writer.record(&mut record) {
+                            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
+                            refused += 1;
+                        }
+                    }
                 }
-                continue;
-            }
-            if let Err(e) = writer.append(kind, to_record(effect)) {
-                eprintln!("tartaros: failed to log a {kind} record: {e}");
-                refused += 1;
+                Entry::Effect(effect) => refused += append_effect(&mut writer, effect),
             }
         }
         if refused > 0 {

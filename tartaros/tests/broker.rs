@@ -200,7 +200,9 @@ impl Setup {
         let effect = tokio::time::timeout(Duration::from_secs(5), self.effects.recv())
             .await
             .expect("an effect within 5 s")
-            .expect("effect channel open");
+            .expect("effect channel open")
+            .into_effects()
+            .remove(0);
         assert_eq!(effect.kind, "broker");
         let text = serde_json::to_string(&effect.fields).unwrap();
         assert!(

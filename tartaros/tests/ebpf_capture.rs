@@ -170,8 +170,8 @@ impl Forwarding {
         let _ = self.stop.send(());
         let stats = self.rt.block_on(self.task).expect("forwarder task");
         let mut effects = Vec::new();
-        while let Ok(e) = self.rx.try_recv() {
-            effects.push(e);
+        while let Ok(entry) = self.rx.try_recv() {
+            effects.extend(entry.into_effects());
         }
         (effects, stats)
     }

@@ -1,4 +1,4 @@
-//! Ring-buffer records to effect-log records ([`crate::events::Effect`]).
+//! Ring-buffer records to effect-log records ([`crate::effectlog::Record`]).
 //!
 //! Paths are what the agent passed. Relative ones are made absolute here
 //! (the record then says `resolved_from`):
@@ -12,9 +12,10 @@
 //! - or they stay relative with `path_relative: true` when neither is
 //!   known (the process is gone).
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tartaros_common::capture::{
     AT_FDCWD, EventHeader, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, SUN_PATH_MAX, SysAddrEvent,
     SysEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record, unix_hook,
@@ -22,7 +23,7 @@ use tartaros_common::capture::{
 };
 use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, verdict};
 
-use crate::events::Effect;
+use crate::effectlog::{Decision, Record, Target};
 
 const EPERM: u64 = 1;
 const EINTR: u64 = 4;
@@ -68,7 +69,7 @@ fn read<T: Plain>(bytes: &[u8]) -> Option<T> {
 /// What a record turned into.
 #[derive(Debug)]
 pub(super) enum Decoded {
-    Effect(Effect),
+    Record(Record),
     /// A valid record that produces no log entry.
     Skip,
     /// Too short or of an unknown type.
@@ -149,7 +150,7 @@ impl Decoder {
                 _ => None,
             };
         match effect {
-            Some(Some(e)) => Decoded::Effect(e),
+            Some(Some(e)) => Decoded::Record(e),
             Some(None) => Decoded::Skip,
             None => Decoded::Invalid,
         }
@@ -161,8 +162,8 @@ impl Decoder {
         kind: &'static str,
         h: &EventHeader,
         errno: u64,
-        mut target: Map<String, Value>,
-    ) -> Effect {
+        mut target: Target,
+    ) -> Record {
         // Records come in runs from one process: skip the table updates
         // while the process and its parent stay the same.
         if self.last != (h.tgid, h.ppid) {
@@ -173,26 +174,32 @@ impl Decoder {
             }
         }
         if h.pid != h.tgid {
-            target.insert("tid".into(), h.pid.into());
+            target.insert("tid", h.pid);
         }
         if h.flags & flag::PPID_UNREADABLE != 0 {
-            target.insert("ppid_unreadable".into(), true.into());
+            target.insert("ppid_unreadable", true);
         }
-        let decision = if errno == 0 { "allowed" } else { "denied" };
-        Effect::new(kind)
-            .with("pid", h.tgid)
-            .with("ppid", h.ppid)
-            .with("uid", h.uid)
-            .with("mono_ns", h.ktime_ns)
-            .with("wall_ns", self.wall(h.ktime_ns))
-            .with("decision", decision)
-            .with("errno", errno)
-            .with("target", Value::Object(target))
+        let decision = if errno == 0 {
+            Decision::Allowed
+        } else {
+            Decision::Denied
+        };
+        Record {
+            kind,
+            pid: h.tgid,
+            ppid: h.ppid,
+            uid: h.uid,
+            mono_ns: h.ktime_ns,
+            wall_ns: self.wall(h.ktime_ns),
+            decision,
+            errno,
+            target,
+        }
     }
 
-    fn exec(&mut self, e: &ExecEvent) -> Option<Effect> {
+    fn exec(&mut self, e: &ExecEvent) -> Option<Record> {
         let h = &e.header;
-        let mut t = Map::new();
+        let mut t = Target::new();
         self.put_path(
             &mut t,
             "path",
@@ -213,38 +220,38 @@ impl Decoder {
             }
         }
         let truncated = h.flags & flag::ARGV_TRUNCATED != 0 || (argv.len() as u32) < e.argc;
-        t.insert("argv".into(), Value::Array(argv));
-        t.insert("argc".into(), e.argc.into());
+        t.insert("argv", Value::Array(argv));
+        t.insert("argc", e.argc);
         if truncated {
-            t.insert("argv_truncated".into(), true.into());
+            t.insert("argv_truncated", true);
         }
         if h.flags & flag::ARGV_UNREADABLE != 0 {
-            t.insert("argv_unreadable".into(), true.into());
+            t.insert("argv_unreadable", true);
         }
         Some(self.effect("exec", h, 0, t))
     }
 
-    fn fork(&mut self, e: &ForkEvent) -> Option<Effect> {
+    fn fork(&mut self, e: &ForkEvent) -> Option<Record> {
         self.known.insert(e.child);
         self.ppids.insert(e.child, e.header.tgid);
         // The child starts in its parent's cwd.
         if let Some(cwd) = self.cwd(e.header.tgid) {
             self.cwds.insert(e.child, cwd);
         }
-        let mut t = Map::new();
-        t.insert("child".into(), e.child.into());
+        let mut t = Target::new();
+        t.insert("child", e.child);
         Some(self.effect("fork", &e.header, 0, t))
     }
 
-    fn exit(&mut self, e: &ExitEvent) -> Option<Effect> {
-        let mut t = Map::new();
+    fn exit(&mut self, e: &ExitEvent) -> Option<Record> {
+        let mut t = Target::new();
         let status = e.status;
         if status & 0x7f == 0 {
-            t.insert("code".into(), ((status >> 8) & 0xff).into());
+            t.insert("code", (status >> 8) & 0xff);
         } else {
-            t.insert("signal".into(), (status & 0x7f).into());
+            t.insert("signal", status & 0x7f);
             if status & 0x80 != 0 {
-                t.insert("core".into(), true.into());
+                t.insert("core", true);
             }
         }
         let effect = self.effect("exit", &e.header, 0, t);
@@ -263,7 +270,7 @@ impl Decoder {
         path: Option<&[u8]>,
         path2: Option<&[u8]>,
         addr: Option<&[u8]>,
-    ) -> Option<Effect> {
+    ) -> Option<Record> {
         let h = &s.header;
         if h.effect == effect::CHDIR {
             self.chdir(s, path);
@@ -273,7 +280,7 @@ impl Decoder {
         if kind == "event" {
             return None;
         }
-        let (mut errno, mut t) = (errno_of(s.ret), Map::new());
+        let (mut errno, mut t) = (errno_of(s.ret), Target::new());
         let flags = h.flags;
         match (path, path2) {
             (Some(p), Some(p2)) => {
@@ -285,7 +292,7 @@ impl Decoder {
                 if h.effect == effect::SYMLINK {
                     // The link's contents are stored, never looked up now.
                     let v = cstr(p, s.len).map(lossy).unwrap_or_default();
-                    t.insert(k1.into(), v.into());
+                    t.insert(k1, v);
                     flags_for(
                         &mut t,
                         k1,
@@ -331,14 +338,14 @@ impl Decoder {
         }
         let fd_target = path.is_none() && addr.is_none() && h.effect != effect::SIGNAL;
         if fd_target {
-            t.insert("fd".into(), s.fd.into());
+            t.insert("fd", s.fd);
             match self.fd_path(h.tgid, s.fd) {
                 Some(p) => {
-                    t.insert("path".into(), p.into());
-                    t.insert("resolved_from".into(), "fd".into());
+                    t.insert("path", p);
+                    t.insert("resolved_from", "fd");
                 }
                 None => {
-                    t.insert("path_unresolved".into(), true.into());
+                    t.insert("path_unresolved", true);
                 }
             }
         }
@@ -346,41 +353,41 @@ impl Decoder {
             effect::OPEN | effect::CREATE | effect::TRUNCATE
                 if s.nr != nr::TRUNCATE && s.nr != nr::FTRUNCATE =>
             {
-                t.insert("flags".into(), s.args[0].into());
+                t.insert("flags", s.args[0]);
                 if h.effect == effect::CREATE {
-                    t.insert("mode".into(), (s.args[1] & 0o7777).into());
+                    t.insert("mode", s.args[1] & 0o7777);
                 }
                 if h.effect == effect::TRUNCATE {
-                    t.insert("length".into(), 0.into());
+                    t.insert("length", 0);
                 }
                 if flags & flag::ADDR_UNREADABLE != 0 {
-                    t.insert("flags_unreadable".into(), true.into());
+                    t.insert("flags_unreadable", true);
                 }
             }
             effect::TRUNCATE => {
-                t.insert("length".into(), (s.args[0] as i64).into());
+                t.insert("length", s.args[0] as i64);
             }
             effect::MKDIR | effect::CHMOD => {
-                t.insert("mode".into(), (s.args[0] & 0o7777).into());
+                t.insert("mode", s.args[0] & 0o7777);
             }
             effect::UNLINK | effect::RMDIR if s.nr == nr::UNLINKAT => {
-                t.insert("flags".into(), s.args[0].into());
+                t.insert("flags", s.args[0]);
             }
             effect::RENAME | effect::LINK if s.args[0] != 0 => {
-                t.insert("flags".into(), s.args[0].into());
+                t.insert("flags", s.args[0]);
             }
             effect::CHOWN => {
-                t.insert("uid".into(), (s.args[0] as u32 as i32).into());
-                t.insert("gid".into(), (s.args[1] as u32 as i32).into());
+                t.insert("uid", s.args[0] as u32 as i32);
+                t.insert("gid", s.args[1] as u32 as i32);
             }
             effect::CONNECT | effect::SENDTO => {
                 if let Some(a) = addr {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
                 }
-                t.insert("fd".into(), s.fd.into());
+                t.insert("fd", s.fd);
                 if errno == EINPROGRESS && h.effect == effect::CONNECT {
                     // A non-blocking connect that the filters let through.
-                    t.insert("in_progress".into(), true.into());
+                    t.insert("in_progress", true);
                     errno = 0;
                 }
             }
@@ -390,25 +397,25 @@ impl Decoder {
         Some(self.effect(kind, h, errno, t))
     }
 
-    fn put_signal(&mut self, t: &mut Map<String, Value>, s: &SysEvent) {
+    fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
         let to = s.args[0] as u32 as i32;
-        t.insert("to".into(), to.into());
-        t.insert("signal".into(), (s.args[1] as u32 as i32).into());
+        t.insert("to", to);
+        t.insert("signal", s.args[1] as u32 as i32);
         match s.nr {
             nr::TKILL => {
-                t.insert("thread".into(), true.into());
+                t.insert("thread", true);
             }
             nr::TGKILL => {
-                t.insert("tid".into(), (s.args[2] as u32 as i32).into());
+                t.insert("tid", s.args[2] as u32 as i32);
             }
             _ => {}
         }
         if to <= 0 {
             // 0: the caller's process group, -1: every process it may
             // signal, -N: process group N (all inside the pid namespace).
-            t.insert("group".into(), true.into());
+            t.insert("group", true);
         } else if let Some(outside) = self.target_outside(s.header.tgid, to) {
-            t.insert("outside".into(), outside.into());
+            t.insert("outside", outside);
         }
     }
 
@@ -454,8 +461,8 @@ impl Decoder {
     #[allow(clippy::too_many_arguments)]
     fn put_path(
         &mut self,
-        t: &mut Map<String, Value>,
-        key: &str,
+        t: &mut Target,
+        key: &'static str,
         tgid: u32,
         dirfd: i32,
         buf: &[u8],
@@ -465,12 +472,12 @@ impl Decoder {
     ) {
         flags_for(t, key, unreadable, truncated);
         let Some(raw) = cstr(buf, len).filter(|_| !unreadable) else {
-            t.insert(key.into(), "".into());
+            t.insert(key, "");
             return;
         };
         let path = lossy(raw);
         if path.starts_with('/') {
-            t.insert(key.into(), path.into());
+            t.insert(key, path);
             return;
         }
         let (base, from) = if dirfd == AT_FDCWD {
@@ -480,21 +487,21 @@ impl Decoder {
         } else {
             (None, "")
         };
-        let from_key = if key == "path" {
-            "resolved_from".to_owned()
+        let from_key: Cow<'static, str> = if key == "path" {
+            "resolved_from".into()
         } else {
-            format!("{key}_resolved_from")
+            format!("{key}_resolved_from").into()
         };
         match base {
             Some(base) => {
-                t.insert(key.into(), join(&base, &path).into());
-                t.insert(from_key, from.into());
+                t.insert(key, join(&base, &path));
+                t.insert(from_key, from);
             }
             None => {
-                t.insert(key.into(), path.into());
-                t.insert(format!("{key}_relative"), true.into());
+                t.insert(key, path);
+                t.insert(format!("{key}_relative"), true);
                 if dirfd != AT_FDCWD {
-                    t.insert(format!("{key}_dirfd"), dirfd.into());
+                    t.insert(format!("{key}_dirfd"), dirfd);
                 }
             }
         }
@@ -541,53 +548,41 @@ impl Decoder {
             .map(|p| p.to_string_lossy().into_owned())
     }
 
-    fn put_sockaddr(
-        &mut self,
-        t: &mut Map<String, Value>,
-        tgid: u32,
-        a: &[u8],
-        len: i32,
-        flags: u32,
-    ) {
+    fn put_sockaddr(&mut self, t: &mut Target, tgid: u32, a: &[u8], len: i32, flags: u32) {
         if flags & flag::ADDR_UNREADABLE != 0 || len < 2 {
-            t.insert("family".into(), "unknown".into());
-            t.insert("addr_unreadable".into(), true.into());
+            t.insert("family", "unknown");
+            t.insert("addr_unreadable", true);
             return;
         }
         if flags & flag::ADDR_TRUNCATED != 0 {
-            t.insert("addr_truncated".into(), true.into());
+            t.insert("addr_truncated", true);
         }
         let a = &a[..(len as usize).min(a.len())];
         let family = u16::from_ne_bytes([a[0], a[1]]);
         let port = |a: &[u8]| a.get(2..4).map(|p| u16::from_be_bytes([p[0], p[1]]));
         match family {
             AF_INET if a.len() >= 8 => {
-                t.insert("family".into(), "inet".into());
+                t.insert("family", "inet");
                 t.insert(
-                    "addr".into(),
-                    std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7])
-                        .to_string()
-                        .into(),
+                    "addr",
+                    std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7]).to_string(),
                 );
-                t.insert("port".into(), port(a).unwrap_or(0).into());
+                t.insert("port", port(a).unwrap_or(0));
             }
             AF_INET6 if a.len() >= 24 => {
                 let mut ip = [0u8; 16];
                 ip.copy_from_slice(&a[8..24]);
-                t.insert("family".into(), "inet6".into());
-                t.insert(
-                    "addr".into(),
-                    std::net::Ipv6Addr::from(ip).to_string().into(),
-                );
-                t.insert("port".into(), port(a).unwrap_or(0).into());
+                t.insert("family", "inet6");
+                t.insert("addr", std::net::Ipv6Addr::from(ip).to_string());
+                t.insert("port", port(a).unwrap_or(0));
             }
             AF_UNIX => {
-                t.insert("family".into(), "unix".into());
+                t.insert("family", "unix");
                 let name = &a[2..];
                 if name.first() == Some(&0) {
                     // Abstract: the whole name, NULs included, is the address.
-                    t.insert("path".into(), format!("@{}", lossy(&name[1..])).into());
-                    t.insert("abstract".into(), true.into());
+                    t.insert("path", format!("@{}", lossy(&name[1..])));
+                    t.insert("abstract", true);
                 } else {
                     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
                     let mut buf = name[..end].to_vec();
@@ -605,63 +600,60 @@ impl Decoder {
                 }
             }
             0 => {
-                t.insert("family".into(), "unspec".into());
+                t.insert("family", "unspec");
             }
             other => {
-                t.insert("family".into(), other.into());
+                t.insert("family", other);
             }
         }
     }
 
-    fn unix(&mut self, e: &UnixEvent) -> Effect {
+    fn unix(&mut self, e: &UnixEvent) -> Record {
         let kind = if e.hook == unix_hook::SENDMSG {
             "sendto"
         } else {
             "connect"
         };
-        let mut t = Map::new();
-        t.insert("family".into(), "unix".into());
+        let mut t = Target::new();
+        t.insert("family", "unix");
         let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
         let name = &e.path[..len];
         let end = name.iter().position(|&b| b == 0).unwrap_or(len);
-        t.insert("path".into(), lossy(&name[..end]).into());
+        t.insert("path", lossy(&name[..end]));
         let reason = match e.verdict {
             unix_verdict::DENY => "outside the allowed socket directories",
             unix_verdict::DENY_RELATIVE => "relative socket path",
             unix_verdict::DENY_DOTDOT => "socket path with ..",
             _ => "socket address unreadable",
         };
-        t.insert("reason".into(), reason.into());
+        t.insert("reason", reason);
         self.effect(kind, &e.header, EPERM, t)
     }
 
-    fn connect_event(&mut self, e: &ConnectEvent) -> Effect {
+    fn connect_event(&mut self, e: &ConnectEvent) -> Record {
         let kind = match e.kind {
             kind::SENDMSG4 | kind::SENDMSG6 => "sendto",
             _ => "connect",
         };
-        let mut t = Map::new();
+        let mut t = Target::new();
         if e.kind == kind::SOCK_CREATE {
-            t.insert("socket".into(), true.into());
-            t.insert("family".into(), e.family.into());
-            t.insert("type".into(), e.sock_type.into());
-            t.insert("protocol".into(), e.protocol.into());
+            t.insert("socket", true);
+            t.insert("family", e.family);
+            t.insert("type", e.sock_type);
+            t.insert("protocol", e.protocol);
         } else if let Some(dest) = super::event_destination(e) {
-            t.insert(
-                "family".into(),
-                if dest.is_ipv4() { "inet" } else { "inet6" }.into(),
-            );
-            t.insert("addr".into(), dest.ip().to_string().into());
-            t.insert("port".into(), dest.port().into());
+            t.insert("family", if dest.is_ipv4() { "inet" } else { "inet6" });
+            t.insert("addr", dest.ip().to_string());
+            t.insert("port", dest.port());
         } else {
-            t.insert("family".into(), e.family.into());
+            t.insert("family", e.family);
         }
         if e.verdict == verdict::ALLOW_MONITOR {
-            t.insert("monitor".into(), true.into());
+            t.insert("monitor", true);
         }
         if e.verdict == verdict::REDIRECT {
             // Sent to the transparent proxy, which logs its own decision.
-            t.insert("transparent".into(), true.into());
+            t.insert("transparent", true);
         }
         let errno = if verdict::is_denied(e.verdict) {
             EPERM
@@ -695,12 +687,12 @@ fn errno_of(ret: i64) -> u64 {
     }
 }
 
-fn flags_for(t: &mut Map<String, Value>, key: &str, unreadable: bool, truncated: bool) {
+fn flags_for(t: &mut Target, key: &str, unreadable: bool, truncated: bool) {
     if unreadable {
-        t.insert(format!("{key}_unreadable"), true.into());
+        t.insert(format!("{key}_unreadable"), true);
     }
     if truncated {
-        t.insert(format!("{key}_truncated"), true.into());
+        t.insert(format!("{key}_truncated"), true);
     }
 }
 

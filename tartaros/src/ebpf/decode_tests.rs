@@ -1,4 +1,6 @@
 use super::*;
+use crate::events::Effect;
+use serde_json::Map;
 use tartaros_common::capture::{ADDR_BYTES, ARGV_BYTES, UNIX_PATH_BYTES};
 
 fn bytes_of<T: Plain>(v: &T) -> Vec<u8> {
@@ -43,8 +45,10 @@ fn path_buf(s: &str) -> ([u8; PATH_BYTES], i32) {
 
 fn effect_of(d: &mut Decoder, bytes: &[u8]) -> Effect {
     match d.decode(bytes) {
-        Decoded::Effect(e) => e,
-        other => panic!("expected an effect, got {other:?}"),
+        Decoded::Record(r) => crate::events::Entry::Records(vec![r])
+            .into_effects()
+            .remove(0),
+        other => panic!("expected a record, got {other:?}"),
     }
 }
 
@@ -347,17 +351,16 @@ fn decode_throughput() {
     let (mut t_decode, mut t_log) = (std::time::Duration::ZERO, std::time::Duration::ZERO);
     for _ in 0..n / 1000 {
         let t = std::time::Instant::now();
-        let mut effects = Vec::with_capacity(1000);
+        let mut records = Vec::with_capacity(1000);
         for _ in 0..1000 {
-            if let Decoded::Effect(e) = d.decode(&bytes) {
-                effects.push(e);
+            if let Decoded::Record(r) = d.decode(&bytes) {
+                records.push(r);
             }
         }
         t_decode += t.elapsed();
         let t = std::time::Instant::now();
-        for e in effects {
-            let kind = e.kind;
-            w.append(kind, crate::runlog::to_record(e)).unwrap();
+        for mut r in records {
+            w.record(&mut r).unwrap();
         }
         w.flush().unwrap();
         t_log += t.elapsed();

@@ -9,7 +9,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::decode::{Decoded, Decoder};
-use crate::events::{Effect, EffectSender};
+use crate::events::{Effect, EffectSender, Entry};
 
 /// How often the ring buffer is drained without a wake-up: capture
 /// records wake the reader only once a batch is waiting (see
@@ -93,28 +93,37 @@ struct Forwarder {
 }
 
 impl Forwarder {
-    /// Decodes and sends up to `limit` records; returns how many were read.
+    /// Decodes up to `limit` records and sends them as one batch; returns
+    /// how many were read.
     fn drain(&mut self, ring: &mut RingBuf<MapData>, limit: usize) -> usize {
         let mut n = 0;
+        let mut records = Vec::new();
         while n < limit {
             let Some(item) = ring.next() else { break };
             n += 1;
             self.stats.records += 1;
             match self.decoder.decode(&item) {
-                Decoded::Effect(e) => {
+                Decoded::Record(r) => {
                     drop(item);
-                    self.send(e);
-                    self.stats.forwarded += 1;
+                    records.push(r);
                 }
                 Decoded::Skip => {}
                 Decoded::Invalid => self.stats.invalid += 1,
+            }
+        }
+        if !records.is_empty() {
+            let count = records.len() as u64;
+            if self.effects.send(Entry::Records(records)).is_err() {
+                self.stats.send_failed += count;
+            } else {
+                self.stats.forwarded += count;
             }
         }
         n
     }
 
     fn send(&mut self, e: Effect) {
-        if self.effects.send(e).is_err() {
+        if self.effects.send(e.into()).is_err() {
             self.stats.send_failed += 1;
         }
     }

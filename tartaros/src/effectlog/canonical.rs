@@ -54,7 +54,7 @@ pub(crate) fn parse_canonical(line: &[u8]) -> Result<Value, String> {
 // This runs for every record at up to 200k records/s, so it allocates nothing
 // per value; on a float the error carries the path segments in reverse
 // (collected while unwinding), which is the rare case.
-fn write_value(value: &Value, out: &mut String) -> Result<(), Vec<String>> {
+pub(crate) fn write_value(value: &Value, out: &mut String) -> Result<(), Vec<String>> {
     match value {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
@@ -121,7 +121,7 @@ fn write_entries<'a>(
 
 /// Same escaping as serde_json's compact writer, so a canonical line parses
 /// and re-serializes to itself.
-fn write_string(s: &str, out: &mut String) {
+pub(crate) fn write_string(s: &str, out: &mut String) {
     out.push('"');
     let mut start = 0;
     for (i, b) in s.bytes().enumerate() {

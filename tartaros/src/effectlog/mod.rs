@@ -16,6 +16,7 @@
 //! The full schema, with an example line per kind, is in `docs/effect-log.md`.
 
 mod canonical;
+mod record;
 mod schema;
 mod secrets;
 mod show;
@@ -25,6 +26,7 @@ mod writer;
 use std::path::PathBuf;
 
 pub use canonical::{policy_hash, to_canonical};
+pub use record::{Record, Target};
 pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
 pub use show::{ShowOptions, show};
 pub use verify::{

@@ -2,6 +2,7 @@
 //! must never reach the log, even if a caller puts one in a record by mistake.
 //! The secrets themselves live in buffers that are zeroed when dropped.
 
+use super::record::Target;
 use serde_json::{Map, Value};
 
 pub(crate) const REDACTED: &[u8] = b"[REDACTED]";
@@ -83,6 +84,23 @@ impl Secrets {
                 map.insert(k, v);
             }
             zeroize_vec(key.into_bytes());
+        }
+        n
+    }
+
+    /// [`Self::redact_map`] for a typed record's target.
+    pub(crate) fn redact_target(&self, target: &mut Target) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        let mut n = 0;
+        for (key, value) in target.entries_mut() {
+            n += self.redact_value(value);
+            if self.occurs(key.as_bytes()) {
+                let mut owned = std::mem::take(key).into_owned();
+                n += self.redact_string(&mut owned);
+                *key = owned.into();
+            }
         }
         n
     }

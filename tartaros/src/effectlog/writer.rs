@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value, json};
 
 use super::canonical::{policy_hash, sha256, sha256_hex, to_canonical};
-use super::schema::{self, Effect, Genesis, RESERVED, Seal};
+use super::record::Record;
+use super::schema::{self, Decision, Effect, Genesis, RESERVED, Seal};
 use super::secrets::{Secrets, zeroize_vec};
 use super::{LogError, MAX_LINE_BYTES};
 
@@ -264,6 +265,38 @@ impl LogWriter {
         self.append(kind, effect.into_fields())
     }
 
+    /// Appends a typed effect record: the same line [`Self::append`]
+    /// writes for `record.to_fields()`, without building the map.
+    pub fn record(&mut self, record: &mut Record) -> Result<u64, LogError> {
+        let kind = record.kind;
+        if let Some(e) = self.state_error(kind) {
+            return Err(e);
+        }
+        let invalid = |reason: &str| LogError::Invalid {
+            kind: kind.to_string(),
+            reason: reason.to_string(),
+        };
+        if !schema::is_effect_kind(kind) {
+            return Err(invalid("not an effect kind (see effectlog::EFFECT_KINDS)"));
+        }
+        if record.decision == Decision::Allowed && record.errno != 0 {
+            return Err(invalid("`errno` must be 0 when allowed"));
+        }
+        self.redactions += self.secrets.redact_target(&mut record.target) as u64;
+        let mut hex = [0u8; 64];
+        let prev = match hex::encode_to_slice(self.prev, &mut hex) {
+            Ok(()) => std::str::from_utf8(&hex).unwrap_or_default(),
+            Err(_) => "",
+        };
+        let mut line = String::with_capacity(512);
+        record.write_line(self.next_seq, prev, &mut line)?;
+        let seq = self.chain(kind, line.into_bytes())?;
+        if self.pending.len() >= self.batch_bytes {
+            self.flush()?;
+        }
+        Ok(seq)
+    }
+
     /// Records that `count` events of `lost_kind` were lost (e.g. ring buffer
     /// reserve failures). Never call it with 0.
     pub fn gap(&mut self, count: u64, lost_kind: &str) -> Result<u64, LogError> {
@@ -344,7 +377,13 @@ impl LogWriter {
         m.insert("seq".into(), seq.into());
         m.insert("prev".into(), self.head().into());
         m.insert("kind".into(), kind.into());
-        let mut line = to_canonical(&Value::Object(m))?.into_bytes();
+        let line = to_canonical(&Value::Object(m))?.into_bytes();
+        self.chain(kind, line)
+    }
+
+    /// Chains the serialized record `line` and queues it.
+    fn chain(&mut self, kind: &str, mut line: Vec<u8>) -> Result<u64, LogError> {
+        let seq = self.next_seq;
         if !self.secrets.is_empty() {
             self.redactions += self.secrets.guard_line(&mut line) as u64;
         }

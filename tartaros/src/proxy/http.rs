@@ -198,7 +198,7 @@ impl Drop for Pending {
             effect.fields.insert("status".into(), status.into());
         }
         // The receiver is gone only when the supervisor is shutting down.
-        let _ = self.sender.send(effect);
+        let _ = self.sender.send(effect.into());
     }
 }
 

@@ -257,3 +257,58 @@ fn gaps_are_counted_in_the_seal() {
         "incomplete: 5 events lost in 2 gap records (first on line 2)"
     );
 }
+
+#[test]
+fn a_typed_record_is_written_as_its_map_would_be_with_secrets_redacted() {
+    use crate::effectlog::{Record, Target};
+    let dir = tempfile::tempdir().unwrap();
+    let secret = b"brk_9f8e7d6c5b4a".to_vec();
+    let mut target = Target::new();
+    target.insert("path", "/w/brk_9f8e7d6c5b4a/out");
+    target.insert("argv", vec![Value::from("curl"), Value::from("-H")]);
+    target.insert("flags", 577u64);
+    let record = Record {
+        kind: "create",
+        pid: 10,
+        ppid: 1,
+        uid: 1000,
+        mono_ns: 5,
+        wall_ns: 6,
+        decision: Decision::Denied,
+        errno: 13,
+        target,
+    };
+    let mut bytes = Vec::new();
+    for typed in [false, true] {
+        let path = dir.path().join(format!("log-{typed}.jsonl"));
+        let mut w = LogWriter::create(&path).unwrap();
+        w.set_secrets(vec![secret.clone()]);
+        w.genesis(genesis()).unwrap();
+        let mut r = record.clone();
+        if typed {
+            w.record(&mut r).unwrap();
+        } else {
+            w.append(r.kind, r.to_fields()).unwrap();
+        }
+        assert_eq!(w.redactions(), 1);
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        assert_eq!(verify_file(&path).code, VERDICT_OK);
+        // Genesis and the record; the seal carries the time it was written.
+        bytes.push(lines(&path)[..2].to_vec());
+    }
+    assert_eq!(bytes[0], bytes[1]);
+    assert!(!bytes[1][1].contains("brk_9f8e7d6c5b4a"), "{}", bytes[1][1]);
+
+    let mut allowed_with_errno = record.clone();
+    allowed_with_errno.decision = Decision::Allowed;
+    let mut w = LogWriter::create(&dir.path().join("refused.jsonl")).unwrap();
+    w.genesis(genesis()).unwrap();
+    assert!(w.record(&mut allowed_with_errno).is_err());
+    allowed_with_errno.kind = "bogus";
+    allowed_with_errno.errno = 0;
+    assert!(w.record(&mut allowed_with_errno).is_err());
+}
