@@ -269,6 +269,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     if host.root && crate::probe::wants_bpf(&request.policy, request.log.is_some()) {
         // Parses the kernel's BTF on a thread while we prepare the rest.
         crate::ebpf::warm_up_capture();
+        if request.log.is_some() {
+            // And creates the capture's ring buffer on another.
+            crate::ebpf::prepare_ring(request.log_buffer);
+        }
     }
     let mut prepared = prepare(&request, &host)?;
     let mut janitor = request.janitor.take();

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aya::maps::{Array, HashMap, Map, MapData};
+use aya::maps::{Array, HashMap, Map, MapData, RingBuf};
 use tartaros_common::capture::{
     CaptureConfig, LEVEL_UNKNOWN, UNIX_PREFIXES, UnixAllow, UnixPrefix,
 };
 
 use super::kbtf::{self, KernelLayout};
 use super::rawprog::{self, ProgSpec, RawError};
-use super::{ConnectGrant, EBPF_OBJECT, EbpfError, elf};
+use super::{ConnectGrant, EBPF_OBJECT, EbpfError, early_ring, elf};
 
 /// The maps of the embedded object, created by us (see `elf.rs` for why
 /// not through aya's loader), each wrapped in aya's typed handle.
@@ -23,6 +23,9 @@ pub(super) struct Object {
     maps: Vec<ObjectMap>,
     /// The frozen `.rodata` array, referenced by the programs that use it.
     rodata: Option<OwnedFd>,
+    /// The ring buffer's reader, when it was mapped ahead of the attach
+    /// ([`early_ring`]).
+    events_reader: Option<RingBuf<MapData>>,
 }
 
 struct ObjectMap {
@@ -40,6 +43,11 @@ impl Object {
 
     pub(super) fn map_mut(&mut self, name: &str) -> Option<&mut Map> {
         self.maps.iter_mut().find(|m| m.name == name)?.map.as_mut()
+    }
+
+    /// The reader of the ring buffer mapped ahead of the attach, if it was.
+    pub(super) fn take_events_reader(&mut self) -> Option<RingBuf<MapData>> {
+        self.events_reader.take()
     }
 
     pub(super) fn take_map(&mut self, name: &str) -> Option<Map> {
@@ -71,21 +79,30 @@ pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
+    let mut events_reader = None;
     for def in &defs {
-        let max_entries = if def.name == tartaros_common::MAP_EVENTS {
-            ring_bytes
-        } else {
-            def.max_entries
-        };
-        let fd = rawprog::create_map(rawprog::MapSpec {
+        let events = def.name == tartaros_common::MAP_EVENTS;
+        let max_entries = if events { ring_bytes } else { def.max_entries };
+        let spec = rawprog::MapSpec {
             name: &def.name,
             map_type: def.map_type,
             key_size: def.key_size,
             value_size: def.value_size,
             max_entries,
             flags: def.flags,
-        })
-        .map_err(EbpfError::LoadObject)?;
+        };
+        let early = (events
+            && (def.map_type, def.key_size, def.value_size, def.flags)
+                == (early_ring::MAP_TYPE_RINGBUF, 0, 0, 0))
+            .then(|| early_ring::take(ring_bytes))
+            .flatten();
+        let fd = match early {
+            Some(ring) => {
+                events_reader = Some(ring.reader);
+                ring.fd
+            }
+            None => rawprog::create_map(spec).map_err(EbpfError::LoadObject)?,
+        };
         let raw = fd.as_raw_fd();
         let wrap = |source| {
             EbpfError::LoadObject(RawError::Wrap {
@@ -118,7 +135,11 @@ pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
         }
         _ => None,
     };
-    Ok(Object { maps, rodata })
+    Ok(Object {
+        maps,
+        rodata,
+        events_reader,
+    })
 }
 
 /// `BPF_MAP_TYPE_ARRAY`.

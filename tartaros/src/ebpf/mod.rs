@@ -30,6 +30,7 @@
 //! them into effect-log records.
 
 mod decode;
+mod early_ring;
 mod elf;
 mod forward;
 mod kbtf;
@@ -503,6 +504,8 @@ fn load_error(program: &'static str, source: rawprog::RawError) -> EbpfError {
     }
 }
 
+pub use early_ring::prepare as prepare_ring;
+
 /// Starts reading the structure offsets and tracepoint ids that capture
 /// and the unix policy need (the kernel BTF pass, ~9 ms when not cached) on
 /// a background thread, so a later [`attach_with`] does not wait for it.
@@ -586,7 +589,11 @@ impl CgroupPrograms {
     /// taken already.
     pub fn take_events(&mut self) -> Option<RingBuf<aya::maps::MapData>> {
         let map = self.object.take_map(tartaros_common::MAP_EVENTS)?;
-        RingBuf::try_from(map).ok()
+        match self.object.take_events_reader() {
+            // Mapped ahead: the object's own handle is not needed any more.
+            Some(reader) => Some(reader),
+            None => RingBuf::try_from(map).ok(),
+        }
     }
 
     /// Takes the ring buffer together with a handle on the loss counters,
