@@ -21,7 +21,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated},
-    macros::btf_tracepoint,
+    macros::{btf_tracepoint, map},
+    maps::PerCpuArray,
     programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
@@ -201,21 +202,38 @@ fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
 
 // ---- syscalls ----------------------------------------------------------------
 
-/// What to record for one syscall.
+/// What to record for one syscall. 64 bytes, no padding (the value of
+/// [`SYS_CALL`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
 struct Call {
     effect: u16,
     record: u16,
+    fd: i32,
+    fd2: i32,
+    flags: u32,
     /// User pointer of the (first) path or of the socket address.
     ptr: u64,
-    fd: i32,
     /// User pointer of the second path.
     ptr2: u64,
-    fd2: i32,
     /// Address length (`SYS_ADDR`).
     len: u64,
     args: [u64; 3],
-    flags: u32,
 }
+
+const _: () = assert!(size_of::<Call>() == 64);
+
+/// `sys_exit`'s decision, handed from `classify` to `emit` through memory.
+/// Each `classify` arm makes a `Call` of different constants, and the
+/// verifier tracks exactly the ones that matter below: the record type
+/// (it picks the reservation size), the effect kind (an index into
+/// `EVENTS_LOST`), the address length (a helper's size). Carried in
+/// registers, those constants are marked precise back into every arm, so no
+/// two arms' states are alike at the join and the verifier walked `emit`
+/// once per arm (4,500 instructions, 5 ms). A value loaded from a map is
+/// unknown to it: `emit` is now walked once per record type for all arms.
+#[map(name = "SYS_CALL")]
+static SYS_CALL: PerCpuArray<Call> = PerCpuArray::with_max_entries(1, 0);
 
 impl Call {
     #[inline(always)]
@@ -300,6 +318,10 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     if !in_sandbox(cfg) {
         return None;
     }
+    // Read again rather than reused: the verifier has narrowed the first
+    // value to one of the captured ranges, and would walk everything below
+    // once per range.
+    let number = reg(regs, REGS_ORIG_AX);
     let ret: i64 = ctx.arg(1);
     // The arguments are in di, si, dx, r10, r8, r9.
     let args = [
@@ -321,6 +343,17 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             return None;
         }
     }
+    // Through this CPU's `SYS_CALL` slot (see there). The only entry of an
+    // array map is always there.
+    let slot = SYS_CALL.get_ptr_mut(0)?;
+    // SAFETY: this CPU's entry of a per-CPU map only this program uses; the
+    // tracepoint runs with preemption disabled and a program never nests on
+    // one CPU. The volatile read keeps the compiler from handing `emit` the
+    // values it has just stored.
+    let call = unsafe {
+        slot.write(call);
+        slot.read_volatile()
+    };
     emit(cfg, &call, number as u32, ret);
     Some(())
 }
