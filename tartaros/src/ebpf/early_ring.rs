@@ -6,6 +6,7 @@
 
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use aya::maps::{Map, MapData, RingBuf};
@@ -15,15 +16,22 @@ use super::rawprog::{self, MapSpec};
 /// `BPF_MAP_TYPE_RINGBUF` (Linux 5.8).
 pub(super) const MAP_TYPE_RINGBUF: u32 = 27;
 
-/// A ring buffer ready for the object: a descriptor for the object's map
-/// table and the relocations, and the mapped reader on a second one.
+/// A ring buffer for the object: a descriptor for the object's map table
+/// and the relocations, and the reader, mapped on a second descriptor
+/// while the programs are verified.
 pub(super) struct EarlyRing {
-    pub bytes: u32,
     pub fd: OwnedFd,
-    pub reader: RingBuf<MapData>,
+    pub reader: Reader,
 }
 
-type Pending = (u32, JoinHandle<Option<EarlyRing>>);
+/// The thread that maps the reader; `None` if mapping failed.
+pub(super) type Reader = JoinHandle<Option<RingBuf<MapData>>>;
+
+struct Pending {
+    bytes: u32,
+    created: Receiver<OwnedFd>,
+    reader: Reader,
+}
 
 static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 
@@ -31,18 +39,23 @@ static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 /// page). Optional: without it, or when it fails, the attach creates the
 /// ring itself.
 pub fn prepare(bytes: u32) {
-    let Ok(thread) = std::thread::Builder::new()
+    let (created, receiver) = sync_channel(1);
+    let Ok(reader) = std::thread::Builder::new()
         .name("ebpf-ring".into())
-        .spawn(move || create(bytes))
+        .spawn(move || create(bytes, created))
     else {
         return;
     };
     if let Ok(mut pending) = PENDING.lock() {
-        *pending = Some((bytes, thread));
+        *pending = Some(Pending {
+            bytes,
+            created: receiver,
+            reader,
+        });
     }
 }
 
-fn create(bytes: u32) -> Option<EarlyRing> {
+fn create(bytes: u32, created: SyncSender<OwnedFd>) -> Option<RingBuf<MapData>> {
     let fd = rawprog::create_map(MapSpec {
         name: tartaros_common::MAP_EVENTS,
         map_type: MAP_TYPE_RINGBUF,
@@ -53,17 +66,23 @@ fn create(bytes: u32) -> Option<EarlyRing> {
     })
     .ok()?;
     let second = fd.as_fd().try_clone_to_owned().ok()?;
+    created.send(fd).ok()?;
     let data = MapData::from_fd(second).ok()?;
-    let reader = RingBuf::try_from(Map::RingBuf(data)).ok()?;
-    Some(EarlyRing { bytes, fd, reader })
+    RingBuf::try_from(Map::RingBuf(data)).ok()
 }
 
-/// The prepared ring buffer if there is one of `bytes`, waiting for it if
-/// it is still being made. A ring of another size is discarded.
+/// The prepared ring buffer if there is one of `bytes`, waiting until it
+/// exists (not until it is mapped). A ring of another size is discarded.
 pub(super) fn take(bytes: u32) -> Option<EarlyRing> {
-    let (size, thread) = PENDING.lock().ok()?.take()?;
-    let ring = thread.join().ok()??;
-    (size == bytes && ring.bytes == bytes).then_some(ring)
+    let pending = PENDING.lock().ok()?.take()?;
+    if pending.bytes != bytes {
+        return None;
+    }
+    let fd = pending.created.recv().ok()?;
+    Some(EarlyRing {
+        fd,
+        reader: pending.reader,
+    })
 }
 
 #[cfg(test)]
@@ -79,7 +98,7 @@ mod tests {
         }
         prepare(1 << 16);
         let ring = take(1 << 16).expect("the prepared ring");
-        assert_eq!(ring.bytes, 1 << 16);
+        assert!(ring.reader.join().unwrap().is_some(), "not mapped");
         assert!(take(1 << 16).is_none(), "taken twice");
         prepare(1 << 16);
         assert!(take(1 << 17).is_none(), "a ring of another size");

@@ -23,9 +23,9 @@ pub(super) struct Object {
     maps: Vec<ObjectMap>,
     /// The frozen `.rodata` array, referenced by the programs that use it.
     rodata: Option<OwnedFd>,
-    /// The ring buffer's reader, when it was mapped ahead of the attach
+    /// The ring buffer's reader, when it is mapped ahead of the attach
     /// ([`early_ring`]).
-    events_reader: Option<RingBuf<MapData>>,
+    events_reader: Option<early_ring::Reader>,
 }
 
 struct ObjectMap {
@@ -45,9 +45,10 @@ impl Object {
         self.maps.iter_mut().find(|m| m.name == name)?.map.as_mut()
     }
 
-    /// The reader of the ring buffer mapped ahead of the attach, if it was.
+    /// The reader of the ring buffer mapped ahead of the attach, if it
+    /// was (waiting for the mapping to finish).
     pub(super) fn take_events_reader(&mut self) -> Option<RingBuf<MapData>> {
-        self.events_reader.take()
+        self.events_reader.take()?.join().ok()?
     }
 
     pub(super) fn take_map(&mut self, name: &str) -> Option<Map> {
