@@ -14,7 +14,11 @@
 //! - calls into `.text` (`R_BPF_64_32`: `memset` and friends the compiler
 //!   emits) resolved by appending each called function once and pointing
 //!   the call at it. Only functions that are called are appended: the
-//!   verifier refuses unreachable instructions.
+//!   verifier refuses unreachable instructions;
+//! - function addresses (`R_BPF_64_64` against `.text`: `bpf_loop`
+//!   callbacks) resolved the same way, as `BPF_PSEUDO_FUNC` loads. The
+//!   kernel then wants BTF `func_info` for every function, so the program
+//!   also lists where each one starts.
 
 use std::os::fd::RawFd;
 
@@ -29,6 +33,7 @@ const R_BPF_64_32: u32 = 10;
 const BPF_PSEUDO_MAP_FD: u8 = 1;
 const BPF_PSEUDO_MAP_VALUE: u8 = 2;
 const BPF_PSEUDO_CALL: u8 = 1;
+const BPF_PSEUDO_FUNC: u8 = 4;
 const OP_LD_IMM64: u8 = 0x18;
 const OP_CALL: u8 = 0x85;
 const INSN: usize = 8;
@@ -254,15 +259,25 @@ impl<'a> Elf<'a> {
     }
 }
 
-/// Instructions of the function `program`, ready for `BPF_PROG_LOAD`:
-/// map and `.rodata` references carry the descriptor `map_fd` gives for
-/// the map's name ([`RODATA`] for the read-only data), and the functions
-/// it calls are appended.
+/// A program ready for `BPF_PROG_LOAD`.
+#[derive(Debug)]
+pub struct Relocated {
+    pub insns: Vec<u8>,
+    /// First instruction of each function (the program's own first),
+    /// when the code takes a function's address: the kernel only accepts
+    /// callbacks with BTF `func_info` for every function. Empty otherwise.
+    pub functions: Vec<u32>,
+}
+
+/// The function `program` ready for `BPF_PROG_LOAD`: map and `.rodata`
+/// references carry the descriptor `map_fd` gives for the map's name
+/// ([`RODATA`] for the read-only data), and the functions it calls or
+/// takes the address of are appended.
 pub fn relocated(
     object: &[u8],
     program: &str,
     map_fd: &dyn Fn(&str) -> Option<RawFd>,
-) -> Result<Vec<u8>, RawError> {
+) -> Result<Relocated, RawError> {
     let elf = Elf::parse(object)?;
     let err = |reason: String| RawError::Relocation {
         program: program.to_owned(),
@@ -275,6 +290,7 @@ pub fn relocated(
     // Calls to point at their callee once every function is placed:
     // (byte of the call in `insns`, callee's section, callee's offset).
     let mut calls: Vec<(usize, usize, usize)> = Vec::new();
+    let mut callbacks = false;
     let mut queue = vec![main];
     while let Some(function) = queue.pop() {
         let base = insns.len();
@@ -314,6 +330,20 @@ pub fn relocated(
                         .ok_or_else(|| err(format!("bad .rodata offset at {at}")))?;
                     patch_ld_imm64(insn, BPF_PSEUDO_MAP_VALUE, fd, Some(offset))
                         .map_err(|r| err(format!("{r} at {at}")))?;
+                }
+                (R_BPF_64_64, _) if symbol.kind == STT_SECTION || symbol.kind == STT_FUNC => {
+                    if insn[0] != OP_LD_IMM64 {
+                        return Err(err(format!("function address without ld_imm64 at {at}")));
+                    }
+                    // The immediate is a byte offset from the symbol.
+                    let callee_offset =
+                        usize::try_from(symbol.value as i64 + i64::from(i32_at(insn, 4)?))
+                            .map_err(|_| err(format!("function before its section at {at}")))?;
+                    let callee = elf.function_at(symbol.section, callee_offset)?;
+                    insn[1] = (insn[1] & 0x0f) | (BPF_PSEUDO_FUNC << 4);
+                    calls.push((here, callee.section, callee.value));
+                    queue_call(&mut queue, &placed, callee);
+                    callbacks = true;
                 }
                 (R_BPF_64_32, _) => {
                     if insn[0] != OP_CALL || insn[1] >> 4 != BPF_PSEUDO_CALL {
@@ -365,7 +395,15 @@ pub fn relocated(
             .map_err(|_| err(format!("call at byte {call} too far")))?;
         insns[call + 4..call + 8].copy_from_slice(&distance.to_le_bytes());
     }
-    Ok(insns)
+    let functions = if callbacks {
+        placed
+            .iter()
+            .map(|&(_, _, first)| u32::try_from(first / INSN).map_err(|_| err("too long".into())))
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
+    Ok(Relocated { insns, functions })
 }
 
 fn queue_call<'a>(
@@ -443,7 +481,7 @@ mod tests {
     fn every_program_relocates_with_its_maps_and_callees() {
         let object = super::super::EBPF_OBJECT;
         for program in ALL_PROGRAMS {
-            let insns = relocated(object, program, &fds).unwrap();
+            let Relocated { insns, functions } = relocated(object, program, &fds).unwrap();
             assert!(insns.len().is_multiple_of(INSN), "{program}");
             // Every ld_imm64 that names a map carries one of our fds.
             for insn in insns.chunks_exact(INSN) {
@@ -464,8 +502,12 @@ mod tests {
                 .filter(|f| f.kind == STT_FUNC && f.section == text)
                 .map(|f| &elf.bytes(elf.section(text).unwrap()).unwrap()[f.value..f.value + f.size])
                 .collect();
+            let mut callbacks = 0;
             for (i, insn) in insns.chunks_exact(INSN).enumerate() {
-                if insn[0] == OP_CALL && insn[1] >> 4 == BPF_PSEUDO_CALL {
+                let call = insn[0] == OP_CALL && insn[1] >> 4 == BPF_PSEUDO_CALL;
+                let callback = insn[0] == OP_LD_IMM64 && insn[1] >> 4 == BPF_PSEUDO_FUNC;
+                callbacks += usize::from(callback);
+                if call || callback {
                     let imm = i64::from(i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]));
                     let target = usize::try_from(i as i64 + 1 + imm).unwrap();
                     assert!(target >= main_end, "{program}: call at {i} into itself");
@@ -474,7 +516,20 @@ mod tests {
                         text_functions.iter().any(|code| at.starts_with(code)),
                         "{program}: call at {i} lands on no function"
                     );
+                    assert!(
+                        functions.is_empty() || functions.contains(&(target as u32)),
+                        "{program}: {target} missing from the function list"
+                    );
                 }
+            }
+            // Only programs with callbacks need (and get) the list, which
+            // starts with the program itself.
+            assert_eq!(callbacks > 0, !functions.is_empty(), "{program}");
+            if program.starts_with("unix_") {
+                assert_eq!(callbacks, 2, "{program}: the bpf_loop callbacks");
+            }
+            if callbacks > 0 {
+                assert_eq!(functions[0], 0, "{program}");
             }
         }
         assert!(relocated(object, "no_such_program", &fds).is_err());

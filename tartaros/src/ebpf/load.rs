@@ -69,7 +69,7 @@ impl Object {
 
     /// The code of program `name`, its map references pointing at our
     /// maps.
-    fn relocated(&self, name: &str) -> Result<Vec<u8>, RawError> {
+    fn relocated(&self, name: &str) -> Result<elf::Relocated, RawError> {
         elf::relocated(EBPF_OBJECT, name, &|map| self.map_fd(map))
     }
 }
@@ -467,7 +467,7 @@ pub(super) fn load_programs(
         while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
             let loaded = object
                 .relocated(job.spec.name)
-                .and_then(|insns| rawprog::load(job.spec, &insns))
+                .and_then(|code| rawprog::load(job.spec, &code.insns, &code.functions))
                 .map_err(|e| (job.spec.name, e));
             done.push((job.index, loaded));
         }

@@ -44,6 +44,7 @@ const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
+const BPF_BTF_LOAD: libc::c_long = 18;
 const BPF_MAP_FREEZE: libc::c_long = 22;
 const BPF_LINK_CREATE: libc::c_long = 28;
 /// Size of the `union bpf_attr` buffer handed to the kernel (larger than
@@ -118,9 +119,26 @@ pub struct ProgSpec<'a> {
     pub attach_btf_id: u32,
 }
 
-/// `BPF_PROG_LOAD`.
-pub fn load(spec: ProgSpec<'_>, insns: &[u8]) -> Result<OwnedFd, RawError> {
+/// `BPF_PROG_LOAD`. `functions`: where each function starts, for a
+/// program with callbacks (see `elf::Relocated`), else empty.
+pub fn load(spec: ProgSpec<'_>, insns: &[u8], functions: &[u32]) -> Result<OwnedFd, RawError> {
     const LICENSE: &CStr = c"Dual MIT/GPL";
+    let func_info = if functions.is_empty() {
+        None
+    } else {
+        let btf = load_func_btf().map_err(|source| RawError::Load {
+            program: spec.name.to_owned(),
+            source,
+            log: "; loading its function BTF".into(),
+        })?;
+        // `struct bpf_func_info`: first instruction, BTF type id.
+        let records: Vec<u8> = functions
+            .iter()
+            .flat_map(|&first| [first, FUNC_TYPE_ID])
+            .flat_map(u32::to_le_bytes)
+            .collect();
+        Some((btf, records))
+    };
     let attempt = |log: Option<&mut Vec<u8>>| {
         let mut attr = [0u8; ATTR_BYTES];
         put(&mut attr, 0, &spec.prog_type.to_le_bytes());
@@ -135,6 +153,12 @@ pub fn load(spec: ProgSpec<'_>, insns: &[u8]) -> Result<OwnedFd, RawError> {
         let short: Vec<u8> = spec.name.bytes().take(15).collect();
         put(&mut attr, 48, &short);
         put(&mut attr, 68, &spec.expected_attach_type.to_le_bytes());
+        if let Some((btf, records)) = &func_info {
+            put(&mut attr, 72, &(btf.as_raw_fd() as u32).to_le_bytes());
+            put(&mut attr, 76, &8u32.to_le_bytes());
+            put(&mut attr, 80, &(records.as_ptr() as u64).to_le_bytes());
+            put(&mut attr, 88, &((records.len() / 8) as u32).to_le_bytes());
+        }
         put(&mut attr, 108, &spec.attach_btf_id.to_le_bytes());
         bpf(BPF_PROG_LOAD, &mut attr).map(owned)
     };
@@ -157,6 +181,38 @@ pub fn load(spec: ProgSpec<'_>, insns: &[u8]) -> Result<OwnedFd, RawError> {
             log,
         }
     })
+}
+
+/// The one function type every `func_info` record names.
+const FUNC_TYPE_ID: u32 = 2;
+
+/// Loads (`BPF_BTF_LOAD`, Linux 4.18; `func_info` 5.0) the smallest BTF
+/// that describes functions: `void f(void)`, static, which suits every
+/// function of ours. The kernel only checks that each record names a
+/// `FUNC`, and wants callbacks static; our programs need nothing else from
+/// BTF, and the object's own would need aya's fixups to load.
+fn load_func_btf() -> std::io::Result<OwnedFd> {
+    const BTF_KIND_FUNC: u32 = 12;
+    const BTF_KIND_FUNC_PROTO: u32 = 13;
+    const STRINGS: &[u8] = b"\0f\0";
+    // [1] FUNC_PROTO returning void, no arguments; [2] FUNC "f" of type 1,
+    // linkage static (0 in `vlen`).
+    let types: [u32; 6] = [0, BTF_KIND_FUNC_PROTO << 24, 0, 1, BTF_KIND_FUNC << 24, 1];
+    let type_len = (types.len() * 4) as u32;
+    let mut blob = Vec::with_capacity(24 + type_len as usize + STRINGS.len());
+    // `struct btf_header`: magic, version 1, flags 0, its own length,
+    // then type and string sections (offsets after the header).
+    blob.extend_from_slice(&0xeb9f_u16.to_le_bytes());
+    blob.extend_from_slice(&[1, 0]);
+    for word in [24, 0, type_len, type_len, STRINGS.len() as u32] {
+        blob.extend_from_slice(&u32::to_le_bytes(word));
+    }
+    blob.extend(types.iter().flat_map(|t| t.to_le_bytes()));
+    blob.extend_from_slice(STRINGS);
+    let mut attr = [0u8; ATTR_BYTES];
+    put(&mut attr, 0, &(blob.as_ptr() as u64).to_le_bytes());
+    put(&mut attr, 16, &(blob.len() as u32).to_le_bytes());
+    bpf(BPF_BTF_LOAD, &mut attr).map(owned)
 }
 
 /// `BPF_LINK_CREATE` of `prog` on the cgroup `cgroup` (Linux 5.7). The
