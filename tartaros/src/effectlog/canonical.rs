@@ -88,19 +88,20 @@ pub(crate) fn write_value(value: &Value, out: &mut String) -> Result<(), Vec<Str
             // needed) so feature unification can never change the bytes we
             // hash.
             if map.keys().is_sorted_by(|a, b| a.as_bytes() <= b.as_bytes()) {
-                write_entries(map.iter(), out)?;
+                write_entries(map.iter().map(|(k, v)| (k.as_str(), v)), out)?;
             } else {
                 let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                write_entries(entries.into_iter(), out)?;
+                write_entries(entries.into_iter().map(|(k, v)| (k.as_str(), v)), out)?;
             }
         }
     }
     Ok(())
 }
 
-fn write_entries<'a>(
-    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+/// An object from entries already in key order.
+pub(crate) fn write_entries<'a>(
+    entries: impl Iterator<Item = (&'a str, &'a Value)>,
     out: &mut String,
 ) -> Result<(), Vec<String>> {
     out.push('{');

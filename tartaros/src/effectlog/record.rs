@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use serde_json::{Map, Value};
 
 use super::LogError;
-use super::canonical::{write_string, write_value};
+use super::canonical::{write_entries, write_string};
 use super::schema::Decision;
 
 /// The `target` object of an effect record: what the effect was on.
@@ -113,24 +113,18 @@ impl Record {
         out.push_str(prev);
         out.push_str("\",\"seq\":");
         out.push_str(number.format(seq));
-        out.push_str(",\"target\":{");
+        out.push_str(",\"target\":");
         let mut entries: Vec<&(Cow<'static, str>, Value)> = self.target.0.iter().collect();
         entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        for (i, (key, value)) in entries.into_iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            write_string(key, out);
-            out.push(':');
-            write_value(value, out).map_err(|mut rev| {
-                rev.push(format!(".{key}"));
+        write_entries(entries.into_iter().map(|(k, v)| (k.as_ref(), v)), out).map_err(
+            |mut rev| {
                 rev.push(".target".to_string());
                 rev.push("$".to_string());
                 rev.reverse();
                 LogError::Float { at: rev.concat() }
-            })?;
-        }
-        out.push_str("},\"uid\":");
+            },
+        )?;
+        out.push_str(",\"uid\":");
         out.push_str(number.format(self.uid));
         out.push_str(",\"wall_ns\":");
         out.push_str(number.format(self.wall_ns));
