@@ -1,7 +1,6 @@
 //! The effect log contracts of DESIGN.md section 6 that hold for every run.
 
 mod common;
-use std::process::{Command, Stdio};
 
 use common::*;
 
@@ -61,22 +60,17 @@ fn a_killed_supervisor_leaves_a_log_that_verifies_as_unsealed() {
     let work = Dir::new();
     let log = work.join("effects.jsonl");
     let marker = format!("1000.{}77", std::process::id());
-    let mut supervisor = KillOnDrop(Some(
-        Command::new(bin())
-            .args([
-                "run",
-                "--log",
-                log.to_str().unwrap(),
-                "--",
-                "sleep",
-                &marker,
-            ])
-            .current_dir(work.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut supervisor = spawn_quiet(
+        &[
+            "run",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sleep",
+            &marker,
+        ],
+        work.path(),
+    );
     assert!(
         eventually(5, || !processes_with(&marker).is_empty()),
         "agent did not start"
@@ -260,17 +254,22 @@ for _ in range({n}):
 open('flood.done', 'w').close()
 \""
     );
-    let mut supervisor = KillOnDrop(Some(
-        Command::new(bin())
-            .args(["run", "--write", work.path().to_str().unwrap()])
-            .args(["--log", log.to_str().unwrap(), "--log-buffer", "64K"])
-            .args(["--", "sh", "-c", &script])
-            .current_dir(work.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut supervisor = spawn_quiet(
+        &[
+            "run",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--log-buffer",
+            "64K",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        work.path(),
+    );
     assert!(
         eventually(10, || work.join("flood.ready").exists()),
         "the agent did not start"

@@ -166,22 +166,22 @@ struct Setup {
     tartaros: PathBuf,
     workload: String,
     dir: tempfile_dir::Dir,
+    /// `dir` as a string, for arguments.
+    cwd: String,
     runs: usize,
 }
 
 impl Setup {
     fn new(root: &Path, runs: usize) -> Result<Self> {
         let workload = build_workload(root)?;
+        let dir = tempfile_dir::Dir::new()?;
         Ok(Self {
             tartaros: root.join("target/release/tartaros"),
             workload: workload.to_str().unwrap_or_default().to_string(),
-            dir: tempfile_dir::Dir::new()?,
+            cwd: dir.path().to_str().unwrap_or_default().to_string(),
+            dir,
             runs: runs.clamp(3, 11),
         })
-    }
-
-    fn dir(&self) -> String {
-        self.dir.path().to_str().unwrap_or_default().to_string()
     }
 }
 
@@ -204,19 +204,20 @@ fn ms(d: Duration) -> f64 {
 
 /// (1) The workload's overhead, runs interleaved.
 fn overhead(setup: &Setup) -> Result<()> {
-    let (tartaros, w, dir, d, runs) = (
-        &setup.tartaros,
-        &setup.workload,
-        &setup.dir,
-        setup.dir(),
-        setup.runs,
-    );
+    let Setup {
+        tartaros,
+        workload: w,
+        dir,
+        cwd: d,
+        runs,
+    } = setup;
+    let runs = *runs;
     let args = ["cycles", "20000", "execs", "2000"];
     let mut samples: [Vec<Duration>; 4] = Default::default();
     let mut cpu: [Vec<Duration>; 2] = Default::default();
     for i in 0..runs {
         let log = dir.path().join(format!("effects-{i}.jsonl"));
-        samples[0].push(timed(Command::new(w).args(args).current_dir(&d))?);
+        samples[0].push(timed(Command::new(w).args(args).current_dir(d))?);
         // Every run leaves the filesystem with 20,000 freshly deleted
         // inodes, which the next run's creates pay for: alternate which of
         // the two goes first.
@@ -227,11 +228,11 @@ fn overhead(setup: &Setup) -> Result<()> {
         };
         for logged in order {
             let mut cmd = Command::new(tartaros);
-            cmd.args(["run", "--write", &d]);
+            cmd.args(["run", "--write", d]);
             if logged {
                 cmd.arg("--log").arg(&log);
             }
-            cmd.arg("--").arg(w).args(args).current_dir(&d);
+            cmd.arg("--").arg(w).args(args).current_dir(d);
             let (wall, workload_cpu) = timed_cpu(&mut cmd)?;
             samples[1 + usize::from(logged)].push(wall);
             cpu[usize::from(logged)].push(workload_cpu);
@@ -246,7 +247,7 @@ fn overhead(setup: &Setup) -> Result<()> {
                     .arg(&trace)
                     .arg(w)
                     .args(args)
-                    .current_dir(&d),
+                    .current_dir(d),
             )?);
         }
         let _ = std::fs::remove_file(&log);
@@ -281,16 +282,22 @@ fn overhead(setup: &Setup) -> Result<()> {
 
 /// (2) The event rate: a flood of opens into a large ring buffer.
 fn event_rate(setup: &Setup) -> Result<()> {
-    let (tartaros, w, dir, d) = (&setup.tartaros, &setup.workload, &setup.dir, setup.dir());
+    let Setup {
+        tartaros,
+        workload: w,
+        dir,
+        cwd: d,
+        ..
+    } = setup;
     for n in [200_000u64, 1_000_000] {
         let log = dir.path().join(format!("flood-{n}.jsonl"));
         let out = Command::new(tartaros)
-            .args(["run", "--write", &d, "--log-buffer", "256M", "--log"])
+            .args(["run", "--write", d, "--log-buffer", "256M", "--log"])
             .arg(&log)
             .arg("--")
             .arg(w)
             .args(["flood", &n.to_string()])
-            .current_dir(&d)
+            .current_dir(d)
             .stderr(Stdio::null())
             .output()?;
         let seconds: f64 = String::from_utf8_lossy(&out.stdout)
@@ -334,13 +341,14 @@ fn event_rate(setup: &Setup) -> Result<()> {
 /// prints CLOCK_MONOTONIC, which the sandbox does not offset), and the
 /// whole run of a program that does nothing, teardown included.
 fn startup(setup: &Setup) -> Result<()> {
-    let (tartaros, w, dir, d, runs) = (
-        &setup.tartaros,
-        &setup.workload,
-        &setup.dir,
-        setup.dir(),
-        setup.runs,
-    );
+    let Setup {
+        tartaros,
+        workload: w,
+        dir,
+        cwd: d,
+        runs,
+    } = setup;
+    let runs = *runs;
     let mut startup: [Vec<Duration>; 2] = Default::default();
     let mut whole: [Vec<Duration>; 2] = Default::default();
     for i in 0..runs.max(21) {
@@ -351,7 +359,7 @@ fn startup(setup: &Setup) -> Result<()> {
             if logged {
                 cmd.arg("--log").arg(&log);
             }
-            cmd.arg("--").arg(w).arg("stamp").current_dir(&d);
+            cmd.arg("--").arg(w).arg("stamp").current_dir(d);
             let begin = monotonic();
             let out = cmd.stderr(Stdio::null()).output()?;
             let end = monotonic();

@@ -181,6 +181,20 @@ pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// Starts `tartaros args...` in `cwd` with its output discarded, killed
+/// when the returned guard drops.
+pub fn spawn_quiet(args: &[&str], cwd: &Path) -> KillOnDrop {
+    KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args(args)
+            .current_dir(cwd)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn tartaros"),
+    ))
+}
+
 /// A spawned supervisor that is SIGKILLed if the test fails before it ends,
 /// so a failing test does not leave a sandbox running.
 pub struct KillOnDrop(pub Option<std::process::Child>);
