@@ -179,13 +179,16 @@ impl LogWriter {
 
     /// Hex SHA-256 of the last line written (64 zeros before genesis).
     pub fn head(&self) -> String {
-        // Every record carries it: hex into a buffer, not through hex's
-        // char iterator (a sixth of the append time in the profile).
+        String::from_utf8_lossy(&self.head_hex()).into_owned()
+    }
+
+    /// The head in hex, in a buffer: every record carries it, and hex's
+    /// char iterator was a sixth of the append time in the profile.
+    fn head_hex(&self) -> [u8; 64] {
         let mut hex = [0u8; 64];
-        match hex::encode_to_slice(self.prev, &mut hex) {
-            Ok(()) => String::from_utf8(hex.to_vec()).unwrap_or_default(),
-            Err(_) => hex::encode(self.prev),
-        }
+        // 32 bytes always fill exactly 64 hex digits.
+        let _ = hex::encode_to_slice(self.prev, &mut hex);
+        hex
     }
 
     /// Total of all gap counts so far.
@@ -283,11 +286,8 @@ impl LogWriter {
             return Err(invalid("`errno` must be 0 when allowed"));
         }
         self.redactions += self.secrets.redact_target(&mut record.target) as u64;
-        let mut hex = [0u8; 64];
-        let prev = match hex::encode_to_slice(self.prev, &mut hex) {
-            Ok(()) => std::str::from_utf8(&hex).unwrap_or_default(),
-            Err(_) => "",
-        };
+        let hex = self.head_hex();
+        let prev = std::str::from_utf8(&hex).unwrap_or_default();
         let mut line = String::with_capacity(512);
         record.write_line(self.next_seq, prev, &mut line)?;
         let seq = self.chain(kind, line.into_bytes())?;
