@@ -49,6 +49,9 @@ pub enum CgroupError {
     NoController(&'static str),
 }
 
+/// How long teardown may take to empty a cgroup before it reports failure.
+pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Resource limits of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {

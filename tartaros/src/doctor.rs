@@ -52,13 +52,23 @@ pub fn print() -> i32 {
     };
     let mut missing_now = 0;
     for (who, view) in [("root", &as_root), ("ordinary user", &as_user)] {
-        let guarantees = crate::probe::guarantees(&crate::policy::Policy::default(), view, true);
-        let missing: Vec<_> = guarantees.iter().filter(|g| !g.installed).collect();
+        let ledger =
+            match crate::guarantee::requested(&crate::policy::Policy::default(), view, true) {
+                Ok(ledger) => ledger,
+                Err(refusal) => {
+                    println!("as {who:<14} {}", refusal.message);
+                    if view.root == host.root {
+                        missing_now = 1;
+                    }
+                    continue;
+                }
+            };
+        let missing: Vec<_> = ledger.entries().iter().filter(|e| !e.installed).collect();
         if missing.is_empty() {
             println!("as {who:<14} every default guarantee installs");
         }
-        for g in &missing {
-            println!("as {who:<14} missing {}: {}", g.name, g.reason);
+        for e in &missing {
+            println!("as {who:<14} missing {}: {}", e.guarantee.name(), e.reason);
         }
         if view.root == host.root {
             missing_now = missing.len();

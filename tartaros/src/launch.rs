@@ -1,0 +1,215 @@
+//! Starting the sandbox and waiting for it: the init is cloned straight
+//! into the run's cgroup and namespaces, gets its id map (user namespace),
+//! the gateways and its plan, and is waited for while signals are
+//! forwarded.
+
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::cgroup::RunCgroup;
+use crate::decide::RunPlan;
+use crate::exit::{self, Refusal};
+use crate::plan::Report;
+use crate::policy::Policy;
+
+/// How the agent ended.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentEnd {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+}
+
+/// Tasks that end with the run.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Starts the init (straight into `cgroup` and new namespaces), gives it
+/// its identity mapping and the gateways, sends it the plan, forwards
+/// signals until it exits, and reads how the agent ended.
+pub async fn start_and_wait(
+    cgroup: Option<&RunCgroup>,
+    run: &RunPlan,
+    policy: &Policy,
+    broker: Option<&crate::egress::BrokerSetup>,
+    original_dst: Option<crate::proxy::OriginalDst>,
+    effects: &crate::events::EffectSender,
+) -> Result<AgentEnd, Refusal> {
+    let start_failed = |what: &str, e: &dyn std::fmt::Display| {
+        Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
+    };
+    let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the plan pipe", &e))?;
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the report pipe", &e))?;
+    let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the start gate", &e))?;
+    let gated = run.init.user_namespace;
+    let namespaces = crate::spawn::Namespaces {
+        network: true,
+        user: run.init.user_namespace,
+    };
+    let init = crate::spawn::spawn_init(
+        "/proc/self/exe",
+        &["tartaros-init", crate::init::INIT_ARG],
+        cgroup.map(RunCgroup::fd),
+        namespaces,
+        &plan_read,
+        &report_write,
+        gated.then_some(&gate_read),
+    )
+    .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    drop(plan_read);
+    drop(report_write);
+    // The init waits for its plan before it forks, so joining the v1 limit
+    // cgroups now covers every process of the agent.
+    let joined = match cgroup {
+        Some(cgroup) => cgroup.join_v1(init.pid).map_err(|e| e.to_string()),
+        None => Ok(()),
+    };
+    let mapped = if run.init.user_namespace {
+        crate::spawn::map_root_to(
+            init.pid,
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+        .map_err(|e| e.to_string())
+    } else {
+        Ok(())
+    };
+    let mapped = mapped.and_then(|()| {
+        if gated {
+            nix::unistd::write(&gate_write, b"g")
+                .map(drop)
+                .map_err(|e| format!("failed to open the start gate: {e}"))
+        } else {
+            Ok(())
+        }
+    });
+    drop(gate_write);
+    drop(gate_read);
+    let gateways = if run.gateways {
+        crate::egress::open(init.pid, policy, broker, original_dst, effects)
+            .map_err(|e| e.to_string())
+    } else {
+        Ok(Vec::new())
+    };
+    let gateways = match joined.and(mapped).and(gateways) {
+        Ok(gateways) => gateways,
+        Err(e) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(init.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = wait_exit(&init.pidfd).await;
+            return Err(Refusal::new(exit::START_FAILURE, e));
+        }
+    };
+    // Dropped when the run ends: the gateways close with it.
+    let _gateways = AbortOnDrop(gateways);
+
+    let mut plan_pipe = std::fs::File::from(plan_write);
+    let sent = run.init.send(&mut plan_pipe);
+    drop(plan_pipe);
+    if let Err(e) = sent {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(init.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let _ = wait_exit(&init.pidfd).await;
+        return Err(Refusal::new(exit::START_FAILURE, e));
+    }
+
+    let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
+    let mut report_bytes = Vec::new();
+    let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
+    let reports = Report::parse_all(&report_bytes);
+    for report in &reports {
+        match report {
+            Report::Failed { code, message } => return Err(Refusal::new(*code, message)),
+            Report::Exited { code, signal } => {
+                return Ok(AgentEnd {
+                    code: *code,
+                    signal: *signal,
+                });
+            }
+            Report::Started => {}
+        }
+    }
+    Err(Refusal::new(
+        exit::START_FAILURE,
+        format!("the sandbox init ended without a report ({init_status})"),
+    ))
+}
+
+/// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init (which passes them to
+/// the agent) until the init exits; returns how it ended.
+async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
+    let mut forwarders = Vec::new();
+    for kind in [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+    ] {
+        let Ok(mut stream) = signal(kind) else {
+            continue;
+        };
+        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else {
+            continue;
+        };
+        forwarders.push(tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }));
+    }
+    let status = wait_exit(pidfd).await;
+    for forwarder in forwarders {
+        forwarder.abort();
+    }
+    status
+}
+
+/// Waits until the process behind `pidfd` exits, reaps it, and describes
+/// its status.
+async fn wait_exit(pidfd: &OwnedFd) -> String {
+    // SAFETY: the pidfd stays open and unchanged for as long as this
+    // AsyncFd lives (it is dropped before we return).
+    let registered =
+        unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
+    if let Ok(fd) = registered
+        && let Ok(mut guard) = fd.readable().await
+    {
+        guard.clear_ready();
+    }
+    // SAFETY: siginfo is plain data the kernel fills; P_PIDFD names our
+    // child through a descriptor we own.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED,
+        )
+    };
+    if rc != 0 {
+        return format!("wait failed: {}", nix::errno::Errno::last());
+    }
+    // SAFETY: for CLD_* codes the kernel filled si_status.
+    let status = unsafe { info.si_status() };
+    match info.si_code {
+        libc::CLD_EXITED => format!("exit status {status}"),
+        _ => format!("killed by signal {status}"),
+    }
+}
