@@ -534,6 +534,7 @@ async fn transparent_silence_and_other_protocols_are_refused() {
 /// download size (default 1024), TARTAROS_BENCH_RUNS the runs (default 5),
 /// TARTAROS_BENCH_REQUESTS the latency requests (default 2000, 0 skips),
 /// TARTAROS_BENCH_PATHS a comma list of direct, connect, transparent.
+#[cfg(feature = "bench")]
 #[test]
 #[ignore = "benchmark, not a test"]
 fn bench_proxy() {
