@@ -104,8 +104,9 @@ pub struct RunPlan {
     pub cgroup: Option<Limits>,
     /// The eBPF programs to attach to that cgroup.
     pub watch: Option<AttachOptions>,
-    /// Whether the gateways (`--port`, proxy, broker) are opened.
-    pub gateways: bool,
+    /// The gateways (`--port`, proxy, broker), in the order of
+    /// `init.listeners`.
+    pub gateways: Vec<crate::egress::Gateway>,
 }
 
 /// Decides the whole run, or refuses it.
@@ -184,6 +185,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         identity,
         user_namespace,
         mounts: crate::mounts::plan(&mount_policy, request.cwd, &exists),
+        listeners: Vec::new(),
         landlock: host
             .landlock_abi
             .filter(|_| ledger.installed(Guarantee::LandlockFilesystem))
@@ -200,7 +202,14 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         max_memory: policy.max_memory,
     });
     let watch = watch_options(request, &mut ledger)?;
-    let gateways = ledger.installed(Guarantee::Gateways);
+    let gateways = if ledger.installed(Guarantee::Gateways) {
+        let transparent = watch.as_ref().is_some_and(|w| w.transparent_port.is_some());
+        crate::egress::plan(policy, transparent)
+    } else {
+        Vec::new()
+    };
+    let mut init = init;
+    init.listeners = gateways.iter().map(|g| g.listen).collect();
     Ok(RunPlan {
         init,
         ledger,

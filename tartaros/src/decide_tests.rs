@@ -107,7 +107,8 @@ fn a_plain_root_run_has_a_cgroup_and_no_ebpf() {
     assert!(!plan.init.user_namespace);
     assert!(plan.cgroup.is_some());
     assert!(plan.watch.is_none());
-    assert!(!plan.gateways);
+    assert!(plan.gateways.is_empty());
+    assert!(plan.init.listeners.is_empty());
     assert!(plan.init.landlock.is_some());
     assert!(plan.init.seccomp.is_some());
     assert!(plan.materialize.is_empty());
@@ -237,7 +238,17 @@ fn allowed_domains_open_gateways_and_interception() {
         ..policy()
     };
     let plan = decide_with(&policy, &root_host(), &project(), None, &[]).unwrap();
-    assert!(plan.gateways);
+    let kinds: Vec<_> = plan.gateways.iter().map(|g| g.kind).collect();
+    use crate::egress::GatewayKind;
+    assert_eq!(
+        kinds,
+        [
+            GatewayKind::Proxy,
+            GatewayKind::Proxy,
+            GatewayKind::Transparent
+        ]
+    );
+    assert_eq!(plan.init.listeners.len(), 3);
     let watch = plan.watch.unwrap();
     assert!(!watch.capture);
     assert!(watch.transparent_port.is_some());
@@ -264,4 +275,40 @@ fn too_many_unix_roots_degrade_the_unix_policy() {
     .unwrap();
     assert!(!plan.watch.unwrap().unix_policy);
     assert_eq!(plan.ledger.names(false), vec!["unix-socket-policy"]);
+}
+
+#[test]
+fn an_ordinary_user_gets_the_gateways_without_interception() {
+    let host = Host {
+        root: false,
+        cgroup_v2_writable: false,
+        ..root_host()
+    };
+    let policy = Policy {
+        allow_domains: vec!["crates.io".into()],
+        local_ports: vec![8080],
+        ..policy()
+    };
+    let plan = decide_with(&policy, &host, &project(), None, &[]).unwrap();
+    use crate::egress::GatewayKind;
+    let kinds: Vec<_> = plan.gateways.iter().map(|g| g.kind).collect();
+    assert!(kinds.contains(&GatewayKind::Proxy));
+    assert!(!kinds.contains(&GatewayKind::Transparent));
+    assert_eq!(plan.init.listeners.len(), 4);
+    assert!(plan.ledger.installed(Guarantee::Gateways));
+    assert_eq!(
+        plan.ledger.names(false),
+        vec![
+            "cgroup",
+            "connect-filter",
+            "unix-socket-policy",
+            "transparent-interception"
+        ]
+    );
+    assert!(
+        plan.init
+            .env
+            .iter()
+            .any(|(k, v)| k == "HTTPS_PROXY" && v == "http://127.0.0.1:3128")
+    );
 }

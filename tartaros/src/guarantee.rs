@@ -224,8 +224,8 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
         ledger.request(
             Guarantee::Gateways,
             check(
-                host.root,
-                "--port, --allow-domain and [broker] listen inside the sandbox's network namespace, which needs root",
+                host.root || host.user_namespaces,
+                "--port, --allow-domain and [broker] listen inside the sandbox's network namespace, which needs root or unprivileged user namespaces",
             ),
         )?;
     }

@@ -5,7 +5,8 @@
 //! the child. Stages, in this fixed order:
 //!
 //! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
-//! 2. name the UTS namespace and apply the mount plan (still root);
+//! 2. name the UTS namespace, make the gateways' listeners and pass them
+//!    to the supervisor (fd 5), apply the mount plan (still root);
 //! 3. open the Landlock paths and compile seccomp (still root, pure);
 //! 4. fork the agent; in the child: new session (no TIOCSTI into the
 //!    launcher's terminal), drop to the agent's uid/gid with no
@@ -26,7 +27,7 @@ use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::exit;
 use crate::plan::{Plan, Report};
-use crate::spawn::{PLAN_FD, REPORT_FD};
+use crate::spawn::{GATEWAY_FD, PLAN_FD, REPORT_FD};
 
 /// The hidden argument that makes `main()` run the init.
 pub const INIT_ARG: &str = "__tartaros_sandbox_init";
@@ -73,6 +74,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // Stage 2: namespaces. Still root, so mounts can be made.
     let _ = nix::unistd::sethostname("tartaros");
     crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
+    pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 3: decide and open everything the child will install.
@@ -289,6 +291,22 @@ fn supervise(agent: Pid, signals: &SigSet) -> Report {
             }
         }
     }
+}
+
+/// Makes the gateways' listeners in the sandbox's network namespace and
+/// hands them to the supervisor (fd 5), which serves them from the host.
+/// The agent never holds them: they are closed here before it is forked.
+fn pass_listeners(plan: &Plan) -> Result<(), Failure> {
+    // SAFETY: the supervisor placed the gateway socket on fd 5 for us alone.
+    let channel = unsafe { std::os::fd::OwnedFd::from_raw_fd(GATEWAY_FD) };
+    if plan.listeners.is_empty() {
+        return Ok(());
+    }
+    let listeners =
+        crate::network::listen_all(&plan.listeners).map_err(|e| failure(exit::START_FAILURE, e))?;
+    use std::os::fd::AsRawFd;
+    crate::network::send_listeners(channel.as_raw_fd(), &listeners)
+        .map_err(|e| failure(exit::START_FAILURE, e))
 }
 
 fn set_cloexec(fd: i32) {

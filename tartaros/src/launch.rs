@@ -53,6 +53,15 @@ pub async fn start_and_wait(
         .map_err(|e| start_failed("create the report pipe", &e))?;
     let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| start_failed("create the start gate", &e))?;
+    // The init makes the gateways' listeners in its network namespace and
+    // passes them back on this socket.
+    let (gateway_read, gateway_write) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| start_failed("create the gateway socket", &e))?;
     let gated = run.init.user_namespace;
     let namespaces = crate::spawn::Namespaces {
         network: true,
@@ -63,13 +72,17 @@ pub async fn start_and_wait(
         &["tartaros-init", crate::init::INIT_ARG],
         cgroup.map(RunCgroup::fd),
         namespaces,
-        &plan_read,
-        &report_write,
-        gated.then_some(&gate_read),
+        crate::spawn::InitFds {
+            plan: &plan_read,
+            report: &report_write,
+            gateway: &gateway_write,
+            gate: gated.then_some(&gate_read),
+        },
     )
     .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     drop(plan_read);
     drop(report_write);
+    drop(gateway_write);
     // The init waits for its plan before it forks, so joining the v1 limit
     // cgroups now covers every process of the agent.
     let joined = match cgroup {
@@ -97,13 +110,16 @@ pub async fn start_and_wait(
     });
     drop(gate_write);
     drop(gate_read);
-    let gateways = if run.gateways {
-        crate::egress::open(init.pid, policy, broker, original_dst, effects)
-            .map_err(|e| e.to_string())
-    } else {
-        Ok(Vec::new())
+    let sent = joined.and(mapped).and_then(|()| {
+        let mut plan_pipe = std::fs::File::from(plan_write);
+        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
+    });
+    let gateways = match sent {
+        Ok(()) => serve_gateways(&gateway_read, run, policy, broker, original_dst, effects).await,
+        Err(e) => Err(e),
     };
-    let gateways = match joined.and(mapped).and(gateways) {
+    drop(gateway_read);
+    let gateways = match gateways {
         Ok(gateways) => gateways,
         Err(e) => {
             let _ = nix::sys::signal::kill(
@@ -111,23 +127,15 @@ pub async fn start_and_wait(
                 nix::sys::signal::Signal::SIGKILL,
             );
             let _ = wait_exit(&init.pidfd).await;
-            return Err(Refusal::new(exit::START_FAILURE, e));
+            // The init's own report says best why it failed (a port it
+            // could not bind, say).
+            return Err(
+                reported_failure(report_read).unwrap_or(Refusal::new(exit::START_FAILURE, e))
+            );
         }
     };
     // Dropped when the run ends: the gateways close with it.
     let _gateways = AbortOnDrop(gateways);
-
-    let mut plan_pipe = std::fs::File::from(plan_write);
-    let sent = run.init.send(&mut plan_pipe);
-    drop(plan_pipe);
-    if let Err(e) = sent {
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(init.pid),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-        let _ = wait_exit(&init.pidfd).await;
-        return Err(Refusal::new(exit::START_FAILURE, e));
-    }
 
     let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
     let mut report_bytes = Vec::new();
@@ -149,6 +157,49 @@ pub async fn start_and_wait(
         exit::START_FAILURE,
         format!("the sandbox init ended without a report ({init_status})"),
     ))
+}
+
+/// Receives the gateways' listeners from the init and serves them.
+async fn serve_gateways(
+    channel: &OwnedFd,
+    run: &RunPlan,
+    policy: &Policy,
+    broker: Option<&crate::egress::BrokerSetup>,
+    original_dst: Option<crate::proxy::OriginalDst>,
+    effects: &crate::events::EffectSender,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    if run.gateways.is_empty() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the socket stays open and unchanged while this AsyncFd lives.
+    let registered =
+        unsafe { AsyncFd::register_with_interest(channel.as_fd(), tokio::io::Interest::READABLE) };
+    if let Ok(fd) = registered
+        && let Ok(mut guard) = fd.readable().await
+    {
+        guard.clear_ready();
+    }
+    let listeners = crate::network::receive_listeners(channel.as_raw_fd(), run.gateways.len())
+        .map_err(|e| e.to_string())?;
+    crate::egress::serve(
+        &run.gateways,
+        listeners,
+        policy,
+        broker,
+        original_dst,
+        effects,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// The init's `Failed` report, if it wrote one.
+fn reported_failure(report: OwnedFd) -> Option<Refusal> {
+    let mut bytes = Vec::new();
+    let _ = std::fs::File::from(report).read_to_end(&mut bytes);
+    Report::parse_all(&bytes).into_iter().find_map(|r| match r {
+        Report::Failed { code, message } => Some(Refusal::new(code, message)),
+        _ => None,
+    })
 }
 
 /// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init (which passes them to

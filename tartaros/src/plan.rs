@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::credentials::Identity;
 use crate::landlock::LandlockPlan;
 use crate::mounts::MountOp;
+use crate::network::ListenSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -36,6 +37,9 @@ pub struct Plan {
     /// The init runs in a user namespace (an unprivileged launcher).
     pub user_namespace: bool,
     pub mounts: Vec<MountOp>,
+    /// The gateways' listeners, made by the init inside the network
+    /// namespace and passed to the supervisor on fd 5.
+    pub listeners: Vec<ListenSpec>,
     /// `None` when Landlock is unavailable and the run is not strict.
     pub landlock: Option<LandlockPlan>,
     /// `None` when seccomp is unavailable and the run is not strict.
@@ -107,6 +111,7 @@ mod tests {
             identity: crate::credentials::NOBODY,
             user_namespace: false,
             mounts: vec![MountOp::MakePrivate],
+            listeners: Vec::new(),
             landlock: None,
             seccomp: Some(SeccompPlan {
                 strict: false,
