@@ -28,6 +28,12 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Print what this host can enforce.
     Doctor,
+    /// Run the root service that runs sandboxes for ordinary users (foreground).
+    Service {
+        /// The unix socket to listen on.
+        #[arg(long, value_name = "PATH", default_value = crate::service::DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
     /// Verify or read an effect log.
     #[command(subcommand)]
     Log(LogCommand),
@@ -187,6 +193,10 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     match cli.command {
         Command::Run(args) => run_command(*args),
         Command::Doctor => crate::doctor::print(),
+        Command::Service { socket } => match crate::service::server::serve(&socket) {
+            Ok(()) => 0,
+            Err(e) => fail(exit::START_FAILURE, e),
+        },
         Command::Log(LogCommand::Verify { file }) => {
             let verdict = crate::effectlog::verify_file(&file);
             println!("{}", verdict.message);
@@ -226,7 +236,8 @@ fn run_command(args: RunArgs) -> i32 {
         }
     };
     let file = match &args.config {
-        Some(path) => match ConfigFile::load(path) {
+        // Read with the caller's file access when the service runs this.
+        Some(path) => match crate::service::worker::as_caller(|| ConfigFile::load(path)) {
             Ok(file) => Some(file),
             Err(e) => return fail(exit::REFUSED, e),
         },

@@ -84,8 +84,10 @@ pub struct Request<'a> {
 /// Facts read once from the host before deciding.
 pub struct HostFacts<'a> {
     pub host: &'a Host,
-    /// Who runs tartaros.
+    /// Who runs tartaros (for the service: its caller).
     pub current: Identity,
+    /// The service runs this for `current`, who may not choose another user.
+    pub on_behalf: bool,
     /// `/proc/net/unix`, if readable.
     pub unix_table: Option<&'a str>,
     pub files: &'a dyn Facts,
@@ -119,6 +121,12 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     // An ordinary user gets a user namespace in which the init is root,
     // mapped to that user; the agent stays that user, without capabilities.
     let user_namespace = !host.root;
+    if facts.on_behalf && policy.user.is_some() {
+        return Err(Refusal::new(
+            exit::REFUSED,
+            "--user is not available through the service: the agent runs as you; drop --user",
+        ));
+    }
     let identity = match (&policy.user, user_namespace) {
         (Some(_), true) => {
             return Err(Refusal::new(

@@ -84,6 +84,7 @@ fn decide_with(
     let facts = HostFacts {
         host,
         current: Identity { uid: 0, gid: 0 },
+        on_behalf: false,
         unix_table: None,
         files,
     };
@@ -310,5 +311,44 @@ fn an_ordinary_user_gets_the_gateways_without_interception() {
             .env
             .iter()
             .any(|(k, v)| k == "HTTPS_PROXY" && v == "http://127.0.0.1:3128")
+    );
+}
+
+#[test]
+fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
+    let argv = vec!["true".to_string()];
+    let files = project();
+    let caller = Identity {
+        uid: 1000,
+        gid: 1000,
+    };
+    let facts = HostFacts {
+        host: &root_host(),
+        current: caller,
+        on_behalf: true,
+        unix_table: None,
+        files: &files,
+    };
+    let request = |policy| Request {
+        policy,
+        argv: &argv,
+        cwd: Path::new("/w"),
+        log: None,
+        log_buffer: 1 << 20,
+        launcher_env: &[],
+    };
+    let plain = policy();
+    let plan = decide(&request(&plain), &facts).unwrap();
+    assert_eq!(plan.init.identity, caller);
+    assert!(!plan.init.user_namespace);
+    let with_user = Policy {
+        user: Some("root".into()),
+        ..policy()
+    };
+    let refusal = decide(&request(&with_user), &facts).unwrap_err();
+    assert!(
+        refusal
+            .message
+            .contains("not available through the service")
     );
 }

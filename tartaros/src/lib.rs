@@ -32,6 +32,7 @@ pub mod probe;
 pub mod proxy;
 pub mod runlog;
 pub mod seccomp;
+pub mod service;
 pub mod spawn;
 pub mod supervisor;
 pub mod undo;

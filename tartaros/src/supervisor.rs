@@ -53,12 +53,21 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
     }
     let unix_table = std::fs::read_to_string("/proc/net/unix").ok();
-    let facts = HostFacts {
-        host: &host,
-        current: crate::credentials::Identity {
+    // Run by the service for a caller, the agent is that caller.
+    let current = match crate::service::caller() {
+        Some(caller) => crate::credentials::Identity {
+            uid: caller.uid,
+            gid: caller.gid,
+        },
+        None => crate::credentials::Identity {
             uid: nix::unistd::geteuid().as_raw(),
             gid: nix::unistd::getegid().as_raw(),
         },
+    };
+    let facts = HostFacts {
+        host: &host,
+        current,
+        on_behalf: crate::service::caller().is_some(),
         unix_table: unix_table.as_deref(),
         files: &crate::decide::HostFiles,
     };
@@ -171,13 +180,17 @@ fn create_on_host(
     run: &RunPlan,
     undo: &mut UndoStack,
 ) -> Result<Option<LogWriter>, Refusal> {
-    let placeholders = crate::materialize::create(&run.materialize)
+    // Made with the caller's file access when the service runs this: never
+    // anywhere the caller could not write.
+    use crate::service::worker::as_caller;
+    let placeholders = as_caller(|| crate::materialize::create(&run.materialize))
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     undo.push(Undo::Placeholders(placeholders));
     // Created before the init mounts, so that its plan can hide the log.
     let log = match &request.log {
         Some(path) => {
-            let mut writer = LogWriter::create(path).map_err(|e| Refusal::new(exit::REFUSED, e))?;
+            let mut writer = as_caller(|| LogWriter::create(path))
+                .map_err(|e| Refusal::new(exit::REFUSED, e))?;
             writer.set_batch_bytes(crate::runlog::BATCH_BYTES);
             undo.push(Undo::UnwrittenLog(path.clone()));
             Some(writer)
