@@ -38,6 +38,18 @@ pub fn print() -> i32 {
             if loads { "loads" } else { "refused" }
         );
     }
+    let socket = crate::service::socket_path();
+    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        println!(
+            "service              listening on {}: ordinary users' runs go through it (cgroups, eBPF, gateways)",
+            socket.display()
+        );
+    } else {
+        println!(
+            "service              not running ({}): ordinary users get the user-namespace path without cgroup limits or eBPF; start it with `systemctl enable --now tartaros.socket` or `tartaros service`",
+            socket.display()
+        );
+    }
     // What a strict run would get, for root and for an ordinary user.
     let as_root = Host {
         root: true,

@@ -27,8 +27,26 @@ pub enum ServerError {
     },
 }
 
+/// The listening socket systemd passed (socket activation: `LISTEN_PID`
+/// is us and `LISTEN_FDS` is 1, the socket on fd 3).
+fn activated() -> Option<UnixListener> {
+    let pid = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()?;
+    let fds = std::env::var("LISTEN_FDS").ok()?.parse::<u32>().ok()?;
+    if pid != std::process::id() || fds != 1 {
+        return None;
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: systemd passed us fd 3 as our listening socket.
+    Some(unsafe { UnixListener::from_raw_fd(3) })
+}
+
 /// Serves until killed. Returns only on a setup failure.
 pub fn serve(socket: &Path) -> Result<(), ServerError> {
+    if let Some(listener) = activated() {
+        // SAFETY: F_SETFD only changes the flags of our socket.
+        unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
+        return accept_loop(listener, socket);
+    }
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
         source,
@@ -45,6 +63,14 @@ pub fn serve(socket: &Path) -> Result<(), ServerError> {
         source,
     })?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(prepare)?;
+    accept_loop(listener, socket)
+}
+
+fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError> {
+    let prepare = |source| ServerError::Prepare {
+        path: socket.display().to_string(),
+        source,
+    };
     // Workers are reaped by the kernel: the service never waits for them.
     // SAFETY: setting SIGCHLD to SIG_IGN takes no memory.
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
