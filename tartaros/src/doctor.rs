@@ -3,8 +3,16 @@
 use crate::probe::Host;
 
 /// Prints one line per mechanism; exits 0 when a strict run with the
-/// default policy could start, 1 otherwise.
-pub fn print() -> i32 {
+/// default policy could start, 1 otherwise. With `clean`, first removes the
+/// cgroups of runs whose supervisor and janitor were killed.
+pub fn print(clean: bool) -> i32 {
+    if clean {
+        let removed = crate::debris::sweep_all();
+        for path in &removed {
+            println!("removed leftover cgroup {}", path.display());
+        }
+        println!("removed {} leftover run cgroup(s)", removed.len());
+    }
     let host = Host::probe();
     let yes_no = |ok: bool| if ok { "yes" } else { "no" };
     println!("tartaros {}", env!("CARGO_PKG_VERSION"));

@@ -8,12 +8,8 @@
 //! and the placeholders.
 
 use std::io::Read;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use tokio::io::unix::AsyncFd;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cgroup::RunCgroup;
 use crate::credentials::Identity;
@@ -260,12 +256,26 @@ fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
 struct AgentEnd {
     code: Option<i32>,
     signal: Option<i32>,
+    /// `--timeout` fired: the run exits [`crate::stop::TIMEOUT_EXIT`].
+    timed_out: bool,
 }
 
 /// Runs the agent under `request` and returns the exit status to use.
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     raise_fd_limit();
     let host = Host::probe();
+    if host.root || host.cgroup_v2_writable {
+        // Cgroups of earlier runs whose supervisor and janitor were both
+        // killed: one readdir per parent.
+        for removed in crate::debris::sweep_own() {
+            eprintln!(
+                "tartaros: removed the leftover cgroup {} of a killed run",
+                removed.display()
+            );
+        }
+    }
+    request.policy =
+        crate::limits::apply_host_defaults(&request.policy, &host, request.log.is_some());
     if host.root && crate::probe::wants_bpf(&request.policy, request.log.is_some()) {
         // Parses the kernel's BTF on a thread while we prepare the rest.
         crate::ebpf::warm_up_capture();
@@ -395,6 +405,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         eprintln!("tartaros: {e}");
     }
     let code = match &outcome {
+        Ok(end) if end.timed_out => crate::stop::TIMEOUT_EXIT,
         Ok(end) => exit::from_wait(end.code, end.signal),
         Err(refusal) => refusal.code,
     };
@@ -602,7 +613,7 @@ async fn run_in(
                 nix::unistd::Pid::from_raw(init.pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            let _ = wait_exit(&init.pidfd).await;
+            let _ = crate::stop::wait_exit(&init.pidfd).await;
             return Err(refuse(exit::START_FAILURE, e));
         }
     };
@@ -617,11 +628,18 @@ async fn run_in(
             nix::unistd::Pid::from_raw(init.pid),
             nix::sys::signal::Signal::SIGKILL,
         );
-        let _ = wait_exit(&init.pidfd).await;
+        let _ = crate::stop::wait_exit(&init.pidfd).await;
         return Err(refuse(exit::START_FAILURE, e));
     }
 
-    let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
+    let ended = crate::stop::supervise(
+        init.pid,
+        &init.pidfd,
+        cgroup.map(RunCgroup::path),
+        crate::stop::StopPolicy::of(policy),
+        effects,
+    )
+    .await;
     let mut report_bytes = Vec::new();
     let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
     let reports = Report::parse_all(&report_bytes);
@@ -632,76 +650,23 @@ async fn run_in(
                 return Ok(AgentEnd {
                     code: *code,
                     signal: *signal,
+                    timed_out: ended.timed_out,
                 });
             }
             Report::Started => {}
         }
     }
+    let init_status = ended.status;
+    if ended.killed.is_some() {
+        // We killed the init with the rest: the agent died of SIGKILL.
+        return Ok(AgentEnd {
+            code: None,
+            signal: Some(libc::SIGKILL),
+            timed_out: ended.timed_out,
+        });
+    }
     Err(refuse(
         exit::START_FAILURE,
         format!("the sandbox init ended without a report ({init_status})"),
     ))
-}
-
-/// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init (which passes them to
-/// the agent) until the init exits; returns how it ended.
-async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
-    let mut forwarders = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-    ] {
-        let Ok(mut stream) = signal(kind) else {
-            continue;
-        };
-        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else {
-            continue;
-        };
-        forwarders.push(tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-            }
-        }));
-    }
-    let status = wait_exit(pidfd).await;
-    for forwarder in forwarders {
-        forwarder.abort();
-    }
-    status
-}
-
-/// Waits until the process behind `pidfd` exits, reaps it, and describes
-/// its status.
-async fn wait_exit(pidfd: &OwnedFd) -> String {
-    // SAFETY: the pidfd stays open and unchanged for as long as this
-    // AsyncFd lives (it is dropped before we return).
-    let registered =
-        unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
-    if let Ok(fd) = registered
-        && let Ok(mut guard) = fd.readable().await
-    {
-        guard.clear_ready();
-    }
-    // SAFETY: siginfo is plain data the kernel fills; P_PIDFD names our
-    // child through a descriptor we own.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::waitid(
-            libc::P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED,
-        )
-    };
-    if rc != 0 {
-        return format!("wait failed: {}", nix::errno::Errno::last());
-    }
-    // SAFETY: for CLD_* codes the kernel filled si_status.
-    let status = unsafe { info.si_status() };
-    match info.si_code {
-        libc::CLD_EXITED => format!("exit status {status}"),
-        _ => format!("killed by signal {status}"),
-    }
 }
