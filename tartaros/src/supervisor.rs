@@ -413,7 +413,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     if let Some(drain) = drain {
         match drain.await {
             Ok(writer) => {
-                let signal = outcome.as_ref().ok().and_then(|end| end.signal);
+                // A timed-out run is sealed with its status (124); the
+                // supervisor's `signal` records before the seal say why.
+                let signal = outcome
+                    .as_ref()
+                    .ok()
+                    .filter(|end| !end.timed_out)
+                    .and_then(|end| end.signal);
                 match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
                     Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
                     Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),

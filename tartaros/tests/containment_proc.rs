@@ -183,6 +183,11 @@ fn timeout_ends_the_run_with_124_and_says_so_in_the_log() {
         .collect();
     let seal = lines.last().unwrap();
     assert_eq!(seal["kind"], "seal", "{seal}");
+    assert_eq!(
+        seal["exit_status"],
+        serde_json::json!({"code": 124}),
+        "{seal}"
+    );
     let reasons: Vec<(i64, String)> = lines
         .iter()
         .filter(|l| l["kind"] == "signal" && l["target"]["by"] == "supervisor")
