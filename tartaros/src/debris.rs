@@ -98,9 +98,14 @@ fn has_members(path: &Path) -> bool {
 /// Removes every leftover run cgroup directly under `parent`;
 /// returns the removed paths.
 pub fn sweep(parent: &Path) -> Vec<PathBuf> {
-    let mut removed = Vec::new();
+    leftovers(parent, true)
+}
+
+/// The leftover run cgroups directly under `parent`, removed if `remove`.
+fn leftovers(parent: &Path, remove: bool) -> Vec<PathBuf> {
+    let mut found = Vec::new();
     let Ok(entries) = std::fs::read_dir(parent) else {
-        return removed;
+        return found;
     };
     for entry in entries.flatten() {
         let name = entry.file_name();
@@ -114,6 +119,10 @@ pub fn sweep(parent: &Path) -> Vec<PathBuf> {
         if !is_debris(owner(pid), created) || has_members(&path) {
             continue;
         }
+        if !remove {
+            found.push(path);
+            continue;
+        }
         let gone = if path.join("cgroup.events").exists() {
             crate::cgroup::kill_and_remove(&path, REMOVE_TIMEOUT).is_ok()
         } else {
@@ -121,10 +130,10 @@ pub fn sweep(parent: &Path) -> Vec<PathBuf> {
             !path.exists()
         };
         if gone {
-            removed.push(path);
+            found.push(path);
         }
     }
-    removed
+    found
 }
 
 /// The parents a run of this process creates its cgroups in: its own v2
@@ -186,8 +195,22 @@ pub fn all_parents(depth: usize) -> Vec<PathBuf> {
 /// `tartaros doctor --clean`: sweeps every hierarchy; returns what it
 /// removed.
 pub fn sweep_all() -> Vec<PathBuf> {
-    all_parents(16).iter().flat_map(|p| sweep(p)).collect()
+    all_parents(SEARCH_DEPTH)
+        .iter()
+        .flat_map(|p| sweep(p))
+        .collect()
 }
+
+/// `tartaros doctor`: the leftovers a `--clean` would remove.
+pub fn find_all() -> Vec<PathBuf> {
+    all_parents(SEARCH_DEPTH)
+        .iter()
+        .flat_map(|p| leftovers(p, false))
+        .collect()
+}
+
+/// How deep `doctor` looks for leftovers in each hierarchy.
+const SEARCH_DEPTH: usize = 16;
 
 #[cfg(test)]
 mod tests {

@@ -40,6 +40,14 @@ pub fn print(clean: bool) -> i32 {
         ),
         None => println!("cgroup v2            no"),
     }
+    if !clean {
+        let left = crate::debris::find_all().len();
+        if left > 0 {
+            println!(
+                "leftover cgroups     {left} of killed runs (remove them with tartaros doctor --clean)"
+            );
+        }
+    }
     for (program, loads) in crate::ebpf::probe_program_types() {
         println!(
             "bpf {program:<16} {}",

@@ -679,6 +679,12 @@ fn debris_of_killed_runs_is_swept_but_live_runs_are_kept() {
     assert!(eventually(10, || processes_with(&live_m).len() == 1));
     let live_cgroup = run_cgroup_of(&tartaros::cgroup::own_v2_dir().unwrap(), live.id())
         .expect("the live run's cgroup");
+    let report = Command::new(bin()).arg("doctor").output().unwrap();
+    assert!(
+        stdout(&report).contains("leftover cgroups"),
+        "doctor does not report the leftovers: {}",
+        stdout(&report)
+    );
     let out = Command::new(bin())
         .args(["doctor", "--clean"])
         .output()
