@@ -672,13 +672,15 @@ fn debris_of_killed_runs_is_swept_but_live_runs_are_kept() {
     }
     let _serial = serial();
     let work = Dir::new();
-    let left = leave_debris(work.path(), &marker("debris-one"));
-    // A live run beside the debris must survive the sweep.
+    // A live run beside the debris must survive the sweep. (Started first:
+    // a run's start sweeps its own parents, which would leave doctor
+    // nothing to do.)
     let live_m = marker("debris-live-run");
     let mut live = spawn(&["run", "--", "sleep", &live_m], work.path());
     assert!(eventually(10, || processes_with(&live_m).len() == 1));
     let live_cgroup = run_cgroup_of(&tartaros::cgroup::own_v2_dir().unwrap(), live.id())
         .expect("the live run's cgroup");
+    let left = leave_debris(work.path(), &marker("debris-one"));
     let report = Command::new(bin()).arg("doctor").output().unwrap();
     assert!(
         stdout(&report).contains("leftover cgroups"),
@@ -695,7 +697,14 @@ fn debris_of_killed_runs_is_swept_but_live_runs_are_kept() {
         stdout(&out)
     );
     // (Another run on this host may have swept some first: every run
-    // sweeps its own parents. Either way they must be gone.)
+    // sweeps its own parents. Either way they must be gone, and doctor
+    // must have removed at least one itself.)
+    assert!(
+        left.iter()
+            .any(|d| stdout(&out).contains(&d.display().to_string())),
+        "doctor --clean removed none of {left:?}: {}",
+        stdout(&out)
+    );
     for dir in &left {
         assert!(
             !dir.exists(),
@@ -724,4 +733,5 @@ fn debris_of_killed_runs_is_swept_but_live_runs_are_kept() {
     for dir in &left {
         assert!(!dir.exists(), "the next run left {}", dir.display());
     }
+    assert!(stderr(&out).contains("leftover cgroup"), "{}", stderr(&out));
 }
