@@ -6,7 +6,9 @@
 //! file) raise or lower them.
 //!
 //! - processes (tasks: the pids controller counts threads too):
-//!   `pid_max / 8`, at least 256 and at most 4096;
+//!   `pid_max / 8`, at least 256 and at most 4096, but at least 64 per CPU
+//!   (a parallel build on a big machine runs many threads per job), and
+//!   never more than half of `pid_max`;
 //! - memory: half of `MemTotal`.
 //!
 //! A default is only applied where the host can enforce it (the same check
@@ -20,15 +22,26 @@ pub const MIN_DEFAULT_PROCS: u64 = 256;
 /// Most processes a default allows.
 pub const MAX_DEFAULT_PROCS: u64 = 4096;
 
-/// The default limits for a host with `pid_max` and `mem_total` bytes of
-/// RAM (either unknown: `None`).
-pub fn defaults(pid_max: Option<u64>, mem_total: Option<u64>) -> crate::cgroup::Limits {
+/// Tasks a default allows per CPU at least.
+pub const DEFAULT_PROCS_PER_CPU: u64 = 64;
+
+/// The default limits for a host with `pid_max`, `cpus` CPUs and
+/// `mem_total` bytes of RAM (unknown: `None`).
+pub fn defaults(
+    pid_max: Option<u64>,
+    cpus: Option<u64>,
+    mem_total: Option<u64>,
+) -> crate::cgroup::Limits {
+    let base = pid_max
+        .map(|p| (p / 8).clamp(MIN_DEFAULT_PROCS, MAX_DEFAULT_PROCS))
+        .unwrap_or(MAX_DEFAULT_PROCS);
+    let per_cpu = cpus.unwrap_or(0).saturating_mul(DEFAULT_PROCS_PER_CPU);
+    let procs = match pid_max {
+        Some(p) => base.max(per_cpu).min(p / 2).max(1),
+        None => base.max(per_cpu),
+    };
     crate::cgroup::Limits {
-        max_procs: Some(
-            pid_max
-                .map(|p| (p / 8).clamp(MIN_DEFAULT_PROCS, MAX_DEFAULT_PROCS))
-                .unwrap_or(MAX_DEFAULT_PROCS),
-        ),
+        max_procs: Some(procs),
         max_memory: mem_total.map(|m| m / 2).filter(|m| *m > 0),
     }
 }
@@ -48,7 +61,10 @@ pub fn host_defaults() -> crate::cgroup::Limits {
     let memory = std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|m| mem_total(&m));
-    defaults(pid_max, memory)
+    let cpus = std::thread::available_parallelism()
+        .ok()
+        .map(|n| n.get() as u64);
+    defaults(pid_max, cpus, memory)
 }
 
 /// `policy` with each unset limit filled from `defaults`, where `host`
@@ -94,14 +110,28 @@ mod tests {
     #[test]
     fn defaults_scale_with_the_host_and_stay_bounded() {
         let gib = 1u64 << 30;
-        let d = defaults(Some(32_768), Some(24 * gib));
+        let d = defaults(Some(32_768), Some(2), Some(24 * gib));
         assert_eq!(d.max_procs, Some(4096));
         assert_eq!(d.max_memory, Some(12 * gib));
-        assert_eq!(defaults(Some(4_194_304), None).max_procs, Some(4096));
-        assert_eq!(defaults(Some(1024), None).max_procs, Some(256));
-        assert_eq!(defaults(Some(16_384), None).max_procs, Some(2048));
-        assert_eq!(defaults(None, None).max_procs, Some(4096));
-        assert_eq!(defaults(None, None).max_memory, None);
+        assert_eq!(
+            defaults(Some(4_194_304), Some(8), None).max_procs,
+            Some(4096)
+        );
+        assert_eq!(defaults(Some(16_384), Some(4), None).max_procs, Some(2048));
+        assert_eq!(defaults(None, None, None).max_procs, Some(4096));
+        assert_eq!(defaults(None, None, None).max_memory, None);
+        // Big machines: 64 tasks per CPU, but never half of pid_max.
+        assert_eq!(
+            defaults(Some(4_194_304), Some(256), None).max_procs,
+            Some(16_384)
+        );
+        assert_eq!(
+            defaults(Some(32_768), Some(512), None).max_procs,
+            Some(16_384)
+        );
+        // Tiny pid_max: the floor, within half of it.
+        assert_eq!(defaults(Some(1024), Some(1), None).max_procs, Some(256));
+        assert_eq!(defaults(Some(300), Some(1), None).max_procs, Some(150));
     }
 
     #[test]
