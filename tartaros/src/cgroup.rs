@@ -114,6 +114,9 @@ fn own_v2_path() -> Option<PathBuf> {
 /// `controller`, relative to that hierarchy's mount, from the text of
 /// `/proc/self/cgroup` (`ID:controller[,controller...]:/path`).
 pub fn own_v1_path(proc_self_cgroup: &str, controller: &str) -> Option<PathBuf> {
+    if controller.is_empty() {
+        return None;
+    }
     proc_self_cgroup.lines().find_map(|line| {
         let mut fields = line.splitn(3, ':');
         let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
@@ -374,6 +377,26 @@ fn walk(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_launchers_v1_cgroup_is_read_per_hierarchy() {
+        let text = "9:name=systemd:/\n8:pids:/launcher/a\n4:memory:/process_api/x\n\
+                    2:cpu,cpuacct:/\n0::/unified/me\n";
+        assert_eq!(own_v1_path(text, "pids"), Some(PathBuf::from("launcher/a")));
+        assert_eq!(
+            own_v1_path(text, "memory"),
+            Some(PathBuf::from("process_api/x"))
+        );
+        assert_eq!(own_v1_path(text, "cpuacct"), Some(PathBuf::new()));
+        // The v2 line (empty controller list) is not a v1 hierarchy.
+        assert_eq!(own_v1_path(text, ""), None);
+        assert_eq!(own_v1_path(text, "blkio"), None);
+        // A path with ':' in it stays whole.
+        assert_eq!(
+            own_v1_path("5:pids:/a:b\n", "pids"),
+            Some(PathBuf::from("a:b"))
+        );
+    }
 
     #[test]
     fn finds_a_cgroup2_mount() {
