@@ -36,6 +36,7 @@ fn an_agent_that_ignores_sigterm_is_killed_after_the_grace_period() {
     );
     signal(child.id(), Signal::SIGTERM);
     let (code, took) = wait_within(&mut child, Duration::from_secs(8));
+    eprintln!("killed {took:?} after SIGTERM with --kill-after 1s");
     assert_eq!(code, Some(137), "{}", stderr_of(&mut child));
     assert!(
         took >= Duration::from_millis(900),
@@ -77,6 +78,7 @@ fn a_second_sigint_kills_at_once() {
     assert_eq!(processes_with(&m).len(), 2, "the agent ignores SIGINT");
     signal(child.id(), Signal::SIGINT);
     let (code, took) = wait_within(&mut child, Duration::from_secs(5));
+    eprintln!("killed {took:?} after the second SIGINT");
     assert_eq!(code, Some(137), "{}", stderr_of(&mut child));
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert!(eventually(2, || processes_with(&m).is_empty()));
@@ -112,6 +114,7 @@ fn timeout_ends_the_run_with_124_and_says_so_in_the_log() {
     );
     let (code, _) = wait_within(&mut child, Duration::from_secs(15));
     let took = started.elapsed();
+    eprintln!("--timeout 1s --kill-after 500ms ended the run {took:?} after start");
     let err = stderr_of(&mut child);
     assert_eq!(code, Some(124), "{err}");
     assert!(took >= Duration::from_millis(1400), "{took:?}");
