@@ -228,6 +228,32 @@ pub struct Ended {
     pub timed_out: bool,
 }
 
+/// The termination signals the supervisor handles, taken over from their
+/// default action (which would kill `tartaros` and leave the sandbox to
+/// the janitor) as early as possible. A signal that arrives before the
+/// agent starts is kept and handled as soon as [`supervise`] runs.
+pub struct Signals {
+    streams: Vec<(i32, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    /// Installs the handlers; must run inside the tokio runtime.
+    pub fn install() -> Self {
+        let mut streams = Vec::new();
+        for kind in [
+            SignalKind::interrupt(),
+            SignalKind::terminate(),
+            SignalKind::hangup(),
+            SignalKind::quit(),
+        ] {
+            if let Ok(stream) = signal(kind) {
+                streams.push((kind.as_raw_value(), stream));
+            }
+        }
+        Self { streams }
+    }
+}
+
 /// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init `pid` and escalates
 /// per `policy` until the init exits. `cgroup` is the run's v2 cgroup (the
 /// kill empties it; without one, killing the init, PID 1 of the agent's
@@ -237,19 +263,10 @@ pub async fn supervise(
     pidfd: &OwnedFd,
     cgroup: Option<&Path>,
     policy: StopPolicy,
+    signals: Signals,
     effects: &EffectSender,
 ) -> Ended {
-    let mut streams = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-    ] {
-        if let Ok(stream) = signal(kind) {
-            streams.push((kind.as_raw_value(), stream));
-        }
-    }
+    let streams = signals.streams;
     let (tx, mut received) = tokio::sync::mpsc::unbounded_channel::<i32>();
     let mut listeners = Vec::new();
     for (raw, mut stream) in streams {

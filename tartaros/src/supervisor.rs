@@ -262,6 +262,7 @@ struct AgentEnd {
 
 /// Runs the agent under `request` and returns the exit status to use.
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
+    let signals = crate::stop::Signals::install();
     raise_fd_limit();
     let host = Host::probe();
     if host.root || host.cgroup_v2_writable {
@@ -380,6 +381,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         &prepared,
         &request.policy,
         original_dst,
+        signals,
         &effects,
     )
     .await;
@@ -543,6 +545,7 @@ async fn run_in(
     prepared: &Prepared,
     policy: &Policy,
     original_dst: Option<crate::proxy::OriginalDst>,
+    signals: crate::stop::Signals,
     effects: &crate::events::EffectSender,
 ) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
@@ -643,6 +646,7 @@ async fn run_in(
         &init.pidfd,
         cgroup.map(RunCgroup::path),
         crate::stop::StopPolicy::of(policy),
+        signals,
         effects,
     )
     .await;

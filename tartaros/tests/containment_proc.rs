@@ -53,6 +53,46 @@ fn an_agent_that_ignores_sigterm_is_killed_after_the_grace_period() {
     );
 }
 
+/// Whether process `pid` has a handler for signal `sig` (SigCgt).
+fn catches(pid: u32, sig: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+            u64::from_str_radix(mask.trim(), 16).ok()
+        })
+        .is_some_and(|mask| mask & (1 << (sig - 1)) != 0)
+}
+
+#[test]
+fn a_sigterm_during_start_up_is_not_lost() {
+    if !can_run("early_sigterm") {
+        return;
+    }
+    let _serial = serial();
+    let work = Dir::new();
+    let m = marker("early-term");
+    let script = stubborn(&m);
+    let mut child = spawn(
+        &["run", "--kill-after", "1s", "--", "sh", "-c", &script],
+        work.path(),
+    );
+    // As soon as the supervisor handles SIGTERM (before the agent runs,
+    // in most runs): the signal must end the run, not be swallowed, and
+    // not kill tartaros outright (which would leave the sandbox to the
+    // janitor and give no exit status).
+    assert!(eventually(5, || catches(child.id(), libc::SIGTERM)));
+    signal(child.id(), Signal::SIGTERM);
+    let (code, took) = wait_within(&mut child, Duration::from_secs(8));
+    assert!(
+        matches!(code, Some(137) | Some(143)),
+        "{code:?}: {}",
+        stderr_of(&mut child)
+    );
+    eprintln!("an early SIGTERM ended the run after {took:?}");
+    assert!(eventually(2, || processes_with(&m).is_empty()));
+}
+
 #[test]
 fn a_second_sigint_kills_at_once() {
     if !can_run("second_sigint") {
