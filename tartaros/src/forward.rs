@@ -84,3 +84,75 @@ async fn relay_one(
     };
     record.effect = Some(effect);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Aborting the relay (the run ended) ends a connection the host side
+    /// holds open, and its record is still written.
+    #[tokio::test]
+    async fn aborting_the_relay_ends_held_connections_and_records_them() {
+        let host = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = host.local_addr().unwrap();
+        let inside = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = inside.local_addr().unwrap();
+        let (effects, mut records) = crate::events::channel();
+        let relay = tokio::spawn(relay(inside, upstream, effects));
+        let _agent = TcpStream::connect(gateway).await.unwrap();
+        // The host service accepts and then never reads, writes or closes.
+        let (_held, _) = host.accept().await.unwrap();
+        relay.abort();
+        let entry = tokio::time::timeout(Duration::from_secs(2), records.recv())
+            .await
+            .expect("a record within 2 s")
+            .expect("the record");
+        let effect = entry.into_effects().remove(0);
+        assert_eq!(effect.kind, "connect");
+        assert_eq!(effect.fields["ended"], "run-ended");
+        assert_eq!(effect.fields["dest"], upstream.to_string());
+        assert_eq!(effect.fields["via"], "port-forward");
+        // Every sender is gone with the relay: the log's drain can finish.
+        let closed = tokio::time::timeout(Duration::from_secs(2), records.recv()).await;
+        assert!(matches!(closed, Ok(None)), "a sender outlived the relay");
+    }
+
+    /// A host side that never answers the connect is given up on.
+    #[tokio::test]
+    async fn the_connect_to_the_host_is_bounded() {
+        // A listener whose accept queue is full drops further SYNs, so a
+        // connect to it hangs: the host service that never answers.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let full = socket.listen(0).unwrap();
+        let upstream = full.local_addr().unwrap();
+        let mut fillers = Vec::new();
+        for _ in 0..2 {
+            let filler = tokio::net::TcpSocket::new_v4().unwrap();
+            let connecting = filler.connect(upstream);
+            if let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_millis(200), connecting).await
+            {
+                fillers.push(stream);
+            }
+        }
+        let inside = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = inside.local_addr().unwrap();
+        let (effects, mut records) = crate::events::channel();
+        let started = Instant::now();
+        let accept = tokio::spawn(async move {
+            let (stream, _) = inside.accept().await.unwrap();
+            relay_one(stream, upstream, Duration::from_millis(300), effects).await;
+        });
+        let _agent = TcpStream::connect(gateway).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), accept)
+            .await
+            .expect("the relay gave up within 5 s")
+            .unwrap();
+        let effect = records.recv().await.unwrap().into_effects().remove(0);
+        let error = effect.fields["error"].as_str().unwrap_or_default();
+        assert!(error.contains("timed out"), "{effect:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        drop(full);
+    }
+}
