@@ -90,6 +90,26 @@ pub fn find_controller(name: &str) -> Option<Controller> {
     })
 }
 
+/// Whether a run could set a `controller` limit on this host without
+/// failing: a v1 hierarchy (root creates the limit cgroup), or the v2 tree
+/// where the run cgroup's parent (the supervisor's own cgroup) can enable
+/// the controller for its children. The kernel refuses that (EBUSY, no
+/// internal processes) in a non-root cgroup that holds processes, as ours
+/// does, unless the controller is already enabled there.
+pub fn can_limit(controller: &str) -> bool {
+    match find_controller(controller) {
+        Some(Controller::V1(_)) => true,
+        Some(Controller::V2) => {
+            let own = own_v2_path().unwrap_or_default();
+            let enabled = own_v2_dir()
+                .and_then(|dir| std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok())
+                .is_some_and(|c| c.split_whitespace().any(|c| c == controller));
+            own.as_os_str().is_empty() || enabled
+        }
+        None => false,
+    }
+}
+
 /// Finds the cgroup2 mount point.
 pub fn v2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;

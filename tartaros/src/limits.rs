@@ -11,8 +11,10 @@
 //!   never more than half of `pid_max`;
 //! - memory: half of `MemTotal`.
 //!
-//! A default is only applied where the host can enforce it (the same check
-//! `--max-procs` gets): a default never makes a `--strict` run refuse.
+//! A default is only applied where the host can enforce it (the check
+//! `--max-procs` gets, and on the v2 tree whether the supervisor's cgroup
+//! can enable the controller at all): a default never makes a run fail or
+//! a `--strict` run refuse.
 
 use crate::policy::Policy;
 use crate::probe::Host;
@@ -96,9 +98,15 @@ pub fn with_defaults(
 /// Fills the default limits into `policy` for this host.
 pub fn apply_host_defaults(policy: &Policy, host: &Host, capture: bool) -> Policy {
     let check = |trial: &Policy, name: &str| {
+        let controller = if name == "max-procs" {
+            "pids"
+        } else {
+            "memory"
+        };
         crate::probe::guarantees(trial, host, capture)
             .iter()
             .any(|g| g.name == name && g.installed)
+            && crate::cgroup::can_limit(controller)
     };
     with_defaults(policy, host_defaults(), &check)
 }
