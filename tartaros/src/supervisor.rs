@@ -622,7 +622,7 @@ async fn run_in(
                 nix::unistd::Pid::from_raw(init.pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
-            let _ = crate::stop::wait_exit(&init.pidfd).await;
+            let _ = wait_exit(&init.pidfd).await;
             return Err(refuse(exit::START_FAILURE, e));
         }
     };
@@ -637,7 +637,7 @@ async fn run_in(
             nix::unistd::Pid::from_raw(init.pid),
             nix::sys::signal::Signal::SIGKILL,
         );
-        let _ = crate::stop::wait_exit(&init.pidfd).await;
+        let _ = wait_exit(&init.pidfd).await;
         return Err(refuse(exit::START_FAILURE, e));
     }
 
@@ -679,4 +679,10 @@ async fn run_in(
         exit::START_FAILURE,
         format!("the sandbox init ended without a report ({init_status})"),
     ))
+}
+
+/// Waits until the init behind `pidfd` exits, reaps it, and describes its
+/// status (see [`crate::stop::wait_exit`]).
+async fn wait_exit(pidfd: &std::os::fd::OwnedFd) -> String {
+    crate::stop::wait_exit(pidfd).await
 }
