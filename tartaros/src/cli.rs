@@ -27,7 +27,11 @@ pub enum Command {
     /// Run a command in the sandbox: `tartaros run [flags] -- cmd args...`
     Run(Box<RunArgs>),
     /// Print what this host can enforce.
-    Doctor,
+    Doctor {
+        /// Also remove the cgroups of killed runs (never a live run's).
+        #[arg(long)]
+        clean: bool,
+    },
     /// Run the root service that runs sandboxes for ordinary users (foreground).
     Service {
         /// The unix socket to listen on.
@@ -101,6 +105,12 @@ pub struct RunArgs {
     /// User the agent runs as when tartaros runs as root (default: $SUDO_UID, else nobody).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Kill the run after DURATION (SIGTERM, then the cgroup after --kill-after); exit 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub timeout: Option<u64>,
+    /// Grace period after SIGTERM/SIGINT/SIGHUP or --timeout before every process is killed (default 10s).
+    #[arg(long = "kill-after", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub kill_after: Option<u64>,
     /// Write the effect log to FILE (must not exist).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
@@ -148,6 +158,11 @@ fn parse_size(raw: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{raw:?} is too large"))
 }
 
+fn parse_duration_ms(raw: &str) -> Result<u64, String> {
+    let duration = crate::stop::parse_duration(raw).map_err(|e| e.to_string())?;
+    u64::try_from(duration.as_millis()).map_err(|_| format!("{raw:?} is too long"))
+}
+
 /// The ring buffer size: a power of two the kernel accepts, 64 KiB to 1 GiB.
 fn ring_size(requested: Option<u64>) -> Result<u32, String> {
     const DEFAULT: u64 = 8 << 20;
@@ -192,7 +207,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     };
     match cli.command {
         Command::Run(args) => run_command(*args),
-        Command::Doctor => crate::doctor::print(),
+        Command::Doctor { clean } => crate::doctor::print(clean),
         Command::Service { socket } => match crate::service::server::serve(&socket) {
             Ok(()) => 0,
             Err(e) => fail(exit::START_FAILURE, e),
@@ -263,6 +278,8 @@ fn run_command(args: RunArgs) -> i32 {
         deny_unix: args.deny_unix,
         strict: args.strict,
         user: args.user,
+        timeout_ms: args.timeout,
+        kill_after_ms: args.kill_after,
     };
     let launcher_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))

@@ -3,8 +3,16 @@
 use crate::probe::Host;
 
 /// Prints one line per mechanism; exits 0 when a strict run with the
-/// default policy could start, 1 otherwise.
-pub fn print() -> i32 {
+/// default policy could start, 1 otherwise. With `clean`, first removes the
+/// cgroups of runs whose supervisor and janitor were killed.
+pub fn print(clean: bool) -> i32 {
+    if clean {
+        let removed = crate::debris::sweep_all();
+        for path in &removed {
+            println!("removed leftover cgroup {}", path.display());
+        }
+        println!("removed {} leftover run cgroup(s)", removed.len());
+    }
     let host = Host::probe();
     let yes_no = |ok: bool| if ok { "yes" } else { "no" };
     println!("tartaros {}", env!("CARGO_PKG_VERSION"));
@@ -31,6 +39,14 @@ pub fn print() -> i32 {
             yes_no(host.cgroup_kill)
         ),
         None => println!("cgroup v2            no"),
+    }
+    if !clean {
+        let left = crate::debris::find_all().len();
+        if left > 0 {
+            println!(
+                "leftover cgroups     {left} of killed runs (remove them with tartaros doctor --clean)"
+            );
+        }
     }
     for (program, loads) in crate::ebpf::probe_program_types() {
         println!(

@@ -7,7 +7,6 @@ use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
-use tokio::signal::unix::{SignalKind, signal};
 
 use crate::cgroup::RunCgroup;
 use crate::decide::RunPlan;
@@ -20,6 +19,8 @@ use crate::policy::Policy;
 pub struct AgentEnd {
     pub code: Option<i32>,
     pub signal: Option<i32>,
+    /// `--timeout` fired: the run exits [`crate::stop::TIMEOUT_EXIT`].
+    pub timed_out: bool,
 }
 
 /// Tasks that end with the run.
@@ -42,6 +43,7 @@ pub async fn start_and_wait(
     policy: &Policy,
     broker: Option<&crate::egress::BrokerSetup>,
     original_dst: Option<crate::proxy::OriginalDst>,
+    signals: crate::stop::Signals,
     effects: &crate::events::EffectSender,
 ) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
@@ -137,7 +139,15 @@ pub async fn start_and_wait(
     // Dropped when the run ends: the gateways close with it.
     let _gateways = AbortOnDrop(gateways);
 
-    let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
+    let ended = crate::stop::supervise(
+        init.pid,
+        &init.pidfd,
+        cgroup.map(RunCgroup::path),
+        crate::stop::StopPolicy::of(policy),
+        signals,
+        effects,
+    )
+    .await;
     let mut report_bytes = Vec::new();
     let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
     let reports = Report::parse_all(&report_bytes);
@@ -148,10 +158,20 @@ pub async fn start_and_wait(
                 return Ok(AgentEnd {
                     code: *code,
                     signal: *signal,
+                    timed_out: ended.timed_out,
                 });
             }
             Report::Started => {}
         }
+    }
+    let init_status = ended.status;
+    if ended.killed.is_some() {
+        // We killed the init with the rest: the agent died of SIGKILL.
+        return Ok(AgentEnd {
+            code: None,
+            signal: Some(libc::SIGKILL),
+            timed_out: ended.timed_out,
+        });
     }
     Err(Refusal::new(
         exit::START_FAILURE,
@@ -202,65 +222,8 @@ fn reported_failure(report: OwnedFd) -> Option<Refusal> {
     })
 }
 
-/// Forwards SIGINT/SIGTERM/SIGHUP/SIGQUIT to the init (which passes them to
-/// the agent) until the init exits; returns how it ended.
-async fn forward_signals_until_exit(pid: i32, pidfd: &OwnedFd) -> String {
-    let mut forwarders = Vec::new();
-    for kind in [
-        SignalKind::interrupt(),
-        SignalKind::terminate(),
-        SignalKind::hangup(),
-        SignalKind::quit(),
-    ] {
-        let Ok(mut stream) = signal(kind) else {
-            continue;
-        };
-        let Ok(sig) = nix::sys::signal::Signal::try_from(kind.as_raw_value()) else {
-            continue;
-        };
-        forwarders.push(tokio::spawn(async move {
-            while stream.recv().await.is_some() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
-            }
-        }));
-    }
-    let status = wait_exit(pidfd).await;
-    for forwarder in forwarders {
-        forwarder.abort();
-    }
-    status
-}
-
-/// Waits until the process behind `pidfd` exits, reaps it, and describes
-/// its status.
+/// Waits until the init behind `pidfd` exits, reaps it, and describes its
+/// status (see [`crate::stop::wait_exit`]).
 async fn wait_exit(pidfd: &OwnedFd) -> String {
-    // SAFETY: the pidfd stays open and unchanged for as long as this
-    // AsyncFd lives (it is dropped before we return).
-    let registered =
-        unsafe { AsyncFd::register_with_interest(pidfd.as_fd(), tokio::io::Interest::READABLE) };
-    if let Ok(fd) = registered
-        && let Ok(mut guard) = fd.readable().await
-    {
-        guard.clear_ready();
-    }
-    // SAFETY: siginfo is plain data the kernel fills; P_PIDFD names our
-    // child through a descriptor we own.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe {
-        libc::waitid(
-            libc::P_PIDFD,
-            pidfd.as_raw_fd() as libc::id_t,
-            &mut info,
-            libc::WEXITED,
-        )
-    };
-    if rc != 0 {
-        return format!("wait failed: {}", nix::errno::Errno::last());
-    }
-    // SAFETY: for CLD_* codes the kernel filled si_status.
-    let status = unsafe { info.si_status() };
-    match info.si_code {
-        libc::CLD_EXITED => format!("exit status {status}"),
-        _ => format!("killed by signal {status}"),
-    }
+    crate::stop::wait_exit(pidfd).await
 }

@@ -211,6 +211,10 @@ pub struct FlagPolicy {
     pub deny_unix: bool,
     pub strict: bool,
     pub user: Option<String>,
+    /// `--timeout`, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// `--kill-after`, in milliseconds.
+    pub kill_after_ms: Option<u64>,
 }
 
 /// The normalized policy: absolute, resolved paths, sorted and deduplicated
@@ -239,6 +243,11 @@ pub struct Policy {
     pub user: Option<String>,
     pub broker: Option<BrokerConfig>,
     pub proxy: ProxySettings,
+    /// Wall-clock bound on the run (`--timeout`); none by default.
+    pub timeout_ms: Option<u64>,
+    /// Grace period after a forwarded signal or the timeout before the
+    /// cgroup is killed (`--kill-after`); the build fills in the default.
+    pub kill_after_ms: Option<u64>,
 }
 
 impl Policy {
@@ -332,6 +341,12 @@ pub fn build(
         ));
     }
 
+    if flags.timeout_ms == Some(0) {
+        return Err(invalid(
+            "--timeout 0 would kill the run before it starts; leave --timeout out for no time limit",
+        ));
+    }
+
     let mut env_passthrough = fields.env_passthrough.clone();
     env_passthrough.extend(flags.env.iter().cloned());
     for name in &env_passthrough {
@@ -367,6 +382,12 @@ pub fn build(
         user: flags.user,
         broker: file.broker,
         proxy: file.proxy.unwrap_or_default(),
+        timeout_ms: flags.timeout_ms,
+        kill_after_ms: Some(
+            flags
+                .kill_after_ms
+                .unwrap_or(crate::stop::DEFAULT_KILL_AFTER.as_millis() as u64),
+        ),
     };
     check_paths(&policy)?;
     check_ports(&policy)?;

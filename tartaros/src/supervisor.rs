@@ -42,8 +42,21 @@ pub struct RunRequest {
 
 /// Runs the agent under `request` and returns the exit status to use.
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
+    let signals = crate::stop::Signals::install();
     raise_fd_limit();
     let host = Host::probe();
+    if host.root || host.cgroup_v2_writable {
+        // Cgroups of earlier runs whose supervisor and janitor were both
+        // killed: one readdir per parent.
+        for removed in crate::debris::sweep_own() {
+            eprintln!(
+                "tartaros: removed the leftover cgroup {} of a killed run",
+                removed.display()
+            );
+        }
+    }
+    request.policy =
+        crate::limits::apply_host_defaults(&request.policy, &host, request.log.is_some());
     if host.root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some()) {
         // Parses the kernel's BTF on a thread while we decide the rest.
         crate::ebpf::warm_up_capture();
@@ -131,6 +144,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         &request.policy,
         broker.as_ref(),
         original_dst,
+        signals,
         &effects,
     )
     .await;
@@ -147,6 +161,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         eprintln!("tartaros: {e}");
     }
     let code = match &outcome {
+        Ok(end) if end.timed_out => crate::stop::TIMEOUT_EXIT,
         Ok(end) => exit::from_wait(end.code, end.signal),
         Err(refusal) => refusal.code,
     };
@@ -154,7 +169,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     if let Some(drain) = drain {
         match drain.await {
             Ok(writer) => {
-                let signal = outcome.as_ref().ok().and_then(|end| end.signal);
+                // A timed-out run is sealed with its status (124); the
+                // supervisor's `signal` records before the seal say why.
+                let signal = outcome
+                    .as_ref()
+                    .ok()
+                    .filter(|end| !end.timed_out)
+                    .and_then(|end| end.signal);
                 match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
                     Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
                     Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
