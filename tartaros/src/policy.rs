@@ -290,22 +290,29 @@ pub fn build(
                         "config field {field} has the relative path {entry:?}; write it as an absolute path"
                     )))
                 } else {
+                    check_given(field, path, cwd)?;
                     Ok(resolve(path, cwd))
                 }
             })
             .collect()
     };
-    let resolve_flags =
-        |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
+    let resolve_flags = |flag: &str, raw: &[PathBuf]| -> Result<Vec<PathBuf>, PolicyError> {
+        raw.iter()
+            .map(|p| {
+                check_given(flag, p, cwd)?;
+                Ok(resolve(p, cwd))
+            })
+            .collect()
+    };
 
     let mut writable_roots = resolve_file("writable_roots", &fields.writable_roots)?;
-    writable_roots.extend(resolve_flags(&flags.write));
+    writable_roots.extend(resolve_flags("--write", &flags.write)?);
     let mut read_denies = resolve_file("read_denies", &fields.read_denies)?;
-    read_denies.extend(resolve_flags(&flags.read_deny));
+    read_denies.extend(resolve_flags("--read-deny", &flags.read_deny)?);
     let mut read_allows = resolve_file("read_allows", &fields.read_allows)?;
-    read_allows.extend(resolve_flags(&flags.read_allow));
+    read_allows.extend(resolve_flags("--read-allow", &flags.read_allow)?);
     let mut write_denies = resolve_file("write_denies", &fields.write_denies)?;
-    write_denies.extend(resolve_flags(&flags.write_deny));
+    write_denies.extend(resolve_flags("--write-deny", &flags.write_deny)?);
 
     let mut local_ports = fields.local_ports.clone();
     local_ports.extend(&flags.port);
@@ -419,6 +426,33 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
             _ => return lexical,
         }
     }
+}
+
+/// Refuses a path that the sandbox would enforce differently from what it
+/// says: a glob (taken today as a literal name, so the deny would guard
+/// nothing), and, for roots and denies, a symlink anywhere on the path (it
+/// would be followed now, and an agent that can write where the link lives
+/// could point it elsewhere for the next run). Read allows only grant, and
+/// may pass through the host's own links (`/lib -> usr/lib`).
+fn check_given(label: &str, given: &Path, cwd: &Path) -> Result<(), PolicyError> {
+    use crate::path_checks::{first_symlink, glob_metacharacter, host_read_link, lexical};
+    if let Some(c) = glob_metacharacter(given) {
+        return Err(invalid(format!(
+            "{label} {} contains the glob character {c:?}; globs are not enforced yet, so list each path literally",
+            given.display()
+        )));
+    }
+    if matches!(label, "--read-allow" | "read_allows") {
+        return Ok(());
+    }
+    let named = lexical(given, cwd);
+    if let Some(found) = first_symlink(&named, &host_read_link) {
+        let resolved = resolve(&named, cwd);
+        return Err(invalid(crate::path_checks::symlink_refusal(
+            label, &named, &found, &resolved,
+        )));
+    }
+    Ok(())
 }
 
 /// Every gateway inside the sandbox needs a port of its own.
@@ -647,6 +681,48 @@ mod tests {
         )
         .unwrap();
         assert!(build(Some(unix), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
+    }
+
+    #[test]
+    fn globs_and_symlinked_roots_or_denies_are_refused() {
+        let glob = build_flags(FlagPolicy {
+            read_deny: vec!["/etc/*.conf".into()],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            glob.contains("--read-deny /etc/*.conf") && glob.contains("glob"),
+            "{glob}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("cache")).unwrap();
+        let write = build_flags(FlagPolicy {
+            write: vec![dir.path().join("cache")],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(write.contains("is a symlink"), "{write}");
+        let real = outside.path().canonicalize().unwrap();
+        assert!(
+            write.contains(&format!("resolved path {}", real.display())),
+            "{write}"
+        );
+        let deny = build_flags(FlagPolicy {
+            write: vec![dir.path().to_path_buf()],
+            write_deny: vec![dir.path().join("cache/hooks")],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(deny.contains("passes through the symlink"), "{deny}");
+        let allow = build_flags(FlagPolicy {
+            read_allow: vec![dir.path().join("cache")],
+            ..Default::default()
+        });
+        assert!(allow.is_ok(), "read allows only grant");
     }
 
     #[test]

@@ -49,10 +49,16 @@ impl Host {
     }
 }
 
-/// Whether the run attaches eBPF programs (see [`guarantees`]).
-pub fn wants_bpf(policy: &Policy, capture: bool) -> bool {
-    capture || !policy.allow_domains.is_empty()
+/// Whether the run attaches eBPF programs (see [`guarantees`]): for the
+/// log, for transparent interception, and, whenever we are root, for the
+/// unix socket policy.
+pub fn wants_bpf(policy: &Policy, capture: bool, root: bool) -> bool {
+    capture || !policy.allow_domains.is_empty() || (root && !policy.deny_unix)
 }
+
+/// What keeps the host's unix sockets away from an agent without the eBPF
+/// unix policy (no root): said by `doctor` and in the log's genesis.
+pub const UNIX_WITHOUT_BPF: &str = "without root (no eBPF unix policy) only the host's unix sockets listening at the start are hidden; sockets bound later, or listed only in another network namespace, stay reachable by path; run as root, or pass --deny-unix to refuse every unix socket";
 
 /// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
@@ -149,12 +155,15 @@ pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee>
     }
     // eBPF needs CAP_BPF (root here) and the run's own cgroup. It is
     // attached when it adds something the namespaces do not give: the
-    // record of every attempt (--log) and transparent interception
-    // (--allow-domain). Without it the private network namespace has no way
-    // out but the gateways, and the host's listening unix sockets are
-    // hidden by the mount plan; attaching costs start-up time.
+    // record of every attempt (--log), transparent interception
+    // (--allow-domain), and, whenever we are root, the unix socket policy:
+    // pathname sockets are not namespaced, so only a check at connect
+    // keeps every host socket outside the roots away, whenever it appears.
     let bpf = host.root && cgroup;
-    if !wants_bpf(policy, capture) {
+    if !host.root && !policy.deny_unix {
+        add("unix-socket-policy", false, UNIX_WITHOUT_BPF);
+    }
+    if !wants_bpf(policy, capture, host.root) {
         return out;
     }
     add(
@@ -162,7 +171,7 @@ pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee>
         bpf,
         "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
     );
-    if !policy.deny_unix {
+    if !policy.deny_unix && host.root {
         add(
             "unix-socket-policy",
             bpf && kernel_at_least(&host.kernel, 6, 7),
@@ -188,6 +197,43 @@ mod tests {
         assert!(kernel_at_least("6.18.44-fc-v669", 5, 14));
         assert!(!kernel_at_least("5.10.0", 5, 14));
         assert!(kernel_at_least("5.14", 5, 14));
+    }
+
+    #[test]
+    fn the_unix_policy_is_attached_whenever_root_and_said_missing_otherwise() {
+        let root = Host {
+            root: true,
+            cgroup_v2: Some("/sys/fs/cgroup".into()),
+            cgroup_v2_writable: true,
+            kernel: "6.18.0".into(),
+            ..Default::default()
+        };
+        let policy = Policy::default();
+        assert!(wants_bpf(&policy, false, true));
+        let g = guarantees(&policy, &root, false);
+        assert!(
+            g.iter()
+                .any(|g| g.name == "unix-socket-policy" && g.installed)
+        );
+        let user = Host {
+            root: false,
+            user_namespaces: true,
+            ..root.clone()
+        };
+        assert!(!wants_bpf(&policy, false, false));
+        let g = guarantees(&policy, &user, false);
+        let unix = g.iter().find(|g| g.name == "unix-socket-policy").unwrap();
+        assert!(!unix.installed && unix.reason.contains("listening at the start"));
+        let deny_unix = Policy {
+            deny_unix: true,
+            ..Default::default()
+        };
+        assert!(!wants_bpf(&deny_unix, false, true));
+        assert!(
+            !guarantees(&deny_unix, &user, false)
+                .iter()
+                .any(|g| g.name == "unix-socket-policy")
+        );
     }
 
     #[test]

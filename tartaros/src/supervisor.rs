@@ -60,7 +60,7 @@ pub struct RunRequest {
 struct Prepared {
     plan: Plan,
     guarantees: Vec<Guarantee>,
-    placeholders: Vec<PathBuf>,
+    placeholders: crate::materialize::Placeholders,
     /// The log file, created (empty) before the mount plan so that the plan
     /// can hide it from the agent.
     log: Option<LogWriter>,
@@ -118,7 +118,9 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     }
 
     let broker = crate::egress::BrokerSetup::load(policy).map_err(|e| refuse(exit::REFUSED, e))?;
-    let placeholders = materialize(policy)?;
+    let mut placeholders =
+        crate::materialize::materialize(policy, (!user_namespace).then_some(identity))
+            .map_err(|e| refuse(e.code(), e))?;
     let log = match &request.log {
         Some(path) => match LogWriter::create(path) {
             Ok(mut writer) => {
@@ -126,7 +128,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
                 Some(writer)
             }
             Err(e) => {
-                cleanup_placeholders(&placeholders);
+                placeholders.release();
                 return Err(refuse(exit::REFUSED, e));
             }
         },
@@ -135,18 +137,9 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     // The agent must not open, truncate, rename or delete the log, even
     // when it lies inside a writable root: it is denied like a secret.
     let mut mount_policy = policy.clone();
-    mount_policy.read_denies.extend(request.log.iter().cloned());
-    if !policy.deny_unix
-        && let Ok(table) = std::fs::read_to_string("/proc/net/unix")
-    {
-        let sockets = crate::mounts::host_sockets_to_hide(&table, policy);
-        mount_policy
-            .read_denies
-            .extend(sockets.into_iter().filter(|p| {
-                use std::os::unix::fs::FileTypeExt;
-                std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())
-            }));
-    }
+    mount_policy
+        .read_denies
+        .extend(crate::mounts::hidden_paths(policy, request.log.as_deref()));
     let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
     let plan = Plan {
@@ -177,61 +170,8 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     })
 }
 
-/// Creates an empty directory for each absent deny path the agent could
-/// create (`--materialize`), so the deny has something to hold on to.
-/// Without `--materialize` such a path is refused under `--strict`.
-fn materialize(policy: &Policy) -> Result<Vec<PathBuf>, Refusal> {
-    let mut created = Vec::new();
-    let absent = policy
-        .read_denies
-        .iter()
-        .chain(&policy.write_denies)
-        .filter(|p| std::fs::symlink_metadata(p).is_err() && policy.is_writable(p));
-    for path in absent {
-        if !policy.materialize_absent_handoff {
-            if policy.strict {
-                cleanup_placeholders(&created);
-                return Err(refuse(
-                    exit::REFUSED,
-                    format!(
-                        "denied path {} does not exist, so the agent could create it; create it first or pass --materialize",
-                        path.display()
-                    ),
-                ));
-            }
-            eprintln!(
-                "tartaros: warning: deny of {} not installed: it does not exist (pass --materialize)",
-                path.display()
-            );
-            continue;
-        }
-        // Create missing parents too, and remember each for removal.
-        let mut missing: Vec<&Path> = path
-            .ancestors()
-            .take_while(|a| std::fs::symlink_metadata(a).is_err())
-            .collect();
-        missing.reverse();
-        for dir in missing {
-            if let Err(e) = std::fs::create_dir(dir) {
-                cleanup_placeholders(&created);
-                return Err(refuse(
-                    exit::START_FAILURE,
-                    format!("failed to materialize {}: {e}", dir.display()),
-                ));
-            }
-            created.push(dir.to_path_buf());
-        }
-    }
-    Ok(created)
-}
-
-/// Removes the placeholders that are still empty, innermost first, so the
-/// tree is handed back as it was.
-pub fn cleanup_placeholders(created: &[PathBuf]) {
-    for dir in created.iter().rev() {
-        let _ = std::fs::remove_dir(dir);
-    }
-}
+/// The janitor removes placeholders through the same registry.
+pub use crate::materialize::cleanup_placeholders;
 
 fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
     use std::os::unix::fs::MetadataExt;
@@ -266,7 +206,7 @@ struct AgentEnd {
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     raise_fd_limit();
     let host = Host::probe();
-    if host.root && crate::probe::wants_bpf(&request.policy, request.log.is_some()) {
+    if host.root && crate::probe::wants_bpf(&request.policy, request.log.is_some(), true) {
         // Parses the kernel's BTF on a thread while we prepare the rest.
         crate::ebpf::warm_up_capture();
         if request.log.is_some() {
@@ -277,8 +217,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     let mut prepared = prepare(&request, &host)?;
     let mut janitor = request.janitor.take();
     if let Some(janitor) = janitor.as_mut() {
-        for placeholder in &prepared.placeholders {
-            janitor.placeholder(placeholder);
+        for placeholder in prepared.placeholders.paths() {
+            janitor.placeholder(&placeholder);
         }
     }
     let id = format!(
@@ -290,7 +230,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             .unwrap_or(0)
     );
     let abandon = |prepared: &mut Prepared| {
-        cleanup_placeholders(&prepared.placeholders);
+        prepared.placeholders.release();
         // Nothing was written yet: leave no empty log behind.
         if let (Some(writer), Some(path)) = (prepared.log.take(), &request.log) {
             drop(writer);
@@ -356,7 +296,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 if let Some(cgroup) = &cgroup {
                     let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
                 }
-                cleanup_placeholders(&prepared.placeholders);
+                prepared.placeholders.release();
                 return Err(refuse(exit::START_FAILURE, e));
             }
             Some(tokio::spawn(crate::runlog::drain(writer, effects_rx)))
@@ -380,7 +320,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Some(cgroup) => cgroup.kill_and_remove(TEARDOWN_TIMEOUT),
         None => Ok(()),
     };
-    cleanup_placeholders(&prepared.placeholders);
+    prepared.placeholders.release();
     // The cgroup is empty: every event is in the ring buffer. Drain it.
     let release = match watch {
         Some(watch) => Some(watch.finish().await.1),
