@@ -65,6 +65,9 @@ pub enum MountOp {
     DenyReadFile(PathBuf),
     /// A read-only bind of a write-denied path over itself.
     DenyWrite(PathBuf),
+    /// Like `DenyReadFile`, for a host socket listening at start; one that
+    /// has gone by the time the init runs has nothing left to hide.
+    HideSocket(PathBuf),
 }
 
 /// Decides the mount operations for `policy`. Deny paths that do not exist
@@ -121,10 +124,7 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
 
     // What the sandbox shows of the host at a path: nothing under its
     // private /dev and /tmp but the held trees.
-    let visible = |path: &Path| {
-        let private = path.starts_with("/dev") || (policy.private_tmp && path.starts_with(tmp));
-        !private || held.iter().any(|(h, _)| path.starts_with(h))
-    };
+    let visible = |path: &Path| visible_in_sandbox(policy, &held, path);
     let mut pins = Vec::new();
     let mut denies = Vec::new();
     for path in policy.read_denies.iter().filter(|p| visible(p)) {
@@ -155,6 +155,39 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
     ops
 }
 
+/// Whether the sandbox shows the host's object at `path`: nothing under its
+/// private /dev and /tmp but the held trees.
+fn visible_in_sandbox(policy: &Policy, held: &[(PathBuf, bool)], path: &Path) -> bool {
+    let private = path.starts_with("/dev") || (policy.private_tmp && path.starts_with("/tmp"));
+    !private || held.iter().any(|(h, _)| path.starts_with(h))
+}
+
+/// [`plan`], then hiding each host socket in `sockets` (resolved paths,
+/// see [`host_sockets`]) that the sandbox shows.
+pub fn plan_hiding(
+    policy: &Policy,
+    cwd: &Path,
+    exists: &dyn Fn(&Path) -> Option<bool>,
+    sockets: &[PathBuf],
+) -> Vec<MountOp> {
+    let mut ops = plan(policy, cwd, exists);
+    let held: Vec<(PathBuf, bool)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Hold { path, read_only } => Some((path.clone(), *read_only)),
+            _ => None,
+        })
+        .collect();
+    ops.extend(
+        sockets
+            .iter()
+            .filter(|p| visible_in_sandbox(policy, &held, p))
+            .filter(|p| !policy.read_denies.iter().any(|d| p.starts_with(d)))
+            .map(|p| MountOp::HideSocket(p.clone())),
+    );
+    ops
+}
+
 /// The host's listening unix sockets (`/proc/net/unix` of the host's
 /// network namespace) that lie outside everything the agent may write.
 /// Defence in depth: where the eBPF unix policy is attached (root) it
@@ -176,26 +209,22 @@ pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf
     paths
 }
 
-/// Paths hidden from the agent besides the policy's read denies: the
-/// effect log, and the host's listening unix sockets outside the roots
-/// (unless `--deny-unix` refuses every unix socket). Resolved, so that the
-/// init can open them without following links.
-pub fn hidden_paths(policy: &Policy, log: Option<&Path>) -> Vec<PathBuf> {
+/// The host's listening pathname sockets outside the roots, resolved so
+/// that the init can open them without following links; none with
+/// `--deny-unix` (seccomp refuses every unix socket).
+pub fn host_sockets(policy: &Policy) -> Vec<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
-    let mut hidden: Vec<PathBuf> = log.iter().map(|p| p.to_path_buf()).collect();
-    if !policy.deny_unix
-        && let Ok(table) = std::fs::read_to_string("/proc/net/unix")
-    {
-        hidden.extend(
-            host_sockets_to_hide(&table, policy)
-                .into_iter()
-                .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket())),
-        );
+    if policy.deny_unix {
+        return Vec::new();
     }
-    let mut resolved: Vec<PathBuf> = hidden
-        .iter()
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    let mut resolved: Vec<PathBuf> = host_sockets_to_hide(&table, policy)
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
         .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter(|p| !p.starts_with("/proc"))
+        .filter(|p| !policy.is_writable(p) && !p.starts_with("/proc"))
         .collect();
     resolved.sort();
     resolved.dedup();
@@ -345,19 +374,25 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 )
                 .map_err(fail("hide the read-denied directory", path))?;
             }
-            MountOp::DenyReadFile(path) => {
-                let at = open(path)?;
-                let null = open(Path::new("/dev/null"))?;
-                let copy = mount_tree::clone_tree(&null, false)
-                    .map_err(fail("copy /dev/null for", path))?;
-                mount_tree::set_flags(&copy, READ_ONLY | NO_SUID | NO_DEV | NO_EXEC, 0, false)
-                    .map_err(fail("lock down the cover of", path))?;
-                mount_tree::attach(&copy, &at).map_err(fail("hide the read-denied file", path))?;
-            }
+            MountOp::HideSocket(path) => match mount_tree::open_no_symlinks(path) {
+                Err(nix::Error::ENOENT) => continue,
+                _ => hide_file(path)?,
+            },
+            MountOp::DenyReadFile(path) => hide_file(path)?,
             MountOp::DenyWrite(path) => rebind(path, READ_ONLY | NO_SUID | NO_DEV)?,
         }
     }
     Ok(())
+}
+
+/// Covers the file at `path` with /dev/null on a read-only, `nodev` mount.
+fn hide_file(path: &Path) -> Result<(), MountError> {
+    let at = open(path)?;
+    let null = open(Path::new("/dev/null"))?;
+    let copy = mount_tree::clone_tree(&null, false).map_err(fail("copy /dev/null for", path))?;
+    mount_tree::set_flags(&copy, READ_ONLY | NO_SUID | NO_DEV | NO_EXEC, 0, false)
+        .map_err(fail("lock down the cover of", path))?;
+    mount_tree::attach(&copy, &at).map_err(fail("hide the read-denied file", path))
 }
 
 #[cfg(test)]
@@ -401,6 +436,96 @@ mod tests {
         );
     }
 
+    fn position(ops: &[MountOp], want: impl Fn(&MountOp) -> bool) -> usize {
+        ops.iter().position(want).unwrap()
+    }
+
+    #[test]
+    fn roots_are_held_before_the_base_turns_read_only_and_attached_after_dev() {
+        let policy = Policy {
+            writable_roots: vec!["/work".into(), "/work/sub".into(), "/dev/shm/w".into()],
+            write_denies: vec!["/work/a/.env".into()],
+            ..Default::default()
+        };
+        let ops = plan(&policy, Path::new("/work"), &dirs_only);
+        let holds: Vec<&MountOp> = ops
+            .iter()
+            .filter(|op| matches!(op, MountOp::Hold { .. }))
+            .collect();
+        assert_eq!(
+            holds,
+            vec![
+                &MountOp::Hold {
+                    path: "/dev/shm/w".into(),
+                    read_only: false
+                },
+                &MountOp::Hold {
+                    path: "/work".into(),
+                    read_only: false
+                },
+            ],
+            "a root inside a root comes with it"
+        );
+        let base = position(&ops, |op| op == &MountOp::ReadOnlyBase);
+        let dev = position(&ops, |op| matches!(op, MountOp::PrivateDev { .. }));
+        let attach = position(&ops, |op| op == &MountOp::Attach("/work".into()));
+        let pin = position(&ops, |op| matches!(op, MountOp::Pin(_)));
+        let deny = position(&ops, |op| matches!(op, MountOp::DenyWrite(_)));
+        assert!(position(&ops, |op| matches!(op, MountOp::Hold { .. })) < base);
+        assert!(base < dev && dev < attach && attach < pin && pin < deny);
+        assert!(ops.contains(&MountOp::PrivateDev {
+            mount_points: vec!["/dev/shm/w".into()]
+        }));
+    }
+
+    #[test]
+    fn a_private_tmp_keeps_roots_writable_and_everything_else_read_only() {
+        let policy = Policy {
+            writable_roots: vec!["/tmp/w".into(), "/tmp".into()],
+            read_allows: vec!["/tmp/tool".into()],
+            read_denies: vec!["/tmp/other/secret".into(), "/dev/shm/x".into()],
+            private_tmp: true,
+            ..Default::default()
+        };
+        let ops = plan(&policy, Path::new("/tmp/w/src"), &dirs_only);
+        assert!(ops.contains(&MountOp::Hold {
+            path: "/tmp/w".into(),
+            read_only: false
+        }));
+        assert!(ops.contains(&MountOp::Hold {
+            path: "/tmp/tool".into(),
+            read_only: true
+        }));
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, MountOp::Hold { path, .. } if path == Path::new("/tmp") || path == Path::new("/tmp/w/src"))),
+            "the host's /tmp stays out, the cwd comes with its root: {ops:?}"
+        );
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, MountOp::DenyReadDir(_) | MountOp::DenyReadFile(_))),
+            "nothing of the host to hide in the private /tmp and /dev: {ops:?}"
+        );
+        let hiding = plan_hiding(
+            &policy,
+            Path::new("/"),
+            &dirs_only,
+            &[
+                "/run/docker.sock".into(),
+                "/dev/log".into(),
+                "/tmp/x.sock".into(),
+            ],
+        );
+        let hidden: Vec<&MountOp> = hiding
+            .iter()
+            .filter(|op| matches!(op, MountOp::HideSocket(_)))
+            .collect();
+        assert_eq!(
+            hidden,
+            vec![&MountOp::HideSocket("/run/docker.sock".into())]
+        );
+    }
+
     #[test]
     fn host_sockets_outside_the_roots_are_hidden() {
         let table = "Num RefCount Protocol Flags Type St Inode Path\n\
@@ -415,6 +540,15 @@ mod tests {
         assert_eq!(
             host_sockets_to_hide(table, &policy),
             vec![PathBuf::from("/run/docker.sock")]
+        );
+        // No cap: every listening socket is covered.
+        let many: String = (0..1000)
+            .map(|i| format!("{i:04}: 0 0 0 1 01 {i} /run/s{i}.sock\n"))
+            .collect();
+        let header = "Num RefCount Protocol Flags Type St Inode Path\n";
+        assert_eq!(
+            host_sockets_to_hide(&format!("{header}{many}"), &policy).len(),
+            1000
         );
     }
 

@@ -137,9 +137,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     // The agent must not open, truncate, rename or delete the log, even
     // when it lies inside a writable root: it is denied like a secret.
     let mut mount_policy = policy.clone();
-    mount_policy
-        .read_denies
-        .extend(crate::mounts::hidden_paths(policy, request.log.as_deref()));
+    mount_policy.read_denies.extend(request.log.iter().cloned());
     let exists = |path: &Path| std::fs::metadata(path).ok().map(|m| m.is_dir());
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
     let plan = Plan {
@@ -148,7 +146,12 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         cwd: request.cwd.clone(),
         identity,
         user_namespace,
-        mounts: crate::mounts::plan(&mount_policy, &request.cwd, &exists),
+        mounts: crate::mounts::plan_hiding(
+            &mount_policy,
+            &request.cwd,
+            &exists,
+            &crate::mounts::host_sockets(policy),
+        ),
         landlock: host
             .landlock_abi
             .filter(|_| installed("landlock-filesystem"))
