@@ -4,14 +4,19 @@
 //! accepted by the listener).
 //!
 //! Cases ported (ideas, not code) from other sandboxes' suites:
-//! - bubblewrap `tests/test-run.sh` ("--ro-bind / /" then writes, chmod and
-//!   setxattr fail with EROFS; `--dev` gives only the safe nodes and a new
-//!   devpts);
+//! - bubblewrap `tests/test-sandbox.py`: `test_ro_bind_root_is_recursive`
+//!   (every mount outside /dev, /proc and the binds is read-only),
+//!   `test_dev_nodes` (only null, zero, full, random, urandom, tty, the
+//!   std* and fd links, ptmx, pts and shm), `test_bind_to_symlink_dest_fails`
+//!   (no mount lands on a symlink);
 //! - the kernel's Landlock selftests
-//!   `tools/testing/selftests/landlock/fs_test.c` (rename/link out of a
-//!   granted tree, truncate, operations through a parent symlink);
-//! - codex-rs `linux-sandbox/tests` (a writable root that is a symlink to
-//!   outside; `.git` protected inside a writable root while git still runs).
+//!   `tools/testing/selftests/landlock/fs_test.c` (rename, link and
+//!   truncate of files outside the granted tree; the same inside as the
+//!   control);
+//! - codex-rs `linux-sandbox/tests/suite/landlock.rs`:
+//!   `sandbox_blocks_codex_symlink_replacement_attack` (a protected name
+//!   that is a symlink to a decoy), `test_dev_null_write`,
+//!   `sandbox_blocks_git_and_codex_writes_inside_writable_root`.
 
 mod common;
 use std::io::Read;
@@ -134,6 +139,66 @@ fn metadata_outside_the_roots_cannot_change_even_on_files_the_agent_owns() {
     assert_eq!(host_view(&target), before, "the file outside changed");
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
     assert!(!outside.join("hard").exists() && !outside.join("sub").exists());
+}
+
+#[test]
+fn every_mount_outside_the_roots_proc_and_dev_is_read_only() {
+    if !can_run("read_only_base_recursive") {
+        return;
+    }
+    let work = Dir::new();
+    let w = work.path().display();
+    let out = run_py(
+        &["--write", work.path().to_str().unwrap()],
+        work.path(),
+        &format!(
+            "writable = []
+points = [l.split()[4] for l in open('/proc/self/mountinfo')]
+for point in points:
+    point = point.replace('\\040', ' ')
+    try:
+        flags = os.statvfs(point).f_flag
+    except OSError:
+        continue
+    if not flags & os.ST_RDONLY:
+        writable.append(point)
+print('mounts', len(points))
+print('writable', sorted(set(writable)))"
+        ),
+    );
+    let text = stdout(&out);
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("writable "))
+        .unwrap_or_else(|| panic!("{text}{}", stderr(&out)));
+    let writable: Vec<String> = line
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_matches('\'').to_string())
+        .collect();
+    for point in &writable {
+        let allowed = point == &w.to_string()
+            || point.starts_with(&format!("{w}/"))
+            || point == "/proc"
+            || point.starts_with("/proc/")
+            || point == "/dev/pts"
+            || point == "/dev/shm"
+            || [
+                "/dev/null",
+                "/dev/zero",
+                "/dev/full",
+                "/dev/random",
+                "/dev/urandom",
+                "/dev/tty",
+            ]
+            .contains(&point.as_str());
+        assert!(allowed, "{point} is writable in the sandbox: {writable:?}");
+    }
+    assert!(
+        writable.contains(&w.to_string()),
+        "the root is not writable: {writable:?}"
+    );
 }
 
 #[test]
