@@ -151,8 +151,7 @@ fn every_mount_outside_the_roots_proc_and_dev_is_read_only() {
     let out = run_py(
         &["--write", work.path().to_str().unwrap()],
         work.path(),
-        &format!(
-            "writable = []
+        "writable = []
 points = [l.split()[4] for l in open('/proc/self/mountinfo')]
 for point in points:
     point = point.replace('\\040', ' ')
@@ -163,8 +162,7 @@ for point in points:
     if not flags & os.ST_RDONLY:
         writable.append(point)
 print('mounts', len(points))
-print('writable', sorted(set(writable)))"
-        ),
+print('writable', sorted(set(writable)))",
     );
     let text = stdout(&out);
     let line = text
