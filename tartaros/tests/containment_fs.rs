@@ -305,6 +305,51 @@ attempt('mknod', lambda: os.mknod('/dev/sda'))"
     assert!(!Path::new("/dev/shm/seg").exists(), "shm is private");
 }
 
+#[test]
+fn a_host_terminal_given_as_stdio_still_works() {
+    if !can_run("private_dev_stdio_pty") {
+        return;
+    }
+    let work = Dir::new();
+    // Control for the private /dev: the terminal the agent was handed as
+    // its stdout is still its own, though /dev/pts/N is not there by name.
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let slave = std::fs::File::from(pty.slave);
+    let out = std::process::Command::new(bin())
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo mine-on-the-tty; test -t 1 && echo is-a-tty",
+        ])
+        .current_dir(work.path())
+        .stdout(slave)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut master = std::fs::File::from(pty.master);
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&master),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while let Ok(n) = master.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        seen.extend_from_slice(&buf[..n]);
+    }
+    let seen = String::from_utf8_lossy(&seen);
+    assert!(
+        seen.contains("mine-on-the-tty") && seen.contains("is-a-tty"),
+        "{seen:?}"
+    );
+}
+
 /// Connects to `path` from the agent; prints `label OK` or the errno.
 fn connect(label: &str, path: &str) -> String {
     format!(
