@@ -374,20 +374,26 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 )
                 .map_err(fail("hide the read-denied directory", path))?;
             }
+            // Gone, or no longer a socket under that name (a daemon
+            // restarting): nothing of it left to hide.
             MountOp::HideSocket(path) => match mount_tree::open_no_symlinks(path) {
-                Err(nix::Error::ENOENT) => continue,
-                _ => hide_file(path)?,
+                Ok(at) if is_socket(&at) => hide_file(path, at)?,
+                _ => continue,
             },
-            MountOp::DenyReadFile(path) => hide_file(path)?,
+            MountOp::DenyReadFile(path) => hide_file(path, open(path)?)?,
             MountOp::DenyWrite(path) => rebind(path, READ_ONLY | NO_SUID | NO_DEV)?,
         }
     }
     Ok(())
 }
 
+fn is_socket(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd))
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
+}
+
 /// Covers the file at `path` with /dev/null on a read-only, `nodev` mount.
-fn hide_file(path: &Path) -> Result<(), MountError> {
-    let at = open(path)?;
+fn hide_file(path: &Path, at: OwnedFd) -> Result<(), MountError> {
     let null = open(Path::new("/dev/null"))?;
     let copy = mount_tree::clone_tree(&null, false).map_err(fail("copy /dev/null for", path))?;
     mount_tree::set_flags(&copy, READ_ONLY | NO_SUID | NO_DEV | NO_EXEC, 0, false)
