@@ -834,3 +834,53 @@ fn the_janitor_still_removes_placeholders_of_a_killed_run() {
         "placeholder left behind"
     );
 }
+
+#[test]
+fn without_root_the_genesis_and_doctor_say_the_unix_policy_is_missing() {
+    if !can_run("unix_without_root") {
+        return;
+    }
+    // A uid with no passwd entry: nothing to create or remove on the host.
+    let uid = 47_000 + 124;
+    let work = Dir::new();
+    chown(work.path(), uid);
+    let log = work.join("effects.jsonl");
+    let as_user = |args: &[&str]| {
+        std::process::Command::new("setpriv")
+            .args([
+                &format!("--reuid={uid}"),
+                &format!("--regid={uid}"),
+                "--clear-groups",
+                bin(),
+            ])
+            .args(args)
+            .current_dir(work.path())
+            .env_remove("SUDO_UID")
+            .output()
+            .unwrap()
+    };
+    let run = as_user(&["run", "--log", log.to_str().unwrap(), "--", "true"]);
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(stderr(&run).contains("unix-socket-policy not installed"));
+    let first = std::fs::read_to_string(&log).unwrap();
+    let genesis: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();
+    let degraded = genesis["guarantees"]["degraded"].as_array().unwrap();
+    assert!(
+        degraded.iter().any(|g| g == "unix-socket-policy"),
+        "{genesis}"
+    );
+    let doctor = as_user(&["doctor"]);
+    assert!(
+        stdout(&doctor).contains("only the host's unix sockets listening at the start"),
+        "{}",
+        stdout(&doctor)
+    );
+    // Control: --deny-unix is a complete answer without root.
+    let denied = as_user(&["run", "--deny-unix", "--", "true"]);
+    assert_eq!(denied.status.code(), Some(0), "{}", stderr(&denied));
+    assert!(
+        !stderr(&denied).contains("unix-socket-policy"),
+        "{}",
+        stderr(&denied)
+    );
+}
