@@ -13,6 +13,7 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const AT_EMPTY_PATH: libc::c_uint = 0x1000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 
@@ -121,7 +122,7 @@ pub fn set_flags(tree: &OwnedFd, set: u64, clear: u64, recursive: bool) -> Resul
 pub fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), nix::Error> {
     let empty = c"";
     // SAFETY: both paths are empty strings naming the descriptors
-    // themselves (MOVE_MOUNT_F_EMPTY_PATH, and T_EMPTY_PATH below).
+    // themselves (MOVE_MOUNT_F_EMPTY_PATH and MOVE_MOUNT_T_EMPTY_PATH).
     let rc = unsafe {
         libc::syscall(
             libc::SYS_move_mount,
@@ -129,7 +130,7 @@ pub fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), nix::Error> {
             empty.as_ptr(),
             onto.as_raw_fd(),
             empty.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH | 0x40, // MOVE_MOUNT_T_EMPTY_PATH
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
         )
     };
     if rc < 0 {

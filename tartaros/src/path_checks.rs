@@ -98,6 +98,36 @@ pub fn symlink_refusal(flag: &str, given: &Path, found: &SymlinkOnPath, resolved
     )
 }
 
+/// Refuses a path that the sandbox would enforce differently from what it
+/// says: a glob (taken today as a literal name, so the deny would guard
+/// nothing), and, for roots and denies, a symlink anywhere on the path (it
+/// would be followed now, and an agent that can write where the link lives
+/// could point it elsewhere for the next run). Read allows only grant, and
+/// may pass through the host's own links (`/lib -> usr/lib`). `label` is
+/// the flag or config field; `resolve` gives the fully resolved path to
+/// suggest instead.
+pub fn check_given(
+    label: &str,
+    given: &Path,
+    cwd: &Path,
+    resolve: &dyn Fn(&Path) -> PathBuf,
+) -> Result<(), String> {
+    if let Some(c) = glob_metacharacter(given) {
+        return Err(format!(
+            "{label} {} contains the glob character {c:?}; globs are not enforced yet, so list each path literally",
+            given.display()
+        ));
+    }
+    if matches!(label, "--read-allow" | "read_allows") {
+        return Ok(());
+    }
+    let named = lexical(given, cwd);
+    match first_symlink(&named, &host_read_link) {
+        Some(found) => Err(symlink_refusal(label, &named, &found, &resolve(&named))),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

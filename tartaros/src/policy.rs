@@ -428,31 +428,10 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
     }
 }
 
-/// Refuses a path that the sandbox would enforce differently from what it
-/// says: a glob (taken today as a literal name, so the deny would guard
-/// nothing), and, for roots and denies, a symlink anywhere on the path (it
-/// would be followed now, and an agent that can write where the link lives
-/// could point it elsewhere for the next run). Read allows only grant, and
-/// may pass through the host's own links (`/lib -> usr/lib`).
+/// See [`crate::path_checks::check_given`]: globs anywhere, symlinks in
+/// roots and denies.
 fn check_given(label: &str, given: &Path, cwd: &Path) -> Result<(), PolicyError> {
-    use crate::path_checks::{first_symlink, glob_metacharacter, host_read_link, lexical};
-    if let Some(c) = glob_metacharacter(given) {
-        return Err(invalid(format!(
-            "{label} {} contains the glob character {c:?}; globs are not enforced yet, so list each path literally",
-            given.display()
-        )));
-    }
-    if matches!(label, "--read-allow" | "read_allows") {
-        return Ok(());
-    }
-    let named = lexical(given, cwd);
-    if let Some(found) = first_symlink(&named, &host_read_link) {
-        let resolved = resolve(&named, cwd);
-        return Err(invalid(crate::path_checks::symlink_refusal(
-            label, &named, &found, &resolved,
-        )));
-    }
-    Ok(())
+    crate::path_checks::check_given(label, given, cwd, &|p| resolve(p, cwd)).map_err(invalid)
 }
 
 /// Every gateway inside the sandbox needs a port of its own.
