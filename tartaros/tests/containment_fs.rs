@@ -132,7 +132,8 @@ fn metadata_outside_the_roots_cannot_change_even_on_files_the_agent_owns() {
     // Controls: the same operations inside the root work (ext4 and tmpfs
     // both take user xattrs, ACLs and the nodump flag).
     for op in [
-        "chmod", "chown", "utime", "xattr", "acl", "truncate", "rename", "link", "mkdir",
+        "chmod", "chown", "utime", "xattr", "acl", "setflags", "truncate", "rename", "link",
+        "mkdir",
     ] {
         expect(&out, &format!("{op}-in"), "OK");
     }
