@@ -88,8 +88,9 @@ pub struct HostFacts<'a> {
     pub current: Identity,
     /// The service runs this for `current`, who may not choose another user.
     pub on_behalf: bool,
-    /// `/proc/net/unix`, if readable.
-    pub unix_table: Option<&'a str>,
+    /// The host's listening pathname sockets outside the roots, resolved
+    /// (`mounts::host_sockets`): hidden by the mount plan.
+    pub host_sockets: &'a [PathBuf],
     pub files: &'a dyn Facts,
 }
 
@@ -99,8 +100,8 @@ pub struct RunPlan {
     /// What the sandbox init does.
     pub init: Plan,
     pub ledger: Ledger,
-    /// Directories to create before the init starts (`--materialize`),
-    /// outermost first.
+    /// Directories `--materialize` creates before the init starts,
+    /// outermost first (the stage shares those another run made).
     pub materialize: Vec<PathBuf>,
     /// The run's own cgroup and its limits; `None`: no cgroup of its own.
     pub cgroup: Option<Limits>,
@@ -159,19 +160,6 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     mount_policy
         .read_denies
         .extend(request.log.map(Path::to_path_buf));
-    if !policy.deny_unix
-        && let Some(table) = facts.unix_table
-    {
-        let sockets = crate::mounts::host_sockets_to_hide(table, policy);
-        mount_policy
-            .read_denies
-            .extend(sockets.into_iter().filter(|p| {
-                facts
-                    .files
-                    .stat(p, false)
-                    .is_some_and(|s| s.kind == PathKind::Socket)
-            }));
-    }
     // The stages create the log (a file) and the placeholders (directories)
     // before the init applies the mounts.
     let exists = |path: &Path| {
@@ -192,7 +180,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         cwd: request.cwd.to_path_buf(),
         identity,
         user_namespace,
-        mounts: crate::mounts::plan(&mount_policy, request.cwd, &exists),
+        mounts: crate::mounts::plan_hiding(&mount_policy, request.cwd, &exists, facts.host_sockets),
         listeners: Vec::new(),
         landlock: host
             .landlock_abi

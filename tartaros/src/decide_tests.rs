@@ -85,14 +85,14 @@ fn decide_with(
         host,
         current: Identity { uid: 0, gid: 0 },
         on_behalf: false,
-        unix_table: None,
+        host_sockets: &[],
         files,
     };
     decide(&request, &facts)
 }
 
 #[test]
-fn a_plain_root_run_has_a_cgroup_and_no_ebpf() {
+fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
     let sudo = [
         ("SUDO_UID".to_string(), "1000".to_string()),
         ("SUDO_GID".to_string(), "1000".to_string()),
@@ -107,7 +107,8 @@ fn a_plain_root_run_has_a_cgroup_and_no_ebpf() {
     );
     assert!(!plan.init.user_namespace);
     assert!(plan.cgroup.is_some());
-    assert!(plan.watch.is_none());
+    let watch = plan.watch.expect("root attaches the unix socket policy");
+    assert!(watch.unix_policy && !watch.capture && watch.transparent_port.is_none());
     assert!(plan.gateways.is_empty());
     assert!(plan.init.listeners.is_empty());
     assert!(plan.init.landlock.is_some());
@@ -326,7 +327,7 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         host: &root_host(),
         current: caller,
         on_behalf: true,
-        unix_table: None,
+        host_sockets: &[],
         files: &files,
     };
     let request = |policy| Request {

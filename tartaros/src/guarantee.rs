@@ -170,12 +170,12 @@ pub fn print_warnings(ledger: &mut Ledger) {
 }
 
 /// Whether the run attaches eBPF programs: for the record of every attempt
-/// (`--log`) and transparent interception (`--allow-domain`). Without it the
-/// private network namespace has no way out but the gateways, and the
-/// host's listening unix sockets are hidden by the mount plan; attaching
-/// costs start-up time.
-pub fn wants_bpf(policy: &Policy, capture: bool) -> bool {
-    capture || !policy.allow_domains.is_empty()
+/// (`--log`), transparent interception (`--allow-domain`) and, whenever we
+/// are root, the unix socket policy: pathname sockets are not namespaced,
+/// so only a check at connect keeps every host socket outside the roots
+/// away, whenever it appears.
+pub fn wants_bpf(policy: &Policy, capture: bool, root: bool) -> bool {
+    capture || !policy.allow_domains.is_empty() || (root && !policy.deny_unix)
 }
 
 /// Decides which guarantees `policy` requests and which `host` can install,
@@ -263,7 +263,13 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
             ),
         )?;
     }
-    if !wants_bpf(policy, capture) {
+    if !host.root && !policy.deny_unix {
+        ledger.request(
+            Guarantee::UnixSocketPolicy,
+            Err(crate::probe::UNIX_WITHOUT_BPF.to_string()),
+        )?;
+    }
+    if !wants_bpf(policy, capture, host.root) {
         return Ok(ledger);
     }
     // eBPF needs CAP_BPF (root here) and the run's own cgroup.
@@ -275,7 +281,7 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
             "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
         ),
     )?;
-    if !policy.deny_unix {
+    if !policy.deny_unix && host.root {
         ledger.request(
             Guarantee::UnixSocketPolicy,
             check(
@@ -444,9 +450,32 @@ mod tests {
     }
 
     #[test]
-    fn without_bpf_no_ebpf_guarantee_is_requested() {
+    fn root_always_attaches_the_unix_policy_and_nothing_more() {
         let ledger = requested(&Policy::default(), &root_host(), false).unwrap();
-        assert!(!ledger.requested(Guarantee::ConnectFilter));
+        assert!(ledger.installed(Guarantee::UnixSocketPolicy));
+        assert!(ledger.installed(Guarantee::ConnectFilter));
         assert!(!ledger.requested(Guarantee::EbpfCapture));
+        let deny_unix = Policy {
+            deny_unix: true,
+            ..Policy::default()
+        };
+        let ledger = requested(&deny_unix, &root_host(), false).unwrap();
+        assert!(!ledger.requested(Guarantee::ConnectFilter));
+        assert!(!ledger.requested(Guarantee::UnixSocketPolicy));
+    }
+
+    #[test]
+    fn without_root_the_unix_policy_is_said_missing() {
+        let host = Host {
+            root: false,
+            ..root_host()
+        };
+        let ledger = requested(&Policy::default(), &host, false).unwrap();
+        let unix = ledger
+            .entries()
+            .iter()
+            .find(|e| e.guarantee == Guarantee::UnixSocketPolicy)
+            .unwrap();
+        assert!(!unix.installed && unix.reason.contains("listening at the start"));
     }
 }

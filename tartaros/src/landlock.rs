@@ -68,6 +68,9 @@ pub fn plan(policy: &Policy, abi: i32) -> LandlockPlan {
     if policy.private_tmp {
         write.push(PathBuf::from("/tmp"));
     }
+    // The sandbox's own /dev/shm (see devfs.rs): POSIX shared memory and
+    // semaphores, gone with the run.
+    write.push(PathBuf::from("/dev/shm"));
     let read = match policy.read_scope {
         ReadScope::All => vec![PathBuf::from("/")],
         ReadScope::Granted => GRANTED_SYSTEM_DIRS
@@ -195,7 +198,10 @@ mod tests {
         };
         let plan = plan(&policy, 7);
         assert_eq!(plan.read, vec![PathBuf::from("/")]);
-        assert_eq!(plan.write, vec![PathBuf::from("/work")]);
+        assert_eq!(
+            plan.write,
+            vec![PathBuf::from("/work"), PathBuf::from("/dev/shm")]
+        );
     }
 
     #[test]

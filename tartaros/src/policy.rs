@@ -299,22 +299,29 @@ pub fn build(
                         "config field {field} has the relative path {entry:?}; write it as an absolute path"
                     )))
                 } else {
+                    check_given(field, path, cwd)?;
                     Ok(resolve(path, cwd))
                 }
             })
             .collect()
     };
-    let resolve_flags =
-        |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
+    let resolve_flags = |flag: &str, raw: &[PathBuf]| -> Result<Vec<PathBuf>, PolicyError> {
+        raw.iter()
+            .map(|p| {
+                check_given(flag, p, cwd)?;
+                Ok(resolve(p, cwd))
+            })
+            .collect()
+    };
 
     let mut writable_roots = resolve_file("writable_roots", &fields.writable_roots)?;
-    writable_roots.extend(resolve_flags(&flags.write));
+    writable_roots.extend(resolve_flags("--write", &flags.write)?);
     let mut read_denies = resolve_file("read_denies", &fields.read_denies)?;
-    read_denies.extend(resolve_flags(&flags.read_deny));
+    read_denies.extend(resolve_flags("--read-deny", &flags.read_deny)?);
     let mut read_allows = resolve_file("read_allows", &fields.read_allows)?;
-    read_allows.extend(resolve_flags(&flags.read_allow));
+    read_allows.extend(resolve_flags("--read-allow", &flags.read_allow)?);
     let mut write_denies = resolve_file("write_denies", &fields.write_denies)?;
-    write_denies.extend(resolve_flags(&flags.write_deny));
+    write_denies.extend(resolve_flags("--write-deny", &flags.write_deny)?);
 
     let mut local_ports = fields.local_ports.clone();
     local_ports.extend(&flags.port);
@@ -440,6 +447,12 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
             _ => return lexical,
         }
     }
+}
+
+/// See [`crate::path_checks::check_given`]: globs anywhere, symlinks in
+/// roots and denies.
+fn check_given(label: &str, given: &Path, cwd: &Path) -> Result<(), PolicyError> {
+    crate::path_checks::check_given(label, given, cwd, &|p| resolve(p, cwd)).map_err(invalid)
 }
 
 /// Every gateway inside the sandbox needs a port of its own.
@@ -668,6 +681,48 @@ mod tests {
         )
         .unwrap();
         assert!(build(Some(unix), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
+    }
+
+    #[test]
+    fn globs_and_symlinked_roots_or_denies_are_refused() {
+        let glob = build_flags(FlagPolicy {
+            read_deny: vec!["/etc/*.conf".into()],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            glob.contains("--read-deny /etc/*.conf") && glob.contains("glob"),
+            "{glob}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("cache")).unwrap();
+        let write = build_flags(FlagPolicy {
+            write: vec![dir.path().join("cache")],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(write.contains("is a symlink"), "{write}");
+        let real = outside.path().canonicalize().unwrap();
+        assert!(
+            write.contains(&format!("resolved path {}", real.display())),
+            "{write}"
+        );
+        let deny = build_flags(FlagPolicy {
+            write: vec![dir.path().to_path_buf()],
+            write_deny: vec![dir.path().join("cache/hooks")],
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(deny.contains("passes through the symlink"), "{deny}");
+        let allow = build_flags(FlagPolicy {
+            read_allow: vec![dir.path().join("cache")],
+            ..Default::default()
+        });
+        assert!(allow.is_ok(), "read allows only grant");
     }
 
     #[test]

@@ -56,6 +56,10 @@ impl Host {
     }
 }
 
+/// What keeps the host's unix sockets away from an agent without the eBPF
+/// unix policy (no root): said by `doctor` and in the log's genesis.
+pub const UNIX_WITHOUT_BPF: &str = "without root (no eBPF unix policy) only the host's unix sockets listening at the start are hidden; sockets bound later, or listed only in another network namespace, stay reachable by path; run as root (or through tartaros service), or pass --deny-unix to refuse every unix socket";
+
 /// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
     let mut parts = release

@@ -57,7 +57,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
     request.policy =
         crate::limits::apply_host_defaults(&request.policy, &host, request.log.is_some());
-    if host.root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some()) {
+    if host.root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some(), true) {
         // Parses the kernel's BTF on a thread while we decide the rest.
         crate::ebpf::warm_up_capture();
         if request.log.is_some() {
@@ -65,7 +65,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             crate::ebpf::prepare_ring(request.log_buffer);
         }
     }
-    let unix_table = std::fs::read_to_string("/proc/net/unix").ok();
+    let host_sockets = crate::mounts::host_sockets(&request.policy);
     // Run by the service for a caller, the agent is that caller.
     let current = match crate::service::caller() {
         Some(caller) => crate::credentials::Identity {
@@ -81,7 +81,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         host: &host,
         current,
         on_behalf: crate::service::caller().is_some(),
-        unix_table: unix_table.as_deref(),
+        host_sockets: &host_sockets,
         files: &crate::decide::HostFiles,
     };
     let decided = crate::decide::decide(
@@ -201,11 +201,11 @@ fn create_on_host(
     run: &RunPlan,
     undo: &mut UndoStack,
 ) -> Result<Option<LogWriter>, Refusal> {
-    // Made with the caller's file access when the service runs this: never
-    // anywhere the caller could not write.
+    // The service creates them for its caller only where the caller could.
     use crate::service::worker::as_caller;
-    let placeholders = as_caller(|| crate::materialize::create(&run.materialize))
-        .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    let owner = (!run.init.user_namespace).then_some(run.init.identity);
+    let placeholders = crate::materialize::materialize(&request.policy, owner)
+        .map_err(|e| Refusal::new(e.code(), e))?;
     undo.push(Undo::Placeholders(placeholders));
     // Created before the init mounts, so that its plan can hide the log.
     let log = match &request.log {

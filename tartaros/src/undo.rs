@@ -10,8 +10,9 @@ use crate::janitor::Janitor;
 
 /// One thing to undo.
 pub enum Undo {
-    /// Materialized placeholders: removed if still empty.
-    Placeholders(Vec<PathBuf>),
+    /// Materialized placeholders: this run's share is given up; those no
+    /// other run uses and still empty are removed.
+    Placeholders(crate::materialize::Placeholders),
     /// A log file nothing was written to yet: removed, so that a run that
     /// never started leaves no empty log behind.
     UnwrittenLog(PathBuf),
@@ -37,7 +38,7 @@ impl UndoStack {
     pub fn push(&mut self, step: Undo) {
         if let Some(janitor) = self.janitor.as_mut() {
             match &step {
-                Undo::Placeholders(dirs) => dirs.iter().for_each(|d| janitor.placeholder(d)),
+                Undo::Placeholders(held) => held.paths().iter().for_each(|d| janitor.placeholder(d)),
                 Undo::Cgroup(cgroup) => {
                     janitor.cgroup(cgroup.path());
                     cgroup.v1_paths().iter().for_each(|v1| janitor.v1(v1));
@@ -69,7 +70,7 @@ impl UndoStack {
         let mut teardown = Ok(());
         while let Some(step) = self.steps.pop() {
             match step {
-                Undo::Placeholders(dirs) => crate::materialize::cleanup_placeholders(&dirs),
+                Undo::Placeholders(mut held) => held.release(),
                 Undo::UnwrittenLog(path) => {
                     let _ = std::fs::remove_file(path);
                 }

@@ -297,3 +297,25 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
     }
     result
 }
+
+/// Whether the service's caller may create entries in `dir` (true outside a
+/// service worker): the kernel's own check, with the caller's file access.
+pub fn caller_may_create_in(dir: &std::path::Path) -> bool {
+    if super::caller().is_none() {
+        return true;
+    }
+    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+    else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path we own; AT_EACCESS checks with the
+    // current (here: the caller's) file access.
+    as_caller(|| unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        ) == 0
+    })
+}
