@@ -302,8 +302,8 @@ fn an_ordinary_user_gets_the_gateways_without_interception() {
         plan.ledger.names(false),
         vec![
             "cgroup",
-            "connect-filter",
             "unix-socket-policy",
+            "connect-filter",
             "transparent-interception"
         ]
     );
