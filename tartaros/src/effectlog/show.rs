@@ -149,17 +149,19 @@ fn flush_pending(
     Ok(())
 }
 
-/// A record as one JSON line. serde_json writes non-ASCII raw; bidi and
-/// invisible characters are `\u`-escaped so that the line is the same JSON
-/// value and still cannot reorder what a terminal shows.
+/// A record as one JSON line. serde_json escapes only C0 controls and
+/// writes the rest raw; C1 controls (`\u{9b}` is a CSI), bidi and invisible
+/// characters are `\u`-escaped too, so the line is the same JSON value and
+/// still cannot drive or reorder what a terminal shows.
 pub(crate) fn json_line(rec: &Map<String, Value>) -> String {
+    let unsafe_char = |c: char| c.is_control() || escape::is_invisible(c);
     let raw = serde_json::to_string(rec).unwrap_or_default();
-    if !raw.chars().any(escape::is_invisible) {
+    if !raw.chars().any(unsafe_char) {
         return raw;
     }
     let mut out = String::with_capacity(raw.len() + 16);
     for c in raw.chars() {
-        if escape::is_invisible(c) {
+        if unsafe_char(c) {
             let mut units = [0u16; 2];
             for u in c.encode_utf16(&mut units) {
                 out.push_str(&format!("\\u{u:04x}"));

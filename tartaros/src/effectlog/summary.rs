@@ -72,8 +72,10 @@ pub struct Run {
 #[derive(Debug, Clone, Serialize)]
 pub struct FileChange {
     pub path: String,
-    /// `created`, `modified`, `deleted`, `renamed` or `seal-only` (in the
-    /// seal's list, with no record of the change).
+    /// `created` (`O_EXCL`, mkdir, symlink, link), `written` (opened with
+    /// `O_CREAT` but not `O_EXCL`: created or changed, the record cannot
+    /// tell), `modified`, `deleted`, `renamed` or `seal-only` (in the seal's
+    /// list, with no record of the change).
     pub change: &'static str,
     /// What was done, in order: `create`, `append`, `overwrite`, `write`,
     /// `truncate`, `chmod 0755`, `chown`, `mkdir`, `symlink`, `link`,
@@ -148,6 +150,9 @@ pub fn summary_json(s: &Summary) -> String {
 #[derive(Default)]
 struct FileState {
     created: bool,
+    /// Opened with `O_CREAT` but not `O_EXCL`: new or existing, the
+    /// record cannot tell.
+    maybe_created: bool,
     deleted: bool,
     actions: Vec<String>,
     renamed_from: Option<String>,
@@ -319,6 +324,9 @@ impl Collector {
         if creates {
             f.created = true;
             f.deleted = false;
+        }
+        if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
+            f.maybe_created = true;
         }
         if deletes {
             f.deleted = true;
@@ -509,6 +517,8 @@ impl Collector {
                 "created"
             } else if f.renamed_from.is_some() {
                 "renamed"
+            } else if f.maybe_created {
+                "written"
             } else {
                 "modified"
             };

@@ -110,7 +110,7 @@ fn files_section(s: &Summary, o: &mut String) {
     }
     // The work tree first: a clone or commit changes hundreds of files
     // inside .git, which one line can stand for.
-    let order = ["created", "modified", "renamed", "deleted", "seal-only"];
+    let order = ["created", "written", "modified", "renamed", "deleted", "seal-only"];
     let mut shown = 0;
     let mut in_git = 0u64;
     for change in order {

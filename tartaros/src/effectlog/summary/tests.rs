@@ -71,7 +71,7 @@ fn files_are_listed_with_their_change_and_the_seals_hashes() {
     let f = file(&s, "/work/new.txt");
     assert_eq!((f.change, f.size, f.sha256.as_deref()), ("created", Some(0), Some("c".repeat(64).as_str())));
     let f = file(&s, "/work/README");
-    assert_eq!((f.change, f.actions.as_slice()), ("modified", &["overwrite".to_string()][..]));
+    assert_eq!((f.change, f.actions.as_slice()), ("written", &["overwrite".to_string()][..]));
     // Write-then-rename of a new file: one created entry at the final name.
     let f = file(&s, "/work/out.bin");
     assert_eq!((f.change, f.renamed_from.as_deref()), ("created", None));
