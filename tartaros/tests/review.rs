@@ -34,7 +34,12 @@ fn assert_inert(bytes: &[u8], what: &str) {
     for c in text.chars() {
         let bad = (c.is_control() && c != '\n')
             || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}');
-        assert!(!bad, "{what}: raw {:?} in output:\n{}", c, &text[..text.len().min(2000)]);
+        assert!(
+            !bad,
+            "{what}: raw {:?} in output:\n{}",
+            c,
+            &text[..text.len().min(2000)]
+        );
     }
 }
 
@@ -59,13 +64,21 @@ fn effect(pid: u32, ppid: u32, at: u64, target: Value, errno: u32) -> Effect {
         mono_ns: 1_000_000_000 + at * 1000,
         wall_ns: 1_700_000_000_000_000_000 + at * 1000,
         target: target.as_object().cloned().unwrap_or_default(),
-        decision: if errno == 0 { Decision::Allowed } else { Decision::Denied },
+        decision: if errno == 0 {
+            Decision::Allowed
+        } else {
+            Decision::Denied
+        },
         errno,
     }
 }
 
 fn sealed(w: &mut LogWriter) {
-    w.seal(Seal { exit_status: ExitStatus::Code(0), cgroup_empty: true }).unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
 }
 
 fn sha256_hex(path: &Path) -> String {
@@ -99,7 +112,14 @@ fn real_run() -> RealRun {
     let origin = work.join("origin");
     let git = |args: &[&str]| {
         let out = Command::new("git")
-            .args(["-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main"])
+            .args([
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.org",
+                "-c",
+                "init.defaultBranch=main",
+            ])
             .args(args)
             .current_dir(&origin)
             .output()
@@ -139,17 +159,50 @@ true",
     let w = work.path().to_str().unwrap();
     let out = tartaros(
         &[
-            "run", "--write", w, "--read-deny", secret.path().to_str().unwrap(),
-            "--log", log.to_str().unwrap(), "--", "sh", "-c", &script,
+            "run",
+            "--write",
+            w,
+            "--read-deny",
+            secret.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
         ],
         work.path(),
     );
-    assert!(out.status.success(), "run failed: {}\n{}", stdout(&out), stderr(&out));
-    assert_eq!(stdout(&out).trim(), "1", "EPERM for the connect: {}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(work.join("repo/new.txt")).unwrap(), "new\n");
-    assert!(work.join("repo/hello").exists(), "the build did not run: {}", stderr(&out));
+    assert!(
+        out.status.success(),
+        "run failed: {}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(
+        stdout(&out).trim(),
+        "1",
+        "EPERM for the connect: {}",
+        stderr(&out)
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("repo/new.txt")).unwrap(),
+        "new\n"
+    );
+    assert!(
+        work.join("repo/hello").exists(),
+        "the build did not run: {}",
+        stderr(&out)
+    );
     assert!(!outside_file.exists());
-    RealRun { work, _secret: secret, _outside: outside, log, secret_file, outside_file }
+    RealRun {
+        work,
+        _secret: secret,
+        _outside: outside,
+        log,
+        secret_file,
+        outside_file,
+    }
 }
 
 #[test]
@@ -180,16 +233,28 @@ fn a_real_run_summary_lists_changed_files_destinations_and_refusals() {
         ("hello", &["written", "created"]),
     ] {
         let f = file(name);
-        assert!(changes.contains(&f["change"].as_str().unwrap()), "{name}: {f}");
+        assert!(
+            changes.contains(&f["change"].as_str().unwrap()),
+            "{name}: {f}"
+        );
         if s["seal_has_files"] == true {
             let path = repo.join(name);
             assert_eq!(f["sha256"], sha256_hex(&path), "{name}: {f}");
-            assert_eq!(f["size"], std::fs::metadata(&path).unwrap().len(), "{name}: {f}");
+            assert_eq!(
+                f["size"],
+                std::fs::metadata(&path).unwrap().len(),
+                "{name}: {f}"
+            );
         } else {
             assert!(f["sha256"].is_null() && f["size"].is_null(), "{f}");
         }
     }
-    assert!(file("README")["actions"].as_array().unwrap().contains(&json!("append")));
+    assert!(
+        file("README")["actions"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("append"))
+    );
     let dest = s["destinations"]
         .as_array()
         .unwrap()
@@ -205,19 +270,32 @@ fn a_real_run_summary_lists_changed_files_destinations_and_refusals() {
             .unwrap_or_else(|| panic!("no refusal of {needle}: {refusals:#?}"))
     };
     let read = refusal(&run.secret_file.display().to_string());
-    assert_eq!((&read["mechanism"], &read["errno"]), (&json!("filesystem"), &json!("EACCES")));
+    assert_eq!(
+        (&read["mechanism"], &read["errno"]),
+        (&json!("filesystem"), &json!("EACCES"))
+    );
     assert!(read["command"].as_str().unwrap().contains("cat"), "{read}");
     assert!(!read["ancestry"].as_array().unwrap().is_empty(), "{read}");
     let write = refusal(&run.outside_file.display().to_string());
     assert_eq!(write["mechanism"], "filesystem");
     let connect = refusal("192.0.2.7");
-    assert_eq!((&connect["mechanism"], &connect["errno"]), (&json!("network"), &json!("EPERM")));
-    assert!(connect["command"].as_str().unwrap().contains("python3"), "{connect}");
+    assert_eq!(
+        (&connect["mechanism"], &connect["errno"]),
+        (&json!("network"), &json!("EPERM"))
+    );
+    assert!(
+        connect["command"].as_str().unwrap().contains("python3"),
+        "{connect}"
+    );
 
     let text = log(&["summary", l]);
     let t = stdout(&text);
     assert!(t.starts_with("log: ok: "), "{t}");
-    assert!(t.lines().count() <= 60, "not one screen ({} lines):\n{t}", t.lines().count());
+    assert!(
+        t.lines().count() <= 60,
+        "not one screen ({} lines):\n{t}",
+        t.lines().count()
+    );
     assert!(t.contains(&format!("{}/new.txt", repo.display())), "{t}");
     assert!(t.contains("files inside .git directories"), "{t}");
 }
@@ -232,24 +310,51 @@ fn a_real_run_show_tells_refusals_from_failures_and_the_report_has_them() {
     let denied = log(&["show", "--denied", l]);
     let d = stdout(&denied);
     assert_eq!(code(&denied), 0, "{d}");
-    assert!(d.lines().all(|line| line.contains("REFUSED") || line.contains("LOST")), "{d}");
+    assert!(
+        d.lines()
+            .all(|line| line.contains("REFUSED") || line.contains("LOST")),
+        "{d}"
+    );
     for needle in [run.secret_file.display().to_string(), "192.0.2.7".into()] {
         assert!(d.contains(&needle), "{needle} missing:\n{d}");
     }
     let failed = stdout(&log(&["show", "--failed", l]));
-    assert!(!failed.is_empty() && failed.lines().all(|line| line.contains("failed (")), "{failed}");
+    assert!(
+        !failed.is_empty() && failed.lines().all(|line| line.contains("failed (")),
+        "{failed}"
+    );
     assert!(!failed.contains("EACCES"), "{failed}");
     let tree = stdout(&log(&["show", "--tree", "--denied", "--kind", "net", l]));
-    assert!(tree.contains("python3") && tree.contains("192.0.2.7"), "{tree}");
+    assert!(
+        tree.contains("python3") && tree.contains("192.0.2.7"),
+        "{tree}"
+    );
     let secret = run.secret_file.display().to_string();
     assert!(
-        !tree.lines().any(|l| l.trim_start().starts_with("- ") && l.contains(&secret)),
+        !tree
+            .lines()
+            .any(|l| l.trim_start().starts_with("- ") && l.contains(&secret)),
         "a file refusal under --kind net: {tree}"
     );
-    let jsonl = stdout(&log(&["show", "--json", "--kind", "file", "--path", "**/repo/new.txt", l]));
-    let records: Vec<Value> = jsonl.lines().map(|x| serde_json::from_str(x).unwrap()).collect();
+    let jsonl = stdout(&log(&[
+        "show",
+        "--json",
+        "--kind",
+        "file",
+        "--path",
+        "**/repo/new.txt",
+        l,
+    ]));
+    let records: Vec<Value> = jsonl
+        .lines()
+        .map(|x| serde_json::from_str(x).unwrap())
+        .collect();
     assert!(!records.is_empty(), "{jsonl}");
-    assert!(records.iter().all(|r| r["target"].to_string().contains("new.txt")));
+    assert!(
+        records
+            .iter()
+            .all(|r| r["target"].to_string().contains("new.txt"))
+    );
     let html = run.work.join("report.html");
     let out = log(&["report", l, "-o", html.to_str().unwrap()]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -276,10 +381,18 @@ fn write_log(dir: &Path, name: &str, f: impl FnOnce(&mut LogWriter)) -> PathBuf 
 /// writer's checks (a forged kind the writer would refuse).
 fn append_chained(path: &Path, mut record: serde_json::Map<String, Value>) {
     let data = std::fs::read(path).unwrap();
-    let last = data.strip_suffix(b"\n").unwrap().rsplit(|&b| b == b'\n').next().unwrap();
+    let last = data
+        .strip_suffix(b"\n")
+        .unwrap()
+        .rsplit(|&b| b == b'\n')
+        .next()
+        .unwrap();
     let seq = data.iter().filter(|&&b| b == b'\n').count();
     record.insert("seq".into(), seq.into());
-    record.insert("prev".into(), hex::encode(sha2::Sha256::digest(last)).into());
+    record.insert(
+        "prev".into(),
+        hex::encode(sha2::Sha256::digest(last)).into(),
+    );
     let mut line = serde_json::to_vec(&record).unwrap();
     line.push(b'\n');
     let mut all = data;
@@ -293,14 +406,37 @@ const HOSTILE: &str = "/w/\u{1b}[2K\r\u{1b}[1Aok: 25 records, sealed\u{9b}31m\u{
 fn escape_sequences_in_paths_and_kinds_never_reach_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "paths.jsonl", |w| {
-        w.effect("create", effect(5, 1, 1, json!({"path": HOSTILE, "flags": 0o301}), 0)).unwrap();
-        w.effect("open", effect(5, 1, 2, json!({"path": HOSTILE, "flags": 0}), 13)).unwrap();
-        w.effect("exec", effect(5, 1, 3, json!({"path": HOSTILE, "argv": [HOSTILE, HOSTILE]}), 0))
-            .unwrap();
+        w.effect(
+            "create",
+            effect(5, 1, 1, json!({"path": HOSTILE, "flags": 0o301}), 0),
+        )
+        .unwrap();
+        w.effect(
+            "open",
+            effect(5, 1, 2, json!({"path": HOSTILE, "flags": 0}), 13),
+        )
+        .unwrap();
+        w.effect(
+            "exec",
+            effect(
+                5,
+                1,
+                3,
+                json!({"path": HOSTILE, "argv": [HOSTILE, HOSTILE]}),
+                0,
+            ),
+        )
+        .unwrap();
         let mut files = vec![json!({"path": HOSTILE, "size": 1, "sha256": HOSTILE})];
         files.push(json!({"path": "/w/ok", "size": 2, "sha256": "ab".repeat(32)}));
-        w.seal_with_files(Seal { exit_status: ExitStatus::Code(0), cgroup_empty: true }, Some(files))
-            .unwrap();
+        w.seal_with_files(
+            Seal {
+                exit_status: ExitStatus::Code(0),
+                cgroup_empty: true,
+            },
+            Some(files),
+        )
+        .unwrap();
     });
     let p = path.to_str().unwrap();
     let html = dir.path().join("r.html");
@@ -319,22 +455,43 @@ fn escape_sequences_in_paths_and_kinds_never_reach_the_terminal() {
         assert_inert(&out.stderr, &format!("{args:?} stderr"));
     }
     let page = std::fs::read(&html).unwrap();
-    assert_inert(&page.iter().copied().filter(|&b| b != b'\t').collect::<Vec<_>>(), "report");
+    assert_inert(
+        &page
+            .iter()
+            .copied()
+            .filter(|&b| b != b'\t')
+            .collect::<Vec<_>>(),
+        "report",
+    );
     let shown = stdout(&log(&["show", p]));
-    assert!(shown.contains(r"\u{1b}[2K\r\u{1b}[1Aok: 25 records"), "{shown}");
+    assert!(
+        shown.contains(r"\u{1b}[2K\r\u{1b}[1Aok: 25 records"),
+        "{shown}"
+    );
 
     // A forged record whose kind is an escape sequence: tampered, escaped.
     let forged = write_log(dir.path(), "kind.jsonl", |_| {});
     let mut rec = serde_json::Map::new();
-    rec.insert("kind".into(), "\u{1b}[2J\u{1b}[Hok: 25 records, sealed on line 25".into());
+    rec.insert(
+        "kind".into(),
+        "\u{1b}[2J\u{1b}[Hok: 25 records, sealed on line 25".into(),
+    );
     append_chained(&forged, rec);
     let out = log(&["verify", forged.to_str().unwrap()]);
     assert_eq!(code(&out), 1, "{}", stdout(&out));
-    assert!(stdout(&out).starts_with("tampered: line 2: unknown kind `\\u{1b}[2J"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("tampered: line 2: unknown kind `\\u{1b}[2J"),
+        "{}",
+        stdout(&out)
+    );
     assert_inert(&out.stdout, "verify of a forged kind");
     let out = log(&["show", forged.to_str().unwrap()]);
     assert_eq!(code(&out), 1);
-    assert!(stdout(&out).starts_with("WARNING: this log has been TAMPERED"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).starts_with("WARNING: this log has been TAMPERED"),
+        "{}",
+        stdout(&out)
+    );
     assert_inert(&out.stdout, "show of a forged kind");
 }
 
@@ -342,7 +499,8 @@ fn escape_sequences_in_paths_and_kinds_never_reach_the_terminal() {
 fn invalid_utf8_and_oversized_lines_are_reported_not_printed() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "bytes.jsonl", |w| {
-        w.effect("open", effect(5, 1, 1, json!({"path": "/w/a"}), 0)).unwrap();
+        w.effect("open", effect(5, 1, 1, json!({"path": "/w/a"}), 0))
+            .unwrap();
         sealed(w);
     });
     let mut data = std::fs::read(&path).unwrap();
@@ -357,8 +515,14 @@ fn invalid_utf8_and_oversized_lines_are_reported_not_printed() {
     assert_eq!(code(&show), 1);
     assert_inert(&show.stdout, "show");
     let text = stdout(&show);
-    assert!(text.contains("line 4: (not a readable record: not UTF-8)"), "{text}");
-    assert!(text.contains("line 5: (not a readable record: longer than the 16 MiB line limit)"), "{text}");
+    assert!(
+        text.contains("line 4: (not a readable record: not UTF-8)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("line 5: (not a readable record: longer than the 16 MiB line limit)"),
+        "{text}"
+    );
     assert!(show.stdout.len() < 4096, "{} bytes", show.stdout.len());
     let summary = log(&["summary", "--json", p]);
     assert_eq!(json_of(&summary)["unreadable_lines"], 2);
@@ -369,20 +533,45 @@ fn a_10_mb_record_prints_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let huge = format!("/w/{}", "A".repeat(10 << 20));
     let path = write_log(dir.path(), "huge.jsonl", |w| {
-        w.effect("open", effect(5, 1, 1, json!({"path": huge, "flags": 0}), 13)).unwrap();
-        w.effect("exec", effect(5, 1, 2, json!({"path": "/bin/sh", "argv": ["sh", "-c", huge]}), 0))
-            .unwrap();
+        w.effect(
+            "open",
+            effect(5, 1, 1, json!({"path": huge, "flags": 0}), 13),
+        )
+        .unwrap();
+        w.effect(
+            "exec",
+            effect(
+                5,
+                1,
+                2,
+                json!({"path": "/bin/sh", "argv": ["sh", "-c", huge]}),
+                0,
+            ),
+        )
+        .unwrap();
         sealed(w);
     });
     let p = path.to_str().unwrap();
     assert_eq!(code(&log(&["verify", p])), 0);
     let html = dir.path().join("r.html");
-    for args in [&["show", p][..], &["show", "--tree", p], &["summary", p], &["summary", "--json", p]] {
+    for args in [
+        &["show", p][..],
+        &["show", "--tree", p],
+        &["summary", p],
+        &["summary", "--json", p],
+    ] {
         let out = log(args);
         assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
-        assert!(out.stdout.len() < 64 << 10, "{args:?}: {} bytes", out.stdout.len());
+        assert!(
+            out.stdout.len() < 64 << 10,
+            "{args:?}: {} bytes",
+            out.stdout.len()
+        );
     }
-    assert!(stdout(&log(&["show", p])).contains("…[+"), "the cut is visible");
+    assert!(
+        stdout(&log(&["show", p])).contains("…[+"),
+        "the cut is visible"
+    );
     assert_eq!(code(&log(&["report", p, "-o", html.to_str().unwrap()])), 0);
     assert!(std::fs::metadata(&html).unwrap().len() < 256 << 10);
 }
@@ -391,12 +580,29 @@ fn a_10_mb_record_prints_bounded() {
 /// (what `--max-procs 64` allows).
 fn deep_chain(dir: &Path) -> PathBuf {
     write_log(dir, "deep.jsonl", |w| {
-        w.effect("exec", effect(100, 1, 0, json!({"path": "/bin/sh", "argv": ["sh"]}), 0)).unwrap();
+        w.effect(
+            "exec",
+            effect(100, 1, 0, json!({"path": "/bin/sh", "argv": ["sh"]}), 0),
+        )
+        .unwrap();
         for i in 0..60_000u32 {
             let (pid, at) = (100 + i, u64::from(i) * 3);
-            w.effect("fork", effect(pid, pid.saturating_sub(1), at + 1, json!({"child": pid + 1}), 0))
-                .unwrap();
-            w.effect("exit", effect(pid, pid.saturating_sub(1), at + 2, json!({"code": 0}), 0)).unwrap();
+            w.effect(
+                "fork",
+                effect(
+                    pid,
+                    pid.saturating_sub(1),
+                    at + 1,
+                    json!({"child": pid + 1}),
+                    0,
+                ),
+            )
+            .unwrap();
+            w.effect(
+                "exit",
+                effect(pid, pid.saturating_sub(1), at + 2, json!({"code": 0}), 0),
+            )
+            .unwrap();
         }
         sealed(w);
     })
@@ -448,11 +654,18 @@ fn a_closed_pipe_ends_show_quietly() {
 fn bad_filters_are_refused_with_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "l.jsonl", sealed);
-    for (flag, value) in [("--kind", "files"), ("--since", "yesterday"), ("--until", "2026-13-01T00:00:00Z")] {
+    for (flag, value) in [
+        ("--kind", "files"),
+        ("--since", "yesterday"),
+        ("--until", "2026-13-01T00:00:00Z"),
+    ] {
         let out = log(&["show", flag, value, path.to_str().unwrap()]);
         assert_eq!(code(&out), 78, "{flag} {value}");
         let err = stderr(&out);
-        assert!(err.starts_with("tartaros: failed to read ") && err.lines().count() == 1, "{err}");
+        assert!(
+            err.starts_with("tartaros: failed to read ") && err.lines().count() == 1,
+            "{err}"
+        );
     }
 }
 
@@ -460,7 +673,10 @@ fn bad_filters_are_refused_with_one_line() {
 
 fn chromium() -> Option<&'static str> {
     ["chromium", "chromium-browser"].into_iter().find(|c| {
-        Command::new(c).arg("--version").output().is_ok_and(|o| o.status.success())
+        Command::new(c)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
     })
 }
 
@@ -476,8 +692,13 @@ fn chromium_dom(page: &Path, fragment: &str) -> Option<String> {
     let url = format!("file://{}#{fragment}", page.display());
     let out = Command::new(browser)
         .args([
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--disable-sync", "--no-first-run",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--no-first-run",
         ])
         .arg(format!("--user-data-dir={}", profile.path().display()))
         .args(["--dump-dom", &url])
@@ -497,26 +718,68 @@ fn the_report_filters_in_a_real_browser_and_runs_no_log_text() {
     let dir = tempfile::tempdir().unwrap();
     let evil = "/w/<img src=x onerror=alert(1)><script>document.title='pwned'</script>";
     let path = write_log(dir.path(), "l.jsonl", |w| {
-        w.effect("exec", effect(5, 1, 1, json!({"path": "/bin/sh", "argv": ["sh", "-c", evil]}), 0)).unwrap();
-        w.effect("fork", effect(5, 1, 2, json!({"child": 6}), 0)).unwrap();
-        w.effect("create", effect(6, 5, 3, json!({"path": evil, "flags": 0o301}), 0)).unwrap();
-        w.effect("open", effect(6, 5, 4, json!({"path": "/etc/shadow", "flags": 0}), 13)).unwrap();
-        w.effect("mkdir", effect(6, 5, 5, json!({"path": "/w/d"}), 17)).unwrap();
-        w.effect("connect", effect(6, 5, 6, json!({"family": "inet", "addr": "192.0.2.1", "port": 80}), 1))
+        w.effect(
+            "exec",
+            effect(
+                5,
+                1,
+                1,
+                json!({"path": "/bin/sh", "argv": ["sh", "-c", evil]}),
+                0,
+            ),
+        )
+        .unwrap();
+        w.effect("fork", effect(5, 1, 2, json!({"child": 6}), 0))
             .unwrap();
-        w.effect("exit", effect(6, 5, 7, json!({"code": 0}), 0)).unwrap();
-        w.effect("exit", effect(5, 1, 8, json!({"code": 0}), 0)).unwrap();
+        w.effect(
+            "create",
+            effect(6, 5, 3, json!({"path": evil, "flags": 0o301}), 0),
+        )
+        .unwrap();
+        w.effect(
+            "open",
+            effect(6, 5, 4, json!({"path": "/etc/shadow", "flags": 0}), 13),
+        )
+        .unwrap();
+        w.effect("mkdir", effect(6, 5, 5, json!({"path": "/w/d"}), 17))
+            .unwrap();
+        w.effect(
+            "connect",
+            effect(
+                6,
+                5,
+                6,
+                json!({"family": "inet", "addr": "192.0.2.1", "port": 80}),
+                1,
+            ),
+        )
+        .unwrap();
+        w.effect("exit", effect(6, 5, 7, json!({"code": 0}), 0))
+            .unwrap();
+        w.effect("exit", effect(5, 1, 8, json!({"code": 0}), 0))
+            .unwrap();
         sealed(w);
     });
     let html = dir.path().join("report.html");
-    let out = log(&["report", path.to_str().unwrap(), "-o", html.to_str().unwrap()]);
+    let out = log(&[
+        "report",
+        path.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let Some(all) = chromium_dom(&html, "") else {
         return;
     };
     assert_eq!(shown_count(&all), 10, "every record");
-    assert!(all.contains("<title>TartarOS effect log report</title>"), "the log's script ran");
-    assert!(!all.contains("<img src=\"x\""), "log text became an element");
+    assert!(
+        all.contains("<title>TartarOS effect log report</title>"),
+        "the log's script ran"
+    );
+    assert!(
+        !all.contains("<img src=\"x\""),
+        "log text became an element"
+    );
     assert!(all.contains("&lt;img src=x onerror=alert(1)&gt;"));
     assert!(all.contains("class=\"verdict ok\""));
     let refused = chromium_dom(&html, "outcome=refused").unwrap();
@@ -525,13 +788,31 @@ fn the_report_filters_in_a_real_browser_and_runs_no_log_text() {
         .lines()
         .filter(|l| l.contains("data-kind=") && !l.contains(" hidden"))
         .collect();
-    assert!(visible.iter().any(|l| l.contains("/etc/shadow")), "{visible:?}");
-    assert!(visible.iter().any(|l| l.contains("192.0.2.1")), "{visible:?}");
-    assert!(!visible.iter().any(|l| l.contains("/w/d")), "a failure shown as a refusal");
+    assert!(
+        visible.iter().any(|l| l.contains("/etc/shadow")),
+        "{visible:?}"
+    );
+    assert!(
+        visible.iter().any(|l| l.contains("192.0.2.1")),
+        "{visible:?}"
+    );
+    assert!(
+        !visible.iter().any(|l| l.contains("/w/d")),
+        "a failure shown as a refusal"
+    );
     assert_eq!(shown_count(&chromium_dom(&html, "group=net").unwrap()), 1);
-    assert_eq!(shown_count(&chromium_dom(&html, "outcome=failed&q=/w/d").unwrap()), 1);
-    assert_eq!(shown_count(&chromium_dom(&html, "pid=6&group=proc").unwrap()), 1);
-    assert!(refused.contains("6: /bin/sh") || refused.contains("5 (parent 1): /bin/sh"), "tree");
+    assert_eq!(
+        shown_count(&chromium_dom(&html, "outcome=failed&q=/w/d").unwrap()),
+        1
+    );
+    assert_eq!(
+        shown_count(&chromium_dom(&html, "pid=6&group=proc").unwrap()),
+        1
+    );
+    assert!(
+        refused.contains("6: /bin/sh") || refused.contains("5 (parent 1): /bin/sh"),
+        "tree"
+    );
 }
 
 // ------------------------------------------------------------ the schema
@@ -539,9 +820,14 @@ fn the_report_filters_in_a_real_browser_and_runs_no_log_text() {
 /// Validates every line of each log against docs/effect-log.schema.json
 /// with Python's `jsonschema` (Draft 2020-12).
 fn validate(logs: &[&Path]) {
-    let probe = Command::new("python3").args(["-c", "import jsonschema"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .output();
     if !probe.is_ok_and(|o| o.status.success()) {
-        assert!(!ci(), "python3-jsonschema is missing: cargo xtask deps installs it");
+        assert!(
+            !ci(),
+            "python3-jsonschema is missing: cargo xtask deps installs it"
+        );
         eprintln!("skipping the schema check: python3 jsonschema is not installed");
         return;
     }
@@ -573,10 +859,16 @@ fn the_schema_describes_every_record_kind() {
     let path = write_log(dir.path(), "all.jsonl", |w| {
         let e = |t: Value, errno| effect(5, 1, 1, t, errno);
         let records = [
-            ("exec", e(json!({"path": "/bin/sh", "argv": ["sh"], "argc": 1}), 0)),
+            (
+                "exec",
+                e(json!({"path": "/bin/sh", "argv": ["sh"], "argc": 1}), 0),
+            ),
             ("fork", e(json!({"child": 6}), 0)),
             ("open", e(json!({"path": "/a", "flags": 0}), 13)),
-            ("create", e(json!({"path": "/a", "flags": 577, "mode": 420}), 0)),
+            (
+                "create",
+                e(json!({"path": "/a", "flags": 577, "mode": 420}), 0),
+            ),
             ("write", e(json!({"path": "/a", "bytes": 10}), 0)),
             ("unlink", e(json!({"path": "/a"}), 2)),
             ("rename", e(json!({"from": "/a", "to": "/b"}), 0)),
@@ -585,12 +877,33 @@ fn the_schema_describes_every_record_kind() {
             ("mkdir", e(json!({"path": "/d", "mode": 493}), 17)),
             ("rmdir", e(json!({"path": "/d"}), 0)),
             ("link", e(json!({"from": "/b", "to": "/c"}), 18)),
-            ("symlink", e(json!({"target": "/etc/passwd", "path": "/p"}), 0)),
+            (
+                "symlink",
+                e(json!({"target": "/etc/passwd", "path": "/p"}), 0),
+            ),
             ("chown", e(json!({"path": "/b", "uid": 0, "gid": 0}), 1)),
-            ("connect", e(json!({"family": "inet", "addr": "1.1.1.1", "port": 443}), 1)),
-            ("sendto", e(json!({"family": "inet6", "addr": "::1", "port": 53}), 1)),
-            ("proxy", e(json!({"host": "x.example", "port": 443, "method": "CONNECT", "reason": "domain not allowed"}), 0)),
-            ("broker", e(json!({"capability": "gh", "method": "GET", "path": "/user", "status": 200}), 0)),
+            (
+                "connect",
+                e(json!({"family": "inet", "addr": "1.1.1.1", "port": 443}), 1),
+            ),
+            (
+                "sendto",
+                e(json!({"family": "inet6", "addr": "::1", "port": 53}), 1),
+            ),
+            (
+                "proxy",
+                e(
+                    json!({"host": "x.example", "port": 443, "method": "CONNECT", "reason": "domain not allowed"}),
+                    0,
+                ),
+            ),
+            (
+                "broker",
+                e(
+                    json!({"capability": "gh", "method": "GET", "path": "/user", "status": 200}),
+                    0,
+                ),
+            ),
             ("signal", e(json!({"to": 1, "signal": 9}), 1)),
             ("exit", e(json!({"code": 0}), 0)),
         ];
@@ -599,8 +912,14 @@ fn the_schema_describes_every_record_kind() {
         }
         w.gap(3, "open").unwrap();
         let files = vec![json!({"path": "/b", "size": 3, "sha256": "ab".repeat(32)})];
-        w.seal_with_files(Seal { exit_status: ExitStatus::Signal(9), cgroup_empty: false }, Some(files))
-            .unwrap();
+        w.seal_with_files(
+            Seal {
+                exit_status: ExitStatus::Signal(9),
+                cgroup_empty: false,
+            },
+            Some(files),
+        )
+        .unwrap();
     });
     let plain = write_log(dir.path(), "plain.jsonl", sealed);
     validate(&[&path, &plain]);
@@ -618,8 +937,10 @@ fn the_schema_accepts_a_real_run() {
 #[test]
 fn the_schema_lists_exactly_the_record_kinds_the_writer_knows() {
     let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/effect-log.schema.json"))
-            .unwrap(),
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/effect-log.schema.json"),
+        )
+        .unwrap(),
     )
     .unwrap();
     let mut listed: Vec<&str> = schema["properties"]["kind"]["enum"]
@@ -632,5 +953,8 @@ fn the_schema_lists_exactly_the_record_kinds_the_writer_knows() {
     known.extend(["genesis", "gap", "seal"]);
     listed.sort();
     known.sort();
-    assert_eq!(listed, known, "update docs/effect-log.schema.json with the new kinds");
+    assert_eq!(
+        listed, known,
+        "update docs/effect-log.schema.json with the new kinds"
+    );
 }

@@ -69,7 +69,7 @@ pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {
             if chars == max_chars {
-                out.push_str("…");
+                out.push('…');
                 return out;
             }
             push_escaped(&mut out, c);
@@ -77,7 +77,7 @@ pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
         }
         for b in chunk.invalid() {
             if chars == max_chars {
-                out.push_str("…");
+                out.push('…');
                 return out;
             }
             let _ = write!(out, "\\x{{{b:02x}}}");
@@ -128,7 +128,10 @@ mod tests {
             terminal("/w/\u{1b}[2J\u{202e}x\n\\"),
             r"/w/\u{1b}[2J\u{202e}x\n\\"
         );
-        assert_eq!(terminal("\u{9b}31m\u{7f}\u{200b}\u{2028}"), r"\u{9b}31m\u{7f}\u{200b}\u{2028}");
+        assert_eq!(
+            terminal("\u{9b}31m\u{7f}\u{200b}\u{2028}"),
+            r"\u{9b}31m\u{7f}\u{200b}\u{2028}"
+        );
         assert_eq!(terminal("naïve 日本 ok"), "naïve 日本 ok");
     }
 

@@ -19,8 +19,8 @@
 
 mod canonical;
 pub mod escape;
-mod record;
 pub mod reader_cli;
+mod record;
 mod report;
 mod schema;
 mod secrets;
@@ -33,8 +33,8 @@ use std::path::PathBuf;
 
 pub use canonical::{policy_hash, to_canonical};
 pub use record::{Record, Target};
-pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
 pub use report::{ReportError, report};
+pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
 pub use show::{
     Filter, FilterError, ShowOptions, TimeBound, expand_kinds, glob_match, parse_time, show,
 };

@@ -69,7 +69,10 @@ pub fn run(command: LogCommand) -> i32 {
                 i32::from(code)
             }
             Err(super::ReportError::Log(e)) => read_failure(&e),
-            Err(e) => fail(WRITE_FAILED, format!("{e}; check the directory and free space")),
+            Err(e) => fail(
+                WRITE_FAILED,
+                format!("{e}; check the directory and free space"),
+            ),
         },
     }
 }
@@ -100,9 +103,10 @@ fn show_command(args: ShowArgs) -> i32 {
             let _ = out.into_parts();
             0
         }
-        Err(LogError::Output { source }) => {
-            fail(WRITE_FAILED, format!("failed to write the timeline: {source}"))
-        }
+        Err(LogError::Output { source }) => fail(
+            WRITE_FAILED,
+            format!("failed to write the timeline: {source}"),
+        ),
         Err(e) => read_failure(&e),
     }
 }
@@ -114,7 +118,15 @@ fn show_filter(args: &ShowArgs) -> Result<Filter, super::FilterError> {
         failed: args.failed,
         pid: args.pid,
         path: args.path.clone(),
-        since: args.since.as_deref().map(|v| parse_time("--since", v)).transpose()?,
-        until: args.until.as_deref().map(|v| parse_time("--until", v)).transpose()?,
+        since: args
+            .since
+            .as_deref()
+            .map(|v| parse_time("--since", v))
+            .transpose()?,
+        until: args
+            .until
+            .as_deref()
+            .map(|v| parse_time("--until", v))
+            .transpose()?,
     })
 }

@@ -122,7 +122,10 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         } else {
             outcome
         };
-        let pid = rec.get("pid").and_then(Value::as_u64).map_or_else(String::new, |p| p.to_string());
+        let pid = rec
+            .get("pid")
+            .and_then(Value::as_u64)
+            .map_or_else(String::new, |p| p.to_string());
         // timeline_parts escapes for a terminal; entities() makes it HTML.
         let [time, _, label, what] = render::timeline_parts(&rec, rel);
         let row = format!(
@@ -135,7 +138,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         );
         rows.push((rel.unwrap_or(i128::MAX), lineno, row));
     }
-    rows.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    rows.sort_by_key(|r| (r.0, r.1));
     let mut tree_text = Vec::new();
     // An in-memory buffer: writing to it cannot fail.
     let _ = tree.print(None, false, &mut tree_text);
@@ -176,7 +179,11 @@ fn page(
             })
         })
     );
-    let _ = write!(h, "<h2>Summary</h2>\n<pre id=\"summary\">{}</pre>\n", entities(&summary));
+    let _ = write!(
+        h,
+        "<h2>Summary</h2>\n<pre id=\"summary\">{}</pre>\n",
+        entities(&summary)
+    );
     let _ = write!(
         h,
         "<h2>Timeline</h2>\n<div class=\"controls\"><input id=\"q\" placeholder=\"text filter\">\
@@ -187,9 +194,9 @@ fn page(
 <input id=\"pid\" placeholder=\"pid\" size=\"7\"><span id=\"shown\" data-shown=\"\"></span></div>\n"
     );
     if total > rows.len() as u64 {
-        let _ = write!(
+        let _ = writeln!(
             h,
-            "<p class=\"bad\" id=\"cut\">The timeline shows the first {} of {total} lines; run <code>tartaros log show</code> for all.</p>\n",
+            "<p class=\"bad\" id=\"cut\">The timeline shows the first {} of {total} lines; run <code>tartaros log show</code> for all.</p>",
             rows.len()
         );
     }
@@ -202,7 +209,10 @@ fn page(
     let tree = String::from_utf8_lossy(tree);
     for (n, line) in tree.lines().enumerate() {
         if n == MAX_ROWS {
-            let _ = writeln!(h, "<p class=\"bad\">… the tree is cut here; run <code>tartaros log show --tree</code>.</p>");
+            let _ = writeln!(
+                h,
+                "<p class=\"bad\">… the tree is cut here; run <code>tartaros log show --tree</code>.</p>"
+            );
             break;
         }
         let spaces = line.len() - line.trim_start().len();

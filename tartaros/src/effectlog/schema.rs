@@ -285,7 +285,9 @@ fn check_seal_files(files: &Value) -> Result<(), String> {
         if f.get("size").is_some_and(|s| !s.is_u64()) {
             return Err("files: `size` is not a non-negative integer".into());
         }
-        if f.get("sha256").is_some_and(|h| !(h.is_string() || h.is_null())) {
+        if f.get("sha256")
+            .is_some_and(|h| !(h.is_string() || h.is_null()))
+        {
             return Err("files: `sha256` is not a string or null".into());
         }
     }

@@ -10,8 +10,8 @@ pub(crate) mod names;
 pub(crate) mod render;
 pub(crate) mod tree;
 
-use std::collections::BinaryHeap;
 use std::cmp::Reverse;
+use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, Write};
 use std::path::Path;
@@ -108,12 +108,8 @@ pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verd
         flush_pending(&mut pending, REORDER_WINDOW, out)?;
     }
     if opts.tree {
-        tree.print(
-            opts.filter.pid.map(u64::from),
-            !tree_filter.is_empty(),
-            out,
-        )
-        .map_err(out_err)?;
+        tree.print(opts.filter.pid.map(u64::from), !tree_filter.is_empty(), out)
+            .map_err(out_err)?;
     } else {
         flush_pending(&mut pending, 0, out)?;
     }

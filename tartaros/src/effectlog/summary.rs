@@ -21,7 +21,7 @@ pub use print::summary_text;
 use super::show::lines::{Line, Lines};
 use super::show::names::{self, Mechanism, Outcome};
 use super::show::render::{self, text};
-use super::show::tree::Tree;
+use super::show::tree::{SANDBOX_INIT, Tree};
 use super::{LogError, Verdict, verify_file};
 
 /// Distinct entries kept per table; more are counted in `*_more`.
@@ -187,13 +187,21 @@ fn s_of(v: Option<&Value>) -> Option<String> {
 
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(|s| text(s, MAX_STRING)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|s| text(s, MAX_STRING))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
 /// Paths whose "changes" are not changes to the tree (`> /dev/null`).
 fn is_pseudo(path: &str) -> bool {
-    ["/dev/", "/proc/", "/sys/"].iter().any(|p| path.starts_with(p)) || path == "/dev/null"
+    ["/dev/", "/proc/", "/sys/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || path == "/dev/null"
 }
 
 impl Collector {
@@ -238,7 +246,13 @@ impl Collector {
         let node = self.tree.add(rec);
         if kind == "exec" && rec.get("decision").and_then(Value::as_str) == Some("allowed") {
             self.execs += 1;
+            let init = target
+                .and_then(|t| t.get("argv"))
+                .and_then(|a| a.get(1))
+                .and_then(Value::as_str)
+                == Some(crate::init::INIT_ARG);
             if let Some(p) = target.and_then(|t| t.get("path")).and_then(Value::as_str)
+                && !init
                 && (self.programs.len() < 10_000 || self.programs.contains_key(p))
             {
                 *self.programs.entry(text(p, 256)).or_insert(0) += 1;
@@ -275,7 +289,10 @@ impl Collector {
     fn seal(&mut self, rec: &Map<String, Value>) {
         self.run.exit = rec.get("exit_status").map(render::exit_text);
         self.run.cgroup_empty = rec.get("cgroup_empty").and_then(Value::as_bool);
-        if let (Some(end), Some(start)) = (rec.get("mono_ns").and_then(Value::as_u64), self.genesis_mono) {
+        if let (Some(end), Some(start)) = (
+            rec.get("mono_ns").and_then(Value::as_u64),
+            self.genesis_mono,
+        ) {
             self.run.duration_ms = Some(end.saturating_sub(start) / 1_000_000);
         }
         self.seal_files = rec.get("files").and_then(Value::as_array).cloned();
@@ -407,7 +424,10 @@ impl Collector {
             }
             "proxy" => {
                 let port = num("port").map(|p| format!(":{p}")).unwrap_or_default();
-                ("proxy".to_string(), format!("{}{port}", str_of("host").unwrap_or("?")))
+                (
+                    "proxy".to_string(),
+                    format!("{}{port}", str_of("host").unwrap_or("?")),
+                )
             }
             "broker" => {
                 let host = str_of("host").or(str_of("capability")).unwrap_or("?");
@@ -468,7 +488,7 @@ impl Collector {
             return;
         }
         let nodes = self.tree.nodes();
-        let command = node.and_then(|i| nodes[i].execs.last().cloned());
+        let command = node.and_then(|i| nodes[i].program.clone());
         let mut ancestry = Vec::new();
         let mut up = node.and_then(|i| nodes[i].parent);
         while let Some(p) = up {
@@ -476,7 +496,7 @@ impl Collector {
                 ancestry.push("…".to_string());
                 break;
             }
-            let cmd = nodes[p].execs.last().map_or("(no exec)", String::as_str);
+            let cmd = nodes[p].program.as_deref().unwrap_or("(no exec)");
             ancestry.push(format!("{} {cmd}", nodes[p].pid));
             up = nodes[p].parent;
         }
@@ -502,7 +522,10 @@ impl Collector {
         for f in self.seal_files.take().unwrap_or_default() {
             if let Some(path) = f.get("path").and_then(Value::as_str) {
                 let size = f.get("size").and_then(Value::as_u64);
-                let sha = f.get("sha256").and_then(Value::as_str).map(|h| text(h, 128));
+                let sha = f
+                    .get("sha256")
+                    .and_then(Value::as_str)
+                    .map(|h| text(h, 128));
                 sealed.insert(path.to_string(), (size, sha));
             }
         }
@@ -548,7 +571,11 @@ impl Collector {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let mut destinations: Vec<Destination> = self.dests.into_values().collect();
         destinations.sort_by(|a, b| {
-            (b.refused, b.allowed + b.failed, &a.dest).cmp(&(a.refused, a.allowed + a.failed, &b.dest))
+            (b.refused, b.allowed + b.failed, &a.dest).cmp(&(
+                a.refused,
+                a.allowed + a.failed,
+                &b.dest,
+            ))
         });
         let mut refusals: Vec<Refusal> = Vec::new();
         for key in &self.refusal_order {
@@ -556,7 +583,11 @@ impl Collector {
                 refusals.push(r);
             }
         }
-        refusals.sort_by_key(|r| Mechanism::ALL.iter().position(|m| m.as_str() == r.mechanism));
+        refusals.sort_by_key(|r| {
+            Mechanism::ALL
+                .iter()
+                .position(|m| m.as_str() == r.mechanism)
+        });
         let mut programs: Vec<(String, u64)> = self.programs.into_iter().collect();
         programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         programs.truncate(10);
@@ -566,7 +597,11 @@ impl Collector {
             execs: self.execs,
             max_depth: self.tree.depths().into_iter().max().unwrap_or(0) as u64,
             programs,
-            first: nodes.iter().find_map(|n| n.execs.first().cloned()),
+            first: nodes
+                .iter()
+                .filter_map(|n| n.program.as_deref())
+                .find(|p| *p != SANDBOX_INIT)
+                .map(str::to_string),
         };
         Summary {
             verify_code: self.verdict.code,

@@ -12,8 +12,8 @@ use std::path::Path;
 use serde_json::{Map, Value};
 
 use super::MAX_LINE_BYTES;
-use super::escape::terminal_capped;
 use super::canonical::{parse_canonical, sha256, sha256_hex, to_canonical};
+use super::escape::terminal_capped;
 use super::schema;
 
 /// Sealed, chain intact, nothing lost, cgroup emptied.
@@ -271,7 +271,10 @@ fn count_difference(sealed: &BTreeMap<String, u64>, seen: &BTreeMap<String, u64>
         let a = sealed.get(k).copied().unwrap_or(0);
         let b = seen.get(k).copied().unwrap_or(0);
         if a != b {
-            return format!("`{}`: seal says {a}, the log has {b}", terminal_capped(k, 64));
+            return format!(
+                "`{}`: seal says {a}, the log has {b}",
+                terminal_capped(k, 64)
+            );
         }
     }
     "a zero count is listed".to_string()

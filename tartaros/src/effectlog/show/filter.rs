@@ -20,7 +20,9 @@ pub enum TimeBound {
 pub enum FilterError {
     #[error("failed to read --kind {0:?}: not a record kind; use file, net, proc, gap or one of {kinds}", kinds = EFFECT_KINDS.join(", "))]
     Kind(String),
-    #[error("failed to read {flag} {value:?}: use seconds after the start (90, 1.5, 250ms) or an RFC 3339 time (2026-12-01T09:30:00Z)")]
+    #[error(
+        "failed to read {flag} {value:?}: use seconds after the start (90, 1.5, 250ms) or an RFC 3339 time (2026-12-01T09:30:00Z)"
+    )]
     Time { flag: &'static str, value: String },
 }
 
@@ -34,9 +36,7 @@ pub fn expand_kinds(values: &[String]) -> Result<Vec<String>, FilterError> {
             "file" => FILE_KINDS,
             "net" => NET_KINDS,
             "proc" => PROC_KINDS,
-            k if EFFECT_KINDS.contains(&k) || matches!(k, "gap" | "genesis" | "seal") => {
-                &[][..]
-            }
+            k if EFFECT_KINDS.contains(&k) || matches!(k, "gap" | "genesis" | "seal") => &[][..],
             other => return Err(FilterError::Kind(other.to_string())),
         };
         if group.is_empty() {
@@ -67,7 +67,9 @@ pub fn parse_time(flag: &'static str, value: &str) -> Result<TimeBound, FilterEr
     } else {
         (v.strip_suffix('s').unwrap_or(v), 1_000_000_000u64)
     };
-    decimal_ns(number, scale).map(TimeBound::Relative).ok_or_else(err)
+    decimal_ns(number, scale)
+        .map(TimeBound::Relative)
+        .ok_or_else(err)
 }
 
 /// `1.5` with `scale` ns per unit -> ns, without floats.
@@ -101,7 +103,9 @@ pub(crate) fn rfc3339_ns(s: &str) -> Option<i128> {
     }
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = s.get(r)?;
-        t.bytes().all(|c| c.is_ascii_digit()).then(|| t.parse().ok())?
+        t.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| t.parse().ok())?
     };
     let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
     let (h, mi, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
@@ -298,7 +302,10 @@ mod tests {
         assert!(glob_match("/work/*.rs", "/work/a.rs"));
         assert!(!glob_match("/work/*.rs", "/work/src/a.rs"));
         assert!(glob_match("/work/**.rs", "/work/src/a.rs"));
-        assert!(glob_match("/work/**/hooks/*", "/work/.git/hooks/pre-commit"));
+        assert!(glob_match(
+            "/work/**/hooks/*",
+            "/work/.git/hooks/pre-commit"
+        ));
         assert!(glob_match("**", "/anything/at/all"));
         assert!(glob_match("/etc/?asswd", "/etc/passwd"));
         assert!(!glob_match("/etc/?asswd", "/etc/passwd2"));
@@ -311,15 +318,31 @@ mod tests {
         let k = expand_kinds(&["exec,net".into(), "open".into()]).unwrap();
         assert!(k.contains(&"proxy".to_string()) && k.contains(&"exec".to_string()));
         assert!(k.contains(&"open".to_string()) && !k.contains(&"fork".to_string()));
-        assert!(expand_kinds(&["file".into()]).unwrap().contains(&"unlink".to_string()));
-        assert!(matches!(expand_kinds(&["files".into()]), Err(FilterError::Kind(_))));
+        assert!(
+            expand_kinds(&["file".into()])
+                .unwrap()
+                .contains(&"unlink".to_string())
+        );
+        assert!(matches!(
+            expand_kinds(&["files".into()]),
+            Err(FilterError::Kind(_))
+        ));
     }
 
     #[test]
     fn times_parse_relative_and_rfc3339() {
-        assert_eq!(parse_time("--since", "90").unwrap(), TimeBound::Relative(90_000_000_000));
-        assert_eq!(parse_time("--since", "1.5s").unwrap(), TimeBound::Relative(1_500_000_000));
-        assert_eq!(parse_time("--since", "+250ms").unwrap(), TimeBound::Relative(250_000_000));
+        assert_eq!(
+            parse_time("--since", "90").unwrap(),
+            TimeBound::Relative(90_000_000_000)
+        );
+        assert_eq!(
+            parse_time("--since", "1.5s").unwrap(),
+            TimeBound::Relative(1_500_000_000)
+        );
+        assert_eq!(
+            parse_time("--since", "+250ms").unwrap(),
+            TimeBound::Relative(250_000_000)
+        );
         assert_eq!(
             parse_time("--until", "1970-01-02T00:00:01.5Z").unwrap(),
             TimeBound::Wall(86_401_500_000_000)
@@ -328,8 +351,18 @@ mod tests {
             parse_time("--until", "2026-12-01T10:00:00+01:00").unwrap(),
             parse_time("--until", "2026-12-01T09:00:00Z").unwrap()
         );
-        assert_eq!(rfc3339_ns("2000-03-01T00:00:00Z"), Some(951_868_800_000_000_000));
-        for bad in ["", "abc", "1.2.3", "-5", "2026-13-01T00:00:00Z", "2026-12-01T00:00:00"] {
+        assert_eq!(
+            rfc3339_ns("2000-03-01T00:00:00Z"),
+            Some(951_868_800_000_000_000)
+        );
+        for bad in [
+            "",
+            "abc",
+            "1.2.3",
+            "-5",
+            "2026-13-01T00:00:00Z",
+            "2026-12-01T00:00:00",
+        ] {
             assert!(parse_time("--since", bad).is_err(), "{bad}");
         }
     }
@@ -337,15 +370,28 @@ mod tests {
     #[test]
     fn refusals_failures_and_windows_select() {
         let rec = |v: Value| v.as_object().cloned().unwrap();
-        let refused = rec(json!({"kind": "open", "decision": "denied", "errno": 13, "pid": 5,
-            "wall_ns": 2_000, "target": {"path": "/etc/shadow"}}));
-        let failed = rec(json!({"kind": "mkdir", "decision": "denied", "errno": 17, "pid": 5,
-            "target": {"path": "/work/x"}}));
-        let denied = Filter { denied: true, ..Default::default() };
+        let refused = rec(
+            json!({"kind": "open", "decision": "denied", "errno": 13, "pid": 5,
+            "wall_ns": 2_000, "target": {"path": "/etc/shadow"}}),
+        );
+        let failed = rec(
+            json!({"kind": "mkdir", "decision": "denied", "errno": 17, "pid": 5,
+            "target": {"path": "/work/x"}}),
+        );
+        let denied = Filter {
+            denied: true,
+            ..Default::default()
+        };
         assert!(denied.matches(&refused, None) && !denied.matches(&failed, None));
-        let failures = Filter { failed: true, ..Default::default() };
+        let failures = Filter {
+            failed: true,
+            ..Default::default()
+        };
         assert!(!failures.matches(&refused, None) && failures.matches(&failed, None));
-        let path = Filter { path: Some("/etc/*".into()), ..Default::default() };
+        let path = Filter {
+            path: Some("/etc/*".into()),
+            ..Default::default()
+        };
         assert!(path.matches(&refused, None) && !path.matches(&failed, None));
         let window = Filter {
             since: Some(TimeBound::Relative(10)),

@@ -35,8 +35,7 @@ impl<R: BufRead> Lines<R> {
     pub(crate) fn next_line(&mut self) -> std::io::Result<Option<Line>> {
         self.buf.clear();
         let limit = MAX_LINE_BYTES as u64 + 1;
-        let n = std::io::Read::take(&mut self.reader, limit)
-            .read_until(b'\n', &mut self.buf)?;
+        let n = std::io::Read::take(&mut self.reader, limit).read_until(b'\n', &mut self.buf)?;
         if n == 0 {
             return Ok(None);
         }
@@ -100,7 +99,10 @@ mod tests {
             Some(Line::Record(m)) => assert!(m.contains_key("b")),
             _ => panic!("the record after the long line is lost"),
         }
-        assert!(matches!(lines.next_line().unwrap(), Some(Line::Unreadable("not UTF-8"))));
+        assert!(matches!(
+            lines.next_line().unwrap(),
+            Some(Line::Unreadable("not UTF-8"))
+        ));
         assert!(matches!(
             lines.next_line().unwrap(),
             Some(Line::Unreadable("not a JSON object"))

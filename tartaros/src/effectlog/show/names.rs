@@ -8,8 +8,24 @@ use serde_json::{Map, Value};
 /// File effect kinds (the `file` group of `--kind`), including kinds the
 /// capture may add later for metadata changes.
 pub(crate) const FILE_KINDS: &[&str] = &[
-    "open", "create", "write", "unlink", "rename", "chmod", "truncate", "mkdir", "rmdir", "link",
-    "symlink", "chown", "mknod", "setxattr", "removexattr", "xattr", "utimes", "setflags",
+    "open",
+    "create",
+    "write",
+    "unlink",
+    "rename",
+    "chmod",
+    "truncate",
+    "mkdir",
+    "rmdir",
+    "link",
+    "symlink",
+    "chown",
+    "mknod",
+    "setxattr",
+    "removexattr",
+    "xattr",
+    "utimes",
+    "setflags",
 ];
 /// Network effect kinds (the `net` group).
 pub(crate) const NET_KINDS: &[&str] = &["connect", "sendto", "sendmmsg", "bind", "proxy", "broker"];
@@ -133,13 +149,15 @@ pub(crate) fn open_flags(flags: u64) -> String {
         (0o2000000, "O_CLOEXEC"),
         (0o10000000, "O_PATH"),
     ];
-    let mut names = vec![match flags & 0o3 {
-        0 => "O_RDONLY",
-        1 => "O_WRONLY",
-        2 => "O_RDWR",
-        _ => "O_ACCMODE",
-    }
-    .to_string()];
+    let mut names = vec![
+        match flags & 0o3 {
+            0 => "O_RDONLY",
+            1 => "O_WRONLY",
+            2 => "O_RDWR",
+            _ => "O_ACCMODE",
+        }
+        .to_string(),
+    ];
     let mut rest = flags & !0o3;
     for &(bits, name) in NAMED {
         if rest & bits == bits {
@@ -215,7 +233,10 @@ mod tests {
     fn flags_modes_signals_errnos_have_names() {
         assert_eq!(open_flags(0), "O_RDONLY");
         assert_eq!(open_flags(577), "O_WRONLY|O_CREAT|O_TRUNC");
-        assert_eq!(open_flags(0o2101 | 0o2000000), "O_WRONLY|O_CREAT|O_APPEND|O_CLOEXEC");
+        assert_eq!(
+            open_flags(0o2101 | 0o2000000),
+            "O_WRONLY|O_CREAT|O_APPEND|O_CLOEXEC"
+        );
         assert_eq!(open_flags(0o4010002), "O_RDWR|O_SYNC");
         assert_eq!(open_flags(0o20200002), "O_RDWR|O_TMPFILE");
         assert_eq!(open_flags(0x4000_0000), "O_RDONLY|0x40000000");
@@ -244,14 +265,22 @@ mod tests {
     #[test]
     fn refusals_are_told_from_failures() {
         let denied = |kind: &str, errno: u64| {
-            outcome(&rec(json!({"kind": kind, "decision": "denied", "errno": errno, "target": {}})))
+            outcome(&rec(
+                json!({"kind": kind, "decision": "denied", "errno": errno, "target": {}}),
+            ))
         };
         assert_eq!(denied("open", 13), Outcome::Refused(Mechanism::Filesystem));
-        assert_eq!(denied("unlink", 30), Outcome::Refused(Mechanism::Filesystem));
+        assert_eq!(
+            denied("unlink", 30),
+            Outcome::Refused(Mechanism::Filesystem)
+        );
         assert_eq!(denied("connect", 1), Outcome::Refused(Mechanism::Network));
         assert_eq!(denied("proxy", 0), Outcome::Refused(Mechanism::Network));
         assert_eq!(denied("signal", 1), Outcome::Refused(Mechanism::Signal));
-        assert_eq!(denied("io_uring_setup", 1), Outcome::Refused(Mechanism::Syscall));
+        assert_eq!(
+            denied("io_uring_setup", 1),
+            Outcome::Refused(Mechanism::Syscall)
+        );
         for errno in [17, 2, 18, 39, 16, 111] {
             assert_eq!(denied("mkdir", errno), Outcome::Failed, "{errno}");
         }

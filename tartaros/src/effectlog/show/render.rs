@@ -131,7 +131,10 @@ pub(crate) fn timeline_parts(rec: &Map<String, Value>, rel_ns: Option<i128>) -> 
 fn genesis_summary(rec: &Map<String, Value>) -> String {
     let s = |k: &str| text(str_field(rec, k).unwrap_or("?"), 256);
     let g = rec.get("guarantees");
-    let list = |k: &str| g.and_then(|g| g.get(k)).map_or_else(String::new, |v| render("", "", v));
+    let list = |k: &str| {
+        g.and_then(|g| g.get(k))
+            .map_or_else(String::new, |v| render("", "", v))
+    };
     let hash = s("policy_hash");
     format!(
         "tartaros {} on kernel {}, policy {}, installed {}, degraded {}",
@@ -270,10 +273,12 @@ pub(crate) fn exec_text(target: &Value, max: usize) -> String {
             }
         }
         None => match argv {
-            Some(a) if !a.is_empty() => words.extend(a.iter().take(256).map(|v| match v.as_str() {
-                Some(s) => argument(s, max),
-                None => render("exec", "", v),
-            })),
+            Some(a) if !a.is_empty() => {
+                words.extend(a.iter().take(256).map(|v| match v.as_str() {
+                    Some(s) => argument(s, max),
+                    None => render("exec", "", v),
+                }))
+            }
             _ => return render_target("exec", target),
         },
     }

@@ -18,20 +18,90 @@ fn sample(path: &Path) {
     let mut w = LogWriter::create(path).unwrap();
     w.genesis(clean_genesis()).unwrap();
     let e = |pid, ppid, ms, t, errno| effect(pid, ppid, ms, t, errno);
-    w.effect("exec", e(10, 1, 1, json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}), None)).unwrap();
-    w.effect("fork", e(10, 1, 2, json!({"child": 11}), None)).unwrap();
-    w.effect("exec", e(11, 10, 3, json!({"path": "/bin/cat", "argv": ["cat", "x"]}), None)).unwrap();
-    w.effect("open", e(11, 10, 4, json!({"path": "/work/x", "flags": 0}), None)).unwrap();
-    w.effect("open", e(11, 10, 5, json!({"path": "/etc/shadow", "flags": 0}), Some(13))).unwrap();
-    w.effect("mkdir", e(11, 10, 6, json!({"path": "/work/d", "mode": 493}), Some(17))).unwrap();
-    w.effect("create", e(11, 10, 7, json!({"path": "/work/log.txt", "flags": 0o2101, "mode": 0o644}), None)).unwrap();
-    w.effect("signal", e(11, 10, 8, json!({"to": 1, "signal": 9}), Some(1))).unwrap();
-    w.effect("exit", e(11, 10, 9, json!({"code": 1}), None)).unwrap();
+    w.effect(
+        "exec",
+        e(
+            10,
+            1,
+            1,
+            json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}),
+            None,
+        ),
+    )
+    .unwrap();
+    w.effect("fork", e(10, 1, 2, json!({"child": 11}), None))
+        .unwrap();
+    w.effect(
+        "exec",
+        e(
+            11,
+            10,
+            3,
+            json!({"path": "/bin/cat", "argv": ["cat", "x"]}),
+            None,
+        ),
+    )
+    .unwrap();
+    w.effect(
+        "open",
+        e(11, 10, 4, json!({"path": "/work/x", "flags": 0}), None),
+    )
+    .unwrap();
+    w.effect(
+        "open",
+        e(
+            11,
+            10,
+            5,
+            json!({"path": "/etc/shadow", "flags": 0}),
+            Some(13),
+        ),
+    )
+    .unwrap();
+    w.effect(
+        "mkdir",
+        e(11, 10, 6, json!({"path": "/work/d", "mode": 493}), Some(17)),
+    )
+    .unwrap();
+    w.effect(
+        "create",
+        e(
+            11,
+            10,
+            7,
+            json!({"path": "/work/log.txt", "flags": 0o2101, "mode": 0o644}),
+            None,
+        ),
+    )
+    .unwrap();
+    w.effect(
+        "signal",
+        e(11, 10, 8, json!({"to": 1, "signal": 9}), Some(1)),
+    )
+    .unwrap();
+    w.effect("exit", e(11, 10, 9, json!({"code": 1}), None))
+        .unwrap();
     // Written at the end of its connection, 8.5 ms after it started.
-    w.effect("proxy", e(10, 1, 10, json!({"host": "evil.example", "port": 443, "method": "CONNECT",
-        "reason": "domain not allowed", "duration_us": 8500}), Some(0)).into_denied()).unwrap();
-    w.effect("exit", e(10, 1, 11, json!({"code": 0}), None)).unwrap();
-    w.seal(Seal { exit_status: ExitStatus::Code(0), cgroup_empty: true }).unwrap();
+    w.effect(
+        "proxy",
+        e(
+            10,
+            1,
+            10,
+            json!({"host": "evil.example", "port": 443, "method": "CONNECT",
+        "reason": "domain not allowed", "duration_us": 8500}),
+            Some(0),
+        )
+        .into_denied(),
+    )
+    .unwrap();
+    w.effect("exit", e(10, 1, 11, json!({"code": 0}), None))
+        .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
 }
 
 trait Denied {
@@ -52,7 +122,10 @@ fn run(path: &Path, opts: &ShowOptions) -> String {
 }
 
 fn with(filter: Filter) -> ShowOptions {
-    ShowOptions { filter, ..Default::default() }
+    ShowOptions {
+        filter,
+        ..Default::default()
+    }
 }
 
 fn sample_log() -> (tempfile::TempDir, std::path::PathBuf) {
@@ -68,20 +141,35 @@ fn timeline_names_numbers_and_tells_refusals_from_failures() {
     let out = run(&path, &ShowOptions::default());
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 13, "{out}");
-    assert!(lines[0].contains("genesis") && lines[0].contains("6.18.0-test"), "{out}");
-    assert_eq!(lines[5], "    +4.000ms      11 open     path=/work/x flags=O_RDONLY  allowed");
+    assert!(
+        lines[0].contains("genesis") && lines[0].contains("6.18.0-test"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[5],
+        "    +4.000ms      11 open     path=/work/x flags=O_RDONLY  allowed"
+    );
     assert_eq!(
         lines[6],
         "    +5.000ms      11 open     path=/etc/shadow flags=O_RDONLY  REFUSED (EACCES, filesystem)"
     );
-    assert_eq!(lines[7], "    +6.000ms      11 mkdir    path=/work/d mode=0755  failed (EEXIST)");
+    assert_eq!(
+        lines[7],
+        "    +6.000ms      11 mkdir    path=/work/d mode=0755  failed (EEXIST)"
+    );
     // An append is an open with O_CREAT, not a create.
     assert_eq!(
         lines[8],
         "    +7.000ms      11 open     path=/work/log.txt flags=O_WRONLY|O_CREAT|O_APPEND mode=0644  allowed"
     );
-    assert!(lines[9].contains("to=1 signal=SIGKILL  REFUSED (EPERM, signal)"), "{out}");
-    assert!(lines[12].contains("seal") && lines[12].contains("exit code 0"), "{out}");
+    assert!(
+        lines[9].contains("to=1 signal=SIGKILL  REFUSED (EPERM, signal)"),
+        "{out}"
+    );
+    assert!(
+        lines[12].contains("seal") && lines[12].contains("exit code 0"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -90,25 +178,60 @@ fn late_proxy_records_are_put_back_in_time_order() {
     let out = run(&path, &ShowOptions::default());
     let lines: Vec<&str> = out.lines().collect();
     // Started at +1.5 ms, written at +10 ms.
-    assert!(lines[2].contains("proxy") && lines[2].starts_with("    +1.500ms"), "{out}");
+    assert!(
+        lines[2].contains("proxy") && lines[2].starts_with("    +1.500ms"),
+        "{out}"
+    );
     assert!(lines[2].ends_with("REFUSED (network)"), "{out}");
 }
 
 #[test]
 fn denied_failed_kinds_paths_and_times_filter() {
     let (_d, path) = sample_log();
-    let denied = run(&path, &with(Filter { denied: true, ..Default::default() }));
+    let denied = run(
+        &path,
+        &with(Filter {
+            denied: true,
+            ..Default::default()
+        }),
+    );
     assert_eq!(denied.lines().count(), 3, "{denied}");
-    assert!(denied.contains("/etc/shadow") && denied.contains("SIGKILL") && denied.contains("evil"));
-    let failed = run(&path, &with(Filter { failed: true, ..Default::default() }));
+    assert!(
+        denied.contains("/etc/shadow") && denied.contains("SIGKILL") && denied.contains("evil")
+    );
+    let failed = run(
+        &path,
+        &with(Filter {
+            failed: true,
+            ..Default::default()
+        }),
+    );
     assert_eq!(failed.lines().count(), 1, "{failed}");
     assert!(failed.contains("EEXIST"), "{failed}");
     let kinds = expand_kinds(&["exec".into(), "exit".into()]).unwrap();
-    let procs = run(&path, &with(Filter { kinds, ..Default::default() }));
+    let procs = run(
+        &path,
+        &with(Filter {
+            kinds,
+            ..Default::default()
+        }),
+    );
     assert_eq!(procs.lines().count(), 4, "{procs}");
-    let files = run(&path, &with(Filter { kinds: expand_kinds(&["file".into()]).unwrap(), ..Default::default() }));
+    let files = run(
+        &path,
+        &with(Filter {
+            kinds: expand_kinds(&["file".into()]).unwrap(),
+            ..Default::default()
+        }),
+    );
     assert_eq!(files.lines().count(), 4, "{files}");
-    let glob = run(&path, &with(Filter { path: Some("/work/*".into()), ..Default::default() }));
+    let glob = run(
+        &path,
+        &with(Filter {
+            path: Some("/work/*".into()),
+            ..Default::default()
+        }),
+    );
     assert_eq!(glob.lines().count(), 3, "{glob}");
     let window = Filter {
         since: Some(TimeBound::Relative(4_000_000)),
@@ -123,11 +246,17 @@ fn json_prints_records_whole_one_per_line() {
     let (_d, path) = sample_log();
     let opts = ShowOptions {
         json: true,
-        filter: Filter { denied: true, ..Default::default() },
+        filter: Filter {
+            denied: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let out = run(&path, &opts);
-    let records: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let records: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(records.len(), 3);
     assert_eq!(records[0]["target"]["path"], "/etc/shadow");
     assert_eq!(records[0]["errno"], 13);
@@ -136,29 +265,50 @@ fn json_prints_records_whole_one_per_line() {
 #[test]
 fn tree_nests_children_and_combines_with_filters() {
     let (_d, path) = sample_log();
-    let out = run(&path, &ShowOptions { tree: true, ..Default::default() });
+    let out = run(
+        &path,
+        &ShowOptions {
+            tree: true,
+            ..Default::default()
+        },
+    );
     assert_eq!(
         out,
         "10 (parent 1): /bin/sh -c \"cat x\" [exit code 0]\n  11: /bin/cat x [exit code 1]\n"
     );
     let refused = ShowOptions {
         tree: true,
-        filter: Filter { denied: true, ..Default::default() },
+        filter: Filter {
+            denied: true,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let out = run(&path, &refused);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines[0], "10 (parent 1): /bin/sh -c \"cat x\" [exit code 0]", "{out}");
+    assert_eq!(
+        lines[0], "10 (parent 1): /bin/sh -c \"cat x\" [exit code 0]",
+        "{out}"
+    );
     assert!(lines[1].starts_with("  - +1.500ms proxy"), "{out}");
     assert_eq!(lines[2], "  11: /bin/cat x [exit code 1]");
-    assert!(lines[3].starts_with("    - +5.000ms open path=/etc/shadow"), "{out}");
+    assert!(
+        lines[3].starts_with("    - +5.000ms open path=/etc/shadow"),
+        "{out}"
+    );
     assert_eq!(lines.len(), 5, "{out}");
     let sub = ShowOptions {
         tree: true,
-        filter: Filter { pid: Some(11), ..Default::default() },
+        filter: Filter {
+            pid: Some(11),
+            ..Default::default()
+        },
         ..Default::default()
     };
-    assert_eq!(run(&path, &sub), "11 (parent 10): /bin/cat x [exit code 1]\n");
+    assert_eq!(
+        run(&path, &sub),
+        "11 (parent 10): /bin/cat x [exit code 1]\n"
+    );
 }
 
 #[test]
@@ -167,12 +317,22 @@ fn tree_handles_pid_reuse_and_missing_exits() {
     let path = dir.path().join("log.jsonl");
     let mut w = LogWriter::create(&path).unwrap();
     w.genesis(clean_genesis()).unwrap();
-    w.effect("fork", effect(5, 1, 1, json!({"child": 6}), None)).unwrap();
-    w.effect("exit", effect(6, 5, 2, json!({"signal": 9}), None)).unwrap();
-    w.effect("fork", effect(5, 1, 3, json!({"child": 6}), None)).unwrap();
-    w.effect("exec", effect(6, 5, 4, json!({"path": "/bin/x"}), Some(1))).unwrap();
+    w.effect("fork", effect(5, 1, 1, json!({"child": 6}), None))
+        .unwrap();
+    w.effect("exit", effect(6, 5, 2, json!({"signal": 9}), None))
+        .unwrap();
+    w.effect("fork", effect(5, 1, 3, json!({"child": 6}), None))
+        .unwrap();
+    w.effect("exec", effect(6, 5, 4, json!({"path": "/bin/x"}), Some(1)))
+        .unwrap();
     drop(w);
-    let out = run(&path, &ShowOptions { tree: true, ..Default::default() });
+    let out = run(
+        &path,
+        &ShowOptions {
+            tree: true,
+            ..Default::default()
+        },
+    );
     let body: Vec<&str> = out.lines().skip(1).collect();
     assert!(out.starts_with("WARNING: this log is UNSEALED"), "{out}");
     assert_eq!(
@@ -191,22 +351,52 @@ fn hostile_names_cannot_drive_the_terminal() {
     let path = dir.path().join("log.jsonl");
     let mut w = LogWriter::create(&path).unwrap();
     w.genesis(clean_genesis()).unwrap();
-    w.effect("create", effect(5, 1, 1, json!({"path": "/w/\u{1b}[2J\u{202e}x\n"}), None)).unwrap();
-    w.effect("exec", effect(5, 1, 2, json!({"path": "/bin/sh", "argc": 3,
+    w.effect(
+        "create",
+        effect(5, 1, 1, json!({"path": "/w/\u{1b}[2J\u{202e}x\n"}), None),
+    )
+    .unwrap();
+    w.effect(
+        "exec",
+        effect(
+            5,
+            1,
+            2,
+            json!({"path": "/bin/sh", "argc": 3,
         "argv": ["sh", "-c", format!("make test{}; echo pwned > x", " ".repeat(1100))],
-        "argv_truncated": true}), None)).unwrap();
-    w.seal(Seal { exit_status: ExitStatus::Code(0), cgroup_empty: true }).unwrap();
+        "argv_truncated": true}),
+            None,
+        ),
+    )
+    .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
     drop(w);
     let out = run(&path, &ShowOptions::default());
-    assert!(!out.contains('\u{1b}') && !out.contains('\u{202e}'), "{out:?}");
+    assert!(
+        !out.contains('\u{1b}') && !out.contains('\u{202e}'),
+        "{out:?}"
+    );
     assert_eq!(out.lines().count(), 4, "{out:?}");
     assert!(out.contains(r"/w/\u{1b}[2J\u{202e}x\n"), "{out}");
     assert!(
         out.contains("/bin/sh -c \"make test[1100 spaces]; echo pwned > x\" [ARGV TRUNCATED: 3 of 3 arguments shown]"),
         "{out}"
     );
-    let json = run(&path, &ShowOptions { json: true, ..Default::default() });
-    assert!(!json.contains('\u{202e}') && json.contains(r"\u202e"), "{json}");
+    let json = run(
+        &path,
+        &ShowOptions {
+            json: true,
+            ..Default::default()
+        },
+    );
+    assert!(
+        !json.contains('\u{202e}') && json.contains(r"\u202e"),
+        "{json}"
+    );
     for line in json.lines() {
         serde_json::from_str::<Value>(line).unwrap();
     }
@@ -222,8 +412,14 @@ fn a_log_that_does_not_verify_gets_a_warning_first() {
     let verdict = show(&path, &ShowOptions::default(), &mut out).unwrap();
     let out = String::from_utf8(out).unwrap();
     assert_eq!(verdict.code, 1);
-    assert!(out.starts_with("WARNING: this log has been TAMPERED with"), "{out}");
-    assert!(out.ends_with("line 14: (not a readable record: not valid JSON)\n"), "{out}");
+    assert!(
+        out.starts_with("WARNING: this log has been TAMPERED with"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("line 14: (not a readable record: not valid JSON)\n"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -239,7 +435,14 @@ fn a_closed_output_is_an_output_error_not_a_panic() {
     }
     let (_d, path) = sample_log();
     for tree in [false, true] {
-        let r = show(&path, &ShowOptions { tree, ..Default::default() }, &mut Closed);
+        let r = show(
+            &path,
+            &ShowOptions {
+                tree,
+                ..Default::default()
+            },
+            &mut Closed,
+        );
         assert!(matches!(r, Err(LogError::Output { .. })), "{r:?}");
     }
 }
@@ -247,5 +450,8 @@ fn a_closed_output_is_an_output_error_not_a_panic() {
 #[test]
 fn deep_trees_are_indented_by_number() {
     assert_eq!(tree::indent(2), "    ");
-    assert_eq!(tree::indent(60_000), format!("{}[depth 60000] ", "  ".repeat(tree::MAX_INDENT)));
+    assert_eq!(
+        tree::indent(60_000),
+        format!("{}[depth 60000] ", "  ".repeat(tree::MAX_INDENT))
+    );
 }

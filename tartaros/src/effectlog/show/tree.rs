@@ -18,6 +18,8 @@ const MAX_MATCHES: usize = 10;
 /// Matching records kept for the whole tree, past which only counts are.
 const MAX_MATCHES_TOTAL: usize = 50_000;
 const TREE_TEXT_CHARS: usize = 512;
+/// What the sandbox's own init (PID 1 of the agent) is called.
+pub(crate) const SANDBOX_INIT: &str = "(sandbox init)";
 
 #[derive(Default)]
 pub(crate) struct Tree {
@@ -35,6 +37,8 @@ pub(crate) struct Proc {
     children: Vec<usize>,
     pub(crate) execs: Vec<String>,
     pub(crate) exec_count: u64,
+    /// The program it runs now: its latest allowed exec.
+    pub(crate) program: Option<String>,
     exit: Option<String>,
     matches: Vec<String>,
     match_count: u64,
@@ -56,11 +60,18 @@ impl Tree {
             }
             "exec" => {
                 let what = target.map_or_else(String::new, |t| exec_text(t, TREE_TEXT_CHARS));
+                let p = &mut self.nodes[i];
                 let what = match rec.get("decision").and_then(Value::as_str) {
                     Some("denied") => format!("{what} ({})", verdict(rec)),
-                    _ => what,
+                    _ if what.contains(crate::init::INIT_ARG) => {
+                        p.program = Some(SANDBOX_INIT.to_string());
+                        what
+                    }
+                    _ => {
+                        p.program = Some(what.clone());
+                        what
+                    }
                 };
-                let p = &mut self.nodes[i];
                 p.exec_count += 1;
                 if p.execs.len() < MAX_EXECS {
                     p.execs.push(what);
@@ -86,12 +97,15 @@ impl Tree {
         if p.matches.len() < MAX_MATCHES && self.kept_matches < MAX_MATCHES_TOTAL {
             self.kept_matches += 1;
             let kind = render::kind_label(rec);
-            let what = rec
-                .get("target")
-                .map_or_else(String::new, |t| render::render_target(&kind, t));
+            let what = match rec.get("target") {
+                Some(t) if kind == "exec" => exec_text(t, TREE_TEXT_CHARS),
+                Some(t) => render::render_target(&kind, t),
+                None => String::new(),
+            };
             let what = render::text(&what, TREE_TEXT_CHARS * 2);
             let time = rel.map_or_else(|| "?".to_string(), format_ms);
-            p.matches.push(format!("{time} {kind} {what}  {}", verdict(rec)));
+            p.matches
+                .push(format!("{time} {kind} {what}  {}", verdict(rec)));
         }
     }
 
@@ -107,6 +121,8 @@ impl Tree {
 
     fn spawn(&mut self, pid: u64, ppid: Option<u64>, parent: Option<usize>) -> usize {
         let i = self.nodes.len();
+        // A forked child runs its parent's program until it execs.
+        let program = parent.and_then(|p| self.nodes[p].program.clone());
         self.nodes.push(Proc {
             pid,
             ppid,
@@ -114,6 +130,7 @@ impl Tree {
             children: Vec::new(),
             execs: Vec::new(),
             exec_count: 0,
+            program,
             exit: None,
             matches: Vec::new(),
             match_count: 0,

@@ -27,6 +27,16 @@ fn size(n: u64) -> String {
     format!("{scaled}.{tenths} {}", UNITS[unit])
 }
 
+/// A command line cut for one screen (the text is already escaped; `--json`
+/// has the longer form).
+fn short(s: &str) -> String {
+    const MAX: usize = 72;
+    match s.char_indices().nth(MAX) {
+        Some((at, _)) => format!("{}…", &s[..at]),
+        None => s.to_string(),
+    }
+}
+
 fn inside_git(path: &str) -> bool {
     path.contains("/.git/")
 }
@@ -43,7 +53,10 @@ fn file_line(f: &FileChange) -> String {
     };
     let size = f.size.map_or_else(|| "-".to_string(), size);
     let hash = match &f.sha256 {
-        Some(h) => format!("sha256 {}", h.get(..16).map_or(h.clone(), |p| format!("{p}…"))),
+        Some(h) => format!(
+            "sha256 {}",
+            h.get(..16).map_or(h.clone(), |p| format!("{p}…"))
+        ),
         None => "-".to_string(),
     };
     format!("  {:<9} {what}{actions}  {size}  {hash}", f.change)
@@ -72,9 +85,9 @@ pub fn summary_text(s: &Summary) -> String {
 fn run_section(s: &Summary, o: &mut String) {
     let r = &s.run;
     let exit = r.exit.as_deref().unwrap_or("no seal: exit unknown");
-    let after = r
-        .duration_ms
-        .map_or_else(String::new, |ms| format!(" after {}.{:03} s", ms / 1000, ms % 1000));
+    let after = r.duration_ms.map_or_else(String::new, |ms| {
+        format!(" after {}.{:03} s", ms / 1000, ms % 1000)
+    });
     let cgroup = match r.cgroup_empty {
         Some(true) => ", cgroup emptied",
         Some(false) => ", cgroup NOT emptied",
@@ -110,7 +123,14 @@ fn files_section(s: &Summary, o: &mut String) {
     }
     // The work tree first: a clone or commit changes hundreds of files
     // inside .git, which one line can stand for.
-    let order = ["created", "written", "modified", "renamed", "deleted", "seal-only"];
+    let order = [
+        "created",
+        "written",
+        "modified",
+        "renamed",
+        "deleted",
+        "seal-only",
+    ];
     let mut shown = 0;
     let mut in_git = 0u64;
     for change in order {
@@ -176,7 +196,10 @@ fn refusals_section(s: &Summary, o: &mut String) {
         let n: u64 = group.iter().map(|r| r.count).sum();
         let _ = writeln!(o, "  {m} ({n}):");
         for r in group.iter().take(REFUSALS_SHOWN) {
-            let errno = r.errno.as_deref().map_or_else(String::new, |e| format!(" ({e})"));
+            let errno = r
+                .errno
+                .as_deref()
+                .map_or_else(String::new, |e| format!(" ({e})"));
             let times = if r.count > 1 {
                 format!(" ×{}", r.count)
             } else {
@@ -184,16 +207,20 @@ fn refusals_section(s: &Summary, o: &mut String) {
             };
             let _ = writeln!(o, "    {} {}{errno}{times}", r.kind, r.target);
             let by = match (r.pid, &r.command) {
-                (Some(pid), Some(cmd)) => format!("{pid} {cmd}"),
+                (Some(pid), Some(cmd)) => format!("{pid} {}", short(cmd)),
                 (Some(pid), None) => format!("{pid} (no exec recorded)"),
                 _ => "the supervisor's proxy or broker".to_string(),
             };
             let mut chain = vec![by];
-            chain.extend(r.ancestry.iter().cloned());
+            chain.extend(r.ancestry.iter().map(|a| short(a)));
             let _ = writeln!(o, "      by {}", chain.join(" <- "));
         }
         if group.len() > REFUSALS_SHOWN {
-            let _ = writeln!(o, "    … and {} more kinds of refusal", group.len() - REFUSALS_SHOWN);
+            let _ = writeln!(
+                o,
+                "    … and {} more kinds of refusal",
+                group.len() - REFUSALS_SHOWN
+            );
         }
     }
     if s.refusals_more > 0 {
@@ -220,16 +247,24 @@ fn processes_section(s: &Summary, o: &mut String) {
         p.processes, p.execs, p.max_depth
     );
     if let Some(first) = &p.first {
-        let _ = writeln!(o, "  first: {first}");
+        let _ = writeln!(o, "  first: {}", short(first));
     }
     if !p.programs.is_empty() {
-        let list: Vec<String> = p.programs.iter().map(|(prog, n)| format!("{prog} ×{n}")).collect();
+        let list: Vec<String> = p
+            .programs
+            .iter()
+            .map(|(prog, n)| format!("{prog} ×{n}"))
+            .collect();
         let _ = writeln!(o, "  ran: {}", list.join(", "));
     }
     let records: u64 = s.counts.values().sum();
     let mut counts: Vec<_> = s.counts.iter().collect();
     counts.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
-    let list: Vec<String> = counts.iter().take(10).map(|(k, n)| format!("{k} {n}")).collect();
+    let list: Vec<String> = counts
+        .iter()
+        .take(10)
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
     let _ = writeln!(
         o,
         "records: {records} ({}), {} events lost, {} unreadable lines",
