@@ -6,9 +6,10 @@
 //! command line and ancestry)? Every table is bounded; what did not fit is
 //! counted.
 
+mod files;
 mod print;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
@@ -23,9 +24,9 @@ use super::show::names::{self, Mechanism, Outcome};
 use super::show::render::{self, text};
 use super::show::tree::{SANDBOX_INIT, Tree};
 use super::{LogError, Verdict, verify_file};
+use files::Files;
 
 /// Distinct entries kept per table; more are counted in `*_more`.
-const MAX_FILES: usize = 100_000;
 const MAX_DESTINATIONS: usize = 10_000;
 const MAX_REFUSALS: usize = 10_000;
 const MAX_STRING: usize = 1024;
@@ -147,17 +148,6 @@ pub fn summary_json(s: &Summary) -> String {
     serde_json::to_string_pretty(s).unwrap_or_else(|_| "{}".to_string())
 }
 
-#[derive(Default)]
-struct FileState {
-    created: bool,
-    /// Opened with `O_CREAT` but not `O_EXCL`: new or existing, the
-    /// record cannot tell.
-    maybe_created: bool,
-    deleted: bool,
-    actions: Vec<String>,
-    renamed_from: Option<String>,
-}
-
 type RefusalKey = (Mechanism, String, String, Option<String>, Option<u64>);
 
 struct Collector {
@@ -165,8 +155,7 @@ struct Collector {
     run: Run,
     genesis_mono: Option<u64>,
     tree: Tree,
-    files: HashMap<String, FileState>,
-    files_more: u64,
+    files: Files,
     seal_files: Option<Vec<Value>>,
     dests: HashMap<(String, String), Destination>,
     dests_more: u64,
@@ -196,14 +185,6 @@ fn strings(v: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Paths whose "changes" are not changes to the tree (`> /dev/null`).
-fn is_pseudo(path: &str) -> bool {
-    ["/dev/", "/proc/", "/sys/"]
-        .iter()
-        .any(|p| path.starts_with(p))
-        || path == "/dev/null"
-}
-
 impl Collector {
     fn new(verdict: Verdict) -> Self {
         Self {
@@ -211,8 +192,7 @@ impl Collector {
             run: Run::default(),
             genesis_mono: None,
             tree: Tree::default(),
-            files: HashMap::new(),
-            files_more: 0,
+            files: Files::default(),
             seal_files: None,
             dests: HashMap::new(),
             dests_more: 0,
@@ -263,7 +243,7 @@ impl Collector {
         };
         let outcome = names::outcome(rec);
         if outcome == Outcome::Allowed {
-            self.file_effect(kind, t);
+            self.files.effect(kind, t);
         }
         self.destination(kind, t, outcome);
         match outcome {
@@ -296,111 +276,6 @@ impl Collector {
             self.run.duration_ms = Some(end.saturating_sub(start) / 1_000_000);
         }
         self.seal_files = rec.get("files").and_then(Value::as_array).cloned();
-    }
-
-    fn file(&mut self, path: &str) -> Option<&mut FileState> {
-        if is_pseudo(path) {
-            return None;
-        }
-        if !self.files.contains_key(path) {
-            if self.files.len() >= MAX_FILES {
-                self.files_more += 1;
-                return None;
-            }
-            self.files.insert(path.to_string(), FileState::default());
-        }
-        self.files.get_mut(path)
-    }
-
-    fn file_effect(&mut self, kind: &str, t: &Map<String, Value>) {
-        let path = t.get("path").and_then(Value::as_str);
-        let flags = t.get("flags").and_then(Value::as_u64);
-        let (action, creates, deletes) = match kind {
-            "open" | "create" => match names::open_action(kind, flags) {
-                "read" | "open" => return,
-                "create" => ("create".to_string(), true, false),
-                a => (a.to_string(), false, false),
-            },
-            "write" | "truncate" | "chown" | "setxattr" | "removexattr" | "xattr" | "utimes"
-            | "setflags" => (kind.to_string(), false, false),
-            "chmod" => match t.get("mode").and_then(Value::as_u64) {
-                Some(m) => (format!("chmod {}", names::mode(m)), false, false),
-                None => ("chmod".to_string(), false, false),
-            },
-            "mkdir" | "symlink" | "mknod" => (kind.to_string(), true, false),
-            "unlink" | "rmdir" => ("delete".to_string(), false, true),
-            "rename" | "link" => return self.moved(kind, t),
-            _ => return,
-        };
-        let Some(path) = path else {
-            return;
-        };
-        let Some(f) = self.file(path) else {
-            return;
-        };
-        if creates {
-            f.created = true;
-            f.deleted = false;
-        }
-        if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
-            f.maybe_created = true;
-        }
-        if deletes {
-            f.deleted = true;
-        } else if !creates && f.deleted {
-            // Written again after a delete: it exists again.
-            f.deleted = false;
-            f.created = true;
-        }
-        if !f.actions.contains(&action) && f.actions.len() < 16 {
-            f.actions.push(action);
-        }
-    }
-
-    /// A rename carries the source's history to the destination (the
-    /// write-then-rename of editors and git keeps one entry); a link
-    /// creates the destination.
-    fn moved(&mut self, kind: &str, t: &Map<String, Value>) {
-        let (Some(from), Some(to)) = (
-            t.get("from").and_then(Value::as_str),
-            t.get("to").and_then(Value::as_str),
-        ) else {
-            return;
-        };
-        let old = if kind == "rename" {
-            self.files.remove(from)
-        } else {
-            None
-        };
-        let Some(f) = self.file(to) else {
-            return;
-        };
-        f.deleted = false;
-        if kind == "link" {
-            f.created = true;
-            if !f.actions.iter().any(|a| a == "link") {
-                f.actions.push("link".to_string());
-            }
-            return;
-        }
-        match old {
-            Some(old) if old.created => {
-                f.created = true;
-                for a in old.actions {
-                    if !f.actions.contains(&a) {
-                        f.actions.push(a);
-                    }
-                }
-            }
-            Some(old) => {
-                f.renamed_from = old.renamed_from.or_else(|| Some(from.to_string()));
-                f.actions = old.actions;
-            }
-            None => f.renamed_from = Some(from.to_string()),
-        }
-        if !f.actions.iter().any(|a| a == "rename") {
-            f.actions.push("rename".to_string());
-        }
     }
 
     fn destination(&mut self, kind: &str, t: &Map<String, Value>, outcome: Outcome) {
@@ -518,57 +393,9 @@ impl Collector {
 
     fn finish(mut self) -> Summary {
         let seal_has_files = self.seal_files.is_some();
-        let mut sealed: BTreeMap<String, (Option<u64>, Option<String>)> = BTreeMap::new();
-        for f in self.seal_files.take().unwrap_or_default() {
-            if let Some(path) = f.get("path").and_then(Value::as_str) {
-                let size = f.get("size").and_then(Value::as_u64);
-                let sha = f
-                    .get("sha256")
-                    .and_then(Value::as_str)
-                    .map(|h| text(h, 128));
-                sealed.insert(path.to_string(), (size, sha));
-            }
-        }
-        let mut files: Vec<FileChange> = Vec::new();
-        let mut seen = BTreeSet::new();
-        let mut entries: Vec<(String, FileState)> = self.files.drain().collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        for (path, f) in entries {
-            let change = if f.deleted {
-                "deleted"
-            } else if f.created {
-                "created"
-            } else if f.renamed_from.is_some() {
-                "renamed"
-            } else if f.maybe_created {
-                "written"
-            } else {
-                "modified"
-            };
-            let (size, sha256) = sealed.get(&path).cloned().unwrap_or((None, None));
-            seen.insert(path.clone());
-            files.push(FileChange {
-                path: text(&path, MAX_STRING),
-                change,
-                actions: f.actions,
-                renamed_from: f.renamed_from.map(|p| text(&p, MAX_STRING)),
-                size,
-                sha256,
-            });
-        }
-        for (path, (size, sha256)) in sealed {
-            if !seen.contains(&path) && files.len() < MAX_FILES {
-                files.push(FileChange {
-                    path: text(&path, MAX_STRING),
-                    change: "seal-only",
-                    actions: Vec::new(),
-                    renamed_from: None,
-                    size,
-                    sha256,
-                });
-            }
-        }
-        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let (files, files_more) = self
+            .files
+            .finish(self.seal_files.take().unwrap_or_default());
         let mut destinations: Vec<Destination> = self.dests.into_values().collect();
         destinations.sort_by(|a, b| {
             (b.refused, b.allowed + b.failed, &a.dest).cmp(&(
@@ -609,7 +436,7 @@ impl Collector {
             run: self.run,
             seal_has_files,
             files,
-            files_more: self.files_more,
+            files_more,
             destinations,
             destinations_more: self.dests_more,
             refusals,
