@@ -275,8 +275,12 @@ fn a_real_run_summary_lists_changed_files_destinations_and_refusals() {
     );
     assert!(read["command"].as_str().unwrap().contains("cat"), "{read}");
     assert!(!read["ancestry"].as_array().unwrap().is_empty(), "{read}");
+    // Told apart from a file-permission EACCES by the policy's rule.
+    let rule = format!("read_denies {}", run._secret.path().display());
+    assert_eq!(read["why"], rule.as_str(), "{read}");
     let write = refusal(&run.outside_file.display().to_string());
     assert_eq!(write["mechanism"], "filesystem");
+    assert_eq!(write["why"], "outside the writable roots", "{write}");
     let connect = refusal("192.0.2.7");
     assert_eq!(
         (&connect["mechanism"], &connect["errno"]),

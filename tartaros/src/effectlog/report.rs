@@ -18,6 +18,7 @@ use serde_json::Value;
 use super::escape::entities;
 use super::show::lines::{Line, Lines};
 use super::show::names::{self, FILE_KINDS, NET_KINDS, Outcome, PROC_KINDS};
+use super::show::policy::PolicyView;
 use super::show::render;
 use super::show::tree::{MAX_INDENT, Tree};
 use super::summary::{summarize, summary_text};
@@ -87,6 +88,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     let mut total = 0u64;
     let mut tree = Tree::default();
     let mut base: Option<i128> = None;
+    let mut policy: Option<PolicyView> = None;
     while let Some(line) = lines.next_line().map_err(read_err)? {
         let lineno = lines.lineno;
         total += 1;
@@ -104,6 +106,9 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         };
         if base.is_none() {
             base = rec.get("mono_ns").and_then(Value::as_u64).map(i128::from);
+        }
+        if rec.get("kind").and_then(Value::as_str) == Some("genesis") {
+            policy = PolicyView::from_genesis(&rec);
         }
         tree.add(&rec);
         if rows.len() >= MAX_ROWS {
@@ -127,7 +132,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
             .and_then(Value::as_u64)
             .map_or_else(String::new, |p| p.to_string());
         // timeline_parts escapes for a terminal; entities() makes it HTML.
-        let [time, _, label, what] = render::timeline_parts(&rec, rel);
+        let [time, _, label, what] = render::timeline_parts(&rec, rel, policy.as_ref());
         let row = format!(
             "<tr class=\"{outcome}\" data-kind=\"{}\" data-group=\"{}\" data-outcome=\"{outcome}\" data-pid=\"{pid}\"><td>{}</td><td>{pid}</td><td>{}</td><td>{}</td></tr>",
             entities(&render::text(kind, 64)),

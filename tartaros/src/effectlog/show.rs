@@ -7,6 +7,7 @@
 pub(crate) mod filter;
 pub(crate) mod lines;
 pub(crate) mod names;
+pub(crate) mod policy;
 pub(crate) mod render;
 pub(crate) mod tree;
 
@@ -20,6 +21,7 @@ use serde_json::{Map, Value};
 
 pub use filter::{Filter, FilterError, TimeBound, expand_kinds, glob_match, parse_time};
 use lines::{Line, Lines};
+use policy::PolicyView;
 use tree::Tree;
 
 use super::{LogError, VERDICT_OK, Verdict, escape, verify_file};
@@ -63,6 +65,7 @@ pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verd
     let mut lines = Lines::new(BufReader::new(File::open(path).map_err(read_err)?));
     let mut tree = Tree::default();
     let mut base: Option<i128> = None;
+    let mut policy: Option<PolicyView> = None;
     let mut pending: BinaryHeap<Reverse<(i128, u64, String)>> = BinaryHeap::new();
     let tree_filter = Filter {
         pid: None,
@@ -84,6 +87,9 @@ pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verd
         if base.is_none() {
             base = rec.get("mono_ns").and_then(Value::as_u64).map(i128::from);
         }
+        if rec.get("kind").and_then(Value::as_str) == Some("genesis") {
+            policy = PolicyView::from_genesis(&rec);
+        }
         let start = render::start_ns(&rec).map(i128::from);
         let rel = start.zip(base).map(|(m, b)| m - b);
         let is_gap = rec.get("kind").and_then(Value::as_str) == Some("gap");
@@ -103,7 +109,7 @@ pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verd
             writeln!(out, "{}", json_line(&rec)).map_err(out_err)?;
             continue;
         }
-        let text = render::timeline_line(&rec, rel);
+        let text = render::timeline_line(&rec, rel, policy.as_ref());
         pending.push(Reverse((rel.unwrap_or(i128::MAX), lineno, text)));
         flush_pending(&mut pending, REORDER_WINDOW, out)?;
     }

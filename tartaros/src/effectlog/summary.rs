@@ -21,6 +21,7 @@ pub use print::summary_text;
 
 use super::show::lines::{Line, Lines};
 use super::show::names::{self, Mechanism, Outcome};
+use super::show::policy::PolicyView;
 use super::show::render::{self, text};
 use super::show::tree::{SANDBOX_INIT, Tree};
 use super::{LogError, Verdict, verify_file};
@@ -106,6 +107,9 @@ pub struct Refusal {
     pub target: String,
     /// Errno name, or null for a proxy / broker refusal.
     pub errno: Option<String>,
+    /// For a filesystem refusal: the policy rule that explains it, or that
+    /// none does (then the EACCES came from file permissions).
+    pub why: Option<String>,
     pub count: u64,
     pub pid: Option<u64>,
     /// The process's command line (its latest exec before the refusal).
@@ -154,6 +158,7 @@ struct Collector {
     verdict: Verdict,
     run: Run,
     genesis_mono: Option<u64>,
+    policy: Option<PolicyView>,
     tree: Tree,
     files: Files,
     seal_files: Option<Vec<Value>>,
@@ -191,6 +196,7 @@ impl Collector {
             verdict,
             run: Run::default(),
             genesis_mono: None,
+            policy: None,
             tree: Tree::default(),
             files: Files::default(),
             seal_files: None,
@@ -264,6 +270,7 @@ impl Collector {
         self.run.degraded = strings(g.and_then(|g| g.get("degraded")));
         self.run.writable_roots = strings(rec.get("policy").and_then(|p| p.get("writable_roots")));
         self.genesis_mono = rec.get("mono_ns").and_then(Value::as_u64);
+        self.policy = PolicyView::from_genesis(rec);
     }
 
     fn seal(&mut self, rec: &Map<String, Value>) {
@@ -375,6 +382,13 @@ impl Collector {
             ancestry.push(format!("{} {cmd}", nodes[p].pid));
             up = nodes[p].parent;
         }
+        let why = match (m, &self.policy) {
+            (Mechanism::Filesystem, Some(p)) => {
+                let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
+                Some(p.reason(kind, t, errno))
+            }
+            _ => None,
+        };
         self.refusal_order.push(key.clone());
         self.refusals.insert(
             key,
@@ -383,6 +397,7 @@ impl Collector {
                 kind: shown,
                 target,
                 errno,
+                why,
                 count: 1,
                 pid,
                 command,

@@ -2,7 +2,8 @@
 
 use serde_json::{Map, Value};
 
-use super::names::{self, Outcome};
+use super::names::{self, Mechanism, Outcome};
+use super::policy::PolicyView;
 use crate::effectlog::escape;
 
 /// Longest string (in characters) printed from a record; the rest is cut
@@ -64,8 +65,10 @@ pub(crate) fn format_ms(ns: i128) -> String {
     format!("{sign}{}.{:03}ms", a / 1_000_000, (a % 1_000_000) / 1_000)
 }
 
-/// `allowed`, `REFUSED (EACCES, filesystem)`, `failed (EEXIST)`.
-pub(crate) fn verdict(rec: &Map<String, Value>) -> String {
+/// `allowed`, `REFUSED (EACCES, filesystem: read_denies /home/u/.ssh)`,
+/// `failed (EEXIST)`. With the run's policy, a filesystem refusal says
+/// which rule explains it.
+pub(crate) fn verdict(rec: &Map<String, Value>, policy: Option<&PolicyView>) -> String {
     let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
     let name = (errno != 0).then(|| names::errno(errno));
     match names::outcome(rec) {
@@ -74,10 +77,19 @@ pub(crate) fn verdict(rec: &Map<String, Value>) -> String {
             Some(other) => text(other, 64),
             None => "?".to_string(),
         },
-        Outcome::Refused(m) => match name {
-            Some(n) => format!("REFUSED ({n}, {})", m.as_str()),
-            None => format!("REFUSED ({})", m.as_str()),
-        },
+        Outcome::Refused(m) => {
+            let why = match (m, policy, rec.get("target").and_then(Value::as_object)) {
+                (Mechanism::Filesystem, Some(p), Some(t)) => {
+                    let kind = str_field(rec, "kind").unwrap_or("");
+                    format!(": {}", p.reason(kind, t, errno))
+                }
+                _ => String::new(),
+            };
+            match name {
+                Some(n) => format!("REFUSED ({n}, {}{why})", m.as_str()),
+                None => format!("REFUSED ({}{why})", m.as_str()),
+            }
+        }
         Outcome::Failed => format!("failed ({})", name.unwrap_or_default()),
     }
 }
@@ -97,13 +109,21 @@ pub(crate) fn kind_label(rec: &Map<String, Value>) -> String {
 }
 
 /// One timeline line (without the newline).
-pub(crate) fn timeline_line(rec: &Map<String, Value>, rel_ns: Option<i128>) -> String {
-    let [time, pid, kind, what] = timeline_parts(rec, rel_ns);
+pub(crate) fn timeline_line(
+    rec: &Map<String, Value>,
+    rel_ns: Option<i128>,
+    policy: Option<&PolicyView>,
+) -> String {
+    let [time, pid, kind, what] = timeline_parts(rec, rel_ns, policy);
     format!("{time:>12} {pid:>7} {kind:<8} {what}")
 }
 
 /// The columns of a timeline line: time, pid, kind, effect and verdict.
-pub(crate) fn timeline_parts(rec: &Map<String, Value>, rel_ns: Option<i128>) -> [String; 4] {
+pub(crate) fn timeline_parts(
+    rec: &Map<String, Value>,
+    rel_ns: Option<i128>,
+    policy: Option<&PolicyView>,
+) -> [String; 4] {
     let time = rel_ns.map_or_else(|| "?".to_string(), format_ms);
     let pid = rec
         .get("pid")
@@ -122,7 +142,7 @@ pub(crate) fn timeline_parts(rec: &Map<String, Value>, rel_ns: Option<i128>) -> 
             let target = rec
                 .get("target")
                 .map_or_else(String::new, |t| describe(kind, t));
-            format!("{target}  {}", verdict(rec))
+            format!("{target}  {}", verdict(rec, policy))
         }
     };
     [time, pid, kind_label(rec), what]

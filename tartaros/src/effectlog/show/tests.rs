@@ -151,7 +151,7 @@ fn timeline_names_numbers_and_tells_refusals_from_failures() {
     );
     assert_eq!(
         lines[6],
-        "    +5.000ms      11 open     path=/etc/shadow flags=O_RDONLY  REFUSED (EACCES, filesystem)"
+        "    +5.000ms      11 open     path=/etc/shadow flags=O_RDONLY  REFUSED (EACCES, filesystem: no policy rule: file permissions?)"
     );
     assert_eq!(
         lines[7],
@@ -340,7 +340,7 @@ fn tree_handles_pid_reuse_and_missing_exits() {
         [
             "5 (parent 1): (no exec) [no exit recorded]",
             "  6: (no exec) [killed by SIGKILL]",
-            "  6: /bin/x (REFUSED (EPERM, filesystem)) [no exit recorded]"
+            "  6: /bin/x (REFUSED (EPERM, filesystem: no policy rule)) [no exit recorded]"
         ]
     );
 }

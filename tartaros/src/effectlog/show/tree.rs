@@ -9,6 +9,7 @@ use std::io::Write;
 
 use serde_json::{Map, Value};
 
+use super::policy::PolicyView;
 use super::render::{self, exec_text, exit_text, format_ms, verdict};
 
 /// Levels indented by spaces; deeper ones say their depth instead.
@@ -27,6 +28,8 @@ pub(crate) struct Tree {
     // pid -> newest node with that pid (pids are reused over a long run).
     live: HashMap<u64, usize>,
     kept_matches: usize,
+    /// The run's policy, from the genesis record.
+    policy: Option<PolicyView>,
 }
 
 pub(crate) struct Proc {
@@ -47,6 +50,9 @@ pub(crate) struct Proc {
 impl Tree {
     /// Adds the process facts of `rec`; returns the process's node.
     pub(crate) fn add(&mut self, rec: &Map<String, Value>) -> Option<usize> {
+        if rec.get("kind").and_then(Value::as_str) == Some("genesis") {
+            self.policy = PolicyView::from_genesis(rec);
+        }
         let pid = rec.get("pid").and_then(Value::as_u64)?;
         let kind = rec.get("kind").and_then(Value::as_str)?;
         let ppid = rec.get("ppid").and_then(Value::as_u64);
@@ -62,7 +68,7 @@ impl Tree {
                 let what = target.map_or_else(String::new, |t| exec_text(t, TREE_TEXT_CHARS));
                 let p = &mut self.nodes[i];
                 let what = match rec.get("decision").and_then(Value::as_str) {
-                    Some("denied") => format!("{what} ({})", verdict(rec)),
+                    Some("denied") => format!("{what} ({})", verdict(rec, self.policy.as_ref())),
                     _ if what.contains(crate::init::INIT_ARG) => {
                         p.program = Some(SANDBOX_INIT.to_string());
                         what
@@ -104,8 +110,10 @@ impl Tree {
             };
             let what = render::text(&what, TREE_TEXT_CHARS * 2);
             let time = rel.map_or_else(|| "?".to_string(), format_ms);
-            p.matches
-                .push(format!("{time} {kind} {what}  {}", verdict(rec)));
+            p.matches.push(format!(
+                "{time} {kind} {what}  {}",
+                verdict(rec, self.policy.as_ref())
+            ));
         }
     }
 

@@ -205,7 +205,11 @@ fn refusals_section(s: &Summary, o: &mut String) {
             } else {
                 String::new()
             };
-            let _ = writeln!(o, "    {} {}{errno}{times}", r.kind, r.target);
+            let why = r
+                .why
+                .as_deref()
+                .map_or_else(String::new, |w| format!(" [{w}]"));
+            let _ = writeln!(o, "    {} {}{errno}{times}{why}", r.kind, r.target);
             let by = match (r.pid, &r.command) {
                 (Some(pid), Some(cmd)) => format!("{pid} {}", short(cmd)),
                 (Some(pid), None) => format!("{pid} (no exec recorded)"),

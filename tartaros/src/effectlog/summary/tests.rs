@@ -13,6 +13,7 @@ fn write(path: &Path, with_files: bool) {
     let mut w = LogWriter::create(path).unwrap();
     w.genesis(Genesis {
         degraded: Vec::new(),
+        policy: json!({"writable_roots": ["/work"], "read_denies": ["/home/u/.ssh"]}),
         ..genesis()
     })
     .unwrap();
@@ -323,7 +324,12 @@ fn the_text_fits_a_screen_and_starts_with_the_verdict() {
         text.contains("  renamed   /work/a -> /work/b (rename)  3 B"),
         "{text}"
     );
-    assert!(text.contains("  filesystem (2):\n    open path=/home/u/.ssh/id flags=O_RDONLY (EACCES) ×2\n      by 11 /usr/bin/make <- 10 /bin/sh -c make"), "{text}");
+    assert!(
+        text.contains(
+            "  filesystem (2):\n    open path=/home/u/.ssh/id flags=O_RDONLY (EACCES) ×2 [read_denies /home/u/.ssh]\n      by 11 /usr/bin/make <- 10 /bin/sh -c make"
+        ),
+        "{text}"
+    );
     assert!(
         text.contains("ordinary failures (not refusals): 1 (EEXIST 1)"),
         "{text}"
