@@ -140,6 +140,7 @@ pub struct ShowArgs {
     /// Only ordinary failures (ENOENT, EEXIST, EXDEV...), not refusals.
     #[arg(long)]
     pub failed: bool,
+    /// Only records of this process (with --tree: its subtree).
     #[arg(long)]
     pub pid: Option<u32>,
     /// Only records naming a path that matches (`*` within a directory, `**` across).

@@ -86,6 +86,8 @@ pub struct FileChange {
     pub renamed_from: Option<String>,
     pub size: Option<u64>,
     pub sha256: Option<String>,
+    /// Why the seal has no hash for it (e.g. `too large`).
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]

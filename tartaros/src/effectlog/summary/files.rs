@@ -146,15 +146,16 @@ impl Files {
     /// The changes sorted by path, with the seal's sizes and hashes, and
     /// the count of paths that did not fit.
     pub(super) fn finish(mut self, seal_files: Vec<Value>) -> (Vec<FileChange>, u64) {
-        let mut sealed: BTreeMap<String, (Option<u64>, Option<String>)> = BTreeMap::new();
+        let mut sealed: BTreeMap<String, Sealed> = BTreeMap::new();
         for f in seal_files {
             if let Some(path) = f.get("path").and_then(Value::as_str) {
-                let size = f.get("size").and_then(Value::as_u64);
-                let sha = f
-                    .get("sha256")
-                    .and_then(Value::as_str)
-                    .map(|h| text(h, 128));
-                sealed.insert(path.to_string(), (size, sha));
+                let s = |k: &str| f.get(k).and_then(Value::as_str).map(|h| text(h, 128));
+                let entry = Sealed {
+                    size: f.get("size").and_then(Value::as_u64),
+                    sha256: s("sha256"),
+                    skipped: s("skipped"),
+                };
+                sealed.insert(path.to_string(), entry);
             }
         }
         let mut files: Vec<FileChange> = Vec::new();
@@ -173,30 +174,40 @@ impl Files {
             } else {
                 "modified"
             };
-            let (size, sha256) = sealed.get(&path).cloned().unwrap_or((None, None));
+            let s = sealed.get(&path).cloned().unwrap_or_default();
             seen.insert(path.clone());
             files.push(FileChange {
                 path: text(&path, MAX_STRING),
                 change,
                 actions: f.actions,
                 renamed_from: f.renamed_from.map(|p| text(&p, MAX_STRING)),
-                size,
-                sha256,
+                size: s.size,
+                sha256: s.sha256,
+                skipped: s.skipped,
             });
         }
-        for (path, (size, sha256)) in sealed {
+        for (path, s) in sealed {
             if !seen.contains(&path) && files.len() < MAX_FILES {
                 files.push(FileChange {
                     path: text(&path, MAX_STRING),
                     change: "seal-only",
                     actions: Vec::new(),
                     renamed_from: None,
-                    size,
-                    sha256,
+                    size: s.size,
+                    sha256: s.sha256,
+                    skipped: s.skipped,
                 });
             }
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
         (files, self.more)
     }
+}
+
+/// What the seal says of one file.
+#[derive(Clone, Default)]
+struct Sealed {
+    size: Option<u64>,
+    sha256: Option<String>,
+    skipped: Option<String>,
 }

@@ -52,12 +52,13 @@ fn file_line(f: &FileChange) -> String {
         format!(" ({})", f.actions.join(", "))
     };
     let size = f.size.map_or_else(|| "-".to_string(), size);
-    let hash = match &f.sha256 {
-        Some(h) => format!(
+    let hash = match (&f.sha256, &f.skipped) {
+        (Some(h), _) => format!(
             "sha256 {}",
             h.get(..16).map_or(h.clone(), |p| format!("{p}…"))
         ),
-        None => "-".to_string(),
+        (None, Some(why)) => format!("no hash: {why}"),
+        (None, None) => "-".to_string(),
     };
     format!("  {:<9} {what}{actions}  {size}  {hash}", f.change)
 }

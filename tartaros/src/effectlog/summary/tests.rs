@@ -197,6 +197,7 @@ fn write(path: &Path, with_files: bool) {
             json!({"path": "/work/new.txt", "size": 0, "sha256": h('c')}),
             json!({"path": "/work/out.bin", "size": 20480, "sha256": h('d')}),
             json!({"path": "/work/unseen", "size": 1, "sha256": h('e')}),
+            json!({"path": "/work/z.iso", "size": 1u64 << 33, "sha256": null, "skipped": "too large"}),
         ];
         w.seal_with_files(seal, Some(files)).unwrap();
     } else {
@@ -244,6 +245,12 @@ fn files_are_listed_with_their_change_and_the_seals_hashes() {
     );
     assert_eq!(file(&s, "/work/old").change, "deleted");
     assert_eq!(file(&s, "/work/unseen").change, "seal-only");
+    let big = file(&s, "/work/z.iso");
+    assert_eq!(
+        (big.sha256.as_deref(), big.skipped.as_deref()),
+        (None, Some("too large"))
+    );
+    assert!(summary_text(&s).contains("  seal-only /work/z.iso  8.0 GiB  no hash: too large"));
     assert!(
         s.files
             .iter()
