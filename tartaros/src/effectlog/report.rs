@@ -32,6 +32,9 @@ const MAX_ROWS: usize = 20_000;
 pub enum ReportError {
     #[error(transparent)]
     Log(#[from] LogError),
+    /// Writing the page over the log would destroy the evidence.
+    #[error("failed to write the report: {} is the log itself; choose another -o path", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
+    SameFile { path: PathBuf },
     #[error("failed to write the report {}", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
     Write {
         path: PathBuf,
@@ -78,6 +81,11 @@ fn group_of(kind: &str) -> &'static str {
 /// Writes the report of the log at `log` to `out_path` (created or
 /// replaced) and returns the log's verify code.
 pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
+    if same_file(log, out_path) {
+        return Err(ReportError::SameFile {
+            path: out_path.to_path_buf(),
+        });
+    }
     let summary = summarize(log)?;
     let read_err = |source| LogError::Read {
         path: log.to_path_buf(),
@@ -156,6 +164,15 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     out.write_all(page.as_bytes()).map_err(write_err)?;
     out.flush().map_err(write_err)?;
     Ok(summary.verify_code)
+}
+
+/// Whether both paths name one existing file (through links too).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
 }
 
 fn page(

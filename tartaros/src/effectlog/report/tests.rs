@@ -52,3 +52,22 @@ fn the_page_is_self_contained_and_escapes_every_log_string() {
     assert!(html.contains("data-outcome=\"refused\""));
     assert!(html.contains("class=\"verdict ok\""));
 }
+
+#[test]
+fn the_report_never_overwrites_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&log).unwrap();
+    w.genesis(genesis()).unwrap();
+    drop(w);
+    let before = std::fs::read(&log).unwrap();
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink(&log, &link).unwrap();
+    for out in [&log, &link] {
+        assert!(matches!(
+            report(&log, out),
+            Err(ReportError::SameFile { .. })
+        ));
+    }
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+}
