@@ -9,6 +9,8 @@ use crate::effectlog::escape;
 /// Longest string (in characters) printed from a record; the rest is cut
 /// with a visible marker (`log show --json` prints records whole).
 pub(crate) const MAX_TEXT_CHARS: usize = 4096;
+/// Fields of one target printed; the rest are counted.
+const MAX_FIELDS: usize = 32;
 
 /// A log string for a terminal: escaped, long runs of spaces counted
 /// (`[1100 spaces]`, so padding cannot push the rest of an argument out of
@@ -224,8 +226,12 @@ pub(crate) fn render_target(kind: &str, v: &Value) -> String {
             let mut entries: Vec<(&String, &Value)> = m.iter().collect();
             let rank = |k: &str| LEADING_KEYS.iter().position(|x| *x == k);
             entries.sort_by_key(|(k, _)| (rank(k).unwrap_or(usize::MAX), k.as_str()));
-            entries
+            // A forged record can hold any number of fields: the line stays
+            // bounded (`--json` prints them all).
+            let more = entries.len().saturating_sub(MAX_FIELDS);
+            let shown = entries
                 .iter()
+                .take(MAX_FIELDS)
                 .map(|(k, v)| {
                     let shown = render(kind, k, v);
                     let key = text(k, 64);
@@ -236,7 +242,12 @@ pub(crate) fn render_target(kind: &str, v: &Value) -> String {
                     }
                 })
                 .collect::<Vec<_>>()
-                .join(" ")
+                .join(" ");
+            if more > 0 {
+                format!("{shown} …{more} more fields")
+            } else {
+                shown
+            }
         }
         None => render(kind, "", v),
     }

@@ -455,3 +455,19 @@ fn deep_trees_are_indented_by_number() {
         format!("{}[depth 60000] ", "  ".repeat(tree::MAX_INDENT))
     );
 }
+
+#[test]
+fn a_record_with_thousands_of_fields_prints_one_bounded_line() {
+    let mut target = serde_json::Map::new();
+    for i in 0..1000 {
+        target.insert(format!("k{i:04}"), Value::from("v".repeat(100)));
+    }
+    let rec = json!({"kind": "open", "decision": "allowed", "errno": 0, "target": target});
+    let line = render::timeline_line(rec.as_object().unwrap(), Some(0), None);
+    assert!(
+        line.ends_with("…968 more fields  allowed"),
+        "{}",
+        &line[line.len() - 80..]
+    );
+    assert!(line.len() < 8 << 10, "{} bytes", line.len());
+}
