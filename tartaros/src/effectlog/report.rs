@@ -1,6 +1,6 @@
 //! `tartaros log report FILE -o report.html`: one self-contained HTML page
 //! (inline CSS and script, a Content-Security-Policy that forbids every
-//! fetch) with the verify status, the summary, a filterable timeline and
+//! fetch and allows only those two blocks, by hash) with the verify status, the summary, a filterable timeline and
 //! the process tree. Every string from the log is escaped for HTML; the
 //! page's script only reads attributes the report wrote and toggles
 //! `hidden`, so no log text is ever interpreted as markup or code.
@@ -166,6 +166,25 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     Ok(summary.verify_code)
 }
 
+/// The page's style: [`STYLE`] and one indentation class per tree level
+/// (classes, not `style` attributes, so the policy can pin the one
+/// stylesheet by its hash).
+fn page_style() -> String {
+    let mut style = STYLE.to_string();
+    for d in 0..=MAX_INDENT {
+        let _ = write!(style, "\n.d{d}{{padding-left:{}em}}", d * 2);
+    }
+    style
+}
+
+/// The Content-Security-Policy source of an inline block: only the page's
+/// own style and script can run, even if a log string ever escaped its
+/// escaping.
+fn csp_hash(block: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(super::canonical::sha256(block.as_bytes()))
+}
+
 /// Whether both paths name one existing file (through links too).
 fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -183,13 +202,16 @@ fn page(
     tree: &[u8],
 ) -> String {
     let mut h = String::with_capacity(64 * 1024 + rows.len() * 256);
+    let style = page_style();
     let ok = s.verify_code == VERDICT_OK;
     let _ = write!(
         h,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">\
-<title>TartarOS effect log report</title><style>{STYLE}</style></head><body>\n\
+<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'sha256-{}'; script-src 'sha256-{}'\">\
+<title>TartarOS effect log report</title><style>{style}</style></head><body>\n\
 <h1>TartarOS effect log report</h1>\n<p id=\"verdict\" class=\"verdict {}\" data-code=\"{}\">{}</p>\n",
+        csp_hash(&style),
+        csp_hash(SCRIPT),
         if ok { "ok" } else { "bad" },
         s.verify_code,
         entities(&if ok {
@@ -241,8 +263,7 @@ fn page(
         let depth = (spaces / 2).min(MAX_INDENT);
         let _ = writeln!(
             h,
-            "<div class=\"proc\" style=\"padding-left:{}em\">{}</div>",
-            depth * 2,
+            "<div class=\"proc d{depth}\">{}</div>",
             entities(line.trim_start())
         );
     }

@@ -1,4 +1,5 @@
 use serde_json::json;
+use sha2::Digest;
 
 use super::*;
 use crate::effectlog::testutil::{effect, genesis};
@@ -48,7 +49,8 @@ fn the_page_is_self_contained_and_escapes_every_log_string() {
         "only the report's own script"
     );
     assert!(!html.contains("http://") && !html.contains("https://") && !html.contains(" src="));
-    assert!(html.contains("default-src 'none'"));
+    assert!(html.contains("default-src 'none'; style-src 'sha256-"));
+    assert!(!html.contains("unsafe-inline") && !html.contains(" style=\""));
     assert!(html.contains("data-outcome=\"refused\""));
     assert!(html.contains("class=\"verdict ok\""));
 }
@@ -70,4 +72,12 @@ fn the_report_never_overwrites_the_log() {
         ));
     }
     assert_eq!(std::fs::read(&log).unwrap(), before);
+}
+
+#[test]
+fn the_policy_pins_the_pages_own_style_and_script() {
+    use base64::Engine as _;
+    let want = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(SCRIPT));
+    assert_eq!(csp_hash(SCRIPT), want);
+    assert_eq!(csp_hash("").len(), 44);
 }
