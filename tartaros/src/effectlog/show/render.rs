@@ -214,7 +214,17 @@ fn describe(kind: &str, target: &Value) -> String {
 
 /// Keys a reader looks for first; the rest follow in name order.
 const LEADING_KEYS: &[&str] = &[
-    "path", "from", "to", "target", "method", "host", "addr", "dest", "port",
+    "path",
+    "claimed_path",
+    "path_source",
+    "from",
+    "to",
+    "target",
+    "method",
+    "host",
+    "addr",
+    "dest",
+    "port",
 ];
 
 /// `{"path": "/x"}` prints as `/x`; several fields as `k=v k=v`, the
