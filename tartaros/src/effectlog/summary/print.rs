@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 
 use super::{FileChange, Summary};
+use crate::effectlog::show::tree::SANDBOX_INIT;
 
 const FILES_SHOWN: usize = 20;
 const DESTINATIONS_SHOWN: usize = 12;
@@ -30,8 +31,11 @@ fn size(n: u64) -> String {
 /// A command line cut for one screen (the text is already escaped; `--json`
 /// has the longer form).
 fn short(s: &str) -> String {
-    const MAX: usize = 72;
-    match s.char_indices().nth(MAX) {
+    cut(s, 72)
+}
+
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
         Some((at, _)) => format!("{}…", &s[..at]),
         None => s.to_string(),
     }
@@ -216,8 +220,11 @@ fn refusals_section(s: &Summary, o: &mut String) {
                 (Some(pid), None) => format!("{pid} (no exec recorded)"),
                 _ => "the supervisor's proxy or broker".to_string(),
             };
+            // Two parents fit a line; the sandbox init, always the root,
+            // says nothing (`--json` has four levels).
             let mut chain = vec![by];
-            chain.extend(r.ancestry.iter().map(|a| short(a)));
+            let parents = r.ancestry.iter().filter(|a| !a.ends_with(SANDBOX_INIT));
+            chain.extend(parents.take(2).map(|a| cut(a, 40)));
             let _ = writeln!(o, "      by {}", chain.join(" <- "));
         }
         if group.len() > REFUSALS_SHOWN {
