@@ -125,13 +125,17 @@ pub(crate) fn rfc3339_ns(s: &str) -> Option<i128> {
     }
     let offset_s: i64 = match rest {
         "Z" | "z" => 0,
-        o if o.len() == 6 && matches!(&o[..1], "+" | "-") && &o[3..4] == ":" => {
-            let hh: i64 = o[1..3].parse().ok()?;
-            let mm: i64 = o[4..6].parse().ok()?;
-            let off = hh * 3600 + mm * 60;
-            if &o[..1] == "-" { -off } else { off }
+        o => {
+            // `get` never splits a character: any non-ASCII offset fails.
+            let sign = o.get(..1)?;
+            let (hh, colon, mm) = (o.get(1..3)?, o.get(3..4)?, o.get(4..)?);
+            let two = |t: &str| t.len() == 2 && t.bytes().all(|c| c.is_ascii_digit());
+            if !matches!(sign, "+" | "-") || colon != ":" || !two(hh) || !two(mm) {
+                return None;
+            }
+            let off = hh.parse::<i64>().ok()? * 3600 + mm.parse::<i64>().ok()? * 60;
+            if sign == "-" { -off } else { off }
         }
-        _ => return None,
     };
     let days = days_from_civil(y, mo, d);
     let secs = days * 86_400 + h * 3600 + mi * 60 + sec - offset_s;
@@ -356,6 +360,9 @@ mod tests {
             Some(951_868_800_000_000_000)
         );
         for bad in [
+            "2026-12-01T00:00:00+é:00",
+            "2026-12-01T00:00:00+0é0",
+            "2026-12-01T00:00:00+01:0",
             "",
             "abc",
             "1.2.3",
@@ -364,6 +371,19 @@ mod tests {
             "2026-12-01T00:00:00",
         ] {
             assert!(parse_time("--since", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn no_time_string_panics() {
+        let base = "2026-12-01T09:30:00.123+01:00";
+        for (i, _) in base.char_indices() {
+            for c in ['é', '日', 'Z', ':', '.', '+', '9', ' ', '\u{0}'] {
+                let mut s = base.to_string();
+                s.replace_range(i..i + 1, &c.to_string());
+                let _ = parse_time("--since", &s);
+                let _ = parse_time("--since", &s[..i]);
+            }
         }
     }
 

@@ -471,3 +471,78 @@ fn a_record_with_thousands_of_fields_prints_one_bounded_line() {
     );
     assert!(line.len() < 8 << 10, "{} bytes", line.len());
 }
+
+#[test]
+fn no_reader_panics_on_records_of_the_wrong_shape() {
+    let (dir, path) = sample_log();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let weird = [
+        Value::Null,
+        json!(-1),
+        json!(u64::MAX),
+        json!("x"),
+        json!([]),
+        json!({}),
+        json!([1, "a", null]),
+        json!({"code": "x", "signal": []}),
+    ];
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let rec: Map<String, Value> = serde_json::from_str(line).unwrap();
+        for key in rec.keys().cloned().collect::<Vec<_>>() {
+            for w in &weird {
+                let mut bad = rec.clone();
+                bad.insert(key.clone(), w.clone());
+                lines.push(serde_json::to_string(&bad).unwrap());
+                if let Some(Value::Object(t)) = rec.get("target") {
+                    for tk in t.keys() {
+                        let mut bad = rec.clone();
+                        bad["target"][tk] = w.clone();
+                        lines.push(serde_json::to_string(&bad).unwrap());
+                    }
+                }
+            }
+        }
+    }
+    lines.push("[]".into());
+    lines.push("{}".into());
+    let hostile = dir.path().join("shapes.jsonl");
+    std::fs::write(&hostile, lines.join("\n") + "\n").unwrap();
+    for opts in [
+        ShowOptions::default(),
+        ShowOptions {
+            tree: true,
+            ..Default::default()
+        },
+        ShowOptions {
+            json: true,
+            ..Default::default()
+        },
+        with(Filter {
+            denied: true,
+            failed: true,
+            path: Some("**".into()),
+            ..Default::default()
+        }),
+        ShowOptions {
+            tree: true,
+            filter: Filter {
+                denied: true,
+                since: Some(TimeBound::Relative(1)),
+                ..Default::default()
+            },
+            ..Default::default()
+        },
+    ] {
+        let mut out = Vec::new();
+        let verdict = show(&hostile, &opts, &mut out).unwrap();
+        assert_eq!(verdict.code, 1);
+    }
+    let s = crate::effectlog::summarize(&hostile).unwrap();
+    let _ = crate::effectlog::summary_text(&s);
+    let _ = crate::effectlog::summary_json(&s);
+    assert_eq!(
+        crate::effectlog::report(&hostile, &dir.path().join("r.html")).unwrap(),
+        1
+    );
+}
