@@ -359,7 +359,8 @@ impl Collector {
     ) {
         let errno = rec.get("errno").and_then(Value::as_u64).filter(|&e| e != 0);
         let errno = errno.map(names::errno);
-        let pid = rec.get("pid").and_then(Value::as_u64);
+        // Records of the proxy and broker may not know the pid (0).
+        let pid = rec.get("pid").and_then(Value::as_u64).filter(|&p| p != 0);
         let shown = render::kind_label(rec);
         let target = text(&render::render_target(kind, &Value::Object(t.clone())), 512);
         let key = (m, shown.clone(), target.clone(), errno.clone(), pid);

@@ -218,7 +218,7 @@ fn refusals_section(s: &Summary, o: &mut String) {
             let by = match (r.pid, &r.command) {
                 (Some(pid), Some(cmd)) => format!("{pid} {}", short(cmd)),
                 (Some(pid), None) => format!("{pid} (no exec recorded)"),
-                _ => "the supervisor's proxy or broker".to_string(),
+                _ => "an unknown process (the record names no pid)".to_string(),
             };
             // Two parents fit a line; the sandbox init, always the root,
             // says nothing (`--json` has four levels).

@@ -307,6 +307,9 @@ fn destinations_refusals_and_failures_are_grouped() {
     let mechanisms: Vec<&str> = s.refusals.iter().map(|r| r.mechanism).collect();
     assert_eq!(mechanisms, ["filesystem", "network", "network", "signal"]);
     assert_eq!(s.failures.get("EEXIST"), Some(&1));
+    let proxy = s.refusals.iter().find(|r| r.kind == "proxy").unwrap();
+    assert_eq!((proxy.pid, proxy.command.as_deref()), (None, None));
+    assert!(summary_text(&s).contains("      by an unknown process (the record names no pid)"));
     assert_eq!(
         (
             s.processes.processes,
