@@ -126,18 +126,54 @@ pub struct RunArgs {
 pub enum LogCommand {
     /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
     Verify { file: PathBuf },
-    /// Print a readable timeline.
-    Show {
+    /// Print a readable timeline (or --tree); exits with verify's code.
+    Show(Box<ShowArgs>),
+    /// What changed, where it connected, what was refused; exits with verify's code.
+    Summary {
         file: PathBuf,
+        /// One JSON object instead of text.
         #[arg(long)]
-        kind: Option<String>,
-        #[arg(long)]
-        denied: bool,
-        #[arg(long)]
-        pid: Option<u32>,
-        #[arg(long)]
-        tree: bool,
+        json: bool,
     },
+    /// Write one self-contained HTML page; exits with verify's code.
+    Report {
+        file: PathBuf,
+        /// The HTML file to write (replaced if it exists).
+        #[arg(short = 'o', long = "output", value_name = "HTML")]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub file: PathBuf,
+    /// Only these kinds (repeatable, or comma-separated); groups: file, net, proc.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Vec<String>,
+    /// Only effects the sandbox refused (EACCES/EPERM/EROFS, proxy and broker denials).
+    #[arg(long)]
+    pub denied: bool,
+    /// Only ordinary failures (ENOENT, EEXIST, EXDEV...), not refusals.
+    #[arg(long)]
+    pub failed: bool,
+    /// Only records of this process (with --tree: its subtree).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Only records naming a path that matches (`*` within a directory, `**` across).
+    #[arg(long, value_name = "GLOB")]
+    pub path: Option<String>,
+    /// From this time: seconds after the start (90, 1.5, 250ms) or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Up to this time: seconds after the start or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// One JSON record per line (for jq and log shippers).
+    #[arg(long, conflicts_with = "tree")]
+    pub json: bool,
+    /// The process tree (with filters: the processes with matching records).
+    #[arg(long)]
+    pub tree: bool,
 }
 
 fn parse_size(raw: &str) -> Result<u64, String> {
@@ -212,29 +248,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             Ok(()) => 0,
             Err(e) => fail(exit::START_FAILURE, e),
         },
-        Command::Log(LogCommand::Verify { file }) => {
-            let verdict = crate::effectlog::verify_file(&file);
-            println!("{}", verdict.message);
-            i32::from(verdict.code)
-        }
-        Command::Log(LogCommand::Show {
-            file,
-            kind,
-            denied,
-            pid,
-            tree,
-        }) => {
-            let options = crate::effectlog::ShowOptions {
-                kind,
-                denied,
-                pid,
-                tree,
-            };
-            match crate::effectlog::show(&file, &options, &mut std::io::stdout().lock()) {
-                Ok(()) => 0,
-                Err(e) => fail(1, e),
-            }
-        }
+        Command::Log(command) => crate::effectlog::reader_cli::run(command),
     }
 }
 

@@ -52,8 +52,19 @@ enum Task {
     },
 }
 
-/// Debian packages the tests and the demo need.
-const TEST_PACKAGES: &[&str] = &["bubblewrap", "iproute2", "strace", "git", "procps"];
+/// Debian packages the tests and the demo need (chromium opens `log
+/// report`'s page, python3-jsonschema checks the log schema, gcc builds in
+/// the reviewers' realistic run).
+const TEST_PACKAGES: &[&str] = &[
+    "bubblewrap",
+    "iproute2",
+    "strace",
+    "git",
+    "procps",
+    "chromium",
+    "python3-jsonschema",
+    "gcc",
+];
 
 fn main() -> Result<()> {
     let cli = Cli::parse();

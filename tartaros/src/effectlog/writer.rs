@@ -325,10 +325,24 @@ impl LogWriter {
     /// only after the cgroup is empty and the events are drained. Returns the
     /// hex hash of the seal line: printing it lets a reviewer pin the log.
     pub fn seal(&mut self, s: Seal) -> Result<String, LogError> {
+        self.seal_with_files(s, None)
+    }
+
+    /// [`Self::seal`] with the seal's `files` list (each
+    /// `{"path", "size", "sha256"}`, sorted by path): the regular files the
+    /// run created or modified in the writable roots.
+    pub fn seal_with_files(
+        &mut self,
+        s: Seal,
+        files: Option<Vec<Value>>,
+    ) -> Result<String, LogError> {
         if let Some(e) = self.state_error("seal") {
             return Err(e);
         }
         let mut m = Map::new();
+        if let Some(files) = files {
+            m.insert("files".into(), Value::Array(files));
+        }
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));
