@@ -57,7 +57,12 @@ pub fn print() -> i32 {
         if missing.is_empty() {
             println!("as {who:<14} every default guarantee installs");
         }
-        for g in &missing {
+        // Also what network grants, limits and capture would lack.
+        let demanding = crate::doctor_report::demanding_policy();
+        for g in crate::probe::guarantees(&demanding, view, true)
+            .iter()
+            .filter(|g| !g.installed)
+        {
             println!("as {who:<14} missing {}: {}", g.name, g.reason);
         }
         if view.root == host.root {

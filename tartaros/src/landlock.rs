@@ -60,6 +60,10 @@ pub struct LandlockPlan {
     pub write: Vec<PathBuf>,
     /// Device nodes the agent may open for writing.
     pub devices: Vec<PathBuf>,
+    /// Hierarchies the agent may read but not execute from
+    /// (`read_allows` under `read_scope = "none"`).
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
 }
 
 /// Decides the rules for `policy` on a host with Landlock ABI `abi`.
@@ -68,20 +72,34 @@ pub fn plan(policy: &Policy, abi: i32) -> LandlockPlan {
     if policy.private_tmp {
         write.push(PathBuf::from("/tmp"));
     }
-    let read = match policy.read_scope {
-        ReadScope::All => vec![PathBuf::from("/")],
-        ReadScope::Granted => GRANTED_SYSTEM_DIRS
+    write.extend(policy.tmpfs.iter().cloned());
+    let named = || {
+        policy
+            .exec_allows
             .iter()
-            .map(PathBuf::from)
-            .chain(policy.read_allows.iter().cloned())
-            .chain(write.iter().cloned())
-            .collect(),
+            .chain(policy.binds.iter().map(|b| &b.target))
+            .chain(write.iter())
+            .cloned()
+    };
+    let (read, read_only) = match policy.read_scope {
+        ReadScope::All => (vec![PathBuf::from("/")], Vec::new()),
+        ReadScope::Granted => (
+            GRANTED_SYSTEM_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .chain(policy.read_allows.iter().cloned())
+                .chain(named())
+                .collect(),
+            Vec::new(),
+        ),
+        ReadScope::None => (named().collect(), policy.read_allows.clone()),
     };
     LandlockPlan {
         abi,
         read,
         write,
         devices: WRITABLE_DEVICES.iter().map(PathBuf::from).collect(),
+        read_only,
     }
 }
 
@@ -136,7 +154,9 @@ pub fn prepare(plan: &LandlockPlan, required: bool) -> Result<Prepared, Landlock
         ruleset = ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket)?;
     }
     let mut created = ruleset.create()?.no_new_privs(true);
+    let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
     for (paths, access) in [
+        (&plan.read_only, read_only),
         (&plan.read, read),
         (&plan.devices, device),
         (&plan.write, AccessFs::from_all(abi)),

@@ -42,6 +42,12 @@ pub struct Plan {
     pub seccomp: Option<SeccompPlan>,
     /// Every requested guarantee is mandatory (`--strict`).
     pub strict: bool,
+    /// The agent's pty slave is on fd 5 (`pty::PTY_FD`).
+    #[serde(default)]
+    pub pty: bool,
+    /// `--tmpfs` and `--bind`, mounted after `mounts`.
+    #[serde(default)]
+    pub scope: crate::scope::ScopeMounts,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -113,6 +119,8 @@ mod tests {
                 deny_unix: true,
             }),
             strict: true,
+            pty: false,
+            scope: Default::default(),
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();

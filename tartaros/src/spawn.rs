@@ -79,6 +79,7 @@ pub fn spawn_init(
     plan: &OwnedFd,
     report: &OwnedFd,
     gate: Option<&OwnedFd>,
+    pty: Option<&OwnedFd>,
 ) -> Result<InitProcess, SpawnError> {
     let exe = CString::new(exe)?;
     let args: Vec<CString> = argv
@@ -98,6 +99,9 @@ pub fn spawn_init(
     // needs. It waits for one byte on `gate` (EOF: the supervisor gave up).
     let gate_src = gate.map(|g| dup_above(g.as_raw_fd())).transpose()?;
     let gate_fd = gate_src.as_ref().map_or(-1, |g| g.as_raw_fd());
+    // The agent's pty slave, for the init to hand on (see pty.rs).
+    let pty_src = pty.map(|p| dup_above(p.as_raw_fd())).transpose()?;
+    let pty_fd = pty_src.as_ref().map_or(-1, |p| p.as_raw_fd());
 
     let mut flags = (libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
@@ -151,6 +155,7 @@ pub fn spawn_init(
             if libc::dup2(plan_src.as_raw_fd(), PLAN_FD) < 0
                 || libc::dup2(report_src.as_raw_fd(), REPORT_FD) < 0
                 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || (pty_fd >= 0 && libc::dup2(pty_fd, crate::pty::PTY_FD) < 0)
                 || libc::setsid() < 0
             {
                 libc::_exit(crate::exit::START_FAILURE);

@@ -7,7 +7,6 @@
 //! kill whatever is left in the cgroup, wait until it is empty, remove it
 //! and the placeholders.
 
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,6 +53,16 @@ pub struct RunRequest {
     pub launcher_env: Vec<(String, String)>,
     /// Forked by the CLI before the runtime; cleans up if we are killed.
     pub janitor: Option<crate::janitor::Janitor>,
+    /// `--status-fd`: where `started` and `exited` go.
+    pub status: Option<std::sync::Arc<crate::status::StatusChannel>>,
+    /// `--label`, for the genesis and the status channel.
+    pub label: Option<String>,
+    /// `--setenv NAME=VALUE` pairs.
+    pub setenv: Vec<(String, String)>,
+    /// Give the agent its own pseudo-terminal (see pty.rs).
+    pub pty: bool,
+    /// When the command started, for `duration_ms`.
+    pub started_at: std::time::Instant,
 }
 
 /// Everything checked and decided before any process or cgroup exists.
@@ -81,10 +90,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
                 format!("cannot install {}: {}", missing.name, missing.reason),
             ));
         }
-        eprintln!(
-            "tartaros: warning: {} not installed: {}",
-            missing.name, missing.reason
-        );
+        crate::tt_warn!("{} not installed: {}", missing.name, missing.reason);
     }
 
     let current = Identity {
@@ -115,6 +121,10 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     };
     if !user_namespace {
         warn_unwritable_roots(policy, identity);
+    }
+    let env = crate::environment::agent_env_with(policy, &request.launcher_env, &request.setenv);
+    if !user_namespace {
+        crate::harness::warn_unreachable_path(&env, identity);
     }
 
     let broker = crate::egress::BrokerSetup::load(policy).map_err(|e| refuse(exit::REFUSED, e))?;
@@ -151,7 +161,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     let installed = |name: &str| guarantees.iter().any(|g| g.name == name && g.installed);
     let plan = Plan {
         argv: request.argv.clone(),
-        env: crate::environment::agent_env(policy, &request.launcher_env),
+        env,
         cwd: request.cwd.clone(),
         identity,
         user_namespace,
@@ -165,6 +175,8 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
             deny_unix: policy.deny_unix,
         }),
         strict: policy.strict,
+        pty: request.pty,
+        scope: crate::scope::ScopeMounts::of(policy, identity),
     };
     let use_cgroup = installed("cgroup");
     Ok(Prepared {
@@ -199,8 +211,8 @@ fn materialize(policy: &Policy) -> Result<Vec<PathBuf>, Refusal> {
                     ),
                 ));
             }
-            eprintln!(
-                "tartaros: warning: deny of {} not installed: it does not exist (pass --materialize)",
+            crate::tt_warn!(
+                "deny of {} not installed: it does not exist (pass --materialize)",
                 path.display()
             );
             continue;
@@ -245,8 +257,8 @@ fn warn_unwritable_roots(policy: &Policy, identity: Identity) {
             || (meta.gid() == identity.gid && mode & 0o020 != 0)
             || mode & 0o002 != 0;
         if !writable {
-            eprintln!(
-                "tartaros: warning: the agent runs as uid {} and cannot write {} (owner uid {}); chown it, or choose the user with --user",
+            crate::tt_warn!(
+                "the agent runs as uid {} and cannot write {} (owner uid {}); chown it, or choose the user with --user",
                 identity.uid,
                 root.display(),
                 meta.uid()
@@ -352,6 +364,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 watch.as_ref().map(KernelWatch::tags).unwrap_or_default(),
             );
             writer.set_secrets(crate::egress::secret_values(&request.policy));
+            writer.set_run(&id, request.label.as_deref());
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
                 if let Some(cgroup) = &cgroup {
                     let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
@@ -365,12 +378,29 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
+    let (pty_slave, relay) = match crate::harness::start_pty(request.pty) {
+        Ok(pair) => pair,
+        Err(e) => {
+            if let Some(cgroup) = &cgroup {
+                let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
+            }
+            cleanup_placeholders(&prepared.placeholders);
+            return Err(refuse(exit::START_FAILURE, e));
+        }
+    };
+    let announce = crate::harness::Announce {
+        status: request.status.clone(),
+        run_id: id.clone(),
+        label: request.label.clone(),
+    };
     let outcome = run_in(
         cgroup.as_ref(),
         &prepared,
         &request.policy,
         original_dst,
         &effects,
+        &announce,
+        pty_slave,
     )
     .await;
 
@@ -381,6 +411,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         None => Ok(()),
     };
     cleanup_placeholders(&prepared.placeholders);
+    if let Some(relay) = relay {
+        relay.finish(Duration::from_secs(2));
+    }
     // The cgroup is empty: every event is in the ring buffer. Drain it.
     let release = match watch {
         Some(watch) => Some(watch.finish().await.1),
@@ -399,17 +432,40 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Err(refusal) => refusal.code,
     };
     drop(effects);
+    let mut log_head = None;
     if let Some(drain) = drain {
         match drain.await {
             Ok(writer) => {
                 let signal = outcome.as_ref().ok().and_then(|end| end.signal);
                 match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
-                    Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
+                    Ok(head) => {
+                        if !crate::warn::quiet() {
+                            eprintln!("tartaros: effect log sealed, head {head}");
+                        }
+                        log_head = Some(head);
+                    }
                     Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
                 }
             }
             Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
         }
+    }
+    if let Ok(end) = &outcome {
+        let status = match &teardown {
+            Ok(()) => code,
+            Err(_) => code.max(1),
+        };
+        crate::harness::announce_exit(
+            &announce,
+            crate::harness::Exit {
+                code: end.code,
+                signal: end.signal,
+                status,
+                started_at: request.started_at,
+                log: request.log.as_deref(),
+                log_head,
+            },
+        );
     }
     if let Some(release) = release {
         release.wait();
@@ -443,7 +499,7 @@ fn start_watch(
                 format!("cannot install unix-socket-policy: {why}"),
             ));
         }
-        eprintln!("tartaros: warning: unix-socket-policy not installed: {why}");
+        crate::tt_warn!("unix-socket-policy not installed: {why}");
         degrade(&mut prepared.guarantees, "unix-socket-policy", &why);
         options.unix_policy = false;
     }
@@ -458,7 +514,7 @@ fn start_watch(
                 format!("cannot install transparent interception: {why}"),
             ));
         }
-        eprintln!("tartaros: warning: transparent interception not installed: {why}");
+        crate::tt_warn!("transparent interception not installed: {why}");
         options.transparent_port = None;
         started = KernelWatch::start(cgroup, &options, effects);
     }
@@ -472,7 +528,7 @@ fn start_watch(
                     format!("cannot install the eBPF programs: {why}"),
                 ));
             }
-            eprintln!("tartaros: warning: eBPF programs not installed: {why}");
+            crate::tt_warn!("eBPF programs not installed: {why}");
             for name in ["connect-filter", "unix-socket-policy", "ebpf-capture"] {
                 degrade(&mut prepared.guarantees, name, &why);
             }
@@ -527,6 +583,8 @@ async fn run_in(
     policy: &Policy,
     original_dst: Option<crate::proxy::OriginalDst>,
     effects: &crate::events::EffectSender,
+    announce: &crate::harness::Announce,
+    pty_slave: Option<OwnedFd>,
 ) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         refuse(exit::START_FAILURE, format!("failed to {what}: {e}"))
@@ -552,10 +610,14 @@ async fn run_in(
         &plan_read,
         &report_write,
         gated.then_some(&gate_read),
+        pty_slave.as_ref(),
     )
     .map_err(|e| refuse(exit::START_FAILURE, e))?;
+    drop(pty_slave);
     drop(plan_read);
     drop(report_write);
+    // Read as they come, so `started` goes out while the agent runs.
+    let reports = crate::harness::read_reports(report_read, announce.clone(), init.pid);
     // The init waits for its plan before it forks, so joining the v1 limit
     // cgroups now covers every process of the agent.
     let joined = match cgroup {
@@ -622,9 +684,7 @@ async fn run_in(
     }
 
     let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
-    let mut report_bytes = Vec::new();
-    let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
-    let reports = Report::parse_all(&report_bytes);
+    let reports = reports.join().unwrap_or_default();
     for report in &reports {
         match report {
             Report::Failed { code, message } => return Err(refuse(*code, message)),
