@@ -81,16 +81,36 @@ pub fn announce_exit(announce: &Announce, exit: Exit<'_>) {
 
 /// Warns (as root) about PATH directories the agent's user cannot reach,
 /// e.g. a toolchain under a `0700` /root: its commands would be "not found".
-pub fn warn_unreachable_path(env: &[(String, String)], identity: Identity) {
-    let dirs = crate::environment::unreachable_path_dirs(env, &|d| d.is_dir(), &|d| {
+pub fn warn_unreachable_path(env: &[(String, String)], program: &str, identity: Identity) {
+    let mut dirs = crate::environment::unreachable_path_dirs(env, &|d| d.is_dir(), &|d| {
         crate::environment::searchable_by(d, identity.uid, identity.gid)
     });
-    for dir in dirs {
-        crate::tt_warn!(
-            "the agent runs as uid {} and cannot use {} on its PATH; install the tools where that user can read them, or choose the user with --user",
+    dirs.sort();
+    dirs.dedup();
+    if dirs.is_empty() {
+        return;
+    }
+    let listed: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    // The command itself, when only such a directory has it.
+    let found = crate::environment::exec_candidates(program, path)
+        .into_iter()
+        .find(|c| c.is_file());
+    match found {
+        Some(file) if dirs.iter().any(|d| file.starts_with(d)) => crate::tt_warn!(
+            "{} is {}, which the agent (uid {}) cannot reach; install it where that user can read it, or choose the user with --user",
+            program,
+            file.display(),
+            identity.uid
+        ),
+        _ => crate::tt_warn!(
+            "the agent (uid {}) cannot use these directories on its PATH: {}; commands there will not be found",
             identity.uid,
-            dir.display()
-        );
+            listed.join(", ")
+        ),
     }
 }
 

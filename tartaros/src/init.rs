@@ -330,7 +330,13 @@ fn exec_on_agent_path(
         };
         match errno {
             Errno::ENOENT | Errno::ENOTDIR => {}
-            Errno::EACCES => result = Errno::EACCES,
+            // A directory on PATH the agent cannot search hides nothing it
+            // could run: only a file it can see but not execute is 126.
+            Errno::EACCES => {
+                if nix::sys::stat::stat(candidate.as_c_str()).is_ok() {
+                    result = Errno::EACCES;
+                }
+            }
             other => return other,
         }
     }

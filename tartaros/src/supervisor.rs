@@ -124,7 +124,8 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
     }
     let env = crate::environment::agent_env_with(policy, &request.launcher_env, &request.setenv);
     if !user_namespace {
-        crate::harness::warn_unreachable_path(&env, identity);
+        let program = request.argv.first().map_or("", String::as_str);
+        crate::harness::warn_unreachable_path(&env, program, identity);
     }
 
     let broker = crate::egress::BrokerSetup::load(policy).map_err(|e| refuse(exit::REFUSED, e))?;
