@@ -32,7 +32,10 @@ pub enum Command {
     Completions(crate::cli_extra::CompletionsArgs),
     /// Print the man page (roff), generated from this command line.
     #[command(hide = true)]
-    Manpage,
+    Manpage {
+        /// A subcommand's page (`tartaros-run`) instead of the main one.
+        subcommand: Option<String>,
+    },
     /// Verify or read an effect log.
     #[command(subcommand)]
     Log(LogCommand),
@@ -164,7 +167,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
         Command::Run(args) => run_command(*args),
         Command::Doctor(args) => crate::cli_extra::doctor(&args),
         Command::Completions(args) => crate::cli_extra::completions(&args),
-        Command::Manpage => crate::cli_extra::manpage(),
+        Command::Manpage { subcommand } => crate::cli_extra::manpage(subcommand.as_deref()),
         Command::Log(LogCommand::Verify { file }) => {
             let verdict = crate::effectlog::verify_file(&file);
             println!("{}", verdict.message);
@@ -183,7 +186,11 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
                 pid,
                 tree,
             };
-            match crate::effectlog::show(&file, &options, &mut std::io::stdout().lock()) {
+            match crate::effectlog::show(
+                &file,
+                &options,
+                &mut crate::cli_extra::QuietPipe(std::io::stdout().lock()),
+            ) {
                 Ok(()) => 0,
                 Err(e) => fail(1, e),
             }

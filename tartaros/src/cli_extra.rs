@@ -128,14 +128,35 @@ pub fn completions(args: &CompletionsArgs) -> i32 {
     write_stdout(&buffer)
 }
 
-/// `tartaros manpage`: the man page, for packaging.
-pub fn manpage() -> i32 {
+/// `tartaros manpage [SUBCOMMAND]`: a man page, for packaging.
+pub fn manpage(subcommand: Option<&str>) -> i32 {
+    let main = crate::cli::Cli::command();
+    let command = match subcommand {
+        None => main,
+        Some(name) => match (main.find_subcommand(name), page_name(name)) {
+            (Some(sub), Some(page)) => sub.clone().name(page),
+            _ => {
+                eprintln!("tartaros: no subcommand {name:?}; see tartaros --help");
+                return exit::REFUSED;
+            }
+        },
+    };
     let mut buffer = Vec::new();
-    if let Err(e) = clap_mangen::Man::new(crate::cli::Cli::command()).render(&mut buffer) {
+    if let Err(e) = clap_mangen::Man::new(command).render(&mut buffer) {
         eprintln!("tartaros: failed to render the man page: {e}");
         return 1;
     }
     write_stdout(&buffer)
+}
+
+fn page_name(subcommand: &str) -> Option<&'static str> {
+    Some(match subcommand {
+        "run" => "tartaros-run",
+        "doctor" => "tartaros-doctor",
+        "log" => "tartaros-log",
+        "completions" => "tartaros-completions",
+        _ => return None,
+    })
 }
 
 /// Writes to stdout; a reader that went away (`| head`) is not an error.
@@ -148,6 +169,25 @@ fn write_stdout(bytes: &[u8]) -> i32 {
             eprintln!("tartaros: failed to write to stdout: {e}");
             1
         }
+    }
+}
+
+/// A writer for a command's output: when the reader has gone away (`| head`)
+/// the command has nothing left to do, so it ends at once with 0.
+pub struct QuietPipe<W: Write>(pub W);
+
+impl<W: Write> Write for QuietPipe<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf).inspect_err(end_on_broken_pipe)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush().inspect_err(end_on_broken_pipe)
+    }
+}
+
+fn end_on_broken_pipe(e: &std::io::Error) {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        std::process::exit(0);
     }
 }
 

@@ -123,10 +123,6 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         warn_unwritable_roots(policy, identity);
     }
     let env = crate::environment::agent_env_with(policy, &request.launcher_env, &request.setenv);
-    if !user_namespace {
-        let program = request.argv.first().map_or("", String::as_str);
-        crate::harness::warn_unreachable_path(&env, program, identity);
-    }
 
     let broker = crate::egress::BrokerSetup::load(policy).map_err(|e| refuse(exit::REFUSED, e))?;
     let placeholders = materialize(policy)?;
@@ -180,6 +176,11 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         scope: crate::scope::ScopeMounts::of(policy, identity),
     };
     let use_cgroup = installed("cgroup");
+    // Last, so that a refusal above stays the only line.
+    if !user_namespace {
+        let program = request.argv.first().map_or("", String::as_str);
+        crate::harness::warn_unreachable_path(&plan.env, program, identity);
+    }
     Ok(Prepared {
         plan,
         guarantees,

@@ -240,7 +240,8 @@ fn config_on_stdin_in_toml_and_json_with_size_strings() {
     let work = Dir::new();
     let w = work.path().to_str().unwrap();
     let toml = format!("[policy]\nwritable_roots = [\"{w}\"]\nmax_memory = \"512M\"\n");
-    let json = format!("{{\"policy\": {{\"writable_roots\": [\"{w}\"], \"max_memory\": \"512M\"}}}}");
+    let json =
+        format!("{{\"policy\": {{\"writable_roots\": [\"{w}\"], \"max_memory\": \"512M\"}}}}");
     for (name, text) in [("toml", toml), ("json", json)] {
         let target = work.join(&format!("from-{name}"));
         let (out, lines) = run_with_status(
@@ -258,7 +259,10 @@ fn config_on_stdin_in_toml_and_json_with_size_strings() {
             text.as_bytes(),
         );
         assert_eq!(out.status.code(), Some(0), "{name}: {}", stderr(&out));
-        assert!(target.exists(), "{name}: the writable root from stdin holds");
+        assert!(
+            target.exists(),
+            "{name}: the writable root from stdin holds"
+        );
         assert_eq!(events(&lines), ["started", "exited"]);
     }
     // Same fields, same errors.
@@ -411,7 +415,11 @@ fn chdir_setenv_tmpfs_and_read_only_bind() {
         &code,
     );
     let text = stdout(&out);
-    assert!(text.contains(&format!("cwd {}", sub.display())), "{text}{}", stderr(&out));
+    assert!(
+        text.contains(&format!("cwd {}", sub.display())),
+        "{text}{}",
+        stderr(&out)
+    );
     assert!(text.contains("env 42"), "{text}");
     expect(&out, "scratch-write", "OK");
     expect(&out, "scratch-hides-host", "True");
@@ -419,7 +427,10 @@ fn chdir_setenv_tmpfs_and_read_only_bind() {
     expect(&out, "bind-write", "EROFS");
     // From the host: the tmpfs write went nowhere, the bind source is unchanged.
     assert!(!scratch.join("new").exists());
-    assert_eq!(std::fs::read_to_string(source.join("tool.txt")).unwrap(), "bound\n");
+    assert_eq!(
+        std::fs::read_to_string(source.join("tool.txt")).unwrap(),
+        "bound\n"
+    );
     assert!(!target.join("tool.txt").exists());
 }
 
