@@ -71,10 +71,12 @@ pub fn build(binary: &Path, out: &Path) -> Result<PathBuf> {
     );
     put("DEBIAN/control", control.as_bytes(), 0o644)?;
     let deb = out.join(format!("tartaros_{version}_{arch}.deb"));
+    // gzip: a debug binary is over 100 MB, which xz takes a minute on.
     let status = Command::new("dpkg-deb")
-        .args(["--root-owner-group", "--build"])
+        .args(["--root-owner-group", "-Zgzip", "--build"])
         .arg(&stage)
         .arg(&deb)
+        .stdout(std::process::Stdio::null())
         .status()
         .context("failed to run dpkg-deb (apt-get install dpkg)")?;
     if !status.success() {
