@@ -311,7 +311,11 @@ fn run_command(mut args: RunArgs) -> i32 {
         }
     };
     let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
-    let pty = harness.wants_pty(nix::unistd::isatty(0).unwrap_or(false));
+    // Both ends a terminal: with output redirected, a pty would turn
+    // newlines into CRLF and merge stderr into stdout.
+    let at_terminal =
+        nix::unistd::isatty(0).unwrap_or(false) && nix::unistd::isatty(1).unwrap_or(false);
+    let pty = harness.wants_pty(at_terminal);
     let request = RunRequest {
         policy,
         argv: args.command,

@@ -104,8 +104,8 @@ impl HarnessArgs {
         Ok(dir)
     }
 
-    /// Whether the agent gets a pseudo-terminal: `--tty`, or stdin is a
-    /// terminal and `--no-tty` was not given.
+    /// Whether the agent gets a pseudo-terminal: `--tty`, or stdin and
+    /// stdout are a terminal and `--no-tty` was not given.
     pub fn wants_pty(&self, stdin_is_tty: bool) -> bool {
         !self.no_tty && (self.tty || stdin_is_tty)
     }
