@@ -43,6 +43,15 @@ pub struct InitProcess {
     pub pidfd: OwnedFd,
 }
 
+/// The descriptors the init inherits: plan (fd 3), report (fd 4), the
+/// start gate of a user namespace run, and the agent's pty.
+pub struct InitFds<'a> {
+    pub plan: &'a OwnedFd,
+    pub report: &'a OwnedFd,
+    pub gate: Option<&'a OwnedFd>,
+    pub pty: Option<&'a OwnedFd>,
+}
+
 /// The fd numbers the init finds its plan and report pipes on.
 pub const PLAN_FD: RawFd = 3;
 pub const REPORT_FD: RawFd = 4;
@@ -76,11 +85,14 @@ pub fn spawn_init(
     argv: &[&str],
     cgroup_fd: Option<RawFd>,
     namespaces: Namespaces,
-    plan: &OwnedFd,
-    report: &OwnedFd,
-    gate: Option<&OwnedFd>,
-    pty: Option<&OwnedFd>,
+    fds: InitFds<'_>,
 ) -> Result<InitProcess, SpawnError> {
+    let InitFds {
+        plan,
+        report,
+        gate,
+        pty,
+    } = fds;
     let exe = CString::new(exe)?;
     let args: Vec<CString> = argv
         .iter()

@@ -609,10 +609,12 @@ async fn run_in(
         &["tartaros-init", crate::init::INIT_ARG],
         cgroup.map(RunCgroup::fd),
         namespaces,
-        &plan_read,
-        &report_write,
-        gated.then_some(&gate_read),
-        pty_slave.as_ref(),
+        crate::spawn::InitFds {
+            plan: &plan_read,
+            report: &report_write,
+            gate: gated.then_some(&gate_read),
+            pty: pty_slave.as_ref(),
+        },
     )
     .map_err(|e| refuse(exit::START_FAILURE, e))?;
     drop(pty_slave);
