@@ -114,15 +114,21 @@ pub fn warn_unreachable_path(env: &[(String, String)], program: &str, identity: 
     }
 }
 
-/// Opens the agent's pty and starts the relay when `wanted`; returns the
-/// slave to hand to the init.
-pub fn start_pty(
-    wanted: bool,
-) -> Result<(Option<OwnedFd>, Option<crate::pty::Relay>), crate::pty::PtyError> {
-    if !wanted {
-        return Ok((None, None));
+/// The socket pair on which the init sends the agent's pty, when `wanted`.
+pub fn pty_channel(wanted: bool) -> Result<Option<crate::pty::Channel>, crate::pty::PtyError> {
+    wanted.then(crate::pty::channel).transpose()
+}
+
+/// Receives the pty from the init (after the plan was sent) and starts the
+/// relay; `None` when there is no pty or the init ended first.
+pub fn start_relay(
+    ours: Option<&OwnedFd>,
+) -> Result<Option<crate::pty::Relay>, crate::pty::PtyError> {
+    let Some(ours) = ours else {
+        return Ok(None);
+    };
+    match crate::pty::receive_master(ours)? {
+        Some(master) => crate::pty::Relay::start(master).map(Some),
+        None => Ok(None),
     }
-    let pair = crate::pty::open()?;
-    let relay = crate::pty::Relay::start(pair.master)?;
-    Ok((Some(pair.slave), Some(relay)))
 }

@@ -75,6 +75,12 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
+    if plan.pty {
+        // After the mounts: the pty comes from the sandbox's own devpts
+        // when it has one.
+        crate::pty::open_in_sandbox(plan.identity)
+            .map_err(|e| failure(exit::START_FAILURE, e))?;
+    }
 
     // Stage 3: decide and open everything the child will install.
     let landlock = match &plan.landlock {

@@ -1,9 +1,12 @@
 //! The agent's own pseudo-terminal, relayed by the supervisor.
 //!
-//! When stdin is a terminal (or on `--tty`) the supervisor opens a pty pair,
-//! hands the slave to the sandbox init (fd [`PTY_FD`]), which makes it the
-//! agent's controlling terminal and stdio; the launcher's terminal is put in
-//! raw mode and bytes are copied both ways. So job control (Ctrl-Z, `fg`,
+//! When stdin and stdout are a terminal (or on `--tty`) the sandbox init
+//! opens a pty in its own mount namespace, after the mount plan, so the pty
+//! comes from the sandbox's devpts when it has a private /dev (and from the
+//! host's otherwise). It sends the master to the supervisor over a socket
+//! pair (fd [`PTY_FD`], SCM_RIGHTS) and makes the slave the agent's
+//! controlling terminal and stdio; the launcher's terminal is put in raw
+//! mode and bytes are copied both ways. So job control (Ctrl-Z, `fg`,
 //! `bg`), Ctrl-C and window size act on the agent's pty only, and the agent
 //! holds no descriptor of the launcher's terminal (TIOCSTI is refused by
 //! seccomp as well).
@@ -21,6 +24,8 @@ pub const PTY_FD: RawFd = 5;
 pub enum PtyError {
     #[error("failed to open a pseudo-terminal for the agent: {0}; run with --no-tty")]
     Open(nix::Error),
+    #[error("failed to pass the agent's pseudo-terminal to the supervisor: {0}; run with --no-tty")]
+    Pass(nix::Error),
     #[error("failed to make the pseudo-terminal the agent's terminal ({what}): {source}")]
     Attach {
         what: &'static str,
@@ -28,23 +33,109 @@ pub enum PtyError {
     },
 }
 
-/// The pty pair, sized like the launcher's terminal when there is one.
-pub struct Pair {
-    pub master: OwnedFd,
-    pub slave: OwnedFd,
+/// The supervisor's end of the socket pair on which the init sends the
+/// master, and the end the init inherits on [`PTY_FD`].
+pub struct Channel {
+    pub ours: OwnedFd,
+    pub theirs: OwnedFd,
 }
 
-pub fn open() -> Result<Pair, PtyError> {
-    let size = window_size(std::io::stdin().as_fd());
-    let pair = nix::pty::openpty(size.as_ref(), None).map_err(PtyError::Open)?;
-    for fd in [&pair.master, &pair.slave] {
-        // SAFETY: F_SETFD only changes the flags of a descriptor we own.
-        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) };
+pub fn channel() -> Result<Channel, PtyError> {
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(PtyError::Pass)?;
+    Ok(Channel { ours, theirs })
+}
+
+/// In the init, after the mounts: opens a pty (from whatever devpts
+/// /dev/ptmx now names), gives the slave to `owner`, sends the master to the
+/// supervisor on [`PTY_FD`], and leaves the slave on [`PTY_FD`] for
+/// [`attach_in_agent`].
+pub fn open_in_sandbox(owner: crate::credentials::Identity) -> Result<(), PtyError> {
+    use nix::fcntl::OFlag;
+    use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+        .map_err(PtyError::Open)?;
+    nix::pty::grantpt(&master).map_err(PtyError::Open)?;
+    nix::pty::unlockpt(&master).map_err(PtyError::Open)?;
+    let name = nix::pty::ptsname_r(&master).map_err(PtyError::Open)?;
+    let slave = nix::fcntl::open(
+        name.as_str(),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(PtyError::Open)?;
+    // As login does: the terminal belongs to the user at it.
+    let _ = nix::unistd::fchown(
+        slave,
+        Some(nix::unistd::Uid::from_raw(owner.uid)),
+        Some(nix::unistd::Gid::from_raw(owner.gid)),
+    );
+    let _ = nix::sys::stat::fchmod(slave, nix::sys::stat::Mode::from_bits_truncate(0o620));
+    let fds = [master.as_raw_fd()];
+    let sent = sendmsg::<()>(
+        PTY_FD,
+        &[std::io::IoSlice::new(b"m")],
+        &[ControlMessage::ScmRights(&fds)],
+        MsgFlags::empty(),
+        None,
+    );
+    drop(master);
+    if let Err(e) = sent {
+        let _ = nix::unistd::close(slave);
+        return Err(PtyError::Pass(e));
     }
-    Ok(Pair {
-        master: pair.master,
-        slave: pair.slave,
-    })
+    // SAFETY: dup2 onto PTY_FD (the socket, no longer needed) and closing
+    // the original slave number touch only descriptors this init owns.
+    let moved = unsafe { libc::dup2(slave, PTY_FD) };
+    let _ = nix::unistd::close(slave);
+    if moved < 0 {
+        return Err(PtyError::Pass(nix::errno::Errno::last()));
+    }
+    set_cloexec(PTY_FD);
+    Ok(())
+}
+
+fn set_cloexec(fd: RawFd) {
+    // SAFETY: F_SETFD only changes the flags of a descriptor we own.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// In the supervisor: the master the init sent, sized like the launcher's
+/// terminal; `None` when the init ended before sending one.
+pub fn receive_master(ours: &OwnedFd) -> Result<Option<OwnedFd>, PtyError> {
+    use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+    use std::os::fd::FromRawFd;
+    let mut byte = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = loop {
+        match recvmsg::<()>(
+            ours.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            other => break other.map_err(PtyError::Pass)?,
+        }
+    };
+    for cmsg in msg.cmsgs().map_err(PtyError::Pass)? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg
+            && let Some(&fd) = fds.first()
+        {
+            // SAFETY: the kernel installed this descriptor for us alone.
+            let master = unsafe { OwnedFd::from_raw_fd(fd) };
+            copy_window_size(std::io::stdin().as_fd(), master.as_fd());
+            return Ok(Some(master));
+        }
+    }
+    Ok(None)
 }
 
 fn window_size(fd: BorrowedFd<'_>) -> Option<nix::pty::Winsize> {

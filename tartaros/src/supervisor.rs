@@ -380,8 +380,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
-    let (pty_slave, relay) = match crate::harness::start_pty(request.pty) {
-        Ok(pair) => pair,
+    let pty = match crate::harness::pty_channel(request.pty) {
+        Ok(pty) => pty,
         Err(e) => {
             if let Some(cgroup) = &cgroup {
                 let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
@@ -402,9 +402,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         original_dst,
         &effects,
         &announce,
-        pty_slave,
+        pty,
     )
     .await;
+    let (outcome, relay) = match outcome {
+        Ok((end, relay)) => (Ok(end), relay),
+        Err(refusal) => (Err(refusal), None),
+    };
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
@@ -586,8 +590,8 @@ async fn run_in(
     original_dst: Option<crate::proxy::OriginalDst>,
     effects: &crate::events::EffectSender,
     announce: &crate::harness::Announce,
-    pty_slave: Option<OwnedFd>,
-) -> Result<AgentEnd, Refusal> {
+    mut pty: Option<crate::pty::Channel>,
+) -> Result<(AgentEnd, Option<crate::pty::Relay>), Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         refuse(exit::START_FAILURE, format!("failed to {what}: {e}"))
     };
@@ -613,11 +617,13 @@ async fn run_in(
             plan: &plan_read,
             report: &report_write,
             gate: gated.then_some(&gate_read),
-            pty: pty_slave.as_ref(),
+            pty: pty.as_ref().map(|p| &p.theirs),
         },
     )
     .map_err(|e| refuse(exit::START_FAILURE, e))?;
-    drop(pty_slave);
+    // Only the init may hold its end: EOF then means it is gone.
+    let pty = pty.take().map(|p| p.ours);
+    let pty = pty.as_ref();
     drop(plan_read);
     drop(report_write);
     // Read as they come, so `started` goes out while the agent runs.
@@ -686,6 +692,12 @@ async fn run_in(
         let _ = wait_exit(&init.pidfd).await;
         return Err(refuse(exit::START_FAILURE, e));
     }
+    // The init opens the pty after its mounts and sends the master; a
+    // failure there is reported by the init itself.
+    let relay = crate::harness::start_relay(pty).unwrap_or_else(|e| {
+        crate::tt_warn!("{e}");
+        None
+    });
 
     let init_status = forward_signals_until_exit(init.pid, &init.pidfd).await;
     let reports = reports.join().unwrap_or_default();
@@ -693,10 +705,13 @@ async fn run_in(
         match report {
             Report::Failed { code, message } => return Err(refuse(*code, message)),
             Report::Exited { code, signal } => {
-                return Ok(AgentEnd {
-                    code: *code,
-                    signal: *signal,
-                });
+                return Ok((
+                    AgentEnd {
+                        code: *code,
+                        signal: *signal,
+                    },
+                    relay,
+                ));
             }
             Report::Started => {}
         }
