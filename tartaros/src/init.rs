@@ -78,8 +78,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     if plan.pty {
         // After the mounts: the pty comes from the sandbox's own devpts
         // when it has one.
-        crate::pty::open_in_sandbox(plan.identity)
-            .map_err(|e| failure(exit::START_FAILURE, e))?;
+        crate::pty::open_in_sandbox(plan.identity).map_err(|e| failure(exit::START_FAILURE, e))?;
     }
 
     // Stage 3: decide and open everything the child will install.
@@ -184,6 +183,12 @@ fn become_agent(
     }
     if plan.pty
         && let Err(e) = crate::pty::attach_in_agent()
+    {
+        return failure(exit::START_FAILURE, e);
+    }
+    // Before drop_to, which then clears the new namespace's capabilities.
+    if let Some(user) = plan.map_user
+        && let Err(e) = crate::identity_map::become_user(user)
     {
         return failure(exit::START_FAILURE, e);
     }

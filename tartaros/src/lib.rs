@@ -20,6 +20,7 @@ pub mod events;
 pub mod exit;
 pub mod forward;
 pub mod harness;
+pub mod identity_map;
 pub mod init;
 pub mod janitor;
 pub mod kernel_watch;

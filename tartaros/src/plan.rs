@@ -48,6 +48,10 @@ pub struct Plan {
     /// `--tmpfs` and `--bind`, mounted after `mounts`.
     #[serde(default)]
     pub scope: crate::scope::ScopeMounts,
+    /// In a user namespace: the launcher's own ids, which the agent keeps
+    /// (see identity_map.rs).
+    #[serde(default)]
+    pub map_user: Option<Identity>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -121,6 +125,7 @@ mod tests {
             strict: true,
             pty: false,
             scope: Default::default(),
+            map_user: None,
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();

@@ -174,6 +174,7 @@ fn prepare(request: &RunRequest, host: &Host) -> Result<Prepared, Refusal> {
         strict: policy.strict,
         pty: request.pty,
         scope: crate::scope::ScopeMounts::of(policy, identity),
+        map_user: user_namespace.then_some(current),
     };
     let use_cgroup = installed("cgroup");
     // Last, so that a refusal above stays the only line.

@@ -274,3 +274,45 @@ fn every_tartaros_warning_has_the_prefix() {
         assert!(line.starts_with("tartaros: "), "{line}");
     }
 }
+
+#[test]
+fn an_ordinary_users_agent_keeps_that_users_identity() {
+    if !can_run("user_identity") {
+        return;
+    }
+    const UID: u32 = 47_000 + 124;
+    let work = Dir::new();
+    chown(work.path(), UID);
+    let out = Command::new("setpriv")
+        .args([
+            &format!("--reuid={UID}"),
+            &format!("--regid={UID}"),
+            "--clear-groups",
+            bin(),
+            "run",
+            "-q",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "id -u; id -g; touch made; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status",
+        ])
+        .current_dir(work.path())
+        .env_remove("SUDO_UID")
+        .output()
+        .expect("setpriv");
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", stderr(&out));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(UID.to_string().as_str()), "{text}");
+    assert_eq!(lines.next(), Some(UID.to_string().as_str()), "{text}");
+    for line in lines {
+        assert!(
+            line.ends_with("0000000000000000"),
+            "capabilities left: {line}"
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(work.join("made")).unwrap().uid(), UID);
+}
