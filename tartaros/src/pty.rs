@@ -235,18 +235,29 @@ impl Relay {
 
     /// Waits (bounded) until the agent's last output is copied, then gives
     /// the launcher its terminal back as it was.
-    pub fn finish(self, timeout: Duration) {
-        if let Some(winch) = self.winch {
-            winch.abort();
-        }
+    pub fn finish(mut self, timeout: Duration) {
         let deadline = std::time::Instant::now() + timeout;
         while !self.output.is_finished() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
         let _ = std::io::stdout().flush();
-        if let Some(saved) = &self.saved {
-            let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSADRAIN, saved);
+        self.restore();
+    }
+
+    fn restore(&mut self) {
+        if let Some(winch) = self.winch.take() {
+            winch.abort();
         }
+        if let Some(saved) = self.saved.take() {
+            let _ = termios::tcsetattr(std::io::stdin().as_fd(), SetArg::TCSADRAIN, &saved);
+        }
+    }
+}
+
+impl Drop for Relay {
+    /// Every way out of a run gives the terminal back (not only `finish`).
+    fn drop(&mut self) {
+        self.restore();
     }
 }
 

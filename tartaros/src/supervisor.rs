@@ -312,6 +312,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             let _ = std::fs::remove_file(path);
         }
     };
+    let pty = match crate::harness::pty_channel(request.pty) {
+        Ok(pty) => pty,
+        Err(e) => {
+            abandon(&mut prepared);
+            return Err(refuse(exit::START_FAILURE, e));
+        }
+    };
     let mut cgroup = None;
     if prepared.use_cgroup {
         let mut created = match RunCgroup::create(&id) {
@@ -381,16 +388,6 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
-    let pty = match crate::harness::pty_channel(request.pty) {
-        Ok(pty) => pty,
-        Err(e) => {
-            if let Some(cgroup) = &cgroup {
-                let _ = cgroup.kill_and_remove(TEARDOWN_TIMEOUT);
-            }
-            cleanup_placeholders(&prepared.placeholders);
-            return Err(refuse(exit::START_FAILURE, e));
-        }
-    };
     let announce = crate::harness::Announce {
         status: request.status.clone(),
         run_id: id.clone(),
