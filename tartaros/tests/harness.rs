@@ -274,6 +274,39 @@ fn config_on_stdin_in_toml_and_json_with_size_strings() {
     assert_eq!(out.status.code(), Some(78));
     assert!(stderr(&out).contains("writable_rootz"), "{}", stderr(&out));
     assert_eq!(lines[0]["event"], "refused");
+    // `~/` is the launcher's HOME; `~user` is refused with a clear message.
+    let home_target = work.join("from-home");
+    let out = Command::new(bin())
+        .args(["run", "--config", "-", "--", "touch"])
+        .arg(&home_target)
+        .env("HOME", work.path())
+        .current_dir(work.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(b"[policy]\nwritable_roots = [\"~/\"]\n")?;
+            child.wait_with_output()
+        })
+        .expect("run");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(home_target.exists());
+    let (out, _) = run_with_status(
+        &["run", "--status-fd", "3", "--config", "-", "--", "true"],
+        work.path(),
+        b"[policy]\nread_denies = [\"~bob/.ssh\"]\n",
+    );
+    assert_eq!(out.status.code(), Some(78));
+    assert!(
+        stderr(&out).contains("~user is not expanded"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
