@@ -24,7 +24,6 @@ import http.server
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,18 +61,6 @@ def run_call(tartaros, call, logdir, cwd):
 def check(condition, message):
     if not condition:
         raise AssertionError(message)
-
-
-def loopback_name():
-    """A host name that resolves to 127.0.0.1 and is not `localhost`
-    (the sandbox sends localhost direct, to its own loopback)."""
-    for name in (socket.gethostname(), "localhost."):
-        try:
-            if socket.gethostbyname(name) == "127.0.0.1" and name != "localhost":
-                return name
-        except OSError:
-            continue
-    return None
 
 
 def start_upstream():
@@ -125,14 +112,17 @@ def main():
         logs = os.path.join(base, "logs")
         os.makedirs(logs)
         make_tree(work)
-        host = loopback_name()
-        check(host is not None, "no host name resolves to 127.0.0.1 here")
+        # The test upstream listens on the host's loopback as `localhost`.
+        host = "localhost"
         port = server.server_address[1]
         # Policy on stdin: the test upstream is on loopback, which the
         # proxy refuses unless told (DNS rebinding guard).
         proxy_policy = json.dumps({"proxy": {"allow_internal": True,
                                              "http_ports": [port]}})
-        fetch_code = ("import urllib.request, sys;"
+        # Inside the sandbox NO_PROXY sends localhost to the sandbox's own
+        # loopback; this tool wants the host's, so it goes through the proxy.
+        fetch_code = ("import os, urllib.request, sys\n"
+                      "for k in ('NO_PROXY', 'no_proxy'): os.environ.pop(k, None)\n"
                       f"sys.stdout.write(urllib.request.urlopen('http://{host}:{port}/').read().decode())")
         calls = [
             ToolCall("search", ["--read-scope", "granted", "--read-allow", work],
@@ -169,7 +159,16 @@ def main():
             check(exited["log_complete"] == (verify.returncode == 0),
                   f"{call.name}: log_complete disagrees with verify")
             with open(log) as f:
-                genesis = json.loads(f.readline())
+                records = [json.loads(line) for line in f]
+            genesis = records[0]
+            if os.geteuid() == 0:
+                # Audit: what each call did is in its log, with the verdict.
+                if call.name == "fetch":
+                    check(any(r["kind"] == "proxy" and r.get("decision") == "allowed"
+                              for r in records), "fetch: no allowed proxy record")
+                if call.name == "edit":
+                    check(any(r.get("decision") == "denied" for r in records),
+                          "edit: the refused README write is not in the log")
             check(genesis.get("run", {}).get("label") == "tool:" + call.name,
                   f"{call.name}: the genesis does not carry the label")
             check(genesis["run"]["id"] == events[0]["run_id"],
