@@ -253,3 +253,35 @@ fn tiocsti_cannot_reach_the_users_terminal() {
     assert!(!seen.contains(&format!("TTY {outer}\r")), "{seen}");
     assert!(seen.contains("FDS 0 1 2 3\r"), "{seen}");
 }
+
+#[test]
+fn tty_forces_a_pty_for_piped_input_and_output_stays_plain_without_it() {
+    if !can_run("pty_forced") {
+        return;
+    }
+    let run = |flags: &[&str]| {
+        let mut child = Command::new(bin())
+            .args(["run", "-q"])
+            .args(flags)
+            .args(["--", "sh", "-c", "if [ -t 0 ]; then echo TTY; else echo NOTTY; fi; read line; echo got-$line; exit 4"])
+            .current_dir("/")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        child.stdin.take().unwrap().write_all(b"abc\n").unwrap();
+        child.wait_with_output().expect("wait")
+    };
+    let forced = run(&["--tty"]);
+    assert_eq!(forced.status.code(), Some(4), "{}", stderr(&forced));
+    let text = stdout(&forced);
+    assert!(
+        text.contains("TTY\r\n") && text.contains("got-abc\r\n"),
+        "{text:?}"
+    );
+    // Without a terminal and without --tty: plain pipes, no CRLF.
+    let plain = run(&[]);
+    assert_eq!(plain.status.code(), Some(4));
+    assert_eq!(stdout(&plain), "NOTTY\ngot-abc\n");
+}
