@@ -152,7 +152,7 @@ fn ring_size(requested: Option<u64>) -> Result<u32, String> {
 
 /// Prints `tartaros: <message>` and returns `code`.
 fn fail(code: i32, message: impl std::fmt::Display) -> i32 {
-    eprintln!("tartaros: {message}");
+    crate::warn::say(format_args!("{message}"));
     code
 }
 

@@ -444,7 +444,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
                     Ok(head) => {
                         if !crate::warn::quiet() {
-                            eprintln!("tartaros: effect log sealed, head {head}");
+                            crate::warn::say(format_args!("effect log sealed, head {head}"));
                         }
                         log_head = Some(head);
                     }

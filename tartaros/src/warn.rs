@@ -17,8 +17,16 @@ pub fn quiet() -> bool {
 /// Prints `tartaros: warning: <message>` unless `--quiet`.
 pub fn emit(message: std::fmt::Arguments<'_>) {
     if !quiet() {
-        eprintln!("tartaros: warning: {message}");
+        say(format_args!("warning: {message}"));
     }
+}
+
+/// Prints `tartaros: <message>` on stderr. Unlike `eprintln!` it does not
+/// panic when stderr is a closed pipe (`2>&1 | head`): a message nobody
+/// reads must not abort a run in the middle of its teardown.
+pub fn say(message: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "tartaros: {message}");
 }
 
 /// Prints a TartarOS warning (see [`emit`]).

@@ -316,3 +316,24 @@ fn an_ordinary_users_agent_keeps_that_users_identity() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(work.join("made")).unwrap().uid(), UID);
 }
+
+#[test]
+fn a_closed_stderr_does_not_abort_a_run() {
+    if !can_run("closed_stderr") {
+        return;
+    }
+    let work = Dir::new();
+    let log = work.join("l.jsonl");
+    let (read, write) = nix::unistd::pipe().expect("pipe");
+    drop(read);
+    // Warnings, the seal line and a refusal all go to a stderr nobody reads.
+    let status = Command::new(bin())
+        .args(["run", "--log", log.to_str().unwrap(), "--", "true"])
+        .current_dir(work.path())
+        .stderr(Stdio::from(write))
+        .status()
+        .expect("run");
+    assert_eq!(status.code(), Some(0));
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], work.path());
+    assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
+}
