@@ -114,7 +114,7 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
         Ok(()) => code,
         Err(e) if e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe) => 0,
         Err(e) => {
-            eprintln!("tartaros: failed to write the doctor report: {e}");
+            crate::warn::say(format_args!("failed to write the doctor report: {e}"));
             1
         }
     }
@@ -136,14 +136,14 @@ pub fn manpage(subcommand: Option<&str>) -> i32 {
         Some(name) => match (main.find_subcommand(name), page_name(name)) {
             (Some(sub), Some(page)) => sub.clone().name(page),
             _ => {
-                eprintln!("tartaros: no subcommand {name:?}; see tartaros --help");
+                crate::warn::say(format_args!("no subcommand {name:?}; see tartaros --help"));
                 return exit::REFUSED;
             }
         },
     };
     let mut buffer = Vec::new();
     if let Err(e) = clap_mangen::Man::new(command).render(&mut buffer) {
-        eprintln!("tartaros: failed to render the man page: {e}");
+        crate::warn::say(format_args!("failed to render the man page: {e}"));
         return 1;
     }
     write_stdout(&buffer)
@@ -166,7 +166,7 @@ fn write_stdout(bytes: &[u8]) -> i32 {
         Ok(()) => 0,
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
         Err(e) => {
-            eprintln!("tartaros: failed to write to stdout: {e}");
+            crate::warn::say(format_args!("failed to write to stdout: {e}"));
             1
         }
     }

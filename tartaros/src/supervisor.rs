@@ -429,7 +429,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         janitor.done();
     }
     if let Err(e) = &teardown {
-        eprintln!("tartaros: {e}");
+        crate::warn::say(format_args!("{e}"));
     }
     let code = match &outcome {
         Ok(end) => exit::from_wait(end.code, end.signal),
@@ -448,10 +448,12 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                         }
                         log_head = Some(head);
                     }
-                    Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
+                    Err(e) => crate::warn::say(format_args!("failed to seal the effect log: {e}")),
                 }
             }
-            Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
+            Err(e) => crate::warn::say(format_args!(
+                "the effect log task failed: {e}; the log is unsealed"
+            )),
         }
     }
     if let Ok(end) = &outcome {
