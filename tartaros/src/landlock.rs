@@ -240,4 +240,30 @@ mod tests {
         );
         assert!(plan.write.contains(&PathBuf::from("/tmp")));
     }
+
+    #[test]
+    fn read_scope_none_grants_only_what_is_named() {
+        let policy = Policy {
+            writable_roots: vec!["/work".into()],
+            read_allows: vec!["/data".into()],
+            exec_allows: vec!["/nix/store/abc-rg".into()],
+            tmpfs: vec!["/scratch".into()],
+            read_scope: ReadScope::None,
+            ..Default::default()
+        };
+        let plan = plan(&policy, 7);
+        assert!(
+            !plan
+                .read
+                .iter()
+                .any(|p| p.starts_with("/usr") || p.starts_with("/etc"))
+        );
+        for named in ["/work", "/nix/store/abc-rg", "/scratch"] {
+            assert!(plan.read.contains(&PathBuf::from(named)), "{named}");
+        }
+        // Read allows are readable but not executable under "none".
+        assert_eq!(plan.read_only, vec![PathBuf::from("/data")]);
+        assert!(!plan.read.contains(&PathBuf::from("/data")));
+        assert!(plan.write.contains(&PathBuf::from("/scratch")));
+    }
 }

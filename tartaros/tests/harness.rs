@@ -491,3 +491,63 @@ fn the_example_harness_runs_three_calls() {
         assert!(text.contains(&format!("{call}: ok")), "{text}");
     }
 }
+
+#[test]
+fn a_guarantee_refusal_names_the_guarantee() {
+    if !can_run("status_guarantee") {
+        return;
+    }
+    // An ordinary user (an unnamed uid) lacks guarantees root has (the
+    // cgroup, the gateways); --strict refuses instead of degrading.
+    const UID: u32 = 47_000 + 125;
+    let (read, write): (OwnedFd, OwnedFd) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+    let raw = write.as_raw_fd();
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            &format!("--reuid={UID}"),
+            &format!("--regid={UID}"),
+            "--clear-groups",
+            bin(),
+            "run",
+            "--strict",
+            "--status-fd",
+            "3",
+            "--port",
+            "8080",
+            "--",
+            "true",
+        ])
+        .current_dir("/")
+        .env_remove("SUDO_UID")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: dup2 is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::dup2(raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = command.spawn().expect("setpriv");
+    drop(write);
+    let mut text = String::new();
+    std::fs::File::from(read).read_to_string(&mut text).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events(&lines), ["refused"], "{text}");
+    // The first guarantee this user lacks (a writable cgroup here).
+    let reason = lines[0]["reason"].as_str().unwrap();
+    let field = lines[0]["field"].as_str().expect("a field");
+    assert!(
+        reason.starts_with(&format!("cannot install {field}: ")),
+        "{text}"
+    );
+}
