@@ -55,10 +55,11 @@ pub struct RunArgs {
     /// Path the agent cannot read, even inside granted trees (repeatable).
     #[arg(long = "read-deny", value_name = "PATH")]
     pub read_deny: Vec<PathBuf>,
-    /// Extra readable path under --read-scope granted (repeatable).
+    /// Extra readable path under --read-scope granted or none (under none: not executable) (repeatable).
     #[arg(long = "read-allow", value_name = "PATH")]
     pub read_allow: Vec<PathBuf>,
-    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows.
+    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows;
+    /// "none": only what is named (roots, --exec-allow, --read-allow, --tmpfs, --bind).
     #[arg(long = "read-scope", value_name = "SCOPE")]
     pub read_scope: Option<ReadScope>,
     /// Path inside a writable root that stays read-only (repeatable).

@@ -33,10 +33,10 @@ pub struct HarnessArgs {
     /// A path the agent may read and execute from, under any read scope (repeatable).
     #[arg(long = "exec-allow", value_name = "PATH")]
     pub exec_allow: Vec<PathBuf>,
-    /// Give the agent its own pseudo-terminal even when stdin is not a terminal.
+    /// Give the agent its own pseudo-terminal even when stdin and stdout are not terminals.
     #[arg(long, conflicts_with = "no_tty")]
     pub tty: bool,
-    /// Never give the agent a pseudo-terminal, even when stdin is one.
+    /// Never give the agent a pseudo-terminal, even at a terminal.
     #[arg(long = "no-tty")]
     pub no_tty: bool,
 }
