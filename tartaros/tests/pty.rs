@@ -180,21 +180,43 @@ fn job_control_stops_only_the_job() {
     );
     term.type_text("echo READY-$((40+2))\n");
     term.expect("READY-42");
-    term.type_text("sleep 60\n");
-    std::thread::sleep(Duration::from_millis(300));
+    // Seen from the host: the job's state letter in /proc (R/S running, T stopped).
+    let job_state = || {
+        processes_with("61.25").first().and_then(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            stat.rsplit(") ").next()?.chars().next()
+        })
+    };
+    term.type_text("sleep 61.25\n");
+    assert!(
+        eventually(10, || matches!(job_state(), Some('S' | 'R'))),
+        "the job never ran"
+    );
     term.type_text("\x1a");
     term.expect("Stopped");
+    assert!(
+        eventually(5, || job_state() == Some('T')),
+        "Ctrl-Z did not stop the job"
+    );
     // The shell (and the sandbox) still runs and answers.
     term.type_text("echo ALIVE-$((1+1))\n");
     term.expect("ALIVE-2");
     term.type_text("fg\n");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        eventually(5, || matches!(job_state(), Some('S' | 'R'))),
+        "fg did not resume the job"
+    );
+    // Let bash hand the terminal to the job before Ctrl-C.
+    std::thread::sleep(Duration::from_millis(200));
     // Ctrl-C ends the foreground job only.
     term.type_text("\x03");
+    assert!(
+        eventually(5, || job_state().is_none()),
+        "Ctrl-C did not end the job"
+    );
     term.type_text("echo AFTER-$((2+3))\n");
     term.expect("AFTER-5");
-    term.type_text("sleep 60 &\n");
-    term.type_text("jobs -l; kill -KILL %1; wait; exit 5\n");
+    term.type_text("exit 5\n");
     let (code, seen) = term.wait();
     assert_eq!(code, Some(5), "{seen}");
     assert!(!seen.contains("no job control"), "{seen}");
