@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 use crate::exit;
-use crate::policy::{ConfigFile, FlagPolicy, ReadScope};
+use crate::policy::{FlagPolicy, ReadScope};
 use crate::supervisor::{RunRequest, run};
 
 #[derive(Debug, Parser)]
@@ -27,10 +27,14 @@ pub enum Command {
     /// Run a command in the sandbox: `tartaros run [flags] -- cmd args...`
     Run(Box<RunArgs>),
     /// Print what this host can enforce.
-    Doctor {
-        /// Also remove the cgroups of killed runs (never a live run's).
-        #[arg(long)]
-        clean: bool,
+    Doctor(crate::cli_extra::DoctorArgs),
+    /// Print a shell completion script: `tartaros completions bash > ...`.
+    Completions(crate::cli_extra::CompletionsArgs),
+    /// Print the man page (roff), generated from this command line.
+    #[command(hide = true)]
+    Manpage {
+        /// A subcommand's page (`tartaros-run`) instead of the main one.
+        subcommand: Option<String>,
     },
     /// Run the root service that runs sandboxes for ordinary users (foreground).
     Service {
@@ -57,10 +61,11 @@ pub struct RunArgs {
     /// Path the agent cannot read, even inside granted trees (repeatable).
     #[arg(long = "read-deny", value_name = "PATH")]
     pub read_deny: Vec<PathBuf>,
-    /// Extra readable path under --read-scope granted (repeatable).
+    /// Extra readable path under --read-scope granted or none (under none: not executable) (repeatable).
     #[arg(long = "read-allow", value_name = "PATH")]
     pub read_allow: Vec<PathBuf>,
-    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows.
+    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows;
+    /// "none": only what is named (roots, --exec-allow, --read-allow, --tmpfs, --bind).
     #[arg(long = "read-scope", value_name = "SCOPE")]
     pub read_scope: Option<ReadScope>,
     /// Path inside a writable root that stays read-only (repeatable).
@@ -117,6 +122,8 @@ pub struct RunArgs {
     /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M).
     #[arg(long = "log-buffer", value_name = "SIZE", value_parser = parse_size)]
     pub log_buffer: Option<u64>,
+    #[command(flatten)]
+    pub harness: crate::run_options::HarnessArgs,
     /// The agent's command and arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -177,21 +184,7 @@ pub struct ShowArgs {
 }
 
 fn parse_size(raw: &str) -> Result<u64, String> {
-    let raw = raw.trim();
-    let (digits, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{raw:?} is not a size; write e.g. 512M"))?;
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("unknown unit in {raw:?}; use K, M or G")),
-    };
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("{raw:?} is too large"))
+    crate::config::parse_size(raw)
 }
 
 fn parse_duration_ms(raw: &str) -> Result<u64, String> {
@@ -213,37 +206,22 @@ fn ring_size(requested: Option<u64>) -> Result<u32, String> {
 
 /// Prints `tartaros: <message>` and returns `code`.
 fn fail(code: i32, message: impl std::fmt::Display) -> i32 {
-    eprintln!("tartaros: {message}");
+    crate::warn::say(format_args!("{message}"));
     code
 }
 
 /// Parses the command line and runs it; returns the process exit status.
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+    let status_fd = crate::cli_extra::status_fd_in(&args);
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    exit::REFUSED
-                } else {
-                    0
-                };
-            }
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            return fail(exit::REFUSED, first.trim_start_matches("error: "));
-        }
+        Err(e) => return crate::cli_extra::usage_error(&e, status_fd),
     };
     match cli.command {
         Command::Run(args) => run_command(*args),
-        Command::Doctor { clean } => crate::doctor::print(clean),
+        Command::Doctor(args) => crate::cli_extra::doctor(&args),
+        Command::Completions(args) => crate::cli_extra::completions(&args),
+        Command::Manpage { subcommand } => crate::cli_extra::manpage(subcommand.as_deref()),
         Command::Service { socket } => match crate::service::server::serve(&socket) {
             Ok(()) => 0,
             Err(e) => fail(exit::START_FAILURE, e),
@@ -252,11 +230,27 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     }
 }
 
-fn run_command(args: RunArgs) -> i32 {
+fn run_command(mut args: RunArgs) -> i32 {
+    let started_at = std::time::Instant::now();
+    crate::warn::set_quiet(args.harness.quiet);
+    let status = match args
+        .harness
+        .status_fd
+        .map(crate::status::StatusChannel::adopt)
+    {
+        Some(Ok(channel)) => Some(std::sync::Arc::new(channel)),
+        Some(Err(e)) => return fail(exit::REFUSED, e),
+        None => None,
+    };
+    // Every end before the agent starts is also a status line.
+    let end = |code: i32, message: String| {
+        crate::cli_extra::report_end(status.as_deref(), code, &message);
+        fail(code, message)
+    };
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
         Err(e) => {
-            return fail(
+            return end(
                 exit::REFUSED,
                 format!(
                     "failed to read the working directory: {e}; run from an existing directory"
@@ -264,14 +258,26 @@ fn run_command(args: RunArgs) -> i32 {
             );
         }
     };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     let file = match &args.config {
         // Read with the caller's file access when the service runs this.
-        Some(path) => match crate::service::worker::as_caller(|| ConfigFile::load(path)) {
+        Some(path) => match crate::service::worker::as_caller(|| {
+            crate::config::load(path, std::io::stdin().lock(), home.as_deref())
+        }) {
             Ok(file) => Some(file),
-            Err(e) => return fail(exit::REFUSED, e),
+            Err(e) => return end(exit::REFUSED, e.to_string()),
         },
         None => None,
     };
+    let label = match args.harness.checked_label() {
+        Ok(label) => label,
+        Err(e) => return end(exit::REFUSED, e),
+    };
+    let workdir = match args.harness.working_dir(&cwd) {
+        Ok(dir) => dir,
+        Err(e) => return end(exit::REFUSED, e),
+    };
+    let harness = std::mem::take(&mut args.harness);
     let flags = FlagPolicy {
         write: args.write,
         read_deny: args.read_deny,
@@ -294,6 +300,9 @@ fn run_command(args: RunArgs) -> i32 {
         user: args.user,
         timeout_ms: args.timeout,
         kill_after_ms: args.kill_after,
+        exec_allow: harness.exec_allow.clone(),
+        tmpfs: harness.tmpfs.clone(),
+        bind: harness.bind_pairs(),
     };
     let launcher_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -301,12 +310,12 @@ fn run_command(args: RunArgs) -> i32 {
     let env_is_set = |name: &str| launcher_env.iter().any(|(k, _)| k == name);
     let policy = match crate::policy::build(file, flags, &cwd, &env_is_set) {
         Ok(policy) => policy,
-        Err(e) => return fail(exit::REFUSED, e),
+        Err(e) => return end(exit::REFUSED, e.to_string()),
     };
     if let Some(log) = &args.log
         && std::fs::symlink_metadata(log).is_ok()
     {
-        return fail(
+        return end(
             exit::REFUSED,
             format!(
                 "--log {} already exists; choose a new file (the log is append-only and never overwritten)",
@@ -314,11 +323,15 @@ fn run_command(args: RunArgs) -> i32 {
             ),
         );
     }
+    let log_buffer = match ring_size(args.log_buffer) {
+        Ok(size) => size,
+        Err(e) => return end(exit::REFUSED, e),
+    };
     // Forked while we are still single-threaded, before the runtime.
     let janitor = match crate::janitor::Janitor::fork() {
         Ok(janitor) => Some(janitor),
         Err(e) => {
-            eprintln!("tartaros: warning: {e}; a crash of tartaros would leave its cgroup behind");
+            crate::tt_warn!("{e}; a crash of tartaros would leave its cgroup behind");
             None
         }
     };
@@ -328,29 +341,35 @@ fn run_command(args: RunArgs) -> i32 {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            return fail(
+            return end(
                 exit::START_FAILURE,
                 format!("failed to start the async runtime: {e}"),
             );
         }
     };
     let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
-    let log_buffer = match ring_size(args.log_buffer) {
-        Ok(size) => size,
-        Err(e) => return fail(exit::REFUSED, e),
-    };
+    // Both ends a terminal: with output redirected, a pty would turn
+    // newlines into CRLF and merge stderr into stdout.
+    let at_terminal =
+        nix::unistd::isatty(0).unwrap_or(false) && nix::unistd::isatty(1).unwrap_or(false);
+    let pty = harness.wants_pty(at_terminal);
     let request = RunRequest {
         policy,
         argv: args.command,
-        cwd,
+        cwd: workdir,
         log,
         log_buffer,
         launcher_env,
         janitor,
+        status: status.clone(),
+        label,
+        setenv: harness.setenv,
+        pty,
+        started_at,
     };
     match runtime.block_on(run(request)) {
         Ok(code) => code,
-        Err(refusal) => fail(refusal.code, refusal.message),
+        Err(refusal) => end(refusal.code, refusal.message),
     }
 }
 
@@ -364,13 +383,6 @@ mod tests {
         assert_eq!(ring_size(Some(100_000)), Ok(1 << 17));
         assert!(ring_size(Some(1)).is_err());
         assert!(ring_size(Some(4 << 30)).is_err());
-    }
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert!(parse_size("12X").is_err());
     }
 
     #[test]

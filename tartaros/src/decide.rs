@@ -79,6 +79,10 @@ pub struct Request<'a> {
     pub log: Option<&'a Path>,
     pub log_buffer: u32,
     pub launcher_env: &'a [(String, String)],
+    /// `--setenv NAME=VALUE` pairs.
+    pub setenv: &'a [(String, String)],
+    /// The agent gets its own pseudo-terminal.
+    pub pty: bool,
 }
 
 /// Facts read once from the host before deciding.
@@ -176,7 +180,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     };
     let init = Plan {
         argv: request.argv.to_vec(),
-        env: crate::environment::agent_env(policy, request.launcher_env),
+        env: crate::environment::agent_env_with(policy, request.launcher_env, request.setenv),
         cwd: request.cwd.to_path_buf(),
         identity,
         user_namespace,
@@ -191,6 +195,10 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             deny_unix: policy.deny_unix,
         }),
         strict: policy.strict,
+        pty: request.pty,
+        scope: crate::scope::ScopeMounts::of(policy, identity),
+        // The agent keeps the launcher's own ids (identity_map.rs).
+        map_user: user_namespace.then_some(facts.current),
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

@@ -80,6 +80,8 @@ fn decide_with(
         log,
         log_buffer: 1 << 20,
         launcher_env: env,
+        setenv: &[],
+        pty: false,
     };
     let facts = HostFacts {
         host,
@@ -337,6 +339,8 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         log: None,
         log_buffer: 1 << 20,
         launcher_env: &[],
+        setenv: &[],
+        pty: false,
     };
     let plain = policy();
     let plan = decide(&request(&plain), &facts).unwrap();

@@ -114,8 +114,10 @@ pub fn print(clean: bool) -> i32 {
         if missing.is_empty() {
             println!("as {who:<14} every default guarantee installs");
         }
-        for e in &missing {
-            println!("as {who:<14} missing {}: {}", e.guarantee.name(), e.reason);
+        // Also what network grants, limits and capture would lack.
+        let demanding = crate::doctor_report::demanding_policy();
+        for (name, reason) in crate::guarantee::missing(&demanding, view, true) {
+            println!("as {who:<14} missing {name}: {reason}");
         }
         if view.root == host.root {
             missing_now = missing.len();

@@ -162,10 +162,11 @@ impl Ledger {
     }
 }
 
-/// Prints the ledger's pending warnings on stderr.
+/// Prints the ledger's pending warnings on stderr (`--quiet` silences
+/// them).
 pub fn print_warnings(ledger: &mut Ledger) {
     for warning in ledger.take_warnings() {
-        eprintln!("tartaros: warning: {warning}");
+        crate::tt_warn!("{warning}");
     }
 }
 
@@ -309,6 +310,25 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
         )?;
     }
     Ok(ledger)
+}
+
+/// Every guarantee `policy` asks for that `host` cannot install, with why
+/// and how to get it (for `doctor`): judged best effort, so that all are
+/// listed, the namespaces' hard refusal included.
+pub fn missing(policy: &Policy, host: &Host, capture: bool) -> Vec<(&'static str, String)> {
+    let lenient = Policy {
+        strict: false,
+        ..policy.clone()
+    };
+    match requested(&lenient, host, capture) {
+        Ok(ledger) => ledger
+            .entries()
+            .iter()
+            .filter(|e| !e.installed)
+            .map(|e| (e.guarantee.name(), e.reason.clone()))
+            .collect(),
+        Err(refusal) => vec![(Guarantee::Namespaces.name(), refusal.message)],
+    }
 }
 
 #[cfg(test)]

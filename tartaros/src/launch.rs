@@ -3,7 +3,6 @@
 //! the gateways and its plan, and is waited for while signals are
 //! forwarded.
 
-use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use tokio::io::unix::AsyncFd;
@@ -34,18 +33,33 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// What the start needs besides the plan: the gateways' parts, the
+/// signals taken at the start of the run, the status channel, the pty.
+pub struct Extras<'a> {
+    pub broker: Option<&'a crate::egress::BrokerSetup>,
+    pub original_dst: Option<crate::proxy::OriginalDst>,
+    pub signals: crate::stop::Signals,
+    pub announce: &'a crate::harness::Announce,
+    pub pty: Option<crate::pty::Channel>,
+}
+
 /// Starts the init (straight into `cgroup` and new namespaces), gives it
-/// its identity mapping and the gateways, sends it the plan, forwards
-/// signals until it exits, and reads how the agent ended.
+/// its identity mapping and the gateways, sends it the plan, relays the
+/// pty, forwards signals until it exits, and reads how the agent ended.
 pub async fn start_and_wait(
     cgroup: Option<&RunCgroup>,
     run: &RunPlan,
     policy: &Policy,
-    broker: Option<&crate::egress::BrokerSetup>,
-    original_dst: Option<crate::proxy::OriginalDst>,
-    signals: crate::stop::Signals,
+    extras: Extras<'_>,
     effects: &crate::events::EffectSender,
-) -> Result<AgentEnd, Refusal> {
+) -> Result<(AgentEnd, Option<crate::pty::Relay>), Refusal> {
+    let Extras {
+        broker,
+        original_dst,
+        signals,
+        announce,
+        mut pty,
+    } = extras;
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
     };
@@ -79,12 +93,18 @@ pub async fn start_and_wait(
             report: &report_write,
             gateway: &gateway_write,
             gate: gated.then_some(&gate_read),
+            pty: pty.as_ref().map(|p| &p.theirs),
         },
     )
     .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    // Only the init may hold its end: EOF then means it is gone.
+    let pty = pty.take().map(|p| p.ours);
+    let pty = pty.as_ref();
     drop(plan_read);
     drop(report_write);
     drop(gateway_write);
+    // Read as they come, so `started` goes out while the agent runs.
+    let reports = crate::harness::read_reports(report_read, announce.clone(), init.pid);
     // The init waits for its plan before it forks, so joining the v1 limit
     // cgroups now covers every process of the agent.
     let joined = match cgroup {
@@ -131,13 +151,21 @@ pub async fn start_and_wait(
             let _ = wait_exit(&init.pidfd).await;
             // The init's own report says best why it failed (a port it
             // could not bind, say).
-            return Err(
-                reported_failure(report_read).unwrap_or(Refusal::new(exit::START_FAILURE, e))
-            );
+            let failed = reports.join().unwrap_or_default().into_iter().find_map(|r| match r {
+                Report::Failed { code, message } => Some(Refusal::new(code, message)),
+                _ => None,
+            });
+            return Err(failed.unwrap_or(Refusal::new(exit::START_FAILURE, e)));
         }
     };
     // Dropped when the run ends: the gateways close with it.
     let _gateways = AbortOnDrop(gateways);
+    // The init opens the pty after its mounts and sends the master; a
+    // failure there is reported by the init itself.
+    let relay = crate::harness::start_relay(pty).unwrap_or_else(|e| {
+        crate::tt_warn!("{e}");
+        None
+    });
 
     let ended = crate::stop::supervise(
         init.pid,
@@ -148,18 +176,19 @@ pub async fn start_and_wait(
         effects,
     )
     .await;
-    let mut report_bytes = Vec::new();
-    let _ = std::fs::File::from(report_read).read_to_end(&mut report_bytes);
-    let reports = Report::parse_all(&report_bytes);
+    let reports = reports.join().unwrap_or_default();
     for report in &reports {
         match report {
             Report::Failed { code, message } => return Err(Refusal::new(*code, message)),
             Report::Exited { code, signal } => {
-                return Ok(AgentEnd {
-                    code: *code,
-                    signal: *signal,
-                    timed_out: ended.timed_out,
-                });
+                return Ok((
+                    AgentEnd {
+                        code: *code,
+                        signal: *signal,
+                        timed_out: ended.timed_out,
+                    },
+                    relay,
+                ));
             }
             Report::Started => {}
         }
@@ -167,11 +196,14 @@ pub async fn start_and_wait(
     let init_status = ended.status;
     if ended.killed.is_some() {
         // We killed the init with the rest: the agent died of SIGKILL.
-        return Ok(AgentEnd {
-            code: None,
-            signal: Some(libc::SIGKILL),
-            timed_out: ended.timed_out,
-        });
+        return Ok((
+            AgentEnd {
+                code: None,
+                signal: Some(libc::SIGKILL),
+                timed_out: ended.timed_out,
+            },
+            relay,
+        ));
     }
     Err(Refusal::new(
         exit::START_FAILURE,
@@ -210,16 +242,6 @@ async fn serve_gateways(
         effects,
     )
     .map_err(|e| e.to_string())
-}
-
-/// The init's `Failed` report, if it wrote one.
-fn reported_failure(report: OwnedFd) -> Option<Refusal> {
-    let mut bytes = Vec::new();
-    let _ = std::fs::File::from(report).read_to_end(&mut bytes);
-    Report::parse_all(&bytes).into_iter().find_map(|r| match r {
-        Report::Failed { code, message } => Some(Refusal::new(code, message)),
-        _ => None,
-    })
 }
 
 /// Waits until the init behind `pidfd` exits, reaps it, and describes its

@@ -13,10 +13,13 @@ fn main() {
     let code = match args.get(1).and_then(|a| a.to_str()) {
         Some(tartaros::init::INIT_ARG) => tartaros::init::main(),
         Some(tartaros::service::WORKER_ARG) => tartaros::service::worker::main(),
-        _ => match tartaros::service::client::delegate(&args) {
-            Some(code) => code,
-            None => tartaros::cli::main(args),
-        },
+        _ => {
+            tartaros::cli_extra::quiet_broken_pipe();
+            match tartaros::service::client::delegate(&args) {
+                Some(code) => code,
+                None => tartaros::cli::main(args),
+            }
+        }
     };
     std::process::exit(code)
 }

@@ -46,6 +46,16 @@ pub struct Plan {
     pub seccomp: Option<SeccompPlan>,
     /// Every requested guarantee is mandatory (`--strict`).
     pub strict: bool,
+    /// The agent's pty slave is on fd 6 (`pty::PTY_FD`).
+    #[serde(default)]
+    pub pty: bool,
+    /// `--tmpfs` and `--bind`, mounted after `mounts`.
+    #[serde(default)]
+    pub scope: crate::scope::ScopeMounts,
+    /// In a user namespace: the launcher's own ids, which the agent keeps
+    /// (see identity_map.rs).
+    #[serde(default)]
+    pub map_user: Option<Identity>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -118,6 +128,9 @@ mod tests {
                 deny_unix: true,
             }),
             strict: true,
+            pty: false,
+            scope: Default::default(),
+            map_user: None,
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();

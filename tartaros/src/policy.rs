@@ -37,6 +37,10 @@ pub enum ReadScope {
     All,
     /// Only the system directories, the writable roots and the read allows.
     Granted,
+    /// Nothing but what is named: the writable roots, the read allows (read
+    /// only) and the exec allows (read and execute), e.g. the store paths
+    /// of one tool's packages.
+    None,
 }
 
 impl std::str::FromStr for ReadScope {
@@ -45,8 +49,9 @@ impl std::str::FromStr for ReadScope {
         match s {
             "all" => Ok(Self::All),
             "granted" => Ok(Self::Granted),
+            "none" => Ok(Self::None),
             other => Err(format!(
-                "unknown read scope {other:?}; use \"all\" or \"granted\""
+                "unknown read scope {other:?}; use \"all\", \"granted\" or \"none\""
             )),
         }
     }
@@ -80,6 +85,7 @@ pub struct PolicyFields {
     pub harden_syscalls: Option<bool>,
     pub materialize_absent_handoff: Option<bool>,
     pub max_processes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::config::size")]
     pub max_memory: Option<u64>,
     pub inherit_env: Option<bool>,
     #[serde(default)]
@@ -89,6 +95,12 @@ pub struct PolicyFields {
     pub glob_read_denies: Option<Vec<String>>,
     pub glob_denies: Option<Vec<String>>,
     pub allow_unix_socket_paths: Option<Vec<String>>,
+    #[serde(default)]
+    pub exec_allows: Vec<String>,
+    #[serde(default)]
+    pub tmpfs: Vec<String>,
+    #[serde(default)]
+    pub binds: Vec<crate::scope::BindField>,
 }
 
 /// One credential the broker injects (`[[broker.capability]]`).
@@ -215,6 +227,10 @@ pub struct FlagPolicy {
     pub timeout_ms: Option<u64>,
     /// `--kill-after`, in milliseconds.
     pub kill_after_ms: Option<u64>,
+    pub exec_allow: Vec<PathBuf>,
+    pub tmpfs: Vec<PathBuf>,
+    /// Read-only binds, (source, target).
+    pub bind: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The normalized policy: absolute, resolved paths, sorted and deduplicated
@@ -248,6 +264,12 @@ pub struct Policy {
     /// Grace period after a forwarded signal or the timeout before the
     /// cgroup is killed (`--kill-after`); the build fills in the default.
     pub kill_after_ms: Option<u64>,
+    /// Readable and executable under any read scope.
+    pub exec_allows: Vec<PathBuf>,
+    /// A fresh tmpfs the agent may write on each of these directories.
+    pub tmpfs: Vec<PathBuf>,
+    /// Read-only binds of a host path onto a path of the sandbox.
+    pub binds: Vec<crate::scope::Bind>,
 }
 
 impl Policy {
@@ -263,6 +285,7 @@ impl Policy {
             .iter()
             .any(|root| path.starts_with(root))
             || (self.private_tmp && path.starts_with("/tmp"))
+            || self.tmpfs.iter().any(|t| path.starts_with(t))
     }
 }
 
@@ -365,6 +388,7 @@ pub fn build(
     if let Some(broker) = &file.broker {
         check_broker(broker, env_is_set)?;
     }
+    let scope = crate::scope::build(&fields, &flags, cwd)?;
 
     let policy = Policy {
         writable_roots: sorted(writable_roots),
@@ -395,8 +419,12 @@ pub fn build(
                 .kill_after_ms
                 .unwrap_or(crate::stop::DEFAULT_KILL_AFTER.as_millis() as u64),
         ),
+        exec_allows: scope.exec_allows,
+        tmpfs: scope.tmpfs,
+        binds: scope.binds,
     };
     check_paths(&policy)?;
+    crate::scope::check(&policy)?;
     check_ports(&policy)?;
     Ok(policy)
 }

@@ -43,13 +43,15 @@ pub struct InitProcess {
     pub pidfd: OwnedFd,
 }
 
-/// The supervisor's ends that the init inherits: the plan and report
-/// pipes, the gateway socket and, in a user namespace, the start gate.
+/// The supervisor's ends that the init inherits: the plan (fd 3) and
+/// report (fd 4) pipes, the gateway socket (fd 5), the start gate of a
+/// user namespace run, and the agent's pty (fd 6).
 pub struct InitFds<'a> {
     pub plan: &'a OwnedFd,
     pub report: &'a OwnedFd,
     pub gateway: &'a OwnedFd,
     pub gate: Option<&'a OwnedFd>,
+    pub pty: Option<&'a OwnedFd>,
 }
 
 /// The fd numbers the init finds its plan and report pipes on.
@@ -87,13 +89,14 @@ pub fn spawn_init(
     argv: &[&str],
     cgroup_fd: Option<RawFd>,
     namespaces: Namespaces,
-    fds: InitFds,
+    fds: InitFds<'_>,
 ) -> Result<InitProcess, SpawnError> {
     let InitFds {
         plan,
         report,
         gateway,
         gate,
+        pty,
     } = fds;
     let exe = CString::new(exe)?;
     let args: Vec<CString> = argv
@@ -114,6 +117,9 @@ pub fn spawn_init(
     // needs. It waits for one byte on `gate` (EOF: the supervisor gave up).
     let gate_src = gate.map(|g| dup_above(g.as_raw_fd())).transpose()?;
     let gate_fd = gate_src.as_ref().map_or(-1, |g| g.as_raw_fd());
+    // The agent's pty slave, for the init to hand on (see pty.rs).
+    let pty_src = pty.map(|p| dup_above(p.as_raw_fd())).transpose()?;
+    let pty_fd = pty_src.as_ref().map_or(-1, |p| p.as_raw_fd());
 
     let mut flags = (libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
@@ -168,6 +174,7 @@ pub fn spawn_init(
                 || libc::dup2(report_src.as_raw_fd(), REPORT_FD) < 0
                 || libc::dup2(gateway_src.as_raw_fd(), GATEWAY_FD) < 0
                 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || (pty_fd >= 0 && libc::dup2(pty_fd, crate::pty::PTY_FD) < 0)
                 || libc::setsid() < 0
             {
                 libc::_exit(crate::exit::START_FAILURE);

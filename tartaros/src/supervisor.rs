@@ -38,6 +38,16 @@ pub struct RunRequest {
     pub launcher_env: Vec<(String, String)>,
     /// Forked by the CLI before the runtime; cleans up if we are killed.
     pub janitor: Option<crate::janitor::Janitor>,
+    /// `--status-fd`: where `started` and `exited` go.
+    pub status: Option<std::sync::Arc<crate::status::StatusChannel>>,
+    /// `--label`, for the genesis and the status channel.
+    pub label: Option<String>,
+    /// `--setenv NAME=VALUE` pairs.
+    pub setenv: Vec<(String, String)>,
+    /// Give the agent its own pseudo-terminal (see pty.rs).
+    pub pty: bool,
+    /// When the command started, for `duration_ms`.
+    pub started_at: std::time::Instant,
 }
 
 /// Runs the agent under `request` and returns the exit status to use.
@@ -92,16 +102,25 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             log: request.log.as_deref(),
             log_buffer: request.log_buffer,
             launcher_env: &request.launcher_env,
+            setenv: &request.setenv,
+            pty: request.pty,
         },
         &facts,
     );
     let mut run = decided?;
     print_warnings(&mut run.ledger);
+    if !run.init.user_namespace {
+        let program = request.argv.first().map_or("", String::as_str);
+        crate::harness::warn_unreachable_path(&run.init.env, program, run.init.identity);
+    }
     let broker = crate::egress::BrokerSetup::load(&request.policy)
         .map_err(|e| Refusal::new(exit::REFUSED, e))?;
 
+    let pty = crate::harness::pty_channel(request.pty)
+        .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    let id = run_id();
     let mut undo = UndoStack::new(request.janitor.take());
-    let created = create_on_host(&request, &run, &mut undo);
+    let created = create_on_host(&request, &run, &id, &mut undo);
     let mut log = match created {
         Ok(log) => log,
         Err(refusal) => {
@@ -127,6 +146,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 watch.as_ref().map(KernelWatch::tags).unwrap_or_default(),
             );
             writer.set_secrets(crate::egress::secret_values(&request.policy));
+            writer.set_run(&id, request.label.as_deref());
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
                 let _ = undo.unwind();
                 return Err(Refusal::new(exit::START_FAILURE, e));
@@ -138,27 +158,43 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
+    let announce = crate::harness::Announce {
+        status: request.status.clone(),
+        run_id: id.clone(),
+        label: request.label.clone(),
+    };
     let outcome = crate::launch::start_and_wait(
         undo.cgroup(),
         &run,
         &request.policy,
-        broker.as_ref(),
-        original_dst,
-        signals,
+        crate::launch::Extras {
+            broker: broker.as_ref(),
+            original_dst,
+            signals,
+            announce: &announce,
+            pty,
+        },
         &effects,
     )
     .await;
+    let (outcome, relay) = match outcome {
+        Ok((end, relay)) => (Ok(end), relay),
+        Err(refusal) => (Err(refusal), None),
+    };
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
     let teardown = undo.unwind();
+    if let Some(relay) = relay {
+        relay.finish(std::time::Duration::from_secs(2));
+    }
     // The cgroup is empty: every event is in the ring buffer. Drain it.
     let release = match watch {
         Some(watch) => Some(watch.finish().await.1),
         None => None,
     };
     if let Err(e) = &teardown {
-        eprintln!("tartaros: {e}");
+        crate::warn::say(format_args!("{e}"));
     }
     let code = match &outcome {
         Ok(end) if end.timed_out => crate::stop::TIMEOUT_EXIT,
@@ -166,6 +202,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Err(refusal) => refusal.code,
     };
     drop(effects);
+    let mut log_head = None;
     if let Some(drain) = drain {
         match drain.await {
             Ok(writer) => {
@@ -177,12 +214,36 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                     .filter(|end| !end.timed_out)
                     .and_then(|end| end.signal);
                 match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
-                    Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
-                    Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
+                    Ok(head) => {
+                        if !crate::warn::quiet() {
+                            crate::warn::say(format_args!("effect log sealed, head {head}"));
+                        }
+                        log_head = Some(head);
+                    }
+                    Err(e) => crate::warn::say(format_args!("failed to seal the effect log: {e}")),
                 }
             }
-            Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
+            Err(e) => crate::warn::say(format_args!(
+                "the effect log task failed: {e}; the log is unsealed"
+            )),
         }
+    }
+    if let Ok(end) = &outcome {
+        let status = match &teardown {
+            Ok(()) => code,
+            Err(_) => code.max(1),
+        };
+        crate::harness::announce_exit(
+            &announce,
+            crate::harness::Exit {
+                code: end.code,
+                signal: end.signal,
+                status,
+                started_at: request.started_at,
+                log: request.log.as_deref(),
+                log_head,
+            },
+        );
     }
     if let Some(release) = release {
         release.wait();
@@ -199,6 +260,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
 fn create_on_host(
     request: &RunRequest,
     run: &RunPlan,
+    id: &str,
     undo: &mut UndoStack,
 ) -> Result<Option<LogWriter>, Refusal> {
     // The service creates them for its caller only where the caller could.
@@ -219,7 +281,7 @@ fn create_on_host(
         None => None,
     };
     if let Some(limits) = run.cgroup {
-        let mut cgroup = crate::cgroup::RunCgroup::create(&run_id())
+        let mut cgroup = crate::cgroup::RunCgroup::create(id)
             .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
         let limited = cgroup.set_limits(limits);
         undo.push(Undo::Cgroup(cgroup));

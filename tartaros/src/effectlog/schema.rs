@@ -200,7 +200,21 @@ pub(crate) fn check_effect(m: &Map<String, Value>) -> Result<(), String> {
 }
 
 pub(crate) fn check_genesis(m: &Map<String, Value>) -> Result<(), String> {
-    exact_keys(m, GENESIS_KEYS)?;
+    // `run` (run id and label) is optional: logs before it had none.
+    match m.get("run") {
+        None => exact_keys(m, GENESIS_KEYS)?,
+        Some(run) => {
+            let mut keys = GENESIS_KEYS.to_vec();
+            keys.push("run");
+            exact_keys(m, &keys)?;
+            let run = run.as_object().ok_or("`run` is not an object")?;
+            exact_keys(run, &["id", "label"]).map_err(|e| format!("run: {e}"))?;
+            string(run, "id")?;
+            if !matches!(run.get("label"), Some(Value::String(_) | Value::Null)) {
+                return Err("`run.label` is neither a string nor null".into());
+            }
+        }
+    }
     string(m, "version")?;
     string(m, "kernel")?;
     uint(m, "started")?;
