@@ -99,8 +99,10 @@ fn doctor_json_lists_what_an_ordinary_user_lacks() {
         .iter()
         .filter_map(|m| m["guarantee"].as_str())
         .collect();
-    // Gateways need root on every host; the report says how to get them.
-    assert!(names.contains(&"gateways"), "{names:?}");
+    // Capture needs eBPF (root, or the service); gateways do not need root
+    // (the init makes their listeners). The report says how to get each.
+    assert!(names.contains(&"ebpf-capture"), "{names:?}");
+    assert!(!names.contains(&"gateways"), "{names:?}");
     assert!(
         user.iter()
             .all(|m| !m["how_to_get_it"].as_str().unwrap_or_default().is_empty())
@@ -109,7 +111,7 @@ fn doctor_json_lists_what_an_ordinary_user_lacks() {
     assert!(
         stdout(&text)
             .lines()
-            .any(|l| l.starts_with("as ordinary user") && l.contains("missing gateways")),
+            .any(|l| l.starts_with("as ordinary user") && l.contains("missing ebpf-capture")),
         "{}",
         stdout(&text)
     );
