@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::effectlog::reader_cli::LogCommand;
 use crate::exit;
 use crate::policy::{FlagPolicy, ReadScope};
 use crate::supervisor::{RunRequest, run};
@@ -129,60 +130,6 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum LogCommand {
-    /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
-    Verify { file: PathBuf },
-    /// Print a readable timeline (or --tree); exits with verify's code.
-    Show(Box<ShowArgs>),
-    /// What changed, where it connected, what was refused; exits with verify's code.
-    Summary {
-        file: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Write one self-contained HTML page; exits with verify's code.
-    Report {
-        file: PathBuf,
-        /// The HTML file to write (replaced if it exists).
-        #[arg(short = 'o', long = "output", value_name = "HTML")]
-        output: PathBuf,
-    },
-}
-
-#[derive(Debug, Args)]
-pub struct ShowArgs {
-    pub file: PathBuf,
-    /// Only these kinds (repeatable, or comma-separated); groups: file, net, proc.
-    #[arg(long, value_name = "KIND")]
-    pub kind: Vec<String>,
-    /// Only effects the sandbox refused (EACCES/EPERM/EROFS, proxy and broker denials).
-    #[arg(long)]
-    pub denied: bool,
-    /// Only ordinary failures (ENOENT, EEXIST, EXDEV...), not refusals.
-    #[arg(long)]
-    pub failed: bool,
-    /// Only records of this process (with --tree: its subtree).
-    #[arg(long)]
-    pub pid: Option<u32>,
-    /// Only records naming a path that matches (`*` within a directory, `**` across).
-    #[arg(long, value_name = "GLOB")]
-    pub path: Option<String>,
-    /// From this time: seconds after the start (90, 1.5, 250ms) or RFC 3339.
-    #[arg(long, value_name = "TIME")]
-    pub since: Option<String>,
-    /// Up to this time: seconds after the start or RFC 3339.
-    #[arg(long, value_name = "TIME")]
-    pub until: Option<String>,
-    /// One JSON record per line (for jq and log shippers).
-    #[arg(long, conflicts_with = "tree")]
-    pub json: bool,
-    /// The process tree (with filters: the processes with matching records).
-    #[arg(long)]
-    pub tree: bool,
-}
-
 fn parse_size(raw: &str) -> Result<u64, String> {
     crate::config::parse_size(raw)
 }
@@ -220,8 +167,13 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
     match cli.command {
         Command::Run(args) => run_command(*args),
         Command::Doctor(args) => crate::cli_extra::doctor(&args),
-        Command::Completions(args) => crate::cli_extra::completions(&args),
-        Command::Manpage { subcommand } => crate::cli_extra::manpage(subcommand.as_deref()),
+        Command::Completions(args) => {
+            crate::cli_extra::completions(&args, <Cli as clap::CommandFactory>::command())
+        }
+        Command::Manpage { subcommand } => crate::cli_extra::manpage(
+            subcommand.as_deref(),
+            <Cli as clap::CommandFactory>::command(),
+        ),
         Command::Service { socket } => match crate::service::server::serve(&socket) {
             Ok(()) => 0,
             Err(e) => fail(exit::START_FAILURE, e),
@@ -261,7 +213,7 @@ fn run_command(mut args: RunArgs) -> i32 {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let file = match &args.config {
         // Read with the caller's file access when the service runs this.
-        Some(path) => match crate::service::worker::as_caller(|| {
+        Some(path) => match crate::caller::as_caller(|| {
             crate::config::load(path, std::io::stdin().lock(), home.as_deref())
         }) {
             Ok(file) => Some(file),
@@ -391,5 +343,40 @@ mod tests {
         assert!(Cli::try_parse_from(["tartaros", "run"]).is_err());
         assert!(Cli::try_parse_from(["tartaros", "run", "--port", "70000", "--", "true"]).is_err());
         assert!(Cli::try_parse_from(["tartaros", "run", "--port", "0", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn clap_text_keeps_tip_and_usage_behind_our_prefix() {
+        let error = <Cli as clap::CommandFactory>::command()
+            .try_get_matches_from(["tartaros", "run", "--wrte", "x", "--", "true"])
+            .unwrap_err();
+        let text = crate::cli_extra::prefixed(&error.render().to_string());
+        assert!(
+            text.starts_with("tartaros: unexpected argument '--wrte'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tip: a similar argument exists: '--write'"),
+            "{text}"
+        );
+        assert!(text.contains("Usage: tartaros run"), "{text}");
+    }
+
+    #[test]
+    fn completions_and_man_page_render() {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        let mut buffer = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut command,
+            "tartaros",
+            &mut buffer,
+        );
+        assert!(String::from_utf8_lossy(&buffer).contains("--status-fd"));
+        let mut man = Vec::new();
+        clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+            .render(&mut man)
+            .unwrap();
+        assert!(String::from_utf8_lossy(&man).contains(".TH tartaros"));
     }
 }

@@ -11,7 +11,16 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MsFlags, mount};
 
 use crate::mount_tree;
-use crate::mounts::MountError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DevfsError {
+    #[error("failed to {what} {path}: {source}")]
+    Mount {
+        what: &'static str,
+        path: PathBuf,
+        source: nix::Error,
+    },
+}
 
 /// Host device nodes the agent may use; nothing else of the host's /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
@@ -24,8 +33,8 @@ const LINKS: &[(&str, &str)] = &[
     ("stderr", "/proc/self/fd/2"),
 ];
 
-fn failed<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> MountError + 'a {
-    move |source| MountError::Mount {
+fn failed<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> DevfsError + 'a {
+    move |source| DevfsError::Mount {
         what,
         path: path.to_path_buf(),
         source,
@@ -35,8 +44,8 @@ fn failed<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> 
 fn io_failed<'a>(
     what: &'static str,
     path: &'a Path,
-) -> impl FnOnce(std::io::Error) -> MountError + 'a {
-    move |e| MountError::Mount {
+) -> impl FnOnce(std::io::Error) -> DevfsError + 'a {
+    move |e| DevfsError::Mount {
         what,
         path: path.to_path_buf(),
         source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
@@ -46,7 +55,7 @@ fn io_failed<'a>(
 /// Replaces /dev. `mount_points` are directories under /dev that later
 /// steps mount on (a writable root such as /dev/shm/work): they are made
 /// here, before the tmpfs turns read-only.
-pub fn build(mount_points: &[PathBuf]) -> Result<(), MountError> {
+pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
     let dev = Path::new("/dev");
     // Copies of the host's nodes, taken before the tmpfs hides them.
     let mut nodes: Vec<(&str, OwnedFd)> = Vec::new();

@@ -15,13 +15,8 @@ use crate::network::ListenSpec;
 use crate::policy::Policy;
 use crate::proxy::{OriginalDst, ProxyConfig, SystemResolver};
 
-/// The explicit proxy inside the sandbox (`HTTP(S)_PROXY`).
-pub const PROXY_PORT: u16 = 3128;
-/// Where the eBPF connect programs send intercepted TCP connections.
-pub const TRANSPARENT_PORT: u16 = 3129;
-
-/// Ports no grant may take because a gateway holds them.
-pub const RESERVED_PORTS: &[u16] = &[PROXY_PORT, TRANSPARENT_PORT];
+/// The gateways' own ports are part of the policy (no grant may take them).
+pub use crate::policy::{PROXY_PORT, RESERVED_PORTS, TRANSPARENT_PORT};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EgressError {

@@ -151,10 +151,14 @@ pub async fn start_and_wait(
             let _ = wait_exit(&init.pidfd).await;
             // The init's own report says best why it failed (a port it
             // could not bind, say).
-            let failed = reports.join().unwrap_or_default().into_iter().find_map(|r| match r {
-                Report::Failed { code, message } => Some(Refusal::new(code, message)),
-                _ => None,
-            });
+            let failed = reports
+                .join()
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|r| match r {
+                    Report::Failed { code, message } => Some(Refusal::new(code, message)),
+                    _ => None,
+                });
             return Err(failed.unwrap_or(Refusal::new(exit::START_FAILURE, e)));
         }
     };

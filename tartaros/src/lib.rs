@@ -5,6 +5,7 @@
 //! them. The binary in `main.rs` is a thin CLI over it.
 
 pub mod broker;
+pub mod caller;
 pub mod cgroup;
 pub mod cli;
 pub mod cli_extra;

@@ -44,7 +44,9 @@ impl MaterializeError {
     /// the placeholder, 125 for our own failure.
     pub fn code(&self) -> i32 {
         match self {
-            Self::Create { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => {
+            Self::Create { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
                 crate::exit::REFUSED
             }
             _ => crate::exit::START_FAILURE,
@@ -324,7 +326,7 @@ fn create(path: &Path, owner: Option<Identity>) -> Result<Vec<PathBuf>, Material
     // create it itself.
     if let Some(first) = missing.first()
         && let Some(parent) = first.parent()
-        && !crate::service::worker::caller_may_create_in(parent)
+        && !crate::caller::may_create_in(parent)
     {
         return Err(MaterializeError::Create {
             path: first.to_path_buf(),

@@ -30,6 +30,8 @@ pub enum MountError {
         path: PathBuf,
         source: nix::Error,
     },
+    #[error(transparent)]
+    Dev(#[from] crate::devfs::DevfsError),
 }
 
 /// One step of the mount plan, in the order it must run.

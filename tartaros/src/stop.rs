@@ -18,9 +18,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::events::{Effect, EffectSender};
 
-/// How long the agent has to exit after a forwarded termination signal
-/// before the cgroup is killed, when `--kill-after` is not given.
-pub const DEFAULT_KILL_AFTER: Duration = Duration::from_secs(10);
+pub use crate::policy::DEFAULT_KILL_AFTER;
 
 /// The exit status of a run that `--timeout` ended (timeout(1)'s).
 pub const TIMEOUT_EXIT: i32 = 124;

@@ -77,7 +77,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
     // Run by the service for a caller, the agent is that caller.
-    let current = match crate::service::caller() {
+    let current = match crate::caller::caller() {
         Some(caller) => crate::credentials::Identity {
             uid: caller.uid,
             gid: caller.gid,
@@ -90,7 +90,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     let facts = HostFacts {
         host: &host,
         current,
-        on_behalf: crate::service::caller().is_some(),
+        on_behalf: crate::caller::caller().is_some(),
         host_sockets: &host_sockets,
         files: &crate::decide::HostFiles,
     };
@@ -264,7 +264,7 @@ fn create_on_host(
     undo: &mut UndoStack,
 ) -> Result<Option<LogWriter>, Refusal> {
     // The service creates them for its caller only where the caller could.
-    use crate::service::worker::as_caller;
+    use crate::caller::as_caller;
     let owner = (!run.init.user_namespace).then_some(run.init.identity);
     let placeholders = crate::materialize::materialize(&request.policy, owner)
         .map_err(|e| Refusal::new(e.code(), e))?;

@@ -38,7 +38,9 @@ impl UndoStack {
     pub fn push(&mut self, step: Undo) {
         if let Some(janitor) = self.janitor.as_mut() {
             match &step {
-                Undo::Placeholders(held) => held.paths().iter().for_each(|d| janitor.placeholder(d)),
+                Undo::Placeholders(held) => {
+                    held.paths().iter().for_each(|d| janitor.placeholder(d))
+                }
                 Undo::Cgroup(cgroup) => {
                     janitor.cgroup(cgroup.path());
                     cgroup.v1_paths().iter().for_each(|v1| janitor.v1(v1));

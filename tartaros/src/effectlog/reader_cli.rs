@@ -5,14 +5,71 @@
 //! reader whose output is closed (`show | head`) stops quietly.
 
 use std::io::{ErrorKind, Write};
+use std::path::PathBuf;
 
-use crate::cli::{LogCommand, ShowArgs};
+use clap::{Args, Subcommand};
+
 use crate::exit;
 
 use super::{
     Filter, LogError, ShowOptions, VERDICT_UNSEALED, escape, expand_kinds, parse_time, report,
     show, summarize, summary_json, summary_text, verify_file,
 };
+
+/// `tartaros log ...`.
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
+    Verify { file: PathBuf },
+    /// Print a readable timeline (or --tree); exits with verify's code.
+    Show(Box<ShowArgs>),
+    /// What changed, where it connected, what was refused; exits with verify's code.
+    Summary {
+        file: PathBuf,
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one self-contained HTML page; exits with verify's code.
+    Report {
+        file: PathBuf,
+        /// The HTML file to write (replaced if it exists).
+        #[arg(short = 'o', long = "output", value_name = "HTML")]
+        output: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    pub file: PathBuf,
+    /// Only these kinds (repeatable, or comma-separated); groups: file, net, proc.
+    #[arg(long, value_name = "KIND")]
+    pub kind: Vec<String>,
+    /// Only effects the sandbox refused (EACCES/EPERM/EROFS, proxy and broker denials).
+    #[arg(long)]
+    pub denied: bool,
+    /// Only ordinary failures (ENOENT, EEXIST, EXDEV...), not refusals.
+    #[arg(long)]
+    pub failed: bool,
+    /// Only records of this process (with --tree: its subtree).
+    #[arg(long)]
+    pub pid: Option<u32>,
+    /// Only records naming a path that matches (`*` within a directory, `**` across).
+    #[arg(long, value_name = "GLOB")]
+    pub path: Option<String>,
+    /// From this time: seconds after the start (90, 1.5, 250ms) or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub since: Option<String>,
+    /// Up to this time: seconds after the start or RFC 3339.
+    #[arg(long, value_name = "TIME")]
+    pub until: Option<String>,
+    /// One JSON record per line (for jq and log shippers).
+    #[arg(long, conflicts_with = "tree")]
+    pub json: bool,
+    /// The process tree (with filters: the processes with matching records).
+    #[arg(long)]
+    pub tree: bool,
+}
 
 /// Exit code when the report cannot be written.
 const WRITE_FAILED: i32 = 125;

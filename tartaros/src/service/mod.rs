@@ -21,7 +21,6 @@ pub mod server;
 pub mod worker;
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// Where the service listens unless `TARTAROS_SERVICE` names another socket.
 pub const DEFAULT_SOCKET: &str = "/run/tartaros/tartaros.sock";
@@ -35,25 +34,4 @@ pub fn socket_path() -> PathBuf {
     std::env::var_os(SOCKET_ENV)
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET))
-}
-
-/// Who asked the service for the run, as the kernel says (never as the
-/// request says).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-}
-
-static CALLER: OnceLock<Caller> = OnceLock::new();
-
-/// The caller of this process's run, if it is a service worker: a fact of
-/// the process, like its euid, set once before the run starts.
-pub fn caller() -> Option<&'static Caller> {
-    CALLER.get()
-}
-
-fn set_caller(caller: Caller) {
-    let _ = CALLER.set(caller);
 }

@@ -17,14 +17,12 @@ use std::time::Duration;
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
-use super::Caller;
 use super::frame::{self, MAX_FRAME, Message, Request};
+use crate::caller::{Caller, as_caller};
 use crate::exit::{self, Refusal};
 
 /// How long a client may take to send its request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
-/// At most this many supplementary groups are taken from the caller.
-const MAX_GROUPS: usize = 256;
 
 /// Runs the worker; never returns.
 pub fn main() -> ! {
@@ -68,7 +66,7 @@ fn serve(conn: &UnixStream) -> Result<i32, Refusal> {
             request.version
         )));
     }
-    super::set_caller(caller);
+    crate::caller::set(caller);
     as_caller(|| std::env::set_current_dir(&request.cwd)).map_err(|e| {
         refuse(format!(
             "failed to enter the working directory {:?}: {e}",
@@ -119,7 +117,7 @@ fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
     if rc != 0 {
         return Err(refuse("failed to read the caller's credentials"));
     }
-    let mut groups = vec![0 as libc::gid_t; MAX_GROUPS];
+    let mut groups = vec![0 as libc::gid_t; crate::caller::MAX_GROUPS];
     let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
     // SAFETY: a valid socket, buffer and length.
     let rc = unsafe {
@@ -244,78 +242,4 @@ fn send(conn: &UnixStream, message: &Message) -> std::io::Result<()> {
 fn set_cloexec(fd: i32) {
     // SAFETY: F_SETFD on a descriptor we own only changes its flags.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-}
-
-/// Runs `f` with the caller's file access on this thread (fsuid, fsgid and
-/// supplementary groups; the kernel keeps these per thread), then returns to
-/// root's. Outside a service worker it just runs `f`.
-pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
-    let Some(caller) = super::caller() else {
-        return f();
-    };
-    let mut saved = vec![0 as libc::gid_t; MAX_GROUPS];
-    // A change of fsuid clears the parent-death signal (prctl(2)); the
-    // worker must still die with the service, so it is set again after.
-    let mut death_signal: libc::c_int = 0;
-    let parent = nix::unistd::getppid();
-    // SAFETY: PR_GET_PDEATHSIG writes one int we own.
-    unsafe {
-        libc::prctl(
-            libc::PR_GET_PDEATHSIG,
-            &mut death_signal as *mut libc::c_int,
-        )
-    };
-    // SAFETY: raw syscalls on this thread's credentials with buffers we own
-    // (glibc's wrappers would change every thread's).
-    unsafe {
-        let n = libc::syscall(
-            libc::SYS_getgroups,
-            saved.len() as libc::c_int,
-            saved.as_mut_ptr(),
-        );
-        saved.truncate(usize::try_from(n).unwrap_or(0));
-        libc::syscall(
-            libc::SYS_setgroups,
-            caller.groups.len(),
-            caller.groups.as_ptr(),
-        );
-        libc::syscall(libc::SYS_setfsgid, caller.gid);
-        libc::syscall(libc::SYS_setfsuid, caller.uid);
-    }
-    let result = f();
-    // SAFETY: as above; back to root's file access.
-    unsafe {
-        libc::syscall(libc::SYS_setfsuid, 0);
-        libc::syscall(libc::SYS_setfsgid, 0);
-        libc::syscall(libc::SYS_setgroups, saved.len(), saved.as_ptr());
-        if death_signal != 0 {
-            libc::prctl(libc::PR_SET_PDEATHSIG, death_signal);
-            if nix::unistd::getppid() != parent {
-                libc::raise(death_signal);
-            }
-        }
-    }
-    result
-}
-
-/// Whether the service's caller may create entries in `dir` (true outside a
-/// service worker): the kernel's own check, with the caller's file access.
-pub fn caller_may_create_in(dir: &std::path::Path) -> bool {
-    if super::caller().is_none() {
-        return true;
-    }
-    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
-    else {
-        return false;
-    };
-    // SAFETY: a NUL-terminated path we own; AT_EACCESS checks with the
-    // current (here: the caller's) file access.
-    as_caller(|| unsafe {
-        libc::faccessat(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::W_OK | libc::X_OK,
-            libc::AT_EACCESS,
-        ) == 0
-    })
 }

@@ -219,6 +219,39 @@ pub(crate) fn errno(errno: u64) -> String {
     }
 }
 
+/// A log string for a terminal: escaped, long runs of spaces counted
+/// (`[1100 spaces]`, so padding cannot push the rest of an argument out of
+/// sight), cut after `max` characters with a visible `…[+N bytes]`.
+pub(crate) fn text(s: &str, max: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max));
+    let (mut shown, mut spaces) = (0usize, 0usize);
+    let mut chars = s.char_indices();
+    loop {
+        let next = chars.next();
+        if let Some((_, ' ')) = next {
+            spaces += 1;
+            continue;
+        }
+        if spaces >= 8 {
+            out.push_str(&format!("[{spaces} spaces]"));
+            shown += 1;
+        } else {
+            out.extend(std::iter::repeat_n(' ', spaces));
+            shown += spaces;
+        }
+        spaces = 0;
+        let Some((at, c)) = next else {
+            return out;
+        };
+        if shown >= max {
+            out.push_str(&format!("…[+{} bytes]", s.len() - at));
+            return out;
+        }
+        crate::effectlog::escape::push_escaped(&mut out, c);
+        shown += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;

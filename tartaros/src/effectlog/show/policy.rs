@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::names::opens_for_write;
-use super::render::text;
+use super::names::text;
 
 /// Bases readable under `read_scope = "granted"` (DESIGN.md section 2).
 const GRANTED_BASES: &[&str] = &[

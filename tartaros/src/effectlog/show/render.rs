@@ -2,48 +2,15 @@
 
 use serde_json::{Map, Value};
 
+pub(crate) use super::names::text;
 use super::names::{self, Mechanism, Outcome};
 use super::policy::PolicyView;
-use crate::effectlog::escape;
 
 /// Longest string (in characters) printed from a record; the rest is cut
 /// with a visible marker (`log show --json` prints records whole).
 pub(crate) const MAX_TEXT_CHARS: usize = 4096;
 /// Fields of one target printed; the rest are counted.
 const MAX_FIELDS: usize = 32;
-
-/// A log string for a terminal: escaped, long runs of spaces counted
-/// (`[1100 spaces]`, so padding cannot push the rest of an argument out of
-/// sight), cut after `max` characters with a visible `…[+N bytes]`.
-pub(crate) fn text(s: &str, max: usize) -> String {
-    let mut out = String::with_capacity(s.len().min(max));
-    let (mut shown, mut spaces) = (0usize, 0usize);
-    let mut chars = s.char_indices();
-    loop {
-        let next = chars.next();
-        if let Some((_, ' ')) = next {
-            spaces += 1;
-            continue;
-        }
-        if spaces >= 8 {
-            out.push_str(&format!("[{spaces} spaces]"));
-            shown += 1;
-        } else {
-            out.extend(std::iter::repeat_n(' ', spaces));
-            shown += spaces;
-        }
-        spaces = 0;
-        let Some((at, c)) = next else {
-            return out;
-        };
-        if shown >= max {
-            out.push_str(&format!("…[+{} bytes]", s.len() - at));
-            return out;
-        }
-        escape::push_escaped(&mut out, c);
-        shown += 1;
-    }
-}
 
 fn str_field<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a str> {
     m.get(k).and_then(Value::as_str)

@@ -4,6 +4,8 @@
 //! Everything here is pure (apart from looking at the filesystem to resolve
 //! paths) so that every refusal can be unit-tested.
 
+pub mod scope;
+
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
@@ -11,6 +13,17 @@ use serde::{Deserialize, Serialize};
 
 /// A refusal of the policy; the CLI prints it as `tartaros: <message>` and
 /// exits 78.
+/// The explicit proxy inside the sandbox (`HTTP(S)_PROXY`).
+pub const PROXY_PORT: u16 = 3128;
+/// Where the eBPF connect programs send intercepted TCP connections.
+pub const TRANSPARENT_PORT: u16 = 3129;
+/// Ports no grant may take because a gateway holds them.
+pub const RESERVED_PORTS: &[u16] = &[PROXY_PORT, TRANSPARENT_PORT];
+
+/// The grace period between a forwarded SIGTERM (or `--timeout`) and the
+/// kill of the whole cgroup, unless `--kill-after` says otherwise.
+pub const DEFAULT_KILL_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("failed to read config {path}: {source}")]
@@ -100,7 +113,7 @@ pub struct PolicyFields {
     #[serde(default)]
     pub tmpfs: Vec<String>,
     #[serde(default)]
-    pub binds: Vec<crate::scope::BindField>,
+    pub binds: Vec<scope::BindField>,
 }
 
 /// One credential the broker injects (`[[broker.capability]]`).
@@ -269,7 +282,7 @@ pub struct Policy {
     /// A fresh tmpfs the agent may write on each of these directories.
     pub tmpfs: Vec<PathBuf>,
     /// Read-only binds of a host path onto a path of the sandbox.
-    pub binds: Vec<crate::scope::Bind>,
+    pub binds: Vec<scope::Bind>,
 }
 
 impl Policy {
@@ -388,7 +401,7 @@ pub fn build(
     if let Some(broker) = &file.broker {
         check_broker(broker, env_is_set)?;
     }
-    let scope = crate::scope::build(&fields, &flags, cwd)?;
+    let scope = scope::build(&fields, &flags, cwd)?;
 
     let policy = Policy {
         writable_roots: sorted(writable_roots),
@@ -417,14 +430,14 @@ pub fn build(
         kill_after_ms: Some(
             flags
                 .kill_after_ms
-                .unwrap_or(crate::stop::DEFAULT_KILL_AFTER.as_millis() as u64),
+                .unwrap_or(DEFAULT_KILL_AFTER.as_millis() as u64),
         ),
         exec_allows: scope.exec_allows,
         tmpfs: scope.tmpfs,
         binds: scope.binds,
     };
     check_paths(&policy)?;
-    crate::scope::check(&policy)?;
+    scope::check(&policy)?;
     check_ports(&policy)?;
     Ok(policy)
 }
@@ -485,7 +498,7 @@ fn check_given(label: &str, given: &Path, cwd: &Path) -> Result<(), PolicyError>
 
 /// Every gateway inside the sandbox needs a port of its own.
 fn check_ports(policy: &Policy) -> Result<(), PolicyError> {
-    let reserved = crate::egress::RESERVED_PORTS;
+    let reserved = RESERVED_PORTS;
     for port in &policy.local_ports {
         if reserved.contains(port) {
             return Err(invalid(format!(
