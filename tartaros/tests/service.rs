@@ -435,3 +435,36 @@ fn killing_the_caller_or_the_service_ends_the_sandbox_and_leaves_an_unsealed_log
     }
     drop(service);
 }
+
+#[test]
+fn the_status_channel_works_through_the_service() {
+    if !can_run("service_status") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(ALICE);
+    let status = work.join("status.jsonl");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec setpriv --reuid={ALICE} --regid={ALICE} --clear-groups {} run --status-fd 3 --label call-7 -- sh -c 'exit 78' 3>{}",
+            bin(),
+            status.display()
+        ))
+        .current_dir(work.path())
+        .env("TARTAROS_SERVICE", &service.socket)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    let lines = std::fs::read_to_string(&status).unwrap();
+    assert!(
+        lines.contains("\"event\":\"started\"") && lines.contains("call-7"),
+        "{lines}"
+    );
+    assert!(
+        lines.contains("\"event\":\"exited\"") && lines.contains("\"code\":78"),
+        "{lines}"
+    );
+    assert!(!lines.contains("\"refused\""), "{lines}");
+    drop(service);
+}

@@ -73,9 +73,13 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
         Ok(bytes) => bytes,
         Err(e) => return fail(format!("failed to send the run to the service: {e}")),
     };
-    // The first four bytes carry our stdin, stdout and stderr.
-    let stdio = [0, 1, 2];
-    let rights = [ControlMessage::ScmRights(&stdio)];
+    // The first four bytes carry our stdin, stdout and stderr, and the
+    // `--status-fd` descriptor when there is one (the worker renumbers it).
+    let mut fds = vec![0, 1, 2];
+    if let Some(status) = crate::cli_extra::status_fd_in(args) {
+        fds.push(status);
+    }
+    let rights = [ControlMessage::ScmRights(&fds)];
     let iov = [std::io::IoSlice::new(&bytes[..4])];
     if let Err(e) = sendmsg::<()>(conn.as_raw_fd(), &iov, &rights, MsgFlags::empty(), None) {
         return fail(format!("failed to send the run to the service: {e}"));

@@ -74,6 +74,8 @@ fn serve(conn: &UnixStream) -> Result<i32, Refusal> {
         ))
     })?;
     start_signal_relay(conn)?;
+    let mut stdio = stdio;
+    let status = if stdio.len() == 4 { stdio.pop() } else { None };
     for (fd, target) in stdio.iter().zip(0..) {
         // SAFETY: dup2 onto the standard descriptors, which we own.
         if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
@@ -93,8 +95,50 @@ fn serve(conn: &UnixStream) -> Result<i32, Refusal> {
         }
     }
     let mut args: Vec<std::ffi::OsString> = vec!["tartaros".into(), "run".into()];
-    args.extend(request.args.iter().map(Into::into));
+    args.extend(
+        status_fd_renumbered(&request.args, status)?
+            .into_iter()
+            .map(Into::into),
+    );
     Ok(crate::cli::main(args))
+}
+
+/// The client's `--status-fd N` names its own descriptor: the one it sent
+/// is kept here (as a number this process does not otherwise use) and the
+/// argument rewritten to it. Without a descriptor, the flag is refused.
+fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<String>, Refusal> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.iter();
+    let mut status = status;
+    let take = |status: &mut Option<OwnedFd>| -> Result<String, Refusal> {
+        let fd = status
+            .take()
+            .ok_or_else(|| refuse("--status-fd names a descriptor the client did not send"))?;
+        // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
+        // status channel takes it over for the whole run.
+        let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+        if new < 0 {
+            return Err(refuse("failed to keep the --status-fd descriptor"));
+        }
+        Ok(new.to_string())
+    };
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg.clone());
+            out.extend(iter.cloned());
+            break;
+        }
+        if arg == "--status-fd" {
+            out.push(arg.clone());
+            iter.next();
+            out.push(take(&mut status)?);
+        } else if arg.starts_with("--status-fd=") {
+            out.push(format!("--status-fd={}", take(&mut status)?));
+        } else {
+            out.push(arg.clone());
+        }
+    }
+    Ok(out)
 }
 
 /// The caller, from the kernel: `SO_PEERCRED` and `SO_PEERGROUPS` as of the
@@ -146,7 +190,7 @@ fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
 fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
     let bad = |what: &str| refuse(format!("a malformed request: {what}"));
     let mut head = [0u8; 4];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let mut space = nix::cmsg_space!([RawFd; 4]);
     let mut fds: Vec<OwnedFd> = Vec::new();
     let (got, truncated) = {
         let mut iov = [std::io::IoSliceMut::new(&mut head)];
@@ -174,8 +218,10 @@ fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
     if got != 4 {
         return Err(bad("it ended early"));
     }
-    if truncated || fds.len() != 3 {
-        return Err(bad("stdin, stdout and stderr must come with it"));
+    if truncated || !(3..=4).contains(&fds.len()) {
+        return Err(bad(
+            "stdin, stdout and stderr (and the --status-fd) must come with it",
+        ));
     }
     let len = u32::from_le_bytes(head) as usize;
     if len > MAX_FRAME {
