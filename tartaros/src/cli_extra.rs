@@ -157,6 +157,7 @@ fn page_name(subcommand: &str) -> Option<&'static str> {
         "doctor" => "tartaros-doctor",
         "log" => "tartaros-log",
         "completions" => "tartaros-completions",
+        "service" => "tartaros-service",
         _ => return None,
     })
 }

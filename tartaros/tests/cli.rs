@@ -189,6 +189,9 @@ fn the_debian_package_builds_and_its_binary_runs() {
         "usr/share/bash-completion/completions/tartaros",
         "usr/share/zsh/vendor-completions/_tartaros",
         "usr/share/fish/vendor_completions.d/tartaros.fish",
+        "usr/share/man/man1/tartaros-service.1.gz",
+        "lib/systemd/system/tartaros.socket",
+        "lib/systemd/system/tartaros.service",
     ] {
         assert!(root.join(file).is_file(), "{file} is missing");
     }

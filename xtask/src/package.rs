@@ -16,7 +16,10 @@ const COMPLETIONS: &[(&str, &str)] = &[
 ];
 
 /// Subcommands with a page of their own (`man tartaros-run`).
-const MAN_SUBCOMMANDS: &[&str] = &["run", "doctor", "log", "completions"];
+const MAN_SUBCOMMANDS: &[&str] = &["run", "doctor", "log", "completions", "service"];
+
+/// The service's systemd units (socket activation), from `dist/`.
+const UNITS: &[&str] = &["tartaros.socket", "tartaros.service"];
 
 /// Builds `<out>/tartaros_<version>_<arch>.deb` from `binary`; returns its path.
 pub fn build(binary: &Path, out: &Path) -> Result<PathBuf> {
@@ -46,6 +49,10 @@ pub fn build(binary: &Path, out: &Path) -> Result<PathBuf> {
         Ok(())
     };
     put("usr/bin/tartaros", &std::fs::read(&binary)?, 0o755)?;
+    for unit in UNITS {
+        let text = std::fs::read(crate::workspace_root().join("dist").join(unit))?;
+        put(&format!("lib/systemd/system/{unit}"), &text, 0o644)?;
+    }
     let man = output_bytes(Command::new(&binary).arg("manpage"))?;
     put("usr/share/man/man1/tartaros.1.gz", &gzip(&man)?, 0o644)?;
     for sub in MAN_SUBCOMMANDS {
