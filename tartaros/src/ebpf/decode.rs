@@ -282,6 +282,22 @@ impl Decoder {
         }
         let (mut errno, mut t) = (errno_of(s.ret), Target::new());
         let flags = h.flags;
+        // An xattr record's second string is the attribute's name, and the
+        // fd-based calls have no path.
+        let xattr_fd = matches!(s.nr, nr::FSETXATTR | nr::FREMOVEXATTR);
+        let (path, path2) = if h.effect == effect::XATTR {
+            let name = path2.and_then(|p| cstr(p, s.len2)).map(lossy);
+            t.insert("name", name.unwrap_or_default());
+            flags_for(
+                &mut t,
+                "name",
+                flags & flag::PATH2_UNREADABLE != 0,
+                flags & flag::PATH2_TRUNCATED != 0,
+            );
+            (path.filter(|_| !xattr_fd), None)
+        } else {
+            (path, path2)
+        };
         match (path, path2) {
             (Some(p), Some(p2)) => {
                 let (k1, k2) = if h.effect == effect::SYMLINK {
@@ -336,7 +352,10 @@ impl Decoder {
             }
             _ => {}
         }
-        let fd_target = path.is_none() && addr.is_none() && h.effect != effect::SIGNAL;
+        let fd_target = path.is_none()
+            && addr.is_none()
+            && h.effect != effect::SIGNAL
+            && h.effect != effect::SYSCALL;
         if fd_target {
             t.insert("fd", s.fd);
             match self.fd_path(h.tgid, s.fd) {
@@ -380,11 +399,19 @@ impl Decoder {
                 t.insert("uid", s.args[0] as u32 as i32);
                 t.insert("gid", s.args[1] as u32 as i32);
             }
-            effect::CONNECT | effect::SENDTO => {
+            effect::CONNECT | effect::SENDTO | effect::BIND => {
                 if let Some(a) = addr {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
                 }
                 t.insert("fd", s.fd);
+                if s.nr == nr::SENDMMSG {
+                    // The destination of the first message; `ret` messages
+                    // of `messages` were sent.
+                    t.insert("messages", s.args[1] as u32);
+                    if s.ret >= 0 {
+                        t.insert("sent", s.ret);
+                    }
+                }
                 if errno == EINPROGRESS && h.effect == effect::CONNECT {
                     // A non-blocking connect that the filters let through.
                     t.insert("in_progress", true);
@@ -392,12 +419,27 @@ impl Decoder {
                 }
             }
             effect::SIGNAL => self.put_signal(&mut t, s),
-            _ => {}
+            _ => super::targets::put_more(&mut t, s),
         }
         Some(self.effect(kind, h, errno, t))
     }
 
     fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
+        if s.nr == nr::PIDFD_SEND_SIGNAL {
+            // The target is a pidfd: its process, as the fd says now.
+            t.insert("pidfd", s.fd);
+            t.insert("signal", s.args[1] as u32 as i32);
+            match super::targets::pidfd_pid(&self.proc_root, s.header.tgid, s.fd) {
+                Some(pid) => {
+                    t.insert("to_host_pid", pid);
+                    t.insert("outside", !self.known.contains(&pid));
+                }
+                None => {
+                    t.insert("to_unresolved", true);
+                }
+            }
+            return;
+        }
         let to = s.args[0] as u32 as i32;
         t.insert("to", to);
         t.insert("signal", s.args[1] as u32 as i32);
@@ -405,7 +447,7 @@ impl Decoder {
             nr::TKILL => {
                 t.insert("thread", true);
             }
-            nr::TGKILL => {
+            nr::TGKILL | nr::RT_TGSIGQUEUEINFO => {
                 t.insert("tid", s.args[2] as u32 as i32);
             }
             _ => {}

@@ -178,7 +178,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-{}.json",
+        "/run/tartaros/kernel-layout-v2-{}.json",
         &hex::encode(digest)[..16]
     )))
 }

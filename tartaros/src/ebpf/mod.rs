@@ -30,6 +30,7 @@
 //! them into effect-log records.
 
 mod decode;
+mod targets;
 mod early_ring;
 mod elf;
 mod forward;
@@ -111,7 +112,7 @@ const fn cgroup_program(
     }
 }
 /// The capture programs, `tp_btf` all, named after their tracepoint.
-pub const TP_BTF_PROGRAMS: [&str; 4] = kbtf::TP_BTF;
+pub const TP_BTF_PROGRAMS: [&str; 5] = kbtf::TP_BTF;
 /// The unix policy programs and their attach types.
 const UNIX_PROGRAMS: [load::CgroupProgram; 2] = [
     cgroup_program(
