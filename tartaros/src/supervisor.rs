@@ -399,16 +399,25 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Err(refusal) => refusal.code,
     };
     drop(effects);
+    let mut log_complete = true;
     if let Some(drain) = drain {
-        match drain.await {
+        let log = match drain.await {
             Ok(writer) => {
                 let signal = outcome.as_ref().ok().and_then(|end| end.signal);
-                match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
-                    Ok(head) => eprintln!("tartaros: effect log sealed, head {head}"),
-                    Err(e) => eprintln!("tartaros: failed to seal the effect log: {e}"),
-                }
+                let degraded = !installed(&prepared.guarantees, "ebpf-capture");
+                crate::runlog::finish(writer, code, signal, teardown.is_ok(), degraded)
             }
-            Err(e) => eprintln!("tartaros: the effect log task failed: {e}; the log is unsealed"),
+            Err(e) => crate::runlog::LogOutcome {
+                head: None,
+                incomplete: Some(format!("the effect log task failed: {e}; the log is unsealed")),
+            },
+        };
+        if let Some(head) = &log.head {
+            eprintln!("tartaros: effect log sealed, head {head}");
+        }
+        if let Some(why) = &log.incomplete {
+            eprintln!("tartaros: the effect log is incomplete: {why}");
+            log_complete = false;
         }
     }
     if let Some(release) = release {
@@ -416,7 +425,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
     match (outcome, teardown) {
         (Ok(_), Err(_)) => Ok(code.max(1)),
-        (Ok(_), Ok(())) => Ok(code),
+        (Ok(_), Ok(())) => Ok(exit::with_log(code, log_complete)),
         (Err(refusal), _) => Err(refusal),
     }
 }

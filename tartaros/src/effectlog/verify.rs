@@ -23,7 +23,9 @@ pub const VERDICT_TAMPERED: u8 = 1;
 /// A valid chain prefix without a seal, a last line cut mid-way, an empty
 /// file, or a file that cannot be read.
 pub const VERDICT_UNSEALED: u8 = 2;
-/// Sealed and intact, but events were lost or the cgroup was not empty.
+/// Sealed and intact, but events were lost (including records the writer
+/// dropped when its filesystem filled up), the cgroup was not empty, or
+/// the genesis says event capture was degraded.
 pub const VERDICT_INCOMPLETE: u8 = 3;
 
 /// The outcome of a verification: `code` is the exit code of
@@ -91,6 +93,10 @@ struct Chain {
     lost: u64,
     gaps: u64,
     first_gap: Option<u64>,
+    /// `lost_kind` of each gap record, in order, without repeats.
+    lost_kinds: Vec<String>,
+    /// The degraded capture guarantees the genesis lists.
+    degraded_capture: Vec<String>,
     sealed_at: Option<u64>,
     cgroup_empty: bool,
 }
@@ -120,13 +126,20 @@ impl Chain {
             .and_then(Value::as_str)
             .ok_or("`kind` is missing or not a string")?;
         match kind {
-            "genesis" if lineno == 1 => schema::check_genesis(m)?,
+            "genesis" if lineno == 1 => {
+                schema::check_genesis(m)?;
+                self.degraded_capture = degraded_capture(m);
+            }
             _ if lineno == 1 => return Err(format!("the first record is `{kind}`, not genesis")),
             "genesis" => return Err("a second genesis record".into()),
             "gap" => {
                 self.lost = self.lost.saturating_add(schema::check_gap(m)?);
                 self.gaps += 1;
                 self.first_gap.get_or_insert(lineno);
+                let lost_kind = m.get("lost_kind").and_then(Value::as_str).unwrap_or("");
+                if !self.lost_kinds.iter().any(|k| k == lost_kind) {
+                    self.lost_kinds.push(lost_kind.to_string());
+                }
             }
             "seal" => self.seal(lineno, m)?,
             k if schema::is_effect_kind(k) => schema::check_effect(m)?,
@@ -217,10 +230,11 @@ impl Chain {
             return Verdict::new(
                 VERDICT_INCOMPLETE,
                 format!(
-                    "incomplete: {} events lost in {} gap records (first on line {})",
+                    "incomplete: {} events lost in {} gap records (first on line {}; {})",
                     self.lost,
                     self.gaps,
-                    self.first_gap.unwrap_or(0)
+                    self.first_gap.unwrap_or(0),
+                    lost_reason(&self.lost_kinds)
                 ),
             );
         }
@@ -232,6 +246,15 @@ impl Chain {
                 ),
             );
         }
+        if !self.degraded_capture.is_empty() {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: line 1: the genesis says {} was degraded, so effects went unrecorded",
+                    self.degraded_capture.join(", ")
+                ),
+            );
+        }
         Verdict::new(
             VERDICT_OK,
             format!(
@@ -240,6 +263,44 @@ impl Chain {
             ),
         )
     }
+}
+
+/// The capture guarantees the genesis lists as degraded: any guarantee
+/// whose name says capture (`ebpf-capture` today).
+fn degraded_capture(genesis: &Map<String, Value>) -> Vec<String> {
+    genesis
+        .get("guarantees")
+        .and_then(|g| g.get("degraded"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|name| name.contains("capture"))
+        .map(plain)
+        .collect()
+}
+
+/// What the gaps' kinds say, for the one-line message.
+fn lost_reason(kinds: &[String]) -> String {
+    if kinds.iter().any(|k| k == "log-full") {
+        return "the log's filesystem filled up and the writer dropped records".to_string();
+    }
+    let kinds: Vec<String> = kinds.iter().map(|k| plain(k)).collect();
+    format!("lost: {}", kinds.join(", "))
+}
+
+/// A name from the log, safe for a terminal: anything but letters,
+/// digits, `-` and `_` becomes `?`.
+fn plain(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 /// Names the first kind whose count differs, for the one-line message.
