@@ -409,7 +409,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             }
             Err(e) => crate::runlog::LogOutcome {
                 head: None,
-                incomplete: Some(format!("the effect log task failed: {e}; the log is unsealed")),
+                incomplete: Some(format!(
+                    "the effect log task failed: {e}; the log is unsealed"
+                )),
             },
         };
         if let Some(head) = &log.head {

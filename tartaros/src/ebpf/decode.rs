@@ -425,6 +425,15 @@ impl Decoder {
     }
 
     fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
+        if matches!(
+            s.nr,
+            nr::RT_SIGQUEUEINFO | nr::RT_TGSIGQUEUEINFO | nr::PIDFD_SEND_SIGNAL
+        ) {
+            t.insert(
+                "call",
+                tartaros_common::syscalls::name_of(s.nr).unwrap_or(""),
+            );
+        }
         if s.nr == nr::PIDFD_SEND_SIGNAL {
             // The target is a pidfd: its process, as the fd says now.
             t.insert("pidfd", s.fd);

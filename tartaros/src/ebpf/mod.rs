@@ -30,7 +30,6 @@
 //! them into effect-log records.
 
 mod decode;
-mod targets;
 mod early_ring;
 mod elf;
 mod forward;
@@ -39,6 +38,7 @@ mod load;
 mod original_dst;
 mod probe;
 mod rawprog;
+mod targets;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd as _, OwnedFd};

@@ -515,9 +515,8 @@ mod space {
             return Ok(false);
         };
         // SAFETY: fallocate on an fd we own; no memory is passed.
-        let rc = unsafe {
-            libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len)
-        };
+        let rc =
+            unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
         if rc == 0 {
             return Ok(true);
         }

@@ -1,0 +1,313 @@
+//! The effect log is complete, or says it is not (issue 13, part A): the
+//! effects an adversarial agent used to get past the capture are records
+//! now, and a log that lost records, whose disk filled up or whose capture
+//! was degraded never verifies as `ok`, and its run does not exit 0.
+//! Needs root (runs `tartaros run --log`, mounts a tmpfs, adds a user).
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::Value;
+
+fn verify(log: &Path) -> (i32, String) {
+    let out = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
+fn records(log: &Path) -> Vec<Value> {
+    std::fs::read_to_string(log)
+        .expect("read log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+fn t<'a>(r: &'a Value, key: &str) -> &'a Value {
+    &r["target"][key]
+}
+
+/// The one record of `kind` for which `p` holds; prints the log if none.
+#[track_caller]
+fn find<'a>(log: &'a [Value], kind: &str, what: &str, p: impl Fn(&Value) -> bool) -> &'a Value {
+    log.iter()
+        .find(|r| r["kind"] == kind && p(r))
+        .unwrap_or_else(|| {
+            for r in log {
+                eprintln!("{r}");
+            }
+            panic!("no {kind} record: {what}")
+        })
+}
+
+#[track_caller]
+fn allowed(r: &Value) {
+    assert_eq!(
+        (r["decision"].as_str(), r["errno"].as_u64()),
+        (Some("allowed"), Some(0)),
+        "{r}"
+    );
+}
+
+#[track_caller]
+fn denied(r: &Value, errno: i32) {
+    assert_eq!(
+        (r["decision"].as_str(), r["errno"].as_u64()),
+        (Some("denied"), Some(errno as u64)),
+        "{r}"
+    );
+}
+
+const AGENT: &str = r#"
+import stat, socket, struct, fcntl, signal, threading, time
+W = sys.argv[1]
+os.chdir(W)
+attempt('mknod_fifo', lambda: os.mknod(W + '/fifo', stat.S_IFIFO | 0o600))
+attempt('mknod_reg', lambda: os.mknod(W + '/reg', stat.S_IFREG | 0o644))
+def bind(kind, name):
+    s = socket.socket(socket.AF_UNIX, kind)
+    s.bind(name)
+    return s
+keep = []
+attempt('bind_unix', lambda: keep.append(bind(socket.SOCK_STREAM, 'sock')))
+attempt('bind_dgram', lambda: keep.append(bind(socket.SOCK_DGRAM, W + '/dgram')))
+attempt('setxattr', lambda: os.setxattr(W + '/reg', 'user.k', b'v'))
+# A POSIX ACL: user::rw- group::rw- other::rw-, world-writable by ACL.
+acl = struct.pack('<I', 2) + b''.join(struct.pack('<HHI', tag, 6, 0xffffffff) for tag in (1, 4, 0x20))
+attempt('acl', lambda: os.setxattr(W + '/reg', 'system.posix_acl_access', acl))
+fd = os.open(W + '/reg', os.O_RDONLY)
+attempt('fsetxattr', lambda: os.setxattr(fd, 'user.f', b'1'))
+attempt('removexattr', lambda: os.removexattr(W + '/reg', 'user.k'))
+os.symlink('reg', W + '/lnk')
+attempt('lsetxattr', lambda: os.setxattr(W + '/lnk', 'user.l', b'1', follow_symlinks=False))
+attempt('utime', lambda: os.utime(W + '/reg', (1, 2)))
+attempt('futimens', lambda: os.utime(fd, (3, 4)))
+attempt('setflags', lambda: fcntl.ioctl(fd, 0x40086602, struct.pack('l', 0)))
+attempt('immutable', lambda: fcntl.ioctl(fd, 0x40086602, struct.pack('l', 0x10)))
+child = os.fork()
+if child == 0:
+    time.sleep(30)
+    os._exit(0)
+pidfd = os.pidfd_open(child)
+attempt('pidfd_signal', lambda: signal.pidfd_send_signal(pidfd, 0))
+# The supervisor names the pidfd's process from /proc when the record
+# arrives: keep both until then.
+time.sleep(0.5)
+info = ctypes.create_string_buffer(128)
+struct.pack_into('iii', info, 0, 0, 0, -1)
+attempt('sigqueue', lambda: checked(libc.syscall(129, os.getpid(), 0, info)))
+attempt('tgsigqueue', lambda: checked(libc.syscall(297, os.getpid(), threading.get_native_id(), 0, info)))
+os.kill(child, 9)
+os.waitpid(child, 0)
+class iovec(ctypes.Structure):
+    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]
+class msghdr(ctypes.Structure):
+    _fields_ = [('name', ctypes.c_void_p), ('namelen', ctypes.c_uint32), ('iov', ctypes.POINTER(iovec)),
+                ('iovlen', ctypes.c_size_t), ('control', ctypes.c_void_p), ('controllen', ctypes.c_size_t),
+                ('flags', ctypes.c_int)]
+class mmsghdr(ctypes.Structure):
+    _fields_ = [('hdr', msghdr), ('len', ctypes.c_uint)]
+def sendmmsg(family, kind, addr):
+    s = socket.socket(family, kind)
+    data = ctypes.create_string_buffer(b'x')
+    iov = iovec(ctypes.cast(data, ctypes.c_void_p), 1)
+    name = ctypes.create_string_buffer(addr, len(addr))
+    msgs = (mmsghdr * 2)()
+    for m in msgs:
+        m.hdr.name = ctypes.cast(name, ctypes.c_void_p)
+        m.hdr.namelen = len(addr)
+        m.hdr.iov = ctypes.pointer(iov)
+        m.hdr.iovlen = 1
+    try:
+        checked(libc.sendmmsg(s.fileno(), msgs, 2, 0))
+    finally:
+        s.close()
+unix = struct.pack('<H', socket.AF_UNIX) + (W + '/dgram').encode() + b'\0'
+# TEST-NET-1 in a network namespace with only loopback: the connect
+# filter refuses it before any routing, nothing is sent anywhere.
+inet = struct.pack('<H', socket.AF_INET) + struct.pack('>H', 9) + socket.inet_aton('192.0.2.1') + b'\0' * 8
+attempt('sendmmsg_unix', lambda: sendmmsg(socket.AF_UNIX, socket.SOCK_DGRAM, unix))
+attempt('sendmmsg_inet', lambda: sendmmsg(socket.AF_INET, socket.SOCK_DGRAM, inet))
+attempt('io_uring', lambda: checked(libc.syscall(425, 1, ctypes.create_string_buffer(120))))
+ro = os.open(W + '/target.txt', os.O_RDONLY | os.O_CREAT, 0o644)
+def reopen():
+    w = os.open('/proc/self/fd/%d' % ro, os.O_WRONLY)
+    os.write(w, b'x')
+    os.close(w)
+attempt('reopen', reopen)
+"#;
+
+#[test]
+fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
+    if !can_run("log_complete_missed") {
+        return;
+    }
+    let work = Dir::new();
+    let logs = Dir::new();
+    let log = logs.join("effects.jsonl");
+    let w = work.path().to_str().unwrap();
+    let out = tartaros(
+        &[
+            "run",
+            "--write",
+            w,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &format!("{ATTEMPT}{AGENT}"),
+            w,
+        ],
+        work.path(),
+    );
+    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    for label in [
+        "mknod_fifo",
+        "mknod_reg",
+        "bind_unix",
+        "bind_dgram",
+        "setxattr",
+        "acl",
+        "fsetxattr",
+        "removexattr",
+        "utime",
+        "futimens",
+        "pidfd_signal",
+        "sigqueue",
+        "tgsigqueue",
+        "sendmmsg_unix",
+        "reopen",
+    ] {
+        expect(&out, label, "OK");
+    }
+    expect(&out, "lsetxattr", "EPERM");
+    expect(&out, "immutable", "EPERM");
+    expect(&out, "sendmmsg_inet", "EPERM");
+    expect(&out, "io_uring", "EPERM");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
+    // The tree from the host side: what the records claim happened did.
+    assert!(work.join("fifo").exists() && work.join("sock").exists());
+
+    let log = records(&log);
+    let p = |name: &str| format!("{w}/{name}");
+    let at = |kind: &str, name: &str| {
+        let path = p(name);
+        find(&log, kind, &path.clone(), move |r| {
+            t(r, "path") == path.as_str()
+        })
+    };
+    let fifo = at("mknod", "fifo");
+    allowed(fifo);
+    assert_eq!(t(fifo, "file_type"), "fifo");
+    assert_eq!(t(fifo, "mode"), 0o600);
+    assert_eq!(t(at("mknod", "reg"), "file_type"), "regular");
+    let sock = at("bind", "sock");
+    allowed(sock);
+    assert_eq!(
+        (t(sock, "family"), t(sock, "resolved_from")),
+        (&"unix".into(), &"cwd".into())
+    );
+    let xattr = |name: &str| find(&log, "xattr", name, move |r| t(r, "name") == name);
+    let set = xattr("user.k");
+    allowed(set);
+    assert_eq!(
+        (t(set, "path").as_str(), t(set, "op").as_str()),
+        (Some(p("reg").as_str()), Some("set"))
+    );
+    let acl = xattr("system.posix_acl_access");
+    allowed(acl);
+    assert_eq!(t(acl, "path").as_str(), Some(p("reg").as_str()));
+    let fset = xattr("user.f");
+    allowed(fset);
+    assert_eq!(
+        (t(fset, "path").as_str(), t(fset, "resolved_from").as_str()),
+        (Some(p("reg").as_str()), Some("fd"))
+    );
+    let removed = find(&log, "xattr", "remove user.k", |r| t(r, "op") == "remove");
+    assert_eq!(t(removed, "path").as_str(), Some(p("reg").as_str()));
+    let lset = xattr("user.l");
+    denied(lset, libc::EPERM);
+    assert_eq!(
+        (t(lset, "path").as_str(), t(lset, "nofollow")),
+        (Some(p("lnk").as_str()), &Value::Bool(true))
+    );
+    allowed(at("utime", "reg"));
+    assert!(
+        log.iter()
+            .filter(|r| r["kind"] == "utime" && t(r, "path") == p("reg").as_str())
+            .count()
+            >= 2,
+        "utime and futimens"
+    );
+    let flags: Vec<&Value> = log.iter().filter(|r| r["kind"] == "setflags").collect();
+    assert_eq!(flags.len(), 2, "{flags:?}");
+    allowed(flags[0]);
+    assert_eq!(
+        (t(flags[0], "path").as_str(), t(flags[0], "flags")),
+        (Some(p("reg").as_str()), &Value::from(0))
+    );
+    denied(flags[1], libc::EPERM);
+    assert_eq!(t(flags[1], "flags"), 0x10, "FS_IMMUTABLE_FL");
+    for call in ["pidfd_send_signal", "rt_sigqueueinfo", "rt_tgsigqueueinfo"] {
+        let s = find(&log, "signal", call, |r| t(r, "call") == call);
+        allowed(s);
+        assert_eq!(t(s, "signal"), 0, "{call}");
+    }
+    let pidfd = find(&log, "signal", "pidfd", |r| {
+        t(r, "call") == "pidfd_send_signal"
+    });
+    assert_eq!(t(pidfd, "outside"), false, "{pidfd}");
+    let unix = find(&log, "sendto", "sendmmsg unix", |r| {
+        t(r, "path") == p("dgram").as_str()
+    });
+    allowed(unix);
+    assert_eq!(
+        (t(unix, "messages"), t(unix, "sent")),
+        (&Value::from(2), &Value::from(2))
+    );
+    let inet = find(&log, "sendto", "sendmmsg inet", |r| t(r, "port") == 9);
+    denied(inet, libc::EPERM);
+    assert_eq!(
+        (t(inet, "addr"), t(inet, "messages")),
+        (&Value::from("192.0.2.1"), &Value::from(2))
+    );
+    let uring = find(&log, "syscall", "io_uring_setup", |r| {
+        t(r, "syscall") == "io_uring_setup"
+    });
+    denied(uring, libc::EPERM);
+    assert_eq!(t(uring, "refused_by"), "seccomp");
+    let reopen = find(&log, "open", "the /proc/self/fd reopen", |r| {
+        t(r, "path")
+            .as_str()
+            .is_some_and(|p| p.starts_with("/proc/self/fd/"))
+    });
+    allowed(reopen);
+}
+
+#[test]
+fn the_syscall_table_agrees_with_the_seccomp_filter() {
+    use tartaros::seccomp::{SeccompOptions, rules};
+    use tartaros_common::syscalls::{Class, TABLE, number_of};
+    let always: std::collections::BTreeSet<&str> = rules(&SeccompOptions::default())
+        .into_iter()
+        .filter(|r| r.when.is_empty())
+        .map(|r| r.syscall)
+        .collect();
+    for name in &always {
+        assert!(
+            number_of(name).is_some(),
+            "{name} is refused but not in the table"
+        );
+    }
+    for (n, name, class) in TABLE {
+        let refused = matches!(class, Class::Refused | Class::RefusedQuiet(_));
+        assert_eq!(
+            refused,
+            always.contains(name),
+            "{n} {name}: table vs seccomp"
+        );
+    }
+}
