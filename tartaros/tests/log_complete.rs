@@ -7,6 +7,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
 use common::*;
 use serde_json::Value;
@@ -310,4 +311,173 @@ fn the_syscall_table_agrees_with_the_seccomp_filter() {
             "{n} {name}: table vs seccomp"
         );
     }
+}
+
+/// A small tmpfs, unmounted (lazily, so a failing test cannot leave it
+/// busy) and removed on drop.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    fn mount(size: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("tt-full-")
+            .tempdir()
+            .expect("tempdir");
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0755"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(ok.success(), "mount tmpfs");
+        chown(dir.path(), NOBODY);
+        Self(dir)
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}
+
+#[test]
+fn a_log_whose_disk_fills_up_ends_incomplete_and_fails_the_run() {
+    if !can_run("log_complete_disk_full") {
+        return;
+    }
+    let fs = SmallTmpfs::mount("4m");
+    let dir = fs.0.path();
+    let log = dir.join("effects.jsonl");
+    // The agent fills the filesystem that holds the log, then goes on
+    // creating (empty) files, which a full tmpfs still allows.
+    let code = format!(
+        "{ATTEMPT}
+W = '{d}'
+def fill():
+    with open(W + '/fill', 'wb') as f:
+        while True:
+            f.write(b'x' * 65536)
+            f.flush()
+attempt('fill', fill)
+made = 0
+for i in range(4000):
+    try:
+        os.close(os.open('%s/f%d' % (W, i), os.O_WRONLY | os.O_CREAT, 0o644))
+        made += 1
+    except OSError:
+        pass
+print('made', made)",
+        d = dir.display()
+    );
+    let out = tartaros(
+        &[
+            "run",
+            "--write",
+            dir.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ],
+        Path::new("/"),
+    );
+    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    expect(&out, "fill", "ENOSPC");
+    assert!(stdout(&out).contains("made 4000"), "{}", stdout(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(tartaros::exit::LOG_INCOMPLETE),
+        "the agent exited 0 but its log is incomplete"
+    );
+    let err = stderr(&out);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("tartaros: the effect log is incomplete")),
+        "{err}"
+    );
+    let (code, message) = verify(&log);
+    assert_eq!(code, 3, "{message}");
+    assert!(message.contains("filesystem filled up"), "{message}");
+    let records = records(&log);
+    let gap = find(&records, "gap", "log-full", |r| {
+        r["lost_kind"] == "log-full"
+    });
+    assert!(gap["count"].as_u64().unwrap_or(0) > 0, "{gap}");
+    assert_eq!(records.last().unwrap()["kind"], "seal");
+}
+
+/// A user added for one test and removed after it.
+struct ThrowawayUser {
+    name: String,
+    uid: u32,
+}
+
+impl ThrowawayUser {
+    fn add() -> Self {
+        let name = format!("ttlogc{}", std::process::id() % 100_000);
+        let ok = Command::new("useradd")
+            .args([
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--user-group",
+                &name,
+            ])
+            .status()
+            .expect("useradd");
+        assert!(ok.success(), "useradd {name}");
+        let id = Command::new("id").args(["-u", &name]).output().expect("id");
+        let uid = String::from_utf8_lossy(&id.stdout)
+            .trim()
+            .parse()
+            .expect("uid");
+        Self { name, uid }
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        let _ = Command::new("userdel").arg(&self.name).status();
+    }
+}
+
+#[test]
+fn an_ordinary_users_log_without_capture_verifies_incomplete() {
+    if !can_run("log_complete_ordinary_user") {
+        return;
+    }
+    let user = ThrowawayUser::add();
+    let work = Dir::new();
+    chown(work.path(), user.uid);
+    let log = work.join("effects.jsonl");
+    let out = Command::new("runuser")
+        .args(["-u", &user.name, "--", bin(), "run", "--write"])
+        .arg(work.path())
+        .arg("--log")
+        .arg(&log)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo x > \"$0/made\"",
+            work.path().to_str().unwrap(),
+        ])
+        .current_dir(work.path())
+        .env_remove("SUDO_UID")
+        .output()
+        .expect("runuser");
+    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    assert!(work.join("made").exists(), "the agent ran");
+    assert_eq!(out.status.code(), Some(tartaros::exit::LOG_INCOMPLETE));
+    let (code, message) = verify(&log);
+    assert_eq!(code, 3, "{message}");
+    assert!(message.contains("ebpf-capture"), "{message}");
 }
