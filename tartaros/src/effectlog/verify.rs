@@ -315,3 +315,51 @@ fn count_difference(sealed: &BTreeMap<String, u64>, seen: &BTreeMap<String, u64>
     }
     "a zero count is listed".to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effectlog::testutil::{effect, genesis};
+    use crate::effectlog::{ExitStatus, LogWriter, Seal};
+
+    fn sealed(path: &Path, degraded: &[&str], gap: Option<(u64, &str)>) -> Verdict {
+        let mut w = LogWriter::create(path).unwrap();
+        let mut g = genesis();
+        g.degraded = degraded.iter().map(|s| s.to_string()).collect();
+        w.genesis(g).unwrap();
+        w.effect(
+            "exec",
+            effect(10, 1, 5, serde_json::json!({"path": "/bin/true"}), None),
+        )
+        .unwrap();
+        if let Some((count, kind)) = gap {
+            w.gap(count, kind).unwrap();
+        }
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        verify_file(path)
+    }
+
+    #[test]
+    fn a_degraded_capture_is_incomplete_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = sealed(&dir.path().join("a"), &["ebpf-capture"], None);
+        assert_eq!(v.code, VERDICT_INCOMPLETE, "{v:?}");
+        assert!(v.message.contains("ebpf-capture was degraded"), "{v:?}");
+        let v = sealed(&dir.path().join("b"), &["unix-socket-policy"], None);
+        assert_eq!(v.code, VERDICT_OK, "another degraded guarantee: {v:?}");
+    }
+
+    #[test]
+    fn a_full_log_is_incomplete_and_names_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = sealed(&dir.path().join("a"), &[], Some((7, "log-full")));
+        assert_eq!(v.code, VERDICT_INCOMPLETE, "{v:?}");
+        assert!(v.message.contains("filesystem filled up"), "{v:?}");
+        let v = sealed(&dir.path().join("b"), &[], Some((2, "exec\u{1b}[2J")));
+        assert!(v.message.contains("lost: exec??2J"), "escaped: {v:?}");
+    }
+}

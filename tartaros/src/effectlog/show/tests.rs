@@ -22,7 +22,7 @@ fn timeline_has_one_line_per_record() {
         lines[0].contains("genesis") && lines[0].contains("6.18.0-test"),
         "{out}"
     );
-    assert!(lines[0].contains("degraded [ebpf-capture]"), "{out}");
+    assert!(lines[0].contains("degraded [unix-socket-policy]"), "{out}");
     assert_eq!(
         lines[5],
         "    +5.000ms      11 open     /etc/shadow  denied (EACCES)"
