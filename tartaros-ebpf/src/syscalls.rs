@@ -32,7 +32,9 @@ use tartaros_common::capture::{
     SysPath2Event, SysPathEvent, effect, effect_of, flag, ioctl, nr, oflag, record,
 };
 
-use crate::maps::{EVENTS, config, copy_kernel, count_lost, fill_header, in_sandbox, read_kernel, wake_flags};
+use crate::maps::{
+    EVENTS, config, copy_kernel, count_lost, fill_header, in_sandbox, read_kernel, wake_flags,
+};
 
 /// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry.
 const TS_COMPAT: u32 = 0x0002;
@@ -494,7 +496,11 @@ fn open_call(fd: i32, path: u64, flags: u64, mode: u64) -> Call {
         effect::OPEN
     };
     let call = Call::path(e, fd, path, [flags, mode, 0]);
-    if writes { call } else { call.only(when::REFUSED) }
+    if writes {
+        call
+    } else {
+        call.only(when::REFUSED)
+    }
 }
 
 #[inline(always)]
