@@ -5,8 +5,11 @@
 //! effect in the log.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::events::{Effect, EffectSender};
@@ -15,7 +18,7 @@ use crate::events::{Effect, EffectSender};
 /// `upstream` on the host, until the task is dropped.
 pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
     loop {
-        let Ok((mut inside, _)) = listener.accept().await else {
+        let Ok((inside, _)) = listener.accept().await else {
             continue;
         };
         let effects = effects.clone();
@@ -28,16 +31,21 @@ pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectS
                     .with("decision", decision)
             };
             match TcpStream::connect(upstream).await {
-                Ok(mut outside) => {
+                Ok(outside) => {
+                    // Counted as written, so that a connection that ends
+                    // with an error (a reset, a peer gone) still reports
+                    // every byte that reached the other side.
+                    let mut inside = Counted::new(inside);
+                    let mut outside = Counted::new(outside);
                     let copied = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
-                    let (up, down) = copied.unwrap_or((0, 0));
-                    let _ = effects.send(
-                        target("allowed")
-                            .with("bytes_up", up)
-                            .with("bytes_down", down)
-                            .with("duration_us", started.elapsed().as_micros() as u64)
-                            .into(),
-                    );
+                    let mut effect = target("allowed")
+                        .with("bytes_up", outside.written)
+                        .with("bytes_down", inside.written)
+                        .with("duration_us", started.elapsed().as_micros() as u64);
+                    if let Err(e) = copied {
+                        effect = effect.with("error", e.to_string());
+                    }
+                    let _ = effects.send(effect.into());
                 }
                 Err(e) => {
                     // The grant held; the host side had no listener.
@@ -45,5 +53,49 @@ pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectS
                 }
             }
         });
+    }
+}
+
+/// A stream that counts the bytes written to it.
+struct Counted<S> {
+    inner: S,
+    written: u64,
+}
+
+impl<S> Counted<S> {
+    fn new(inner: S) -> Self {
+        Self { inner, written: 0 }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.written += *n as u64;
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

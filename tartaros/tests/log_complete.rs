@@ -481,3 +481,80 @@ fn an_ordinary_users_log_without_capture_verifies_incomplete() {
     assert_eq!(code, 3, "{message}");
     assert!(message.contains("ebpf-capture"), "{message}");
 }
+
+#[test]
+fn a_relayed_connection_that_ends_in_a_reset_counts_every_byte_up() {
+    if !can_run("log_complete_relay_bytes") {
+        return;
+    }
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    const BYTES: usize = 10 * 1024 * 1024;
+    let host = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let port = host.local_addr().unwrap().port();
+    // The host side reads all 10 MiB, then resets the connection: the
+    // relay's copy ends with an error.
+    let server = std::thread::spawn(move || {
+        let (mut conn, _) = host.accept().expect("accept");
+        let mut buf = vec![0u8; 1 << 16];
+        let mut got = 0;
+        while got < BYTES {
+            match conn.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+        }
+        let linger = libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        };
+        // SAFETY: setsockopt on the accepted socket with a valid linger.
+        unsafe {
+            libc::setsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_LINGER,
+                (&raw const linger).cast(),
+                size_of::<libc::linger>() as libc::socklen_t,
+            )
+        };
+        got
+    });
+    let work = Dir::new();
+    let log = work.join("effects.jsonl");
+    let code = format!(
+        "import socket
+s = socket.create_connection(('127.0.0.1', {port}))
+s.sendall(b'x' * {BYTES})
+try:
+    s.recv(1)
+except OSError:
+    pass
+print('sent')"
+    );
+    let out = tartaros(
+        &[
+            "run",
+            "--port",
+            &port.to_string(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ],
+        work.path(),
+    );
+    assert!(stdout(&out).contains("sent"), "{}", stderr(&out));
+    assert_eq!(server.join().unwrap(), BYTES, "the host got all of it");
+    let records = records(&log);
+    let relay = find(&records, "connect", "the relay", |r| {
+        t(r, "via") == "port-forward"
+    });
+    assert_eq!(t(relay, "bytes_up"), BYTES as u64, "{relay}");
+    assert!(
+        t(relay, "error").is_string(),
+        "the copy ended in an error: {relay}"
+    );
+}
