@@ -16,12 +16,18 @@ use crate::events::{Effect, EffectSender};
 
 /// Relays connections accepted on `listener` (inside the sandbox) to
 /// `upstream` on the host, until the task is dropped.
-pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
+/// With `owner`, each record names (`pid`) the process that connected.
+pub async fn relay(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    effects: EffectSender,
+    owner: Option<crate::events::ConnectionOwner>,
+) {
     loop {
-        let Ok((inside, _)) = listener.accept().await else {
+        let Ok((inside, peer)) = listener.accept().await else {
             continue;
         };
-        let effects = effects.clone();
+        let effects = crate::events::attributed(&effects, owner.as_ref(), Some(peer));
         tokio::spawn(async move {
             let started = Instant::now();
             let target = |decision: &str| {

@@ -365,11 +365,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
+    let owner = watch.as_ref().and_then(KernelWatch::connection_owner);
     let outcome = run_in(
         cgroup.as_ref(),
         &prepared,
         &request.policy,
         original_dst,
+        owner,
         &effects,
     )
     .await;
@@ -537,6 +539,7 @@ async fn run_in(
     prepared: &Prepared,
     policy: &Policy,
     original_dst: Option<crate::proxy::OriginalDst>,
+    owner: Option<crate::events::ConnectionOwner>,
     effects: &crate::events::EffectSender,
 ) -> Result<AgentEnd, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
@@ -600,6 +603,7 @@ async fn run_in(
             policy,
             prepared.broker.as_ref(),
             original_dst,
+            owner,
             effects,
         )
         .map_err(|e| e.to_string())

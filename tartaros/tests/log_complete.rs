@@ -483,7 +483,7 @@ fn an_ordinary_users_log_without_capture_verifies_incomplete() {
 }
 
 #[test]
-fn a_relayed_connection_that_ends_in_a_reset_counts_every_byte_up() {
+fn relay_and_proxy_records_count_every_byte_and_name_the_connecting_process() {
     if !can_run("log_complete_relay_bytes") {
         return;
     }
@@ -522,6 +522,7 @@ fn a_relayed_connection_that_ends_in_a_reset_counts_every_byte_up() {
     });
     let work = Dir::new();
     let log = work.join("effects.jsonl");
+    let proxy = tartaros::egress::PROXY_PORT;
     let code = format!(
         "import socket
 s = socket.create_connection(('127.0.0.1', {port}))
@@ -530,13 +531,18 @@ try:
     s.recv(1)
 except OSError:
     pass
-print('sent')"
+print('sent')
+p = socket.create_connection(('127.0.0.1', {proxy}))
+p.sendall(b'CONNECT denied.invalid:443 HTTP/1.1\\r\\nHost: denied.invalid:443\\r\\n\\r\\n')
+print('proxy', p.recv(12))"
     );
     let out = tartaros(
         &[
             "run",
             "--port",
             &port.to_string(),
+            "--allow-domain",
+            "allowed.invalid",
             "--log",
             log.to_str().unwrap(),
             "--",
