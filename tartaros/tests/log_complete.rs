@@ -137,6 +137,9 @@ def reopen():
     os.write(w, b'x')
     os.close(w)
 attempt('reopen', reopen)
+import resource, subprocess
+print('core_limit', resource.getrlimit(resource.RLIMIT_CORE))
+subprocess.run([sys.executable, '-c', 'import os; os.abort()'], cwd=W)
 "#;
 
 #[test]
@@ -187,10 +190,18 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "immutable", "EPERM");
     expect(&out, "sendmmsg_inet", "EPERM");
     expect(&out, "io_uring", "EPERM");
+    expect(&out, "core_limit", "(0, 0)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
     // The tree from the host side: what the records claim happened did.
     assert!(work.join("fifo").exists() && work.join("sock").exists());
+    // The crash left no core file the log would not know of.
+    let cores: Vec<_> = std::fs::read_dir(work.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("core"))
+        .collect();
+    assert!(cores.is_empty(), "{cores:?}");
 
     let log = records(&log);
     let p = |name: &str| format!("{w}/{name}");
