@@ -575,3 +575,96 @@ print('proxy', p.recv(12))"
         "the copy ended in an error: {relay}"
     );
 }
+
+/// The agent's lease-holding child keeps a write open blocked in the kernel
+/// while a second thread rewrites what the open was given: the flags of
+/// `open_how` (openat2) to read-only, or the path (openat) to another
+/// file. The records have what the kernel was asked, read at entry.
+const FLIP_WHILE_BLOCKED: &str = r#"
+import struct, fcntl, threading, time, signal
+W = sys.argv[1]
+def leased(name, call, flip):
+    open(W + '/' + name, 'w').close()
+    r, w = os.pipe()
+    holder = os.fork()
+    if holder == 0:
+        signal.signal(signal.SIGIO, lambda *a: None)
+        fd = os.open(W + '/' + name, os.O_RDONLY)
+        fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
+        os.write(w, b'1')
+        time.sleep(1.5)
+        fcntl.fcntl(fd, 1024, fcntl.F_UNLCK)
+        os._exit(0)
+    os.read(r, 1)
+    result = {}
+    t = threading.Thread(target=lambda: result.update(fd=call()))
+    started = time.time()
+    t.start()
+    time.sleep(0.5)
+    flip()
+    t.join()
+    fd = result['fd']
+    print(name, 'blocked', time.time() - started > 0.4, 'opened', fd >= 0)
+    os.write(fd, b'written by ' + name.encode())
+    os.close(fd)
+    os.waitpid(holder, 0)
+how = ctypes.create_string_buffer(struct.pack('QQQ', os.O_WRONLY, 0, 0), 24)
+leased('leased', lambda: libc.syscall(437, -100, (W + '/leased').encode(), how, 24),
+       lambda: struct.pack_into('Q', how, 0, os.O_RDONLY))
+hook = W + '/pre-commit'
+buf = ctypes.create_string_buffer(hook.encode(), 256)
+leased('pre-commit', lambda: libc.syscall(257, -100, buf, os.O_WRONLY | os.O_TRUNC, 0),
+       lambda: ctypes.memmove(buf, (W + '/notes.txt\0').encode(), len(W) + 11))
+"#;
+#[test]
+fn arguments_rewritten_while_an_open_blocks_are_recorded_as_asked() {
+    if !can_run("log_complete_openat2_flip") {
+        return;
+    }
+    let work = Dir::new();
+    let logs = Dir::new();
+    let log = logs.join("effects.jsonl");
+    let w = work.path().to_str().unwrap();
+    let out = tartaros(
+        &[
+            "run",
+            "--write",
+            w,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &format!("{ATTEMPT}{FLIP_WHILE_BLOCKED}"),
+            w,
+        ],
+        work.path(),
+    );
+    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    expect(&out, "leased blocked True opened", "True");
+    expect(&out, "pre-commit blocked True opened", "True");
+    assert_eq!(
+        std::fs::read_to_string(work.join("leased")).unwrap(),
+        "written by leased"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.join("pre-commit")).unwrap(),
+        "written by pre-commit"
+    );
+    let records = records(&log);
+    let leased = format!("{w}/leased");
+    let open = find(&records, "open", "the write open", |r| {
+        t(r, "path") == leased.as_str() && t(r, "flags") == libc::O_WRONLY as u64
+    });
+    allowed(open);
+    let hook = format!("{w}/pre-commit");
+    let truncated = find(&records, "truncate", "the hook", |r| {
+        t(r, "path") == hook.as_str()
+    });
+    allowed(truncated);
+    let notes = format!("{w}/notes.txt");
+    assert!(
+        !records.iter().any(|r| t(r, "path") == notes.as_str()),
+        "no record names the file that was never opened"
+    );
+}
