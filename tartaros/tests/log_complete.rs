@@ -668,3 +668,47 @@ fn arguments_rewritten_while_an_open_blocks_are_recorded_as_asked() {
         "no record names the file that was never opened"
     );
 }
+
+#[test]
+fn broker_records_name_the_connecting_process() {
+    if !can_run("log_complete_broker_pid") {
+        return;
+    }
+    let work = Dir::new();
+    let config = work.join("broker.toml");
+    std::fs::write(
+        &config,
+        "[broker]\nport = 9913\ntoken_env = \"TT_LOGC_TOKEN\"\nallowed_hosts = [\"api.example.invalid\"]\n\
+         [[broker.capability]]\nname = \"api\"\nupstream = \"api.example.invalid\"\nheader = \"Authorization\"\nvalue_env = \"TT_LOGC_SECRET\"\n",
+    )
+    .unwrap();
+    let log = work.join("effects.jsonl");
+    // No token: the broker answers 401 itself, nothing goes upstream.
+    let code = "import socket\ns = socket.create_connection(('127.0.0.1', 9913))\ns.sendall(b'GET /api/x HTTP/1.1\\r\\nHost: 127.0.0.1\\r\\nConnection: close\\r\\n\\r\\n')\nprint('answer', s.recv(12))";
+    let out = Command::new(bin())
+        .args(["run", "--config"])
+        .arg(&config)
+        .arg("--log")
+        .arg(&log)
+        .args(["--", "python3", "-c", code])
+        .current_dir(work.path())
+        .env("TT_LOGC_TOKEN", "tok-logc-1")
+        .env("TT_LOGC_SECRET", "sec-logc-1")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("401"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let records = records(&log);
+    let python = find(&records, "exec", "python3", |r| {
+        t(r, "argv")[0]
+            .as_str()
+            .is_some_and(|a| a.ends_with("python3"))
+    });
+    let broker = find(&records, "broker", "the 401", |_| true);
+    assert_eq!(broker["decision"], "denied", "{broker}");
+    assert_eq!(broker["pid"], python["pid"], "{broker}");
+}
