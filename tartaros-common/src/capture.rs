@@ -579,6 +579,9 @@ pub mod nr {
     }
 }
 
+/// Entries of the eBPF map of [`effect_of`] (every x86-64 number is below).
+pub const SYSCALL_KINDS: u32 = 512;
+
 /// The effect kind the capture gives syscall `nr` (its main one: see
 /// [`crate::syscalls::Class::Captured`]); [`effect::OTHER`] when it is not
 /// captured. The eBPF classifier takes its kinds from here.

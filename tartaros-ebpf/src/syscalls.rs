@@ -24,12 +24,12 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated},
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray},
+    maps::{Array, HashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
-    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SysAddrEvent, SysEvent,
-    SysPath2Event, SysPathEvent, effect, effect_of, flag, ioctl, nr, oflag, record,
+    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, SysAddrEvent,
+    SysEvent, SysPath2Event, SysPathEvent, effect, flag, ioctl, nr, oflag, record,
 };
 
 use crate::maps::{
@@ -110,6 +110,13 @@ const _: () = assert!(ADDR_BYTES <= PATH_BYTES);
 /// type instead of once per `classify` arm.
 #[map(name = "SYS_CALL")]
 static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
+
+/// The effect kind of each syscall number, `capture::effect_of` as filled
+/// in by the supervisor (the syscall table's test checks that function).
+/// From a map, the kind is one unknown value for the verifier instead of
+/// a constant per `classify` arm: it walks half as many instructions.
+#[map(name = "SYSCALL_KIND")]
+static SYSCALL_KIND: Array<u32> = Array::with_max_entries(SYSCALL_KINDS, 0);
 
 /// Calls in flight, by `pid_tgid`.
 #[map(name = "PENDING")]
@@ -238,6 +245,12 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     // once per range.
     let number = reg(regs, REGS_ORIG_AX);
     let call = classify(number, args_of(regs))?;
+    if call.effect == effect::OTHER {
+        // A captured number without a kind: the kind map was not filled.
+        // Counted, so the log says it is incomplete.
+        count_lost(effect::OTHER);
+        return None;
+    }
     let slot = SYS_CALL.get_ptr_mut(0)?;
     // SAFETY: this CPU's entry of a per-CPU map only this program uses; the
     // tracepoint runs with preemption disabled and a program never nests on
@@ -323,32 +336,40 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     let number = reg(regs, REGS_ORIG_AX);
     let ret: i64 = ctx.arg(1);
     let key = bpf_get_current_pid_tgid();
-    let Some(pending) = PENDING.get_ptr(&key) else {
+    // One `emit` for both cases below: inlined twice, it doubled the
+    // verifier's work on this program.
+    let (p, pending) = match PENDING.get_ptr(&key) {
+        // SAFETY: the entry of this task; only this task inserts or
+        // removes it, so it is not reused while it is read.
+        Some(p) => unsafe {
+            if (*p).nr != number || !wanted((*p).call.when, ret) {
+                let _ = PENDING.remove(&key);
+                return None;
+            }
+            (p, true)
+        },
         // No entry: the call was refused by seccomp before `sys_enter`, or
         // `sys_enter` chose not to record it (or counted it lost).
-        if number <= u32::MAX as u64 && nr::is_refused(number as u32) && !compat(cfg) {
+        None => {
+            if number > u32::MAX as u64 || !nr::is_refused(number as u32) || compat(cfg) {
+                return None;
+            }
             let a = args_of(regs);
-            let call = Call::plain(effect::SYSCALL, -1, [a[0], a[1], a[2]]);
             let slot = SYS_CALL.get_ptr_mut(0)?;
             // SAFETY: as in `try_sys_enter`.
             unsafe {
-                (*slot).call = call;
+                (*slot).call = Call::plain(effect::SYSCALL, -1, [a[0], a[1], a[2]]);
                 (*slot).nr = number;
                 (*slot).len = 0;
                 (*slot).len2 = 0;
-                emit(cfg, slot, number as u32, ret);
             }
+            (slot as *const Pending, false)
         }
-        return None;
     };
-    // SAFETY: the entry of this task; only this task inserts or removes
-    // it, so it is not reused while it is read.
-    unsafe {
-        if (*pending).nr == number && wanted((*pending).call.when, ret) {
-            emit(cfg, pending, number as u32, ret);
-        }
+    emit(cfg, p, number as u32, ret);
+    if pending {
+        let _ = PENDING.remove(&key);
     }
-    let _ = PENDING.remove(&key);
     Some(())
 }
 
@@ -363,15 +384,14 @@ fn wanted(when: u32, ret: i64) -> bool {
 }
 
 /// Decides whether syscall `nr` with arguments `a` is recorded, and how.
-/// x86_64 numbering; the kinds come from `effect_of`, which the syscall
-/// table's test checks.
+/// x86_64 numbering; the kinds come from `SYSCALL_KIND`.
 #[inline(always)]
 fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     if nr > u32::MAX as u64 {
         return None;
     }
     let n = nr as u32;
-    let e = effect_of(n);
+    let e = SYSCALL_KIND.get(n).map_or(effect::OTHER, |&k| k as u16);
     let fd = |v: u64| v as i32;
     let call = match n {
         nr::OPEN => open_call(AT_FDCWD, a[0], a[1], a[2]),
@@ -470,7 +490,7 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
         nr::KILL | nr::TKILL | nr::RT_SIGQUEUEINFO => Call::plain(e, -1, [a[0], a[1], 0]),
         nr::TGKILL | nr::RT_TGSIGQUEUEINFO => Call::plain(e, -1, [a[0], a[2], a[1]]),
         nr::PIDFD_SEND_SIGNAL => Call::plain(e, fd(a[0]), [a[0], a[1], a[3]]),
-        n if nr::is_refused(n) => Call::plain(effect::SYSCALL, -1, [a[0], a[1], a[2]]),
+        n if nr::is_refused(n) => Call::plain(e, -1, [a[0], a[1], a[2]]),
         _ => return None,
     };
     Some(call)

@@ -394,6 +394,9 @@ pub fn attach_with(
         load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
     )?;
     load::set_unix_prefixes(&mut object, &unix_prefixes)?;
+    if options.capture {
+        load::set_syscall_kinds(&mut object)?;
+    }
     let transparent = match options.transparent_port {
         Some(0) => {
             return Err(EbpfError::Transparent(Box::new(
