@@ -399,8 +399,11 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
         nr::CREAT => open_call(AT_FDCWD, a[0], oflag::CREAT_FLAGS, a[1]),
         // struct open_how { u64 flags; u64 mode; u64 resolve; }, read here
         // once: the kernel has copied it before any lookup.
+        // Recorded whatever the flags say: they are in the agent's memory,
+        // and a thread flipping them between this read and the kernel's
+        // could pass a write-open off as a read-only one.
         nr::OPENAT2 => match read_user::<[u64; 2]>(a[2]) {
-            Some(how) => open_call(fd(a[0]), a[1], how[0], how[1]),
+            Some(how) => open_call(fd(a[0]), a[1], how[0], how[1]).only(when::ALWAYS),
             None => {
                 let mut c = Call::path(e, fd(a[0]), a[1], [0; 3]);
                 c.flags = flag::ADDR_UNREADABLE;

@@ -382,6 +382,10 @@ impl Decoder {
                 if flags & flag::ADDR_UNREADABLE != 0 {
                     t.insert("flags_unreadable", true);
                 }
+                if s.nr == nr::OPENAT2 {
+                    // Read from the agent's `struct open_how`, not the kernel's copy.
+                    t.insert("flags_source", "agent");
+                }
             }
             effect::TRUNCATE => {
                 t.insert("length", s.args[0] as i64);
