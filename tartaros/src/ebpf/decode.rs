@@ -578,9 +578,12 @@ impl Decoder {
         let tgid = s.header.tgid;
         let new = match path {
             Some(buf) if s.header.flags & flag::PATH_UNREADABLE == 0 => {
+                // `..` stays: through a symlink (`chdir("link/..")`) it is
+                // not the lexical parent, and folding it put files in the
+                // wrong directory.
                 match cstr(buf, s.len).map(lossy) {
-                    Some(p) if p.starts_with('/') => Some(normalize(&p)),
-                    Some(p) => self.cwd(tgid).map(|base| normalize(&join(&base, &p))),
+                    Some(p) if p.starts_with('/') => Some(join("/", &p)),
+                    Some(p) => self.cwd(tgid).map(|base| join(&base, &p)),
                     None => None,
                 }
             }
@@ -766,22 +769,6 @@ fn cstr(buf: &[u8], len: i32) -> Option<&[u8]> {
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// `path` without `.` and `..` components (lexically, as a chdir through
-/// them moves), for the cwd model.
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// `rel` appended to `base`, without `.` components (which change nothing;

@@ -319,14 +319,13 @@ fn the_cwd_model_follows_forks_and_chdirs() {
     s.header.pid = gone;
     s.len = flen;
     let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path: file }));
-    let cwd = std::env::current_dir().unwrap();
-    let parent = cwd.parent().unwrap_or(&cwd).display().to_string();
+    let cwd = std::env::current_dir().unwrap().display().to_string();
+    // `..` is kept: through a symlink it is not the lexical parent.
     assert_eq!(
         target(&e)["path"],
-        format!("{}/x/y/f", parent.trim_end_matches('/'))
+        format!("{}/../x/y/f", cwd.trim_end_matches('/'))
     );
     assert_eq!(target(&e)["resolved_from"], "cwd");
-    assert_eq!(normalize("/a/../../b/./c/"), "/b/c");
     assert_eq!(join("/w/", "./x/../y/."), "/w/x/../y");
     assert_eq!(join("/", ""), "/");
     let _ = me;
