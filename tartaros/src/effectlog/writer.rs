@@ -413,6 +413,11 @@ impl LogWriter {
         self.emit("seal", m)?;
         self.state = State::Sealed;
         self.sync()?;
+        // The log is complete: give the reserve back (a truncation to
+        // the same size frees the blocks past the end).
+        if let Ok(meta) = self.file.metadata() {
+            let _ = self.file.set_len(meta.len());
+        }
         Ok(self.head())
     }
 
