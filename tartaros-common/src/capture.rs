@@ -624,6 +624,18 @@ pub mod ioctl {
     pub const FS_IOC32_SETFLAGS: u64 = 0x4004_6602;
     pub const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
 
+    /// `TIOCSTI`, `TIOCLINUX`, `TIOCSETD`: refused by the seccomp filter
+    /// (`seccomp.rs`); their refused attempts are `syscall` records.
+    pub const TIOCSTI: u64 = 0x5412;
+    pub const TIOCLINUX: u64 = 0x541c;
+    pub const TIOCSETD: u64 = 0x5423;
+
+    #[inline(always)]
+    pub const fn refused_tty(cmd: u64) -> bool {
+        let cmd = cmd & 0xffff_ffff;
+        cmd == TIOCSTI || cmd == TIOCLINUX || cmd == TIOCSETD
+    }
+
     #[inline(always)]
     pub const fn sets_flags(cmd: u64) -> bool {
         let cmd = cmd & 0xffff_ffff;

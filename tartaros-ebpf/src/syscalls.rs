@@ -352,10 +352,17 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
         // No entry: the call was refused by seccomp before `sys_enter`, or
         // `sys_enter` chose not to record it (or counted it lost).
         None => {
-            if number > u32::MAX as u64 || !nr::is_refused(number as u32) || compat(cfg) {
+            let a = args_of(regs);
+            // Refused whatever the arguments, or the terminal ioctls the
+            // filter refuses (input injection).
+            let refused = number <= u32::MAX as u64
+                && (nr::is_refused(number as u32)
+                    || (number == u64::from(nr::IOCTL)
+                        && ret == -EPERM
+                        && ioctl::refused_tty(a[1])));
+            if !refused || compat(cfg) {
                 return None;
             }
-            let a = args_of(regs);
             let slot = SYS_CALL.get_ptr_mut(0)?;
             // SAFETY: as in `try_sys_enter`.
             unsafe {

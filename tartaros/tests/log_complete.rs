@@ -131,6 +131,8 @@ inet = struct.pack('<H', socket.AF_INET) + struct.pack('>H', 9) + socket.inet_at
 attempt('sendmmsg_unix', lambda: sendmmsg(socket.AF_UNIX, socket.SOCK_DGRAM, unix))
 attempt('sendmmsg_inet', lambda: sendmmsg(socket.AF_INET, socket.SOCK_DGRAM, inet))
 attempt('io_uring', lambda: checked(libc.syscall(425, 1, ctypes.create_string_buffer(120))))
+import termios
+attempt('tiocsti', lambda: fcntl.ioctl(1, termios.TIOCSTI, b'x'))
 ro = os.open(W + '/target.txt', os.O_RDONLY | os.O_CREAT, 0o644)
 def reopen():
     w = os.open('/proc/self/fd/%d' % ro, os.O_WRONLY)
@@ -190,6 +192,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "immutable", "EPERM");
     expect(&out, "sendmmsg_inet", "EPERM");
     expect(&out, "io_uring", "EPERM");
+    expect(&out, "tiocsti", "EPERM");
     expect(&out, "core_limit", "(0, 0)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
@@ -291,6 +294,12 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     });
     denied(uring, libc::EPERM);
     assert_eq!(t(uring, "refused_by"), "seccomp");
+    let sti = find(&log, "syscall", "TIOCSTI", |r| t(r, "cmd") == "TIOCSTI");
+    denied(sti, libc::EPERM);
+    assert_eq!(
+        (t(sti, "syscall"), t(sti, "fd")),
+        (&Value::from("ioctl"), &Value::from(1))
+    );
     let reopen = find(&log, "open", "the /proc/self/fd reopen", |r| {
         t(r, "path")
             .as_str()

@@ -69,6 +69,15 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
         effect::SYSCALL => {
             t.insert("syscall", syscalls::name_of(s.nr).unwrap_or("unknown"));
             t.insert("nr", s.nr);
+            if s.nr == nr::IOCTL {
+                let cmd = match s.args[1] & 0xffff_ffff {
+                    ioctl::TIOCSTI => "TIOCSTI",
+                    ioctl::TIOCLINUX => "TIOCLINUX",
+                    _ => "TIOCSETD",
+                };
+                t.insert("cmd", cmd);
+                t.insert("fd", s.args[0] as u32 as i32);
+            }
             // The filter's answers; without a filter the call ran.
             if s.ret == -1 || s.ret == -38 {
                 t.insert("refused_by", "seccomp");
