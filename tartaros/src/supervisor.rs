@@ -406,7 +406,11 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         let log = match drain.await {
             Ok(writer) => {
                 let signal = outcome.as_ref().ok().and_then(|end| end.signal);
-                let degraded = !installed(&prepared.guarantees, "ebpf-capture");
+                // As the genesis says it (what `log verify` reads).
+                let degraded = prepared
+                    .guarantees
+                    .iter()
+                    .any(|g| g.name == "ebpf-capture" && !g.installed);
                 crate::runlog::finish(writer, code, signal, teardown.is_ok(), degraded)
             }
             Err(e) => crate::runlog::LogOutcome {
