@@ -606,14 +606,25 @@ def leased(name, call, flip):
         os._exit(0)
     os.read(r, 1)
     result = {}
-    t = threading.Thread(target=lambda: result.update(fd=call()))
+    def run():
+        result['tid'] = threading.get_native_id()
+        result['fd'] = call()
+    t = threading.Thread(target=run)
     started = time.time()
     t.start()
-    time.sleep(0.5)
+    # Flip only once the opener sits in the kernel, waiting on the lease.
+    while time.time() - started < 5:
+        try:
+            if open('/proc/self/task/%d/syscall' % result['tid']).read().split()[0] in ('437', '257'):
+                break
+        except (KeyError, OSError, IndexError):
+            pass
+        time.sleep(0.01)
+    time.sleep(0.1)
     flip()
     t.join()
     fd = result['fd']
-    print(name, 'blocked', time.time() - started > 0.4, 'opened', fd >= 0)
+    print(name, 'blocked', time.time() - started > 0.2, 'opened', fd >= 0)
     os.write(fd, b'written by ' + name.encode())
     os.close(fd)
     os.waitpid(holder, 0)
