@@ -443,6 +443,11 @@ struct ThrowawayUser {
 impl ThrowawayUser {
     fn add() -> Self {
         let name = format!("ttlogc{}", std::process::id() % 100_000);
+        // A run that died before its cleanup may have left the name taken.
+        let _ = Command::new("userdel")
+            .arg(&name)
+            .stderr(std::process::Stdio::null())
+            .status();
         let ok = Command::new("useradd")
             .args([
                 "--no-create-home",
