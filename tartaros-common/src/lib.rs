@@ -6,6 +6,7 @@
 #![no_std]
 
 pub mod capture;
+pub mod syscalls;
 
 /// `AF_UNIX`.
 pub const AF_UNIX: u16 = 1;

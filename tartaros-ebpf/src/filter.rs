@@ -27,7 +27,9 @@ use tartaros_common::{
     SavedDst, TransparentKey, capture::effect, kind, verdict,
 };
 
-use crate::maps::{ALLOW, EVENTS, FILTER, TPROXY_COOKIE, TPROXY_PORT, config, count_lost};
+use crate::maps::{
+    ALLOW, EVENTS, FILTER, OWNER_COOKIE, OWNER_PORT, TPROXY_COOKIE, TPROXY_PORT, config, count_lost,
+};
 
 /// Return value of a cgroup program that lets the operation proceed.
 pub const PASS: i32 = 1;
@@ -87,7 +89,17 @@ fn decide(
     };
     ev.verdict = v;
     emit(&ev);
-    if verdict::is_denied(v) { REFUSE } else { PASS }
+    if verdict::is_denied(v) {
+        return REFUSE;
+    }
+    if (kind == kind::CONNECT4 || kind == kind::CONNECT6) && ev.sock_type == SOCK_STREAM {
+        // Runs in the connecting task: its tgid is who opened the
+        // connection, race-free, whatever happens to the socket later.
+        // SAFETY: the helper takes the context pointer the kernel passed in.
+        let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+        let _ = OWNER_COOKIE.insert(&cookie, &ev.tgid, 0);
+    }
+    PASS
 }
 
 /// Reads the socket's family, type and protocol into `ev`. These fields
@@ -292,6 +304,21 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     // SAFETY: the helper takes the context pointer the kernel passed in
     // (`bpf_get_socket_cookie_sock_ops`, Linux 4.19).
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // SAFETY: copied out right away; written by the connect programs of
+    // the same socket, which run before this.
+    if let Some(tgid) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
+        let _ = OWNER_COOKIE.remove(&cookie);
+        let family = if ctx.family() == u32::from(AF_INET6) {
+            AF_INET6
+        } else {
+            AF_INET
+        };
+        let key = TransparentKey {
+            family,
+            port: ctx.local_port() as u16,
+        };
+        let _ = OWNER_PORT.insert(&key, &tgid, 0);
+    }
     // SAFETY: the value is copied out right away; entries are only written
     // by the connect programs of the same socket, which run before this.
     let saved = match unsafe { TPROXY_COOKIE.get(&cookie) } {

@@ -24,7 +24,8 @@
 //!
 //! Event capture (`capture.rs`), filtered to the sandbox cgroup:
 //! `sched_process_exec` / `sched_process_fork` / `sched_process_exit`
-//! (`tp_btf`, Linux >= 5.5) and `sys_exit` (`tp_btf` as well).
+//! (`tp_btf`, Linux >= 5.5); `sys_enter` / `sys_exit` (`tp_btf` as well,
+//! `syscalls.rs`).
 //!
 //! Every record goes to the `EVENTS` ring buffer (Linux >= 5.8); failed
 //! reservations are counted per effect kind in the per-CPU `EVENTS_LOST`
@@ -43,6 +44,8 @@ mod filter;
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod probes;
+#[cfg(target_arch = "bpf")]
+mod syscalls;
 #[cfg(target_arch = "bpf")]
 mod unix;
 

@@ -36,6 +36,18 @@ pub static TPROXY_COOKIE: LruHashMap<u64, SavedDst> =
 pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
+/// Who opened each TCP connection the connect programs let through:
+/// socket cookie to thread-group id (written by `connect4` / `connect6` in
+/// the caller's context, moved by `sock_ops`).
+#[map(name = "OWNER_COOKIE")]
+pub static OWNER_COOKIE: LruHashMap<u64, u32> = LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+
+/// The same by the client's local port (and family), which the relays,
+/// the proxy and the broker see as the peer of an accepted connection.
+#[map(name = "OWNER_PORT")]
+pub static OWNER_PORT: LruHashMap<TransparentKey, u32> =
+    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+
 /// One ring buffer for every record (Linux 5.8); resized at load time.
 #[map(name = "EVENTS")]
 pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);

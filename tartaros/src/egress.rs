@@ -152,11 +152,13 @@ pub fn serve(
     policy: &Policy,
     broker: Option<&BrokerSetup>,
     original_dst: Option<OriginalDst>,
+    owner: Option<crate::events::ConnectionOwner>,
     effects: &EffectSender,
 ) -> Result<Vec<JoinHandle<()>>, EgressError> {
     let resolver = Arc::new(SystemResolver);
     let mut proxy_config = ProxyConfig::new(policy.allow_domains.clone(), resolver.clone());
     proxy_config.allow_internal = policy.proxy.allow_internal;
+    proxy_config.connection_owner = owner.clone();
     if !policy.proxy.connect_ports.is_empty() {
         proxy_config.connect_ports = policy.proxy.connect_ports.clone();
     }
@@ -170,9 +172,12 @@ pub fn serve(
         let listener = tokio::net::TcpListener::from_std(listener).map_err(EgressError::Serve)?;
         let effects = effects.clone();
         let task = match gateway.kind {
-            GatewayKind::Relay(upstream) => {
-                tokio::spawn(crate::forward::relay(listener, upstream, effects))
-            }
+            GatewayKind::Relay(upstream) => tokio::spawn(crate::forward::relay(
+                listener,
+                upstream,
+                effects,
+                owner.clone(),
+            )),
             GatewayKind::Proxy => {
                 tokio::spawn(crate::proxy::serve(listener, proxy_config.clone(), effects))
             }
@@ -193,14 +198,16 @@ pub fn serve(
                 };
                 let (secrets, tls, resolver) =
                     (setup.secrets.clone(), setup.tls.clone(), resolver.clone());
+                let owner = owner.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = crate::broker::serve(
+                    if let Err(e) = crate::broker::serve_attributed(
                         listener,
                         Arc::new(config),
                         secrets,
                         tls,
                         resolver,
                         effects,
+                        owner,
                     )
                     .await
                     {

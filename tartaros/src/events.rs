@@ -62,6 +62,52 @@ impl Entry {
     }
 }
 
+/// Names the sandbox process (host pid) behind an accepted connection,
+/// from its peer address (see `CgroupPrograms::connection_owner`).
+pub type ConnectionOwner =
+    std::sync::Arc<dyn Fn(std::net::SocketAddr) -> Option<u32> + Send + Sync>;
+
+/// The sender for the effects of one accepted connection from `peer`:
+/// each gets the `pid` of the process that opened the connection, when
+/// `owner` knows it (`pid_unknown` otherwise). The effects of a gateway
+/// are built deep in its request handling; tagging them on their way out
+/// keeps the attribution in one place.
+pub fn attributed(
+    effects: &EffectSender,
+    owner: Option<&ConnectionOwner>,
+    peer: Option<std::net::SocketAddr>,
+) -> EffectSender {
+    let Some(owner) = owner else {
+        return effects.clone();
+    };
+    let pid = peer.and_then(|peer| owner(peer));
+    let (tx, mut rx) = channel();
+    let out = effects.clone();
+    // Ends when the connection's last sender is gone.
+    tokio::spawn(async move {
+        while let Some(entry) = rx.recv().await {
+            let entry = match entry {
+                Entry::Effect(mut effect) => {
+                    match pid {
+                        Some(pid) => {
+                            effect.fields.insert("pid".into(), pid.into());
+                        }
+                        None => {
+                            effect.fields.insert("pid_unknown".into(), true.into());
+                        }
+                    }
+                    Entry::Effect(effect)
+                }
+                other => other,
+            };
+            if out.send(entry).is_err() {
+                break;
+            }
+        }
+    });
+    tx
+}
+
 /// Where producers send effects. Unbounded so that a slow disk never
 /// blocks the proxy; the supervisor drains it continuously.
 pub type EffectSender = tokio::sync::mpsc::UnboundedSender<Entry>;

@@ -27,6 +27,22 @@ impl Refusal {
     }
 }
 
+/// The agent exited 0 but its `--log` could not be completed (events lost,
+/// the log's filesystem full, capture degraded, the seal not written):
+/// `tartaros log verify` will not say `ok`. A non-zero agent status is
+/// kept as it is; a line starting `tartaros:` says why either way.
+pub const LOG_INCOMPLETE: i32 = 122;
+
+/// The exit status of a run whose agent ended with `code`: `code`, unless
+/// it is 0 and the log is not complete.
+pub fn with_log(code: i32, log_complete: bool) -> i32 {
+    if code == 0 && !log_complete {
+        LOG_INCOMPLETE
+    } else {
+        code
+    }
+}
+
 /// Maps a wait status of the agent to our exit status: its own code, or
 /// 128+N when it died of signal N (the shell convention).
 pub fn from_wait(code: Option<i32>, signal: Option<i32>) -> i32 {
@@ -40,6 +56,13 @@ pub fn from_wait(code: Option<i32>, signal: Option<i32>) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_incomplete_log_fails_a_successful_run_only() {
+        assert_eq!(with_log(0, false), LOG_INCOMPLETE);
+        assert_eq!(with_log(3, false), 3);
+        assert_eq!(with_log(0, true), 0);
+    }
 
     #[test]
     fn signal_maps_to_128_plus_n() {

@@ -10,8 +10,13 @@
 //! open: none of them can hold the run (and the unsealed log) open.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::events::{Effect, EffectSender};
@@ -25,37 +30,90 @@ pub const MAX_CONNECTIONS: usize = 256;
 
 /// Relays connections accepted on `listener` (inside the sandbox) to
 /// `upstream` on the host, until the future is dropped or aborted (which
-/// also ends the connections it relays).
-pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
+/// also ends the connections it relays). With `owner`, each record names
+/// (`pid`) the sandbox process that connected.
+pub async fn relay(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    effects: EffectSender,
+    owner: Option<crate::events::ConnectionOwner>,
+) {
     crate::proxy::accept_loop(listener, MAX_CONNECTIONS, move |inside| {
-        relay_one(inside, upstream, CONNECT_TIMEOUT, effects.clone())
+        let peer = inside.peer_addr().ok();
+        let effects = crate::events::attributed(&effects, owner.as_ref(), peer);
+        relay_one(inside, upstream, CONNECT_TIMEOUT, effects)
     })
     .await
 }
 
 /// The `connect` effect of one relayed connection, sent when it is over,
 /// also when the run's end aborts it half-way (then with `"ended":
-/// "run-ended"` and without byte counts, which the abort loses).
+/// "run-ended"` and the bytes relayed until then).
 struct Record {
     effects: EffectSender,
     /// The effect as known so far; replaced by the final one.
     effect: Option<Effect>,
     started: Instant,
+    /// Bytes written towards the host (up) and the sandbox (down) so far.
+    up: Arc<AtomicU64>,
+    down: Arc<AtomicU64>,
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
         if let Some(effect) = self.effect.take() {
             let duration_us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            let _ = self
-                .effects
-                .send(effect.with("duration_us", duration_us).into());
+            let effect = effect
+                .with("bytes_up", self.up.load(Ordering::Relaxed))
+                .with("bytes_down", self.down.load(Ordering::Relaxed))
+                .with("duration_us", duration_us);
+            let _ = self.effects.send(effect.into());
         }
     }
 }
 
+/// A stream that counts what was written through it, so that a connection
+/// that ends with an error (a reset, a peer gone) or is cut by the run's
+/// end still reports every byte that reached the other side.
+struct Counted<S> {
+    inner: S,
+    written: Arc<AtomicU64>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &polled {
+            self.written.fetch_add(*n as u64, Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
 async fn relay_one(
-    mut inside: TcpStream,
+    inside: TcpStream,
     upstream: SocketAddr,
     timeout: Duration,
     effects: EffectSender,
@@ -67,17 +125,29 @@ async fn relay_one(
             .with("via", "port-forward")
             .with("decision", "allowed")
     };
+    let (up, down) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut record = Record {
         effects,
         effect: Some(target().with("ended", "run-ended")),
         started: Instant::now(),
+        up: up.clone(),
+        down: down.clone(),
     };
     let connected = tokio::time::timeout(timeout, TcpStream::connect(upstream)).await;
     let effect = match connected {
-        Ok(Ok(mut outside)) => {
-            let copied = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
-            let (up, down) = copied.unwrap_or((0, 0));
-            target().with("bytes_up", up).with("bytes_down", down)
+        Ok(Ok(outside)) => {
+            let mut inside = Counted {
+                inner: inside,
+                written: down,
+            };
+            let mut outside = Counted {
+                inner: outside,
+                written: up,
+            };
+            match tokio::io::copy_bidirectional(&mut inside, &mut outside).await {
+                Ok(_) => target(),
+                Err(e) => target().with("error", e.to_string()),
+            }
         }
         Ok(Err(e)) => target().with("error", e.to_string()),
         Err(_) => target().with("error", format!("connect timed out after {timeout:?}")),
@@ -98,7 +168,7 @@ mod tests {
         let inside = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let gateway = inside.local_addr().unwrap();
         let (effects, mut records) = crate::events::channel();
-        let relay = tokio::spawn(relay(inside, upstream, effects));
+        let relay = tokio::spawn(relay(inside, upstream, effects, None));
         let _agent = TcpStream::connect(gateway).await.unwrap();
         // The host service accepts and then never reads, writes or closes.
         let (_held, _) = host.accept().await.unwrap();

@@ -197,6 +197,11 @@ fn become_agent(
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }
+    // No core files: the kernel writes them itself (core_pattern `core`:
+    // into the crashing process's cwd, a writable root) with no syscall
+    // of the agent's the effect log could record. Hard limit too, which
+    // an agent without capabilities cannot raise (docs/effect-log.md).
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()
     {

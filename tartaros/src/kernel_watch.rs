@@ -118,6 +118,12 @@ impl KernelWatch {
         self.programs.original_dst()
     }
 
+    /// With capture: who opened an accepted connection (relay, proxy and
+    /// broker records carry it as `pid`).
+    pub fn connection_owner(&self) -> Option<crate::events::ConnectionOwner> {
+        self.programs.connection_owner()
+    }
+
     /// Program tags, for the log's genesis.
     pub fn tags(&self) -> Vec<String> {
         self.programs.program_tags()

@@ -38,6 +38,8 @@ impl Drop for AbortOnDrop {
 pub struct Extras<'a> {
     pub broker: Option<&'a crate::egress::BrokerSetup>,
     pub original_dst: Option<crate::proxy::OriginalDst>,
+    /// Which sandbox process opened a gateway connection (for records).
+    pub owner: Option<crate::events::ConnectionOwner>,
     pub signals: crate::stop::Signals,
     pub announce: &'a crate::harness::Announce,
     pub pty: Option<crate::pty::Channel>,
@@ -56,6 +58,7 @@ pub async fn start_and_wait(
     let Extras {
         broker,
         original_dst,
+        owner,
         signals,
         announce,
         mut pty,
@@ -137,7 +140,14 @@ pub async fn start_and_wait(
         run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
     });
     let gateways = match sent {
-        Ok(()) => serve_gateways(&gateway_read, run, policy, broker, original_dst, effects).await,
+        Ok(()) => {
+            let parts = GatewayParts {
+                broker,
+                original_dst,
+                owner,
+            };
+            serve_gateways(&gateway_read, run, policy, parts, effects).await
+        }
         Err(e) => Err(e),
     };
     drop(gateway_read);
@@ -215,13 +225,19 @@ pub async fn start_and_wait(
     ))
 }
 
+/// What serving the gateways needs besides their listeners.
+struct GatewayParts<'a> {
+    broker: Option<&'a crate::egress::BrokerSetup>,
+    original_dst: Option<crate::proxy::OriginalDst>,
+    owner: Option<crate::events::ConnectionOwner>,
+}
+
 /// Receives the gateways' listeners from the init and serves them.
 async fn serve_gateways(
     channel: &OwnedFd,
     run: &RunPlan,
     policy: &Policy,
-    broker: Option<&crate::egress::BrokerSetup>,
-    original_dst: Option<crate::proxy::OriginalDst>,
+    parts: GatewayParts<'_>,
     effects: &crate::events::EffectSender,
 ) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
     if run.gateways.is_empty() {
@@ -241,8 +257,9 @@ async fn serve_gateways(
         &run.gateways,
         listeners,
         policy,
-        broker,
-        original_dst,
+        parts.broker,
+        parts.original_dst,
+        parts.owner,
         effects,
     )
     .map_err(|e| e.to_string())

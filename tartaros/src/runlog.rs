@@ -110,6 +110,8 @@ fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
     }
     match writer.append(kind, to_record(effect)) {
         Ok(_) => 0,
+        // Counted by the writer, reported once by `drain`.
+        Err(LogError::Full { .. }) => 0,
         Err(e) => {
             eprintln!("tartaros: failed to log a {kind} record: {e}");
             1
@@ -122,6 +124,7 @@ fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
 /// it is reported and counted as lost, never silently dropped.
 pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWriter {
     let mut refused = 0u64;
+    let mut full_reported = false;
     // Buffered records reach the file when the buffer is full (in
     // `append`) or at the latest FLUSH_INTERVAL after the first of them:
     // one write(2) per record, which a trickle of events would otherwise
@@ -155,9 +158,12 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
             match entry {
                 Entry::Records(records) => {
                     for mut record in records {
-                        if let Err(e) = writer.record(&mut record) {
-                            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
-                            refused += 1;
+                        match writer.record(&mut record) {
+                            Ok(_) | Err(LogError::Full { .. }) => {}
+                            Err(e) => {
+                                eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
+                                refused += 1;
+                            }
                         }
                     }
                 }
@@ -167,6 +173,12 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
         if refused > 0 {
             let _ = writer.gap(refused, "refused-record");
             refused = 0;
+        }
+        if !full_reported && let Some(why) = writer.full() {
+            eprintln!(
+                "tartaros: the effect log's filesystem is full ({why}): later records are dropped and the log will verify as incomplete"
+            );
+            full_reported = true;
         }
         if !writer.writes_pending() {
             flush_at = None;
@@ -196,6 +208,62 @@ pub fn seal(
     })?;
     writer.sync()?;
     Ok(head)
+}
+
+/// How a run's log ended, for the exit status and the status channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogOutcome {
+    /// Hash of the seal line; `None` when the seal could not be written.
+    pub head: Option<String>,
+    /// Why the log is not complete (what `verify` will answer 2 or 3 for);
+    /// `None` for a complete log.
+    pub incomplete: Option<String>,
+}
+
+impl LogOutcome {
+    pub fn complete(&self) -> bool {
+        self.incomplete.is_none()
+    }
+}
+
+/// Seals the run's log and says whether it is complete: sealed, nothing
+/// lost or dropped, the cgroup emptied, and capture not degraded
+/// (`capture_degraded`: the genesis lists it), the same conditions under
+/// which `tartaros log verify` says `ok`.
+pub fn finish(
+    writer: LogWriter,
+    code: i32,
+    signal: Option<i32>,
+    cgroup_empty: bool,
+    capture_degraded: bool,
+) -> LogOutcome {
+    let full = writer.full().map(str::to_owned);
+    let lost = writer.lost() + writer.dropped();
+    let head = match seal(writer, code, signal, cgroup_empty) {
+        Ok(head) => head,
+        Err(e) => {
+            return LogOutcome {
+                head: None,
+                incomplete: Some(format!("{e}; the log is unsealed")),
+            };
+        }
+    };
+    let incomplete = if lost > 0 {
+        Some(match full {
+            Some(why) => format!("its filesystem filled up ({why}); {lost} records are missing"),
+            None => format!("{lost} events were lost"),
+        })
+    } else if !cgroup_empty {
+        Some("the cgroup was not empty when it was sealed".to_string())
+    } else if capture_degraded {
+        Some("event capture was not installed (degraded)".to_string())
+    } else {
+        None
+    };
+    LogOutcome {
+        head: Some(head),
+        incomplete,
+    }
 }
 
 /// A sender and receiver pair for one run.

@@ -158,6 +158,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);
+    let owner = watch.as_ref().and_then(KernelWatch::connection_owner);
     let announce = crate::harness::Announce {
         status: request.status.clone(),
         run_id: id.clone(),
@@ -170,6 +171,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         crate::launch::Extras {
             broker: broker.as_ref(),
             original_dst,
+            owner,
             signals,
             announce: &announce,
             pty,
@@ -203,8 +205,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
     drop(effects);
     let mut log_head = None;
+    let mut log_complete = true;
     if let Some(drain) = drain {
-        match drain.await {
+        let log = match drain.await {
             Ok(writer) => {
                 // A timed-out run is sealed with its status (124); the
                 // supervisor's `signal` records before the seal say why.
@@ -213,21 +216,36 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                     .ok()
                     .filter(|end| !end.timed_out)
                     .and_then(|end| end.signal);
-                match crate::runlog::seal(writer, code, signal, teardown.is_ok()) {
-                    Ok(head) => {
-                        if !crate::warn::quiet() {
-                            crate::warn::say(format_args!("effect log sealed, head {head}"));
-                        }
-                        log_head = Some(head);
-                    }
-                    Err(e) => crate::warn::say(format_args!("failed to seal the effect log: {e}")),
-                }
+                // As the genesis says it (what `log verify` reads).
+                let degraded = run
+                    .ledger
+                    .names(false)
+                    .iter()
+                    .any(|g| g == Guarantee::EbpfCapture.name());
+                crate::runlog::finish(writer, code, signal, teardown.is_ok(), degraded)
             }
-            Err(e) => crate::warn::say(format_args!(
-                "the effect log task failed: {e}; the log is unsealed"
-            )),
+            Err(e) => crate::runlog::LogOutcome {
+                head: None,
+                incomplete: Some(format!(
+                    "the effect log task failed: {e}; the log is unsealed"
+                )),
+            },
+        };
+        if let Some(head) = &log.head
+            && !crate::warn::quiet()
+        {
+            crate::warn::say(format_args!("effect log sealed, head {head}"));
         }
+        if let Some(why) = &log.incomplete {
+            crate::warn::say(format_args!("the effect log is incomplete: {why}"));
+            log_complete = false;
+        }
+        log_head = log.head;
     }
+    let code = match (&outcome, &teardown) {
+        (Ok(_), Ok(())) => exit::with_log(code, log_complete),
+        _ => code,
+    };
     if let Ok(end) = &outcome {
         let status = match &teardown {
             Ok(()) => code,

@@ -771,3 +771,95 @@ fn bench_capture_overhead_and_event_rate() {
         }
     }
 }
+
+/// Threads that each block in an open of a FIFO, more than `PENDING`
+/// holds (4,096 calls in flight).
+const INFLIGHT_C: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+static const char *fifo;
+static void *blocker(void *unused) {
+    (void)unused;
+    int fd = open(fifo, O_WRONLY);
+    if (fd >= 0) close(fd);
+    return 0;
+}
+int main(int argc, char **argv) {
+    if (argc < 4) return 2;
+    fifo = argv[1];
+    int n = atoi(argv[2]);
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setstacksize(&a, 64 * 1024);
+    pthread_t *t = malloc(n * sizeof *t);
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&t[i], &a, blocker, 0)) return 3;
+    sleep(2);
+    int fd = open(argv[3], O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+    int r = open(fifo, O_RDONLY | O_NONBLOCK);
+    for (int i = 0; i < n; i++) pthread_join(t[i], 0);
+    close(r);
+    printf("ok\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn calls_beyond_the_in_flight_map_are_counted_lost() {
+    let Some(root) = usable() else { return };
+    const N: u64 = 4300;
+    let dir = tempdir(0o755);
+    let (src, bin) = (dir.path().join("inflight.c"), dir.path().join("inflight"));
+    std::fs::write(&src, INFLIGHT_C).expect("write inflight.c");
+    let cc = Command::new("cc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .status();
+    if !cc.is_ok_and(|s| s.success()) {
+        return common::skip("ebpf_capture", "no C compiler");
+    }
+    let fifo = dir.path().join("fifo");
+    let fifo_c = CString::new(fifo.as_os_str().as_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo_c.as_ptr(), 0o666) }, 0);
+    let mut cg = TestCgroup::new(&root);
+    let programs = cg.attach(&capture());
+    let fw = start_forwarding(programs);
+    let out = cg
+        .command(bin.to_str().unwrap())
+        .arg(&fifo)
+        .arg(N.to_string())
+        .arg(dir.path().join("marker"))
+        .output()
+        .expect("inflight");
+    assert!(out.status.success(), "{out:?}");
+    assert!(cg.wait_empty(Duration::from_secs(10)));
+    let (effects, stats) = fw.finish();
+    let fifo_path = fifo.display().to_string();
+    let delivered = effects
+        .iter()
+        .filter(|e| e.kind == "open" && tstr(e, "path") == fifo_path)
+        .count() as u64;
+    let lost: u64 = effects
+        .iter()
+        .filter(|e| e.kind == "gap")
+        .map(|e| field(e, "count"))
+        .sum();
+    eprintln!("in flight: {delivered} delivered, {lost} lost, stats {stats:?}");
+    assert!(lost > 0, "{N} blocked opens overflow the map");
+    // Every FIFO open and the marker's create: delivered, or counted.
+    let marker = effects
+        .iter()
+        .filter(|e| e.kind == "create" && tstr(e, "path").ends_with("/marker"))
+        .count() as u64;
+    assert!(
+        delivered + marker + lost > N,
+        "{delivered} + {marker} + {lost} < {}",
+        N + 1
+    );
+}

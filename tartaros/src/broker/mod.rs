@@ -24,7 +24,7 @@ use zeroize::Zeroizing;
 use crate::policy::BrokerConfig;
 
 pub use rules::{Refusal, Route, route, validate};
-pub use server::serve;
+pub use server::{serve, serve_attributed};
 
 /// The port every capability's upstream is reached on (HTTPS).
 pub const UPSTREAM_PORT: u16 = 443;

@@ -31,6 +31,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finished connections free their slot (see `serve_http1`).
 const MAX_CONNECTIONS: usize = 128;
 
+#[derive(Clone)]
 struct Context {
     config: Arc<BrokerConfig>,
     secrets: Arc<BrokerSecrets>,
@@ -54,6 +55,20 @@ pub async fn serve(
     resolver: Arc<dyn Resolve>,
     events: EffectSender,
 ) -> Result<(), BrokerError> {
+    serve_attributed(listener, config, secrets, tls, resolver, events, None).await
+}
+
+/// [`serve`], with each request's record naming (`pid`) the sandbox
+/// process that opened its connection, as `owner` says.
+pub async fn serve_attributed(
+    listener: TcpListener,
+    config: Arc<BrokerConfig>,
+    secrets: Arc<BrokerSecrets>,
+    tls: Arc<rustls::ClientConfig>,
+    resolver: Arc<dyn Resolve>,
+    events: EffectSender,
+    owner: Option<crate::events::ConnectionOwner>,
+) -> Result<(), BrokerError> {
     validate(&config)?;
     let auth_header = HeaderName::from_bytes(config.auth_header.as_bytes()).map_err(|_| {
         BrokerError::Invalid("[broker] auth_header is not a valid HTTP header name".into())
@@ -69,7 +84,15 @@ pub async fn serve(
         auth_header,
     });
     accept_loop(listener, MAX_CONNECTIONS, move |stream| {
-        let context = context.clone();
+        let mut context = context.clone();
+        if owner.is_some() {
+            let events =
+                crate::events::attributed(&context.events, owner.as_ref(), stream.peer_addr().ok());
+            context = Arc::new(Context {
+                events,
+                ..(*context).clone()
+            });
+        }
         serve_http1(stream, move |request, spawn| {
             let context = context.clone();
             async move { handle(request, &context, &spawn).await }

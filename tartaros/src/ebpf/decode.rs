@@ -282,6 +282,22 @@ impl Decoder {
         }
         let (mut errno, mut t) = (errno_of(s.ret), Target::new());
         let flags = h.flags;
+        // An xattr record's second string is the attribute's name, and the
+        // fd-based calls have no path.
+        let xattr_fd = matches!(s.nr, nr::FSETXATTR | nr::FREMOVEXATTR);
+        let (path, path2) = if h.effect == effect::XATTR {
+            let name = path2.and_then(|p| cstr(p, s.len2)).map(lossy);
+            t.insert("name", name.unwrap_or_default());
+            flags_for(
+                &mut t,
+                "name",
+                flags & flag::PATH2_UNREADABLE != 0,
+                flags & flag::PATH2_TRUNCATED != 0,
+            );
+            (path.filter(|_| !xattr_fd), None)
+        } else {
+            (path, path2)
+        };
         match (path, path2) {
             (Some(p), Some(p2)) => {
                 let (k1, k2) = if h.effect == effect::SYMLINK {
@@ -336,7 +352,10 @@ impl Decoder {
             }
             _ => {}
         }
-        let fd_target = path.is_none() && addr.is_none() && h.effect != effect::SIGNAL;
+        let fd_target = path.is_none()
+            && addr.is_none()
+            && h.effect != effect::SIGNAL
+            && h.effect != effect::SYSCALL;
         if fd_target {
             t.insert("fd", s.fd);
             match self.fd_path(h.tgid, s.fd) {
@@ -363,6 +382,10 @@ impl Decoder {
                 if flags & flag::ADDR_UNREADABLE != 0 {
                     t.insert("flags_unreadable", true);
                 }
+                if s.nr == nr::OPENAT2 {
+                    // Read from the agent's `struct open_how`, not the kernel's copy.
+                    t.insert("flags_source", "agent");
+                }
             }
             effect::TRUNCATE => {
                 t.insert("length", s.args[0] as i64);
@@ -380,11 +403,19 @@ impl Decoder {
                 t.insert("uid", s.args[0] as u32 as i32);
                 t.insert("gid", s.args[1] as u32 as i32);
             }
-            effect::CONNECT | effect::SENDTO => {
+            effect::CONNECT | effect::SENDTO | effect::BIND => {
                 if let Some(a) = addr {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
                 }
                 t.insert("fd", s.fd);
+                if s.nr == nr::SENDMMSG {
+                    // The destination of the first message; `ret` messages
+                    // of `messages` were sent.
+                    t.insert("messages", s.args[1] as u32);
+                    if s.ret >= 0 {
+                        t.insert("sent", s.ret);
+                    }
+                }
                 if errno == EINPROGRESS && h.effect == effect::CONNECT {
                     // A non-blocking connect that the filters let through.
                     t.insert("in_progress", true);
@@ -392,12 +423,36 @@ impl Decoder {
                 }
             }
             effect::SIGNAL => self.put_signal(&mut t, s),
-            _ => {}
+            _ => super::targets::put_more(&mut t, s),
         }
         Some(self.effect(kind, h, errno, t))
     }
 
     fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
+        if matches!(
+            s.nr,
+            nr::RT_SIGQUEUEINFO | nr::RT_TGSIGQUEUEINFO | nr::PIDFD_SEND_SIGNAL
+        ) {
+            t.insert(
+                "call",
+                tartaros_common::syscalls::name_of(s.nr).unwrap_or(""),
+            );
+        }
+        if s.nr == nr::PIDFD_SEND_SIGNAL {
+            // The target is a pidfd: its process, as the fd says now.
+            t.insert("pidfd", s.fd);
+            t.insert("signal", s.args[1] as u32 as i32);
+            match super::targets::pidfd_pid(&self.proc_root, s.header.tgid, s.fd) {
+                Some(pid) => {
+                    t.insert("to_host_pid", pid);
+                    t.insert("outside", !self.known.contains(&pid));
+                }
+                None => {
+                    t.insert("to_unresolved", true);
+                }
+            }
+            return;
+        }
         let to = s.args[0] as u32 as i32;
         t.insert("to", to);
         t.insert("signal", s.args[1] as u32 as i32);
@@ -405,7 +460,7 @@ impl Decoder {
             nr::TKILL => {
                 t.insert("thread", true);
             }
-            nr::TGKILL => {
+            nr::TGKILL | nr::RT_TGSIGQUEUEINFO => {
                 t.insert("tid", s.args[2] as u32 as i32);
             }
             _ => {}
@@ -523,9 +578,12 @@ impl Decoder {
         let tgid = s.header.tgid;
         let new = match path {
             Some(buf) if s.header.flags & flag::PATH_UNREADABLE == 0 => {
+                // `..` stays: through a symlink (`chdir("link/..")`) it is
+                // not the lexical parent, and folding it put files in the
+                // wrong directory.
                 match cstr(buf, s.len).map(lossy) {
-                    Some(p) if p.starts_with('/') => Some(normalize(&p)),
-                    Some(p) => self.cwd(tgid).map(|base| normalize(&join(&base, &p))),
+                    Some(p) if p.starts_with('/') => Some(join("/", &p)),
+                    Some(p) => self.cwd(tgid).map(|base| join(&base, &p)),
                     None => None,
                 }
             }
@@ -711,22 +769,6 @@ fn cstr(buf: &[u8], len: i32) -> Option<&[u8]> {
 
 fn lossy(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-/// `path` without `.` and `..` components (lexically, as a chdir through
-/// them moves), for the cwd model.
-fn normalize(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// `rel` appended to `base`, without `.` components (which change nothing;

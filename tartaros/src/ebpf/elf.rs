@@ -443,7 +443,7 @@ fn patch_ld_imm64(
 mod tests {
     use super::*;
 
-    const ALL_PROGRAMS: [&str; 13] = [
+    const ALL_PROGRAMS: [&str; 14] = [
         "sock_create",
         "connect4",
         "connect6",
@@ -455,6 +455,7 @@ mod tests {
         "sched_process_exec",
         "sched_process_fork",
         "sched_process_exit",
+        "sys_enter",
         "sys_exit",
         "probe_raw_tp",
     ];
@@ -466,6 +467,10 @@ mod tests {
             "EVENTS",
             "EVENTS_LOST",
             "FILTER",
+            "OWNER_COOKIE",
+            "OWNER_PORT",
+            "PENDING",
+            "SYSCALL_KIND",
             "SYS_CALL",
             "TPROXY_COOKIE",
             "TPROXY_PORT",
@@ -487,7 +492,7 @@ mod tests {
             for insn in insns.chunks_exact(INSN) {
                 if insn[0] == OP_LD_IMM64 && matches!(insn[1] >> 4, 1 | 2) {
                     let fd = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
-                    assert!((100..110).contains(&fd), "{program}: fd {fd}");
+                    assert!((100..114).contains(&fd), "{program}: fd {fd}");
                 }
             }
             // Every call lands on the first instruction of an appended

@@ -31,16 +31,18 @@ pub struct KernelLayout {
     pub sock_addr_kern: Option<(u32, u32)>,
     /// BTF ids of the `btf_trace_<tracepoint>` typedefs that `tp_btf`
     /// programs attach to, in the order of [`TP_BTF`].
-    pub tp_btf_ids: [u32; 4],
+    pub tp_btf_ids: [u32; 5],
 }
 
 /// The tracepoints of the `tp_btf` capture programs, in attach order:
 /// process events first, so that no exec can slip between them and the
-/// syscall capture.
-pub const TP_BTF: [&str; 4] = [
+/// syscall capture, and `sys_enter` before `sys_exit`, so that every exit
+/// of a sandbox call finds what its entry read.
+pub const TP_BTF: [&str; 5] = [
     "sched_process_exec",
     "sched_process_fork",
     "sched_process_exit",
+    "sys_enter",
     "sys_exit",
 ];
 
@@ -256,6 +258,7 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
         ("btf_trace_sched_process_exec", KIND_TYPEDEF),
         ("btf_trace_sched_process_fork", KIND_TYPEDEF),
         ("btf_trace_sched_process_exit", KIND_TYPEDEF),
+        ("btf_trace_sys_enter", KIND_TYPEDEF),
         ("btf_trace_sys_exit", KIND_TYPEDEF),
     ];
     let ids = btf.find(&wanted);
@@ -296,6 +299,7 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
             id("btf_trace_sched_process_exec", KIND_TYPEDEF)?,
             id("btf_trace_sched_process_fork", KIND_TYPEDEF)?,
             id("btf_trace_sched_process_exit", KIND_TYPEDEF)?,
+            id("btf_trace_sys_enter", KIND_TYPEDEF)?,
             id("btf_trace_sys_exit", KIND_TYPEDEF)?,
         ],
     })

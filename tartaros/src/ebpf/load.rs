@@ -178,7 +178,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-{}.json",
+        "/run/tartaros/kernel-layout-v2-{}.json",
         &hex::encode(digest)[..16]
     )))
 }
@@ -260,6 +260,26 @@ pub(super) fn set_config(object: &mut Object, config: CaptureConfig) -> Result<(
     array
         .set(0, config, 0)
         .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+/// Fills `SYSCALL_KIND`: the effect kind of every syscall number, from
+/// the table the syscall-table test checks (`capture::effect_of`).
+pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
+    let name = "SYSCALL_KIND";
+    let map = object
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array =
+        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
+    for nr in 0..tartaros_common::capture::SYSCALL_KINDS {
+        let kind = tartaros_common::capture::effect_of(nr);
+        if kind != 0 {
+            array
+                .set(nr, u32::from(kind), 0)
+                .map_err(|source| EbpfError::Map { map: name, source })?;
+        }
+    }
+    Ok(())
 }
 
 /// The configuration for a cgroup, with the offsets of `layout` if given.

@@ -38,6 +38,7 @@ mod load;
 mod original_dst;
 mod probe;
 mod rawprog;
+mod targets;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd as _, OwnedFd};
@@ -51,7 +52,7 @@ use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
 pub use forward::{CaptureStats, EventSource, forward, forward_events};
-use original_dst::OriginalDstMap;
+use original_dst::{OriginalDstMap, OwnerMap};
 pub use probe::probe_program_types;
 pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind, verdict};
 
@@ -111,7 +112,7 @@ const fn cgroup_program(
     }
 }
 /// The capture programs, `tp_btf` all, named after their tracepoint.
-pub const TP_BTF_PROGRAMS: [&str; 4] = kbtf::TP_BTF;
+pub const TP_BTF_PROGRAMS: [&str; 5] = kbtf::TP_BTF;
 /// The unix policy programs and their attach types.
 const UNIX_PROGRAMS: [load::CgroupProgram; 2] = [
     cgroup_program(
@@ -285,6 +286,8 @@ pub struct CgroupPrograms {
     /// The port-keyed map of intercepted connects (own fd), with
     /// `transparent_port`.
     transparent: Option<Arc<OriginalDstMap>>,
+    /// Who opened each accepted TCP connection (own fd), with capture.
+    owners: Option<Arc<OwnerMap>>,
     object: load::Object,
     cgroup: PathBuf,
     cgroup_id: u64,
@@ -391,6 +394,9 @@ pub fn attach_with(
         load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
     )?;
     load::set_unix_prefixes(&mut object, &unix_prefixes)?;
+    if options.capture {
+        load::set_syscall_kinds(&mut object)?;
+    }
     let transparent = match options.transparent_port {
         Some(0) => {
             return Err(EbpfError::Transparent(Box::new(
@@ -414,7 +420,14 @@ pub fn attach_with(
     // destination checks and the unix policy; then the process events, so
     // that no exec can slip between them and the syscall capture.
     let mut cgroup_programs = Vec::with_capacity(8);
-    if transparent.is_some() {
+    // sock_ops also names the process behind every TCP connection the
+    // relays, the proxy and the broker accept (`connection_owner`).
+    let owners = if options.capture {
+        Some(Arc::new(OwnerMap::open(&object)?))
+    } else {
+        None
+    };
+    if transparent.is_some() || owners.is_some() {
         cgroup_programs.push(SOCK_OPS);
     }
     cgroup_programs.extend(FILTER_PROGRAMS);
@@ -450,7 +463,7 @@ pub fn attach_with(
                 source,
             },
         );
-        let link = if name == SOCK_OPS_PROGRAM {
+        let link = if name == SOCK_OPS_PROGRAM && transparent.is_some() {
             link.map_err(|e| EbpfError::Transparent(Box::new(e)))?
         } else {
             link?
@@ -471,6 +484,7 @@ pub fn attach_with(
     Ok(CgroupPrograms {
         links,
         transparent,
+        owners,
         object,
         cgroup: cgroup_dir.to_path_buf(),
         cgroup_id,
@@ -565,6 +579,16 @@ impl CgroupPrograms {
         Some(Arc::new(move |stream: &tokio::net::TcpStream| {
             map.take(stream.peer_addr().ok()?)
         }))
+    }
+
+    /// With capture: the host pid of the process that opened the TCP
+    /// connection whose client (the accepted connection's peer) is at the
+    /// given address, as `connect4` / `connect6` saw it in the connecting
+    /// task. `None` when unknown (the entry aged out, or not a sandbox
+    /// connection).
+    pub fn connection_owner(&self) -> Option<crate::events::ConnectionOwner> {
+        let map = self.owners.clone()?;
+        Some(Arc::new(move |peer: SocketAddr| map.owner(peer)))
     }
 
     /// Allows one more destination, effective for the next connect / send.

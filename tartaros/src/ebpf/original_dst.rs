@@ -43,6 +43,45 @@ impl OriginalDstMap {
     }
 }
 
+/// Who opened each TCP connection, keyed by the client's local port.
+pub(super) struct OwnerMap {
+    map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, u32>>,
+}
+
+impl OwnerMap {
+    /// A second handle (own fd) on the map, independent of the `Ebpf`.
+    pub(super) fn open(object: &Object) -> Result<Self, EbpfError> {
+        let name = "OWNER_PORT";
+        let err = |source| EbpfError::Map { map: name, source };
+        let data = map_data(object, name).ok_or_else(|| EbpfError::MissingInObject {
+            what: format!("map {name}"),
+        })?;
+        let id = data.info().map_err(err)?.id();
+        let data = aya::maps::MapData::from_id(id).map_err(err)?;
+        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
+        Ok(Self {
+            map: Mutex::new(map),
+        })
+    }
+
+    /// The tgid that connected from `peer`. A dual-stack client may have
+    /// connected through an IPv6 socket to an IPv4-mapped address: its key
+    /// then has the other family.
+    pub(super) fn owner(&self, peer: SocketAddr) -> Option<u32> {
+        let key = transparent_key(peer);
+        let other = TransparentKey {
+            family: if key.family == tartaros_common::AF_INET {
+                tartaros_common::AF_INET6
+            } else {
+                tartaros_common::AF_INET
+            },
+            ..key
+        };
+        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        map.get(&key, 0).or_else(|_| map.get(&other, 0)).ok()
+    }
+}
+
 /// The map key for a client seen by the proxy at `peer`: an IPv4 client
 /// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
 fn transparent_key(peer: SocketAddr) -> TransparentKey {

@@ -89,6 +89,12 @@ pub enum LogError {
     /// truncated prefix into a corrupt middle line.
     #[error("failed to append a `{kind}` record: an earlier write failed, the log is closed")]
     Poisoned { kind: String },
+    /// The log's filesystem is full: the record is dropped and counted in
+    /// the `log-full` gap the seal is preceded by.
+    #[error(
+        "failed to append a `{kind}` record: the log's filesystem is full ({why}); free space there or put the log elsewhere"
+    )]
+    Full { kind: String, why: String },
     #[error("failed to read effect log {}", path.display())]
     Read {
         path: PathBuf,

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 pub const EFFECT_KINDS: &[&str] = &[
     "exec", "exit", "fork", "open", "create", "write", "unlink", "rename", "chmod", "truncate",
     "mkdir", "rmdir", "link", "symlink", "chown", "connect", "sendto", "proxy", "broker", "signal",
+    "mknod", "bind", "xattr", "utime", "setflags", "syscall",
 ];
 
 /// Fields the writer adds itself; a caller may not supply them.

@@ -12,7 +12,7 @@ pub(crate) fn genesis() -> Genesis {
         kernel: "6.18.0-test".into(),
         policy: json!({"writable_roots": ["/work"], "local_ports": [8080]}),
         installed: vec!["landlock".into(), "seccomp".into()],
-        degraded: vec!["ebpf-capture".into()],
+        degraded: vec!["unix-socket-policy".into()],
         programs: vec!["0123456789abcdef".into()],
         started_wall_ns: 1_700_000_000_000_000_000,
         started_mono_ns: 1_000_000_000,

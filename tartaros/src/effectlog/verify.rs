@@ -24,7 +24,9 @@ pub const VERDICT_TAMPERED: u8 = 1;
 /// A valid chain prefix without a seal, a last line cut mid-way, an empty
 /// file, or a file that cannot be read.
 pub const VERDICT_UNSEALED: u8 = 2;
-/// Sealed and intact, but events were lost or the cgroup was not empty.
+/// Sealed and intact, but events were lost (including records the writer
+/// dropped when its filesystem filled up), the cgroup was not empty, or
+/// the genesis says event capture was degraded.
 pub const VERDICT_INCOMPLETE: u8 = 3;
 
 /// The outcome of a verification: `code` is the exit code of
@@ -108,6 +110,10 @@ struct Chain {
     lost: u64,
     gaps: u64,
     first_gap: Option<u64>,
+    /// A `log-full` gap: the writer dropped records for lack of room.
+    log_full: bool,
+    /// The degraded capture guarantees the genesis lists.
+    degraded_capture: Vec<String>,
     sealed_at: Option<u64>,
     cgroup_empty: bool,
 }
@@ -137,7 +143,10 @@ impl Chain {
             .and_then(Value::as_str)
             .ok_or("`kind` is missing or not a string")?;
         match kind {
-            "genesis" if lineno == 1 => schema::check_genesis(m)?,
+            "genesis" if lineno == 1 => {
+                schema::check_genesis(m)?;
+                self.degraded_capture = degraded_capture(m);
+            }
             _ if lineno == 1 => {
                 return Err(format!(
                     "the first record is `{}`, not genesis",
@@ -149,6 +158,7 @@ impl Chain {
                 self.lost = self.lost.saturating_add(schema::check_gap(m)?);
                 self.gaps += 1;
                 self.first_gap.get_or_insert(lineno);
+                self.log_full |= m.get("lost_kind").and_then(Value::as_str) == Some("log-full");
             }
             "seal" => self.seal(lineno, m)?,
             k if schema::is_effect_kind(k) => schema::check_effect(m)?,
@@ -236,13 +246,18 @@ impl Chain {
             return Verdict::new(VERDICT_UNSEALED, message);
         };
         if self.lost > 0 {
+            let cause = if self.log_full {
+                "; the log's filesystem filled up and the writer dropped records"
+            } else {
+                ""
+            };
             return Verdict::new(
                 VERDICT_INCOMPLETE,
                 format!(
-                    "incomplete: {} events lost in {} gap records (first on line {})",
+                    "incomplete: {} events lost in {} gap records (first on line {}{cause})",
                     self.lost,
                     self.gaps,
-                    self.first_gap.unwrap_or(0)
+                    self.first_gap.unwrap_or(0),
                 ),
             );
         }
@@ -254,6 +269,15 @@ impl Chain {
                 ),
             );
         }
+        if !self.degraded_capture.is_empty() {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: line 1: the genesis says {} was degraded, so effects went unrecorded",
+                    self.degraded_capture.join(", ")
+                ),
+            );
+        }
         Verdict::new(
             VERDICT_OK,
             format!(
@@ -262,6 +286,35 @@ impl Chain {
             ),
         )
     }
+}
+
+/// The capture guarantees the genesis lists as degraded: any guarantee
+/// whose name says capture (`ebpf-capture` today).
+fn degraded_capture(genesis: &Map<String, Value>) -> Vec<String> {
+    genesis
+        .get("guarantees")
+        .and_then(|g| g.get("degraded"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|name| name.contains("capture"))
+        .map(plain)
+        .collect()
+}
+
+/// A name from the log, safe for a terminal: anything but letters,
+/// digits, `-` and `_` becomes `?`.
+fn plain(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect()
 }
 
 /// Names the first kind whose count differs, for the one-line message.
@@ -278,4 +331,50 @@ fn count_difference(sealed: &BTreeMap<String, u64>, seen: &BTreeMap<String, u64>
         }
     }
     "a zero count is listed".to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effectlog::testutil::{effect, genesis};
+    use crate::effectlog::{ExitStatus, LogWriter, Seal};
+
+    fn sealed(path: &Path, degraded: &[&str], gap: Option<(u64, &str)>) -> Verdict {
+        let mut w = LogWriter::create(path).unwrap();
+        let mut g = genesis();
+        g.degraded = degraded.iter().map(|s| s.to_string()).collect();
+        w.genesis(g).unwrap();
+        w.effect(
+            "exec",
+            effect(10, 1, 5, serde_json::json!({"path": "/bin/true"}), None),
+        )
+        .unwrap();
+        if let Some((count, kind)) = gap {
+            w.gap(count, kind).unwrap();
+        }
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        verify_file(path)
+    }
+
+    #[test]
+    fn a_degraded_capture_is_incomplete_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = sealed(&dir.path().join("a"), &["ebpf-capture"], None);
+        assert_eq!(v.code, VERDICT_INCOMPLETE, "{v:?}");
+        assert!(v.message.contains("ebpf-capture was degraded"), "{v:?}");
+        let v = sealed(&dir.path().join("b"), &["unix-socket-policy"], None);
+        assert_eq!(v.code, VERDICT_OK, "another degraded guarantee: {v:?}");
+    }
+
+    #[test]
+    fn a_full_log_is_incomplete_and_names_the_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let v = sealed(&dir.path().join("a"), &[], Some((7, "log-full")));
+        assert_eq!(v.code, VERDICT_INCOMPLETE, "{v:?}");
+        assert!(v.message.contains("filesystem filled up"), "{v:?}");
+    }
 }

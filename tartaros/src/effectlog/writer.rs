@@ -62,6 +62,15 @@ pub struct LogWriter {
     batch_bytes: usize,
     // The genesis's `run` object (run id and --label), when set.
     run: Option<Value>,
+    /// Bytes written to the file, and the end of the blocks allocated for
+    /// it (see [`space`]).
+    written: u64,
+    reserved_end: u64,
+    /// Set once the filesystem has no room left for the reserve: effect
+    /// records are then dropped (and counted), the reserve holds the gap
+    /// and the seal.
+    full: Option<String>,
+    dropped: u64,
 }
 
 impl LogWriter {
@@ -97,7 +106,52 @@ impl LogWriter {
             redactions: 0,
             pending: Vec::new(),
             batch_bytes: 0,
+            written: 0,
+            reserved_end: 0,
+            full: None,
+            dropped: 0,
         })
+        .map(|mut writer| {
+            writer.keep_reserve();
+            writer
+        })
+    }
+
+    /// Keeps [`space::RESERVE`] bytes allocated past the end of the file
+    /// (see [`space`]); once that fails for lack of room, the log is full.
+    fn keep_reserve(&mut self) {
+        if self.full.is_some() || self.reserved_end >= self.written + space::RESERVE / 2 {
+            return;
+        }
+        match space::reserve(&self.file, self.written) {
+            Ok(true) => self.reserved_end = self.written + space::RESERVE,
+            Ok(false) => {}
+            Err(e) => self.full = Some(e.to_string()),
+        }
+    }
+
+    /// Why the log had to drop records (its filesystem filled up), if it did.
+    pub fn full(&self) -> Option<&str> {
+        self.full.as_deref()
+    }
+
+    /// Effect records dropped since the log became full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    /// In full mode, counts one dropped record and refuses it.
+    fn drop_when_full(&mut self, kind: &str) -> Result<(), LogError> {
+        match &self.full {
+            None => Ok(()),
+            Some(why) => {
+                self.dropped += 1;
+                Err(LogError::Full {
+                    kind: kind.to_string(),
+                    why: why.clone(),
+                })
+            }
+        }
     }
 
     /// Registers byte strings that must never appear in the log (broker token,
@@ -145,12 +199,16 @@ impl LogWriter {
                 }
                 // A short write (e.g. a signal or a nearly full disk): keep
                 // going so the line completes if at all possible.
-                Ok(n) => buf = &buf[n..],
+                Ok(n) => {
+                    buf = &buf[n..];
+                    self.written += n as u64;
+                }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.poison(e)),
             }
         }
         self.pending.clear();
+        self.keep_reserve();
         Ok(())
     }
 
@@ -252,6 +310,7 @@ impl LogWriter {
         if let Some(e) = self.state_error(kind) {
             return Err(e);
         }
+        self.drop_when_full(kind)?;
         let invalid = |reason: String| LogError::Invalid {
             kind: kind.to_string(),
             reason,
@@ -287,6 +346,7 @@ impl LogWriter {
         if let Some(e) = self.state_error(kind) {
             return Err(e);
         }
+        self.drop_when_full(kind)?;
         let invalid = |reason: &str| LogError::Invalid {
             kind: kind.to_string(),
             reason: reason.to_string(),
@@ -351,6 +411,12 @@ impl LogWriter {
         if let Some(e) = self.state_error("seal") {
             return Err(e);
         }
+        // What a full filesystem cost is a gap, in the reserve: the log
+        // then verifies as incomplete instead of ending unsealed.
+        if self.dropped > 0 {
+            let dropped = std::mem::take(&mut self.dropped);
+            self.gap(dropped, "log-full")?;
+        }
         let mut m = Map::new();
         if let Some(files) = files {
             m.insert("files".into(), Value::Array(files));
@@ -373,6 +439,11 @@ impl LogWriter {
         self.emit("seal", m)?;
         self.state = State::Sealed;
         self.sync()?;
+        // The log is complete: give the reserve back (a truncation to
+        // the same size frees the blocks past the end).
+        if let Ok(meta) = self.file.metadata() {
+            let _ = self.file.set_len(meta.len());
+        }
         Ok(self.head())
     }
 
@@ -449,3 +520,41 @@ impl Drop for LogWriter {
 
 #[cfg(test)]
 mod tests;
+
+/// Room for the end of the log. The agent may fill the filesystem that
+/// holds the log (a writable root on it); the gap and the seal must still
+/// fit. So the writer keeps [`RESERVE`] bytes allocated past the end of
+/// the file (`fallocate(FALLOC_FL_KEEP_SIZE)`: ext4, xfs, btrfs, tmpfs):
+/// appends land in blocks that are already the log's. When the reserve
+/// cannot be renewed for lack of room, the log is full: effect records are
+/// dropped and counted, and what remains of the reserve (at least half of
+/// it) holds the `log-full` gap and the seal, so `verify` answers
+/// `incomplete` (3), never `ok`. On a filesystem without fallocate the
+/// writer has no reserve: a full disk there leaves the log unsealed (2).
+mod space {
+    use std::fs::File;
+    use std::os::fd::AsRawFd;
+
+    /// 256 KiB: four full batches, or a seal listing ~2,000 files.
+    pub const RESERVE: u64 = 256 * 1024;
+
+    /// Allocates `RESERVE` bytes from `offset` without changing the file's
+    /// size. `Ok(false)`: the filesystem cannot (no reserve, not full);
+    /// `Err`: no room.
+    pub fn reserve(file: &File, offset: u64) -> Result<bool, std::io::Error> {
+        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(RESERVE)) else {
+            return Ok(false);
+        };
+        // SAFETY: fallocate on an fd we own; no memory is passed.
+        let rc =
+            unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => Err(e),
+            _ => Ok(false),
+        }
+    }
+}

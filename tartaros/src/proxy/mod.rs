@@ -203,6 +203,9 @@ pub struct ProxyConfig {
     /// supervisor should raise its `RLIMIT_NOFILE` soft limit to the hard
     /// limit.
     pub max_connections: usize,
+    /// Names the sandbox process behind each accepted connection, for the
+    /// `pid` of its records. Default: none.
+    pub connection_owner: Option<crate::events::ConnectionOwner>,
 }
 
 impl ProxyConfig {
@@ -218,6 +221,7 @@ impl ProxyConfig {
             connect_timeout: Duration::from_secs(10),
             sniff_timeout: Duration::from_secs(10),
             max_connections: 256,
+            connection_owner: None,
         }
     }
 }
@@ -245,7 +249,9 @@ pub type OriginalDst = Arc<dyn Fn(&TcpStream) -> Option<SocketAddr> + Send + Syn
 pub async fn serve(listener: TcpListener, config: Arc<ProxyConfig>, events: EffectSender) {
     let max = config.max_connections;
     accept_loop(listener, max, move |stream| {
-        explicit::serve_connection(stream, config.clone(), events.clone())
+        let owner = config.connection_owner.as_ref();
+        let events = crate::events::attributed(&events, owner, stream.peer_addr().ok());
+        explicit::serve_connection(stream, config.clone(), events)
     })
     .await
 }
@@ -261,7 +267,9 @@ pub async fn serve_transparent(
     let max = config.max_connections;
     accept_loop(listener, max, move |stream| {
         let original = original_dst(&stream);
-        transparent::serve_connection(stream, original, config.clone(), events.clone())
+        let owner = config.connection_owner.as_ref();
+        let events = crate::events::attributed(&events, owner, stream.peer_addr().ok());
+        transparent::serve_connection(stream, original, config.clone(), events)
     })
     .await
 }

@@ -57,7 +57,7 @@ fn genesis_carries_the_policy_hash_and_guarantees() {
         g["policy_hash"],
         json!(policy_hash(&genesis().policy).unwrap())
     );
-    assert_eq!(g["guarantees"]["degraded"], json!(["ebpf-capture"]));
+    assert_eq!(g["guarantees"]["degraded"], json!(["unix-socket-policy"]));
     assert_eq!(g["programs"], json!(["0123456789abcdef"]));
 }
 
@@ -311,4 +311,25 @@ fn a_typed_record_is_written_as_its_map_would_be_with_secrets_redacted() {
     allowed_with_errno.kind = "bogus";
     allowed_with_errno.errno = 0;
     assert!(w.record(&mut allowed_with_errno).is_err());
+}
+
+#[test]
+fn a_writer_whose_filesystem_fills_drops_counts_and_still_seals() {
+    // The real fill is tests/log_complete.rs, on a small tmpfs.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    w.full = Some("no room".into());
+    let r = w.effect("exec", effect(10, 1, 5, serde_json::json!({}), None));
+    assert!(matches!(r, Err(LogError::Full { .. })), "{r:?}");
+    assert_eq!(w.dropped(), 1);
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let v = verify_file(&path);
+    assert_eq!(v.code, crate::effectlog::VERDICT_INCOMPLETE, "{v:?}");
+    assert!(v.message.contains("1 events lost"), "{v:?}");
 }

@@ -1,0 +1,650 @@
+//! Syscall capture, filtered to the sandbox cgroup, in two halves:
+//! - `sys_enter` (`tp_btf`, Linux 5.5) decides whether the call is
+//!   recorded and reads its pointer arguments (paths, socket address,
+//!   `struct open_how`, `struct msghdr`, xattr name) from the caller's
+//!   memory *once*, into a per-task entry of `PENDING`;
+//! - `sys_exit` (`tp_btf`) adds the kernel's return value, the verdict,
+//!   and writes the record. It never reads the caller's memory: a second
+//!   thread that rewrites a buffer while the call blocks changes nothing
+//!   in the record.
+//!
+//! Both run for every syscall of every task on the host, so the cheapest
+//! test comes first: the syscall number, then the cgroup. A call the
+//! seccomp filter refuses never reaches `sys_enter` (seccomp runs first),
+//! but does reach `sys_exit` with the filter's errno: the refused-only
+//! syscalls (`nr::is_refused`) are recorded there from their registers.
+//!
+//! A path read at entry can fail on a page not yet faulted in (the kernel
+//! would fault it in): the record then says the path is unreadable. The
+//! kernel's own path of a successful effect comes from elsewhere
+//! (docs/ebpf.md); what is read here is the agent's claim.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{
+    helpers::{bpf_get_current_pid_tgid, generated},
+    macros::{btf_tracepoint, map},
+    maps::{Array, HashMap, PerCpuArray},
+    programs::BtfTracePointContext,
+};
+use tartaros_common::capture::{
+    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, SysAddrEvent,
+    SysEvent, SysPath2Event, SysPathEvent, effect, flag, ioctl, nr, oflag, record,
+};
+
+use crate::maps::{
+    EVENTS, config, copy_kernel, count_lost, fill_header, in_sandbox, read_kernel, wake_flags,
+};
+
+/// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry.
+const TS_COMPAT: u32 = 0x0002;
+/// Word index of `r10` in x86_64 `struct pt_regs`: the registers r10, r9,
+/// r8, ax, cx, dx, si, di, orig_ax are the words 7 to 15, the syscall
+/// number and all six arguments.
+const REGS_R10: usize = 7;
+/// Word index of `di` (then `si`, `dx` below it).
+const REGS_DI: usize = 14;
+/// Word index of `orig_ax` (the syscall number).
+const REGS_ORIG_AX: usize = 15;
+const EACCES: i64 = 13;
+const EPERM: i64 = 1;
+/// Calls in flight at once in the sandbox (one entry per thread; the map is
+/// preallocated, ~2.9 MB, created at every start). More are counted lost.
+const PENDING_MAX: u32 = 4096;
+
+/// When `sys_exit` writes the record ([`Call::when`]).
+mod when {
+    pub const ALWAYS: u32 = 0;
+    /// Refused with EACCES / EPERM (read-only opens: the denied reads).
+    pub const REFUSED: u32 = 1;
+    /// Failed (exec: a successful one is `sched_process_exec`'s).
+    pub const FAILED: u32 = 2;
+    /// Succeeded (chdir: only those move the cwd).
+    pub const OK: u32 = 3;
+}
+
+/// `args[0]` of an xattr record.
+const XATTR_SET: u64 = 0;
+const XATTR_REMOVE: u64 = 1;
+
+/// What to record for one syscall. 64 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Call {
+    effect: u16,
+    record: u16,
+    fd: i32,
+    fd2: i32,
+    flags: u32,
+    /// User pointer of the (first) path or of the socket address.
+    ptr: u64,
+    /// User pointer of the second string.
+    ptr2: u64,
+    /// Address length (`SYS_ADDR`).
+    len: u32,
+    /// One of [`when`].
+    when: u32,
+    args: [u64; 3],
+}
+
+const _: () = assert!(size_of::<Call>() == 64);
+
+/// A call between `sys_enter` and `sys_exit`: the decision and what was
+/// read at entry. The socket address of a `SYS_ADDR` call is in `path`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Pending {
+    call: Call,
+    nr: u64,
+    len: i32,
+    len2: i32,
+    path: [u8; PATH_BYTES],
+    path2: [u8; PATH_BYTES],
+}
+
+const _: () = assert!(size_of::<Pending>() == 592);
+const _: () = assert!(ADDR_BYTES <= PATH_BYTES);
+
+/// `sys_enter` builds the entry here (too big for the stack). Also breaks
+/// the verifier's tracking of `classify`'s constants: loaded back from a
+/// map, they are unknown to it, and what follows is walked once per record
+/// type instead of once per `classify` arm.
+#[map(name = "SYS_CALL")]
+static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
+
+/// The effect kind of each syscall number, `capture::effect_of` as filled
+/// in by the supervisor (the syscall table's test checks that function).
+/// From a map, the kind is one unknown value for the verifier instead of
+/// a constant per `classify` arm: it walks half as many instructions.
+#[map(name = "SYSCALL_KIND")]
+static SYSCALL_KIND: Array<u32> = Array::with_max_entries(SYSCALL_KINDS, 0);
+
+/// Calls in flight, by `pid_tgid`.
+#[map(name = "PENDING")]
+static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(PENDING_MAX, 0);
+
+impl Call {
+    #[inline(always)]
+    const fn new(effect: u16, record: u16) -> Self {
+        Self {
+            effect,
+            record,
+            ptr: 0,
+            fd: AT_FDCWD,
+            ptr2: 0,
+            fd2: AT_FDCWD,
+            len: 0,
+            when: when::ALWAYS,
+            args: [0; 3],
+            flags: 0,
+        }
+    }
+
+    #[inline(always)]
+    const fn path(effect: u16, fd: i32, ptr: u64, args: [u64; 3]) -> Self {
+        let mut c = Self::new(effect, record::SYS_PATH);
+        c.fd = fd;
+        c.ptr = ptr;
+        c.args = args;
+        c
+    }
+
+    #[inline(always)]
+    const fn path2(effect: u16, fd: i32, ptr: u64, fd2: i32, ptr2: u64, args: [u64; 3]) -> Self {
+        let mut c = Self::new(effect, record::SYS_PATH2);
+        c.fd = fd;
+        c.ptr = ptr;
+        c.fd2 = fd2;
+        c.ptr2 = ptr2;
+        c.args = args;
+        c
+    }
+
+    #[inline(always)]
+    const fn plain(effect: u16, fd: i32, args: [u64; 3]) -> Self {
+        let mut c = Self::new(effect, record::SYS);
+        c.fd = fd;
+        c.args = args;
+        c
+    }
+
+    #[inline(always)]
+    const fn addr(effect: u16, fd: i32, ptr: u64, len: u64, args: [u64; 3]) -> Self {
+        let mut c = Self::new(effect, record::SYS_ADDR);
+        c.fd = fd;
+        c.ptr = ptr;
+        c.len = if len > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            len as u32
+        };
+        c.args = args;
+        c
+    }
+
+    #[inline(always)]
+    const fn only(mut self, when: u32) -> Self {
+        self.when = when;
+        self
+    }
+}
+
+/// Word `index` of the tracepoint's `struct pt_regs`.
+#[inline(always)]
+fn reg(regs: *const u64, index: usize) -> u64 {
+    // SAFETY: `regs` is the tracepoint's `struct pt_regs *` (a BTF pointer)
+    // and `index` one of its `unsigned long` members; the verifier checks
+    // the offset against the type and makes the load fault-safe.
+    unsafe { core::ptr::read_volatile(regs.add(index)) }
+}
+
+/// The six arguments: di, si, dx, r10, r8, r9.
+#[inline(always)]
+fn args_of(regs: *const u64) -> [u64; 6] {
+    [
+        reg(regs, REGS_DI),
+        reg(regs, REGS_DI - 1),
+        reg(regs, REGS_DI - 2),
+        reg(regs, REGS_R10),
+        reg(regs, REGS_R10 + 2),
+        reg(regs, REGS_R10 + 1),
+    ]
+}
+
+/// Whether the current syscall came through the 32-bit entry: its number
+/// and registers mean something else (the seccomp filter refuses them).
+#[inline(always)]
+fn compat(cfg: &CaptureConfig) -> bool {
+    if cfg.task_ti_status == u32::MAX {
+        return false;
+    }
+    // SAFETY: helper without arguments; used as an address only.
+    let task = unsafe { generated::bpf_get_current_task() };
+    let status: u32 = read_kernel(task + cfg.task_ti_status as u64).unwrap_or(0);
+    status & TS_COMPAT != 0
+}
+
+#[btf_tracepoint(function = "sys_enter")]
+pub fn sys_enter(ctx: BtfTracePointContext) -> i32 {
+    let _ = try_sys_enter(&ctx);
+    0
+}
+
+/// `sys_enter(struct pt_regs *regs, long id)`.
+fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
+    let regs: *const u64 = ctx.arg(0);
+    let id: u64 = ctx.arg(1);
+    if !nr::is_captured(id) {
+        return None;
+    }
+    let cfg = config()?;
+    if !in_sandbox(cfg) || compat(cfg) {
+        return None;
+    }
+    // Read again rather than reused: the verifier has narrowed the first
+    // value to one of the captured ranges, and would walk everything below
+    // once per range.
+    let number = reg(regs, REGS_ORIG_AX);
+    let call = classify(number, args_of(regs))?;
+    if call.effect == effect::OTHER {
+        // A captured number without a kind: the kind map was not filled.
+        // Counted, so the log says it is incomplete.
+        count_lost(effect::OTHER);
+        return None;
+    }
+    let slot = SYS_CALL.get_ptr_mut(0)?;
+    // SAFETY: this CPU's entry of a per-CPU map only this program uses; the
+    // tracepoint runs with preemption disabled and a program never nests on
+    // one CPU. Every helper gets a destination inside the entry of the size
+    // it is told.
+    unsafe {
+        (*slot).call = call;
+        (*slot).nr = number;
+        (*slot).len = 0;
+        (*slot).len2 = 0;
+        // Volatile: the compiler must not hand the code below the
+        // constants it has just stored (see `SYS_CALL`).
+        let c = core::ptr::read_volatile(&raw const (*slot).call);
+        match c.record {
+            record::SYS_PATH | record::SYS_PATH2 => {
+                let (n, f) = read_path(
+                    &raw mut (*slot).path,
+                    c.ptr,
+                    flag::PATH_UNREADABLE,
+                    flag::PATH_TRUNCATED,
+                );
+                (*slot).len = n;
+                (*slot).call.flags |= f;
+                if c.record == record::SYS_PATH2 {
+                    let (n2, f2) = read_path(
+                        &raw mut (*slot).path2,
+                        c.ptr2,
+                        flag::PATH2_UNREADABLE,
+                        flag::PATH2_TRUNCATED,
+                    );
+                    (*slot).len2 = n2;
+                    (*slot).call.flags |= f2;
+                }
+            }
+            record::SYS_ADDR => {
+                let mut flags = 0;
+                let want: u32 = if c.len > ADDR_BYTES as u32 {
+                    flags |= flag::ADDR_TRUNCATED;
+                    ADDR_BYTES as u32
+                } else {
+                    c.len
+                };
+                let r = generated::bpf_probe_read_user(
+                    (&raw mut (*slot).path).cast::<c_void>(),
+                    want,
+                    c.ptr as *const c_void,
+                );
+                if r < 0 || c.ptr == 0 {
+                    flags |= flag::ADDR_UNREADABLE;
+                    (*slot).len = if r < 0 { r as i32 } else { -14 };
+                } else {
+                    (*slot).len = want as i32;
+                }
+                (*slot).call.flags |= flags;
+            }
+            _ => {}
+        }
+        let key = bpf_get_current_pid_tgid();
+        if PENDING.insert(&key, &*slot, 0).is_err() {
+            // Too many calls in flight: the loss is counted, never silent.
+            count_lost((*slot).call.effect);
+        }
+    }
+    Some(())
+}
+
+#[btf_tracepoint(function = "sys_exit")]
+pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
+    let _ = try_sys_exit(&ctx);
+    0
+}
+
+/// `sys_exit(struct pt_regs *regs, long ret)`.
+fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
+    let regs: *const u64 = ctx.arg(0);
+    if !nr::is_captured(reg(regs, REGS_ORIG_AX)) {
+        return None;
+    }
+    let cfg = config()?;
+    if !in_sandbox(cfg) {
+        return None;
+    }
+    let number = reg(regs, REGS_ORIG_AX);
+    let ret: i64 = ctx.arg(1);
+    let key = bpf_get_current_pid_tgid();
+    // One `emit` for both cases below: inlined twice, it doubled the
+    // verifier's work on this program.
+    let (p, pending) = match PENDING.get_ptr(&key) {
+        // SAFETY: the entry of this task; only this task inserts or
+        // removes it, so it is not reused while it is read.
+        Some(p) => unsafe {
+            if (*p).nr != number || !wanted((*p).call.when, ret) {
+                let _ = PENDING.remove(&key);
+                return None;
+            }
+            (p, true)
+        },
+        // No entry: the call was refused by seccomp before `sys_enter`, or
+        // `sys_enter` chose not to record it (or counted it lost).
+        None => {
+            let a = args_of(regs);
+            // Refused whatever the arguments, or the terminal ioctls the
+            // filter refuses (input injection).
+            let refused = number <= u32::MAX as u64
+                && (nr::is_refused(number as u32)
+                    || (number == u64::from(nr::IOCTL)
+                        && ret == -EPERM
+                        && ioctl::refused_tty(a[1])));
+            if !refused || compat(cfg) {
+                return None;
+            }
+            let slot = SYS_CALL.get_ptr_mut(0)?;
+            // SAFETY: as in `try_sys_enter`.
+            unsafe {
+                (*slot).call = Call::plain(effect::SYSCALL, -1, [a[0], a[1], a[2]]);
+                (*slot).nr = number;
+                (*slot).len = 0;
+                (*slot).len2 = 0;
+            }
+            (slot as *const Pending, false)
+        }
+    };
+    emit(cfg, p, number as u32, ret);
+    if pending {
+        let _ = PENDING.remove(&key);
+    }
+    Some(())
+}
+
+#[inline(always)]
+fn wanted(when: u32, ret: i64) -> bool {
+    match when {
+        when::REFUSED => ret == -EACCES || ret == -EPERM,
+        when::FAILED => ret < 0,
+        when::OK => ret == 0,
+        _ => true,
+    }
+}
+
+/// Decides whether syscall `nr` with arguments `a` is recorded, and how.
+/// x86_64 numbering; the kinds come from `SYSCALL_KIND`.
+#[inline(always)]
+fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
+    if nr > u32::MAX as u64 {
+        return None;
+    }
+    let n = nr as u32;
+    let e = SYSCALL_KIND.get(n).map_or(effect::OTHER, |&k| k as u16);
+    let fd = |v: u64| v as i32;
+    let call = match n {
+        nr::OPEN => open_call(AT_FDCWD, a[0], a[1], a[2]),
+        nr::OPENAT => open_call(fd(a[0]), a[1], a[2], a[3]),
+        nr::CREAT => open_call(AT_FDCWD, a[0], oflag::CREAT_FLAGS, a[1]),
+        // struct open_how { u64 flags; u64 mode; u64 resolve; }, read here
+        // once: the kernel has copied it before any lookup.
+        // Recorded whatever the flags say: they are in the agent's memory,
+        // and a thread flipping them between this read and the kernel's
+        // could pass a write-open off as a read-only one.
+        nr::OPENAT2 => match read_user::<[u64; 2]>(a[2]) {
+            Some(how) => open_call(fd(a[0]), a[1], how[0], how[1]).only(when::ALWAYS),
+            None => {
+                let mut c = Call::path(e, fd(a[0]), a[1], [0; 3]);
+                c.flags = flag::ADDR_UNREADABLE;
+                c
+            }
+        },
+        // A successful exec is reported by sched_process_exec.
+        nr::EXECVE => Call::path(e, AT_FDCWD, a[0], [0; 3]).only(when::FAILED),
+        nr::EXECVEAT => Call::path(e, fd(a[0]), a[1], [a[4], 0, 0]).only(when::FAILED),
+        nr::TRUNCATE => Call::path(e, AT_FDCWD, a[0], [a[1], 0, 0]),
+        nr::FTRUNCATE => Call::plain(e, fd(a[0]), [a[1], 0, 0]),
+        nr::UNLINK | nr::RMDIR => Call::path(e, AT_FDCWD, a[0], [0; 3]),
+        nr::UNLINKAT => {
+            let e = if a[2] & AT_REMOVEDIR != 0 {
+                effect::RMDIR
+            } else {
+                effect::UNLINK
+            };
+            Call::path(e, fd(a[0]), a[1], [a[2], 0, 0])
+        }
+        nr::MKDIR => Call::path(e, AT_FDCWD, a[0], [a[1], 0, 0]),
+        nr::MKDIRAT => Call::path(e, fd(a[0]), a[1], [a[2], 0, 0]),
+        nr::MKNOD => Call::path(e, AT_FDCWD, a[0], [a[1], a[2], 0]),
+        nr::MKNODAT => Call::path(e, fd(a[0]), a[1], [a[2], a[3], 0]),
+        nr::RENAME | nr::LINK => Call::path2(e, AT_FDCWD, a[0], AT_FDCWD, a[1], [0; 3]),
+        nr::RENAMEAT => Call::path2(e, fd(a[0]), a[1], fd(a[2]), a[3], [0; 3]),
+        nr::RENAMEAT2 | nr::LINKAT => Call::path2(e, fd(a[0]), a[1], fd(a[2]), a[3], [a[4], 0, 0]),
+        // The first string of a symlink is the link's contents, not a path
+        // looked up now: user space does not resolve it.
+        nr::SYMLINK => Call::path2(e, AT_FDCWD, a[0], AT_FDCWD, a[1], [0; 3]),
+        nr::SYMLINKAT => Call::path2(e, AT_FDCWD, a[0], fd(a[1]), a[2], [0; 3]),
+        nr::CHMOD => Call::path(e, AT_FDCWD, a[0], [a[1], 0, 0]),
+        nr::FCHMOD => Call::plain(e, fd(a[0]), [a[1], 0, 0]),
+        nr::FCHMODAT => Call::path(e, fd(a[0]), a[1], [a[2], 0, 0]),
+        nr::FCHMODAT2 => Call::path(e, fd(a[0]), a[1], [a[2], a[3], 0]),
+        nr::CHOWN | nr::LCHOWN => Call::path(e, AT_FDCWD, a[0], [a[1], a[2], 0]),
+        nr::FCHOWN => Call::plain(e, fd(a[0]), [a[1], a[2], 0]),
+        nr::FCHOWNAT => Call::path(e, fd(a[0]), a[1], [a[2], a[3], a[4]]),
+        // The second string of an xattr record is the attribute's name.
+        nr::SETXATTR | nr::LSETXATTR => {
+            Call::path2(e, AT_FDCWD, a[0], -1, a[1], [XATTR_SET, a[3], a[4]])
+        }
+        nr::FSETXATTR => Call::path2(e, fd(a[0]), 0, -1, a[1], [XATTR_SET, a[3], a[4]]),
+        nr::REMOVEXATTR | nr::LREMOVEXATTR => {
+            Call::path2(e, AT_FDCWD, a[0], -1, a[1], [XATTR_REMOVE, 0, 0])
+        }
+        nr::FREMOVEXATTR => Call::path2(e, fd(a[0]), 0, -1, a[1], [XATTR_REMOVE, 0, 0]),
+        // (dfd, path, at_flags, name, struct xattr_args *, size)
+        nr::SETXATTRAT => Call::path2(e, fd(a[0]), a[1], -1, a[3], [XATTR_SET, 0, a[2]]),
+        nr::REMOVEXATTRAT => Call::path2(e, fd(a[0]), a[1], -1, a[3], [XATTR_REMOVE, 0, a[2]]),
+        nr::UTIME | nr::UTIMES => Call::path(e, AT_FDCWD, a[0], [0; 3]),
+        nr::FUTIMESAT => Call::path(e, fd(a[0]), a[1], [0; 3]),
+        // utimensat(fd, NULL, ...) is futimens(fd).
+        nr::UTIMENSAT if a[1] == 0 => Call::plain(e, fd(a[0]), [a[3], 0, 0]),
+        nr::UTIMENSAT => Call::path(e, fd(a[0]), a[1], [a[3], 0, 0]),
+        nr::IOCTL if ioctl::sets_flags(a[1]) => {
+            let value = read_user::<u32>(a[2]).map(u64::from).unwrap_or(u64::MAX);
+            Call::plain(e, fd(a[0]), [a[1], value, 0])
+        }
+        nr::IOCTL => return None,
+        nr::FILE_SETATTR => Call::path(e, fd(a[0]), a[1], [a[4], 0, 0]),
+        nr::CONNECT | nr::BIND => Call::addr(e, fd(a[0]), a[1], a[2], [0; 3]),
+        // Without a destination it is a send on a connected socket, whose
+        // destination was recorded at connect.
+        nr::SENDTO if a[4] == 0 => return None,
+        nr::SENDTO => Call::addr(e, fd(a[0]), a[4], a[5], [a[3], 0, 0]),
+        // struct msghdr { void *msg_name; int msg_namelen; ... }; sendmmsg's
+        // first struct mmsghdr starts with one.
+        nr::SENDMSG | nr::SENDMMSG => {
+            let extra = if n == nr::SENDMMSG {
+                [a[3], a[2], 0]
+            } else {
+                [a[2], 0, 0]
+            };
+            match read_user::<[u64; 2]>(a[1]) {
+                Some(m) if m[0] == 0 => return None,
+                Some(m) => Call::addr(e, fd(a[0]), m[0], m[1] & 0xffff_ffff, extra),
+                None => {
+                    let mut c = Call::addr(e, fd(a[0]), 0, 0, extra);
+                    c.flags = flag::ADDR_UNREADABLE;
+                    c
+                }
+            }
+        }
+        nr::CHDIR => Call::path(e, AT_FDCWD, a[0], [0; 3]).only(when::OK),
+        nr::FCHDIR => Call::plain(e, fd(a[0]), [0; 3]).only(when::OK),
+        nr::KILL | nr::TKILL | nr::RT_SIGQUEUEINFO => Call::plain(e, -1, [a[0], a[1], 0]),
+        nr::TGKILL | nr::RT_TGSIGQUEUEINFO => Call::plain(e, -1, [a[0], a[2], a[1]]),
+        nr::PIDFD_SEND_SIGNAL => Call::plain(e, fd(a[0]), [a[0], a[1], a[3]]),
+        n if nr::is_refused(n) => Call::plain(e, -1, [a[0], a[1], a[2]]),
+        _ => return None,
+    };
+    Some(call)
+}
+
+/// Opens are recorded when they may write (write access, create, truncate,
+/// tmpfile), and read-only opens only when they were refused (EACCES /
+/// EPERM): the denied reads.
+#[inline(always)]
+fn open_call(fd: i32, path: u64, flags: u64, mode: u64) -> Call {
+    let path_only = flags & oflag::O_PATH != 0;
+    let access = flags & oflag::O_ACCMODE;
+    let creates = flags & (oflag::O_CREAT | oflag::O_TMPFILE_BIT) != 0;
+    let truncates = flags & oflag::O_TRUNC != 0;
+    let writes = !path_only && (access != 0 || creates || truncates);
+    let e = if !writes {
+        effect::OPEN
+    } else if creates {
+        effect::CREATE
+    } else if truncates {
+        effect::TRUNCATE
+    } else {
+        effect::OPEN
+    };
+    let call = Call::path(e, fd, path, [flags, mode, 0]);
+    if writes {
+        call
+    } else {
+        call.only(when::REFUSED)
+    }
+}
+
+#[inline(always)]
+fn read_user<T>(addr: u64) -> Option<T> {
+    // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
+    unsafe { aya_ebpf::helpers::bpf_probe_read_user(addr as *const T) }.ok()
+}
+
+/// Reads the user string at `src` into `dst` (PATH_BYTES); returns the
+/// helper's result and the flags to set (`unreadable`, `truncated`). A
+/// NULL pointer (fd-based xattr calls) is an empty string, not an error.
+#[inline(always)]
+fn read_path(dst: *mut [u8; PATH_BYTES], src: u64, unreadable: u32, truncated: u32) -> (i32, u32) {
+    if src == 0 {
+        return (0, 0);
+    }
+    // SAFETY: `dst` has PATH_BYTES bytes; the helper checks `src`.
+    let n = unsafe {
+        generated::bpf_probe_read_user_str(
+            dst.cast::<c_void>(),
+            PATH_BYTES as u32,
+            src as *const c_void,
+        )
+    } as i32;
+    if n <= 0 {
+        return (n, unreadable);
+    }
+    // A full buffer is a truncation unless the byte at the limit is the
+    // string's end.
+    if n as usize == PATH_BYTES && read_user::<u8>(src + PATH_BYTES as u64 - 1).unwrap_or(1) != 0 {
+        return (n, truncated);
+    }
+    (n, 0)
+}
+
+/// Fills the fixed part of a syscall record.
+#[inline(always)]
+fn fill_sys(s: *mut SysEvent, cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+    // SAFETY: `s` points to a reserved record, `p` to a map entry.
+    unsafe {
+        let call = &(*p).call;
+        fill_header(&raw mut (*s).header, cfg, call.record, call.effect);
+        (*s).header.flags |= call.flags;
+        (*s).nr = nr;
+        (*s).fd = call.fd;
+        (*s).fd2 = call.fd2;
+        (*s).len = (*p).len;
+        (*s).len2 = (*p).len2;
+        (*s)._pad = 0;
+        (*s).ret = ret;
+        (*s).args = call.args;
+    }
+}
+
+/// Writes the record of the call in `p` (a map entry) with result `ret`.
+#[inline(always)]
+fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+    // SAFETY: `p` is a map entry; the copies stay inside it and inside
+    // the reserved records, whose sizes the helpers are told.
+    unsafe {
+        let kind = (*p).call.effect;
+        match (*p).call.record {
+            record::SYS_PATH => {
+                let Some(mut entry) = EVENTS.reserve::<SysPathEvent>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).path).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysPathEvent>()));
+            }
+            record::SYS_PATH2 => {
+                let Some(mut entry) = EVENTS.reserve::<SysPath2Event>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).path).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                copy_kernel(
+                    (&raw mut (*ev).path2).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path2) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysPath2Event>()));
+            }
+            record::SYS_ADDR => {
+                let Some(mut entry) = EVENTS.reserve::<SysAddrEvent>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).addr).cast::<u8>(),
+                    ADDR_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysAddrEvent>()));
+            }
+            _ => {
+                let Some(mut entry) = EVENTS.reserve::<SysEvent>(0) else {
+                    return count_lost(kind);
+                };
+                fill_sys(entry.as_mut_ptr(), cfg, p, nr, ret);
+                entry.submit(wake_flags(cfg, size_of::<SysEvent>()));
+            }
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! Target fields of the capture's newer record kinds (mknod, xattr, utime,
+//! setflags, refused syscalls), kept out of `decode.rs`, which walks the
+//! common shape of every record.
+
+use tartaros_common::capture::{SysEvent, effect, ioctl, nr};
+use tartaros_common::syscalls;
+
+use crate::effectlog::Target;
+
+/// `args[0]` of an xattr record: set (0) or remove (1).
+const XATTR_REMOVE: u64 = 1;
+/// `AT_SYMLINK_NOFOLLOW`.
+const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+
+/// Adds what `s` says beyond its path or fd.
+pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
+    match s.header.effect {
+        effect::MKNOD => {
+            let mode = s.args[0];
+            t.insert("mode", mode & 0o7777);
+            let file_type = match mode & 0o170000 {
+                0 | 0o100000 => "regular",
+                0o010000 => "fifo",
+                0o140000 => "socket",
+                0o020000 => "char",
+                0o060000 => "block",
+                _ => "unknown",
+            };
+            t.insert("file_type", file_type);
+            if matches!(file_type, "char" | "block") {
+                t.insert("dev", s.args[1]);
+            }
+        }
+        effect::XATTR => {
+            let op = if s.args[0] == XATTR_REMOVE {
+                "remove"
+            } else {
+                "set"
+            };
+            t.insert("op", op);
+            if s.args[0] != XATTR_REMOVE && s.nr != nr::SETXATTRAT {
+                t.insert("size", s.args[1]);
+            }
+            match s.nr {
+                nr::LSETXATTR | nr::LREMOVEXATTR => {
+                    t.insert("nofollow", true);
+                }
+                nr::SETXATTRAT | nr::REMOVEXATTRAT if s.args[2] & AT_SYMLINK_NOFOLLOW != 0 => {
+                    t.insert("nofollow", true);
+                }
+                _ => {}
+            }
+        }
+        effect::UTIME if s.nr == nr::UTIMENSAT && s.args[0] != 0 => {
+            t.insert("flags", s.args[0]);
+        }
+        effect::SETFLAGS if s.nr == nr::IOCTL => {
+            let cmd = match s.args[0] & 0xffff_ffff {
+                ioctl::FS_IOC_FSSETXATTR => "FS_IOC_FSSETXATTR",
+                _ => "FS_IOC_SETFLAGS",
+            };
+            t.insert("cmd", cmd);
+            if s.args[1] == u64::MAX {
+                t.insert("flags_unreadable", true);
+            } else if cmd == "FS_IOC_SETFLAGS" {
+                t.insert("flags", s.args[1]);
+            }
+        }
+        effect::SYSCALL => {
+            t.insert("syscall", syscalls::name_of(s.nr).unwrap_or("unknown"));
+            t.insert("nr", s.nr);
+            if s.nr == nr::IOCTL {
+                let cmd = match s.args[1] & 0xffff_ffff {
+                    ioctl::TIOCSTI => "TIOCSTI",
+                    ioctl::TIOCLINUX => "TIOCLINUX",
+                    _ => "TIOCSETD",
+                };
+                t.insert("cmd", cmd);
+                t.insert("fd", s.args[0] as u32 as i32);
+            }
+            // The filter's answers; without a filter the call ran.
+            if s.ret == -1 || s.ret == -38 {
+                t.insert("refused_by", "seccomp");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Host pid of the process behind `fd` (a pidfd) of `tgid`, from the
+/// `Pid:` line of its fdinfo (read when the record arrives: racy, as every
+/// fd lookup here).
+pub(super) fn pidfd_pid(proc_root: &str, tgid: u32, fd: i32) -> Option<u32> {
+    if fd < 0 {
+        return None;
+    }
+    let info = std::fs::read_to_string(format!("{proc_root}/{tgid}/fdinfo/{fd}")).ok()?;
+    let line = info.lines().find(|l| l.starts_with("Pid:"))?;
+    line[4..].trim().parse().ok()
+}
