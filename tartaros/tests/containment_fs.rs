@@ -861,7 +861,8 @@ fn without_root_the_genesis_and_doctor_say_the_unix_policy_is_missing() {
             .unwrap()
     };
     let run = as_user(&["run", "--log", log.to_str().unwrap(), "--", "true"]);
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    // Without root the capture is degraded, so the log cannot be complete.
+    assert_eq!(run.status.code(), Some(122), "{}", stderr(&run));
     assert!(stderr(&run).contains("unix-socket-policy not installed"));
     let first = std::fs::read_to_string(&log).unwrap();
     let genesis: serde_json::Value = serde_json::from_str(first.lines().next().unwrap()).unwrap();

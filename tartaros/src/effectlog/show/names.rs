@@ -25,6 +25,7 @@ pub(crate) const FILE_KINDS: &[&str] = &[
     "removexattr",
     "xattr",
     "utimes",
+    "utime",
     "setflags",
 ];
 /// Network effect kinds (the `net` group).

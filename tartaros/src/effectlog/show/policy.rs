@@ -65,6 +65,7 @@ const WRITE_KINDS: &[&str] = &[
     "removexattr",
     "xattr",
     "utimes",
+    "utime",
     "setflags",
 ];
 

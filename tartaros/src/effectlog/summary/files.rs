@@ -62,7 +62,7 @@ impl Files {
                 a => (a.to_string(), false, false),
             },
             "write" | "truncate" | "chown" | "setxattr" | "removexattr" | "xattr" | "utimes"
-            | "setflags" => (kind.to_string(), false, false),
+            | "utime" | "setflags" => (kind.to_string(), false, false),
             "chmod" => match t.get("mode").and_then(Value::as_u64) {
                 Some(m) => (format!("chmod {}", names::mode(m)), false, false),
                 None => ("chmod".to_string(), false, false),
