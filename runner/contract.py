@@ -39,7 +39,7 @@ LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value"}
 EFFECT_LOG_KEYS = {"verify", "record", "must_not_contain", "tamper", "seal"}
 TOP_KEYS = {
     "id", "title", "kind", "control", "expect", "cmd", "timeout", "policy", "setup",
-    "check", "effect_log", "launcher_env", "category", "notes",
+    "check", "effect_log", "launcher_env", "category", "notes", "covers", "source", "best_effort",
 }
 TAMPER_KINDS = {
     "edit": 1, "remove": 1, "reorder": 1, "append": 1, "truncate_tail": 2, "drop_seal": 2,
@@ -67,6 +67,12 @@ class Contract:
     category: str = "misc"
     timeout: float = 20.0
     path: Path | None = None
+    # Issue classes the contract covers (e.g. "12.1", "13"), and the peer
+    # test files its technique was taken from.
+    covers: list[str] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)
+    # Run the sandbox in its best-effort mode (TartarOS: without --strict).
+    best_effort: bool = False
 
     @property
     def listeners(self) -> list[dict[str, Any]]:
@@ -191,6 +197,14 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
     missing = used - known
     if missing:
         raise fail(f"unknown placeholder(s) {sorted(missing)}")
+    covers = raw.get("covers", [])
+    covers = [covers] if isinstance(covers, str) else covers
+    source = raw.get("source", [])
+    source = [source] if isinstance(source, str) else source
+    if not all(isinstance(x, str) for x in covers + source):
+        raise fail("covers and source are strings or lists of strings")
+    if not isinstance(raw.get("best_effort", False), bool):
+        raise fail("best_effort is true or false")
     timeout = raw.get("timeout", 20)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise fail("timeout must be a positive number of seconds")
@@ -210,6 +224,9 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
         category=raw.get("category", cid.split("-")[0]),
         timeout=float(timeout),
         path=path,
+        covers=covers,
+        source=source,
+        best_effort=raw.get("best_effort", False),
     )
 
 

@@ -305,7 +305,13 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         cmd = expand(c.cmd, values)
         env = launcher_env(c, values)
         ctx = Context(scratch=values["scratch"], log=values["log"] if c.effect_log is not None else None,
-                      launch_env=dict(env))
+                      launch_env=dict(env), best_effort=c.best_effort)
+        status = StatusPipe() if adapter.status_channel() else None
+        if status is not None:
+            cleanups.append(status)
+            ctx.status_fd = status.write_fd
+        if adapter.wants_start_marker():
+            ctx.start_marker = os.path.join(values["work"], f".lab-started-{secrets.token_hex(4)}")
         argv = adapter.argv(policy, values["work"], cmd, ctx)
         if isinstance(argv, Unsupported):
             return Outcome(c.id, c.kind, C.UNSUPPORTED, str(argv), seconds=time.monotonic() - start)
@@ -314,7 +320,11 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             fx["tty"] = Terminal()
             cleanups.append(fx["tty"])
         contain = Containment(f"{os.getpid()}-{root.name[-8:]}", use_cgroup=not adapter.own_cgroup)
-        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root)
+        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root, status)
+        if ctx.start_marker is not None:
+            result.agent_started = os.path.lexists(ctx.start_marker)
+            if result.agent_started:
+                os.unlink(ctx.start_marker)  # not part of what the checks look at
         out_text = result.stdout + result.stderr
         if fx.get("tty"):
             time.sleep(0.1)
@@ -367,8 +377,55 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             shutil.rmtree(root, ignore_errors=True)
 
 
+class StatusPipe:
+    """The pipe behind `--status-fd`: the sandbox's supervisor holds the
+    write end; the runner reads JSON lines from the other after the run."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.read_fd, False)
+        self._closed: set[int] = set()
+
+    def close_write(self) -> None:
+        if self.write_fd not in self._closed:
+            os.close(self.write_fd)
+            self._closed.add(self.write_fd)
+
+    def events(self) -> list[dict[str, Any]]:
+        data = bytearray()
+        while True:
+            try:
+                chunk = os.read(self.read_fd, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            data += chunk
+        return parse_status(data.decode(errors="replace"))
+
+    def close(self) -> None:
+        self.close_write()
+        if self.read_fd not in self._closed:
+            os.close(self.read_fd)
+            self._closed.add(self.read_fd)
+
+
+def parse_status(text: str) -> list[dict[str, Any]]:
+    """JSON objects, one per line; anything else is ignored (and so can never
+    make a refusal)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
 def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain: Containment,
-           term: Terminal | None, root: Path) -> tuple[RunResult, int | None]:
+           term: Terminal | None, root: Path, status: StatusPipe | None = None) -> tuple[RunResult, int | None]:
     out_path, err_path = root / "stdout.txt", root / "stderr.txt"
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
         if term is not None:
@@ -382,7 +439,10 @@ def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain:
             stdin, stdout, stderr = subprocess.DEVNULL, out_f, err_f
             pre = contain.preexec  # type: ignore[assignment]
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=True, preexec_fn=pre)
+                                start_new_session=True, preexec_fn=pre,
+                                pass_fds=(status.write_fd,) if status is not None else ())
+        if status is not None:
+            status.close_write()  # the supervisor holds the only write end now
         pgid = proc.pid
         timed_out = False
         kill_after = c.setup.get("kill_after")
@@ -409,4 +469,5 @@ def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain:
                 pass
     stdout_text = out_path.read_text(errors="replace")
     stderr_text = err_path.read_text(errors="replace")
-    return RunResult(proc.returncode, stdout_text, stderr_text, timed_out), pgid
+    events = status.events() if status is not None else None
+    return RunResult(proc.returncode, stdout_text, stderr_text, timed_out, status_events=events), pgid

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
+import shlex
+import subprocess
 
 from ..policy import Policy
 from .base import REPO_ROOT, Adapter, Context, RunResult
@@ -60,8 +63,20 @@ class Tartaros(Adapter):
                 return m.group(0)
         return lines[0] if lines else "unknown"
 
+    def status_channel(self) -> bool:
+        return supports_status_fd(self.binary())
+
+    def wants_start_marker(self) -> bool:
+        # Without a status channel, "the agent never started" is the only
+        # refusal evidence the agent cannot fake.
+        return not self.status_channel()
+
     def argv(self, policy: Policy, workdir: str, cmd: str, ctx: Context | None = None):
-        a = [self.binary() or "tartaros", "run", "--strict"]
+        a = [self.binary() or "tartaros", "run"]
+        if not (ctx is not None and ctx.best_effort):
+            a.append("--strict")
+        if ctx is not None and ctx.status_fd is not None:
+            a += ["--status-fd", str(ctx.status_fd)]
         for p in policy.writable_roots:
             a += ["--write", p]
         for p in policy.read_denies:
@@ -101,21 +116,46 @@ class Tartaros(Adapter):
             a += ["--config", path]
         if ctx is not None and ctx.log:
             a += ["--log", ctx.log]
+        if ctx is not None and ctx.start_marker:
+            # its own line, so that the contract's command stays intact
+            cmd = f": > {shlex.quote(ctx.start_marker)} 2>/dev/null\n{cmd}"
         a += ["--", "/bin/sh", "-c", cmd]
         return a
 
     def refusal(self, result: RunResult) -> bool:
-        return result.returncode == REFUSAL_EXIT and any(
+        """A refusal is read from the status channel (`refused` and no
+        `started`); without one, exit 78 with a `tartaros:` line counts only
+        when the agent never started (no start marker). The agent can print
+        `tartaros: ...` and exit 78 itself."""
+        if result.status_events is not None:
+            events = [e.get("event") for e in result.status_events]
+            return "refused" in events and "started" not in events
+        signature = result.returncode == REFUSAL_EXIT and any(
             line.startswith("tartaros:") for line in result.stderr.splitlines()
         )
+        return signature and result.agent_started is not True
 
     def verify_log(self, path: str) -> tuple[int | None, str]:
         """`tartaros log verify FILE`: 0 ok, 1 tampered, 2 unsealed, 3 incomplete."""
-        import subprocess
-
         try:
             out = subprocess.run([self.binary() or "tartaros", "log", "verify", path], capture_output=True,
                                  text=True, timeout=60, stdin=subprocess.DEVNULL)
         except (OSError, subprocess.TimeoutExpired) as e:
             return None, str(e)
         return out.returncode, (out.stdout + out.stderr).strip()
+
+
+@functools.lru_cache(maxsize=8)
+def supports_status_fd(binary: str | None) -> bool:
+    """Whether this build has `--status-fd` (the harness status channel)."""
+    forced = os.environ.get("TARTAROS_LAB_STATUS_FD")
+    if forced in ("0", "1"):
+        return forced == "1"
+    if not binary:
+        return False
+    try:
+        out = subprocess.run([binary, "run", "--help"], capture_output=True, text=True, timeout=20,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--status-fd" in out.stdout + out.stderr

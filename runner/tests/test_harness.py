@@ -7,8 +7,9 @@ import unittest
 
 from runner import classify as C
 from runner.adapters import get
-from runner.contract import TAMPER_KINDS, load_all
-from runner.harness import record_matches, run_contract, tamper
+from runner.adapters.tartaros import Tartaros
+from runner.contract import TAMPER_KINDS, load_all, parse
+from runner.harness import parse_status, record_matches, run_contract, tamper
 
 LOG = [json.dumps({"kind": "genesis", "seq": 0, "prev": ""}),
        json.dumps({"kind": "exec", "seq": 1, "path": "/bin/true", "decision": "allowed"}),
@@ -42,6 +43,94 @@ class Records(unittest.TestCase):
         self.assertFalse(record_matches(rec, {"kind": "open", "decision": "allowed"}))
         self.assertFalse(record_matches(rec, {"kind": "exec"}))
         self.assertTrue(record_matches(json.loads(LOG[3]), {"kind": "seal", "field": "cgroup_empty", "value": True}))
+
+
+class StatusLines(unittest.TestCase):
+    def test_parse_status(self):
+        text = '{"event":"started","pid":3}\nnot json\n[1]\n{"event":"exited","code":0}\n{"event":'
+        self.assertEqual([e["event"] for e in parse_status(text)], ["started", "exited"])
+
+
+# A stand-in for a sandbox that runs the command unconfined but keeps
+# TartarOS's refusal rules: what matters here is who may claim a refusal.
+FAKE_SUPERVISOR = """
+import os, subprocess, sys, json
+fd = int(sys.argv[1]); cmd = sys.argv[2]; mode = sys.argv[3]
+def say(obj):
+    os.write(fd, (json.dumps(obj) + "\\n").encode())
+if mode == "refuse":
+    say({"event": "refused", "code": 78, "reason": "policy", "field": None})
+    print("tartaros: refused by policy", file=sys.stderr)
+    sys.exit(78)
+say({"event": "started", "pid": os.getpid(), "run_id": "fake", "label": None})
+rc = subprocess.call(["/bin/sh", "-c", cmd], pass_fds=())
+say({"event": "exited", "code": rc, "signal": None, "status": rc, "duration_ms": 1, "log_head": None,
+     "log_complete": None})
+sys.exit(rc)
+"""
+
+
+class FakeTartaros(Tartaros):
+    name = "fake-tartaros"
+    own_cgroup = False
+
+    def __init__(self, status: bool, mode: str = "run"):
+        self.status, self.mode = status, mode
+
+    def status_channel(self) -> bool:
+        return self.status
+
+    def argv(self, policy, workdir, cmd, ctx=None):
+        if self.status:
+            return ["/usr/bin/python3", "-c", FAKE_SUPERVISOR, str(ctx.status_fd), cmd, self.mode]
+        if ctx is not None and ctx.start_marker:
+            cmd = f": > {ctx.start_marker}\n{cmd}"
+        if self.mode == "refuse":
+            return ["/bin/sh", "-c", "echo 'tartaros: refused by policy' >&2; exit 78"]
+        return ["/bin/sh", "-c", cmd]
+
+
+FAKED_REFUSAL = parse({
+    "id": "x-faked-refusal", "title": "t", "kind": "attack", "control": "x-c",
+    "cmd": "echo pwned > {outside}/pwned; echo 'tartaros: refused (not really)' >&2; exit 78",
+    "policy": {"writable_roots": ["{work}"]}, "check": [{"exists": "{outside}/pwned"}],
+})
+QUIET_FAKE = parse({
+    "id": "x-quiet-fake", "title": "t", "kind": "attack", "control": "x-c",
+    "cmd": "echo 'tartaros: refused (not really)' >&2; exit 78",
+    "policy": {"writable_roots": ["{work}"]}, "check": [{"exists": "{outside}/pwned"}],
+})
+
+
+@unittest.skipUnless(os.geteuid() == 0, "needs root (the lab's run directories)")
+class Refusals(unittest.TestCase):
+    def test_an_attack_that_succeeds_then_fakes_a_refusal_is_not_mitigated(self):
+        for status in (True, False):
+            o = run_contract(FAKED_REFUSAL, FakeTartaros(status))
+            self.assertEqual(o.result, C.NOT_MITIGATED, f"status channel {status}: {o.detail}")
+            self.assertEqual(o.exit_code, 78)
+
+    def test_a_faked_refusal_without_effect_is_not_a_refusal(self):
+        for status in (True, False):
+            o = run_contract(QUIET_FAKE, FakeTartaros(status))
+            self.assertEqual(o.result, C.MITIGATED, f"status channel {status}: {o.detail}")
+
+    def test_a_real_refusal_is_read_from_the_channel(self):
+        for status in (True, False):
+            o = run_contract(QUIET_FAKE, FakeTartaros(status, mode="refuse"))
+            self.assertEqual(o.result, C.REFUSED, f"status channel {status}: {o.detail}")
+
+    @unittest.skipUnless(Tartaros().available(), "no tartaros binary (set TARTAROS_BIN)")
+    def test_real_tartaros_agent_exit_78_is_not_a_refusal(self):
+        inside = parse({
+            "id": "x-inside-fake", "title": "t", "kind": "attack", "control": "x-c",
+            "cmd": "echo pwned > {work}/pwned; echo 'tartaros: refused (not really)' >&2; exit 78",
+            "policy": {"writable_roots": ["{work}"]}, "check": [{"exists": "{work}/pwned"}],
+        })
+        o = run_contract(inside, Tartaros())
+        self.assertEqual(o.result, C.NOT_MITIGATED, f"{o.detail} {o.stderr_tail}")
+        o = run_contract(QUIET_FAKE, Tartaros())
+        self.assertEqual(o.result, C.MITIGATED, f"{o.detail} {o.stderr_tail}")
 
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (listeners on 127.0.0.53:53, cgroups)")

@@ -72,6 +72,49 @@ class TartarosMapping(unittest.TestCase):
         self.assertFalse(t.refusal(RunResult(1, "", "tartaros: cannot install landlock\n")))
         self.assertTrue(t.conflict_of_interest and t.has_effect_log)
 
+    def test_refusal_needs_a_channel_the_agent_cannot_write(self):
+        t = get("tartaros")
+        line = "tartaros: refused\n"
+        # the agent started (its start marker appeared): exit 78 is its own
+        self.assertFalse(t.refusal(RunResult(78, "", line, agent_started=True)))
+        self.assertTrue(t.refusal(RunResult(78, "", line, agent_started=False)))
+        # the status channel decides when there is one, whatever the exit code says
+        started = {"event": "started", "pid": 7, "run_id": "r", "label": None}
+        refused = {"event": "refused", "code": 78, "reason": "x", "field": None}
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[started])))
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[])))
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[started, refused])))
+        self.assertTrue(t.refusal(RunResult(78, "", line, status_events=[refused])))
+
+    def test_status_fd_and_start_marker_in_argv(self):
+        t = get("tartaros")
+        p = Policy.from_dict({"writable_roots": ["/w"]})
+        a = t.argv(p, "/w", "echo hi", Context(scratch=tempfile.mkdtemp(), status_fd=9))
+        self.assertEqual(a[a.index("--status-fd") + 1], "9")
+        self.assertEqual(a[-1], "echo hi")
+        a = t.argv(p, "/w", "echo hi", Context(scratch=tempfile.mkdtemp(), start_marker="/w/.m"))
+        self.assertNotIn("--status-fd", a)
+        self.assertEqual(a[-1], ": > /w/.m 2>/dev/null\necho hi")
+        a = t.argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp(), best_effort=True))
+        self.assertNotIn("--strict", a)
+
+    def test_status_fd_support_is_detected_from_help(self):
+        from runner.adapters import tartaros as T
+
+        d = tempfile.mkdtemp()
+        for name, text in (("new", "--status-fd <N>  JSON lines"), ("old", "--log <FILE>")):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(f"#!/bin/sh\necho '{text}'\n")
+            os.chmod(path, 0o755)
+        old = os.environ.pop("TARTAROS_LAB_STATUS_FD", None)
+        try:
+            self.assertTrue(T.supports_status_fd(os.path.join(d, "new")))
+            self.assertFalse(T.supports_status_fd(os.path.join(d, "old")))
+        finally:
+            if old is not None:
+                os.environ["TARTAROS_LAB_STATUS_FD"] = old
+
     def test_binary_from_env(self):
         old = os.environ.get("TARTAROS_BIN")
         os.environ["TARTAROS_BIN"] = "/opt/x/tartaros"
