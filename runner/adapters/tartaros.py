@@ -13,6 +13,8 @@ from ..policy import Policy
 from .base import REPO_ROOT, Adapter, Context, RunResult
 
 REFUSAL_EXIT = 78
+# Neutral fields that have no flag, only a [policy] key of a --config file.
+CONFIG_ONLY_FIELDS = ("glob_read_denies", "glob_denies", "allow_unix_socket_paths")
 
 
 def toml_value(v) -> str:
@@ -101,6 +103,8 @@ class Tartaros(Adapter):
             a.append("--materialize")
         if policy.max_processes is not None:
             a += ["--max-procs", str(policy.max_processes)]
+        if policy.max_memory is not None:
+            a += ["--max-memory", str(policy.max_memory)]
         if policy.inherit_env:
             a.append("--inherit-env")
         for name in policy.env_passthrough:
@@ -109,10 +113,16 @@ class Tartaros(Adapter):
             a.append("--private-tmp")
         if policy.deny_unix:
             a.append("--deny-unix")
-        if policy.broker is not None:
+        # Fields without a flag go to a --config file, where TartarOS decides
+        # (today it refuses the globs and the unix allow-list with 78).
+        config_only = {name: getattr(policy, name) for name in CONFIG_ONLY_FIELDS if getattr(policy, name)}
+        if policy.broker is not None or config_only:
             path = os.path.join(self.scratch_of(ctx), "tartaros-config.toml")
             with open(path, "w") as f:
-                f.write(broker_toml(policy.broker))
+                if config_only:
+                    f.write("[policy]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in config_only.items()))
+                if policy.broker is not None:
+                    f.write(broker_toml(policy.broker))
             a += ["--config", path]
         if ctx is not None and ctx.log:
             a += ["--log", ctx.log]

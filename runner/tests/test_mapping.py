@@ -44,6 +44,16 @@ class TartarosMapping(unittest.TestCase):
         self.assertEqual(a[-4:], ["--", "/bin/sh", "-c", "echo hi"])
         self.assertNotIn("--config", a)
 
+    def test_config_only_fields_go_to_the_config_file(self):
+        p = Policy.from_dict({"writable_roots": ["/w"], "max_memory": 1 << 28,
+                              "glob_read_denies": ["/etc/*.conf"], "allow_unix_socket_paths": ["/run/x.sock"]})
+        a = get("tartaros").argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertEqual(a[a.index("--max-memory") + 1], str(1 << 28))
+        with open(a[a.index("--config") + 1]) as f:
+            parsed = tomllib.loads(f.read())
+        self.assertEqual(parsed["policy"], {"glob_read_denies": ["/etc/*.conf"],
+                                            "allow_unix_socket_paths": ["/run/x.sock"]})
+
     def test_defaults_add_no_flags(self):
         a = get("tartaros").argv(Policy.from_dict({"writable_roots": ["/w"]}), "/w", "true")
         self.assertEqual(a[1:], ["run", "--strict", "--write", "/w", "--", "/bin/sh", "-c", "true"])
