@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +19,16 @@ from typing import Any
 from . import classify as C
 from .adapters.base import Adapter, Context, RunResult, Unsupported
 from .contract import TAMPER_KINDS, Contract, expand
-from .hostfx import Containment, HostAliases, Listener, Terminal, Victim, processes_matching
+from .hostfx import (Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener, Terminal,
+                     UnixDecoys, Victim, processes_matching)
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
 SANDBOX_PYTHON = "/usr/bin/python3"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Helper programs contracts copy into their tree (setup.copy from "{lab_lib}/...").
+LAB_LIB = str(Path(__file__).resolve().parent / "contracts" / "lib")
+NOBODY = 65534
+FS_IOC_GETFLAGS = 0x80086601
 
 
 @dataclass
@@ -51,6 +57,7 @@ def new_values(root: Path, setup: dict[str, Any]) -> dict[str, str]:
         "secret": "LABSECRET-" + secrets.token_hex(8),
         "token": "labtok-" + secrets.token_hex(6),
         "python": SANDBOX_PYTHON,
+        "lab_lib": LAB_LIB,
     }
 
 
@@ -82,11 +89,17 @@ def make_setup(c: Contract, values: dict[str, str], root: Path) -> None:
         p.mkdir(parents=True, exist_ok=True)
         if "mode" in d:
             p.chmod(d["mode"])
+        if "uid" in d:
+            os.chown(p, d["uid"], d["uid"])
     for f in c.setup.get("file", []):
         p = Path(ex(f["path"]))
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(ex(f.get("content", "")))
         p.chmod(f.get("mode", 0o644))
+        if "uid" in f:  # e.g. a file the agent's user owns outside the roots
+            os.chown(p, f["uid"], f["uid"])
+        if "mtime" in f:
+            os.utime(p, (f["mtime"], f["mtime"]))
     for cp in c.setup.get("copy", []):
         dst = Path(ex(cp["path"]))
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -148,14 +161,62 @@ def evaluate_checks(c: Contract, values: dict[str, str], fx: dict[str, Any], out
                 ok = False
         elif kind == "no_process_matching":
             ok = not processes_matching(ex(arg), {os.getpid()})
+        elif kind == "process_matching":
+            ok = bool(processes_matching(ex(arg), {os.getpid()}))
+        elif kind in ("mode", "mtime"):
+            try:
+                st = os.lstat(ex(arg))
+                ok = (st.st_mode & 0o7777 if kind == "mode" else int(st.st_mtime)) == chk["value"]
+            except OSError:
+                ok = False
+        elif kind == "xattr":
+            try:
+                value = os.getxattr(ex(arg), chk["name"], follow_symlinks=False)
+                ok = text is None or text.encode() in value
+            except OSError:
+                ok = False
+        elif kind == "inode_flags":
+            ok = (inode_flags(ex(arg)) & chk["value"]) == chk["value"]
+        elif kind == "host_pty":
+            got = fx["host_pty"].received() if "host_pty" in fx else b""
+            ok = (text.encode() in got) if text else len(got) > 0
+        elif kind == "launcher_signaled":
+            rc = fx.get("launcher", {}).get("returncode")
+            ok = rc is not None and rc < 0
+        elif kind == "running_at":
+            la = fx.get("launcher", {})
+            ok = la.get("timed_out", False) or la.get("elapsed", 0.0) >= chk["n"]
+        elif kind == "exited_by":
+            la = fx.get("launcher", {})
+            ok = not la.get("timed_out", True) and la.get("elapsed", 1e9) <= chk["n"]
         results.append({"check": kind, "arg": ex(arg) if isinstance(arg, str) else arg, "held": ok})
     return all(r["held"] for r in results), results
 
 
 C_CHECKS = (
     "exists", "absent", "contains", "not_contains", "received", "process_dead", "process_alive",
-    "tty_input", "output_contains", "count_at_least", "no_process_matching",
+    "tty_input", "output_contains", "count_at_least", "no_process_matching", "process_matching",
+    "mode", "mtime", "xattr", "inode_flags", "host_pty", "launcher_signaled", "running_at", "exited_by",
 )
+
+
+def inode_flags(path: str) -> int:
+    """FS_IOC_GETFLAGS (chattr's flags) of a file, 0 when it cannot be read."""
+    import array
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    try:
+        buf = array.array("l", [0])
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+        return buf[0]
+    except OSError:
+        return 0
+    finally:
+        os.close(fd)
 
 
 def read_log(path: str) -> list[dict[str, Any]]:
@@ -227,9 +288,30 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
     out: list[dict] = []
     recs = read_log(path)
     out.append({"check": "log-present", "held": bool(recs)})
-    want_verify = spec.get("verify", 0)
     code, msg = adapter.verify_log(path)  # type: ignore[attr-defined]
-    out.append({"check": "verify", "want": want_verify, "got": code, "held": code == want_verify, "msg": msg[-300:]})
+    if "verify" in spec or "verify_not" not in spec:
+        want_verify = spec.get("verify", 0)
+        out.append({"check": "verify", "want": want_verify, "got": code, "held": code == want_verify,
+                    "msg": msg[-300:]})
+    if "verify_not" in spec:
+        out.append({"check": "verify_not", "want": f"not {spec['verify_not']}", "got": code,
+                    "held": code is not None and code != spec["verify_not"], "msg": msg[-300:]})
+    if "files_logged" in spec:
+        d = ex(spec["files_logged"])
+        logged = {r.get("path") for r in recs}
+        try:
+            names = sorted(os.listdir(d))
+        except OSError:
+            names = []
+        missing = [n for n in names if os.path.join(d, n) not in logged]
+        out.append({"check": "files_logged", "arg": d, "held": bool(names) and not missing,
+                    "msg": f"{len(names)} files, {len(missing)} without a record: {missing[:5]}"})
+    if "no_phantom" in spec:
+        d = ex(spec["no_phantom"]).rstrip("/") + "/"
+        named = {r.get("path") for r in recs if isinstance(r.get("path"), str) and r["path"].startswith(d)}
+        phantoms = sorted(p for p in named if not os.path.lexists(p))
+        out.append({"check": "no_phantom", "arg": d, "held": not phantoms,
+                    "msg": f"{len(phantoms)} records name files that never existed: {phantoms[:5]}"})
     for want in spec.get("record", []):
         w = {k: (ex(v) if isinstance(v, str) else v) for k, v in want.items()}
         out.append({"check": "record", "want": w, "held": any(record_matches(r, w) for r in recs)})
@@ -279,13 +361,20 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         values = new_values(root, c.setup)
         aliases = HostAliases(c.setup.get("host_alias", []), f"{os.getpid()}-{root.name}")
         cleanups.append(aliases)
+        if c.setup.get("unix_decoys"):
+            cleanups.append(UnixDecoys(os.path.join(values["outside"], "decoys"), int(c.setup["unix_decoys"])))
+        delayed: list[DelayedListener] = []
         for spec in c.listeners:
             host = spec.get("host", "127.0.0.1")
             path = expand(spec["path"], values) if "path" in spec else None
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
-                           netns=aliases.netns_path(host))
+            if spec.get("delay") and spec["proto"] == "unix" and path:
+                lst = DelayedListener(spec["name"], path, float(spec["delay"]))
+                delayed.append(lst)
+            else:
+                lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
+                               netns=aliases.netns_path(host), hold=bool(spec.get("hold")))
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)
@@ -295,6 +384,10 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         for path in c.setup.get("remove_after", []):
             cleanups.append(RemoveAfter(expand(path, values)))
         make_setup(c, values, root)
+        if c.setup.get("host_pty"):
+            fx["host_pty"] = HostPty(NOBODY)
+            cleanups.append(fx["host_pty"])
+            values["host_pty"] = fx["host_pty"].path
         if c.setup.get("victim"):
             venv = {"PATH": BASE_PATH, "LAB_VICTIM_SECRET": values["secret"]}
             victim = Victim(values["outside"], venv)
@@ -320,7 +413,21 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             fx["tty"] = Terminal()
             cleanups.append(fx["tty"])
         contain = Containment(f"{os.getpid()}-{root.name[-8:]}", use_cgroup=not adapter.own_cgroup)
-        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root, status)
+        hooks = Hooks(delayed=delayed)
+        limits = c.setup.get("launcher_limits")
+        if limits:
+            lim = LauncherLimits(f"{os.getpid()}-{root.name[-8:]}", limits.get("pids"), limits.get("memory"))
+            cleanups.append(lim)
+            hooks.preexec.append(lim.preexec)
+        if c.setup.get("launcher_user") == "nobody":
+            for d in ("log", "scratch"):
+                for dirpath, _, filenames in os.walk(root / d):
+                    os.chown(dirpath, NOBODY, NOBODY)
+                    for name in filenames:
+                        os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
+            hooks.preexec.append(become_nobody)
+        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root, status, hooks)
+        fx["launcher"] = {"returncode": result.returncode, "elapsed": hooks.elapsed, "timed_out": result.timed_out}
         if ctx.start_marker is not None:
             result.agent_started = os.path.lexists(ctx.start_marker)
             if result.agent_started:
@@ -377,6 +484,22 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             shutil.rmtree(root, ignore_errors=True)
 
 
+@dataclass
+class Hooks:
+    """What the launch does besides starting and waiting: extra pre-exec
+    steps in the launcher, listeners bound after the start, signals."""
+
+    preexec: list[Any] = field(default_factory=list)
+    delayed: list[Any] = field(default_factory=list)
+    elapsed: float = 0.0  # seconds from start until the launcher exited (or was killed)
+
+
+def become_nobody() -> None:
+    os.setgroups([])
+    os.setgid(NOBODY)
+    os.setuid(NOBODY)
+
+
 class StatusPipe:
     """The pipe behind `--status-fd`: the sandbox's supervisor holds the
     write end; the runner reads JSON lines from the other after the run."""
@@ -425,7 +548,9 @@ def parse_status(text: str) -> list[dict[str, Any]]:
 
 
 def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain: Containment,
-           term: Terminal | None, root: Path, status: StatusPipe | None = None) -> tuple[RunResult, int | None]:
+           term: Terminal | None, root: Path, status: StatusPipe | None = None,
+           hooks: Hooks | None = None) -> tuple[RunResult, int | None]:
+    hooks = hooks or Hooks()
     out_path, err_path = root / "stdout.txt", root / "stderr.txt"
     with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
         if term is not None:
@@ -435,15 +560,31 @@ def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain:
             def pre() -> None:
                 contain.preexec()
                 term.preexec()
+                for step in hooks.preexec:
+                    step()
         else:
             stdin, stdout, stderr = subprocess.DEVNULL, out_f, err_f
-            pre = contain.preexec  # type: ignore[assignment]
+
+            def pre() -> None:
+                contain.preexec()
+                for step in hooks.preexec:
+                    step()
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
                                 start_new_session=True, preexec_fn=pre,
                                 pass_fds=(status.write_fd,) if status is not None else ())
         if status is not None:
             status.close_write()  # the supervisor holds the only write end now
+        started = time.monotonic()
         pgid = proc.pid
+        for lst in hooks.delayed:
+            lst.start()
+        timers = [threading.Timer(float(sig["after"]), send_signal, (proc, getattr(signal, "SIG" + sig["signal"])))
+                  for sig in c.setup.get("signals", [])]
+        if c.setup.get("kill_group_after") is not None:
+            timers.append(threading.Timer(float(c.setup["kill_group_after"]), kill_group, (pgid,)))
+        for t in timers:
+            t.daemon = True
+            t.start()
         timed_out = False
         kill_after = c.setup.get("kill_after")
         try:
@@ -456,6 +597,8 @@ def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain:
                 time.sleep(1.0)  # give the sandbox time to die with its supervisor
             else:
                 proc.wait(timeout=c.timeout)
+                if c.setup.get("kill_group_after") is not None:
+                    time.sleep(1.5)  # give the sandbox time to die with its supervisor
         except subprocess.TimeoutExpired:
             timed_out = True
             try:
@@ -467,7 +610,25 @@ def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain:
                 proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+    hooks.elapsed = time.monotonic() - started
+    for t in timers:
+        t.cancel()
     stdout_text = out_path.read_text(errors="replace")
     stderr_text = err_path.read_text(errors="replace")
     events = status.events() if status is not None else None
     return RunResult(proc.returncode, stdout_text, stderr_text, timed_out, status_events=events), pgid
+
+
+def send_signal(proc: subprocess.Popen, sig: int) -> None:
+    if proc.poll() is None:
+        try:
+            proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+
+def kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

@@ -25,8 +25,11 @@ class Listener:
     """A host listener that records every byte it receives."""
 
     def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
-                 netns: str | None = None):
+                 netns: str | None = None, hold: bool = False):
         self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
+        # hold: never close an accepted connection (a service that keeps a
+        # relay connection open after the agent is gone)
+        self.hold = hold
         self.data = bytearray()
         self.connections = 0
         self._stop = threading.Event()
@@ -72,16 +75,19 @@ class Listener:
     def _conn(self, conn: socket.socket) -> None:
         conn.settimeout(0.5)
         got = bytearray()
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + (3600 if self.hold else 3)
         try:
             while time.monotonic() < deadline and not self._stop.is_set():
                 try:
                     b = conn.recv(65536)
                 except socket.timeout:
-                    if got:
+                    if got and not self.hold:
                         break
                     continue
                 if not b:
+                    if self.hold:
+                        time.sleep(0.1)  # peer closed its side; keep ours open
+                        continue
                     break
                 got += b
                 self._record(b)
@@ -339,3 +345,153 @@ def processes_matching(text: str, exclude: set[int]) -> list[int]:
         if needle in cmd and state != "Z":
             hits.append(int(d.name))
     return hits
+
+
+class HostPty:
+    """Another terminal of the agent's user on the host (a pty whose slave
+    the agent could open by permissions alone): whatever reaches its master
+    was written into a terminal the sandbox was not given."""
+
+    def __init__(self, uid: int = 65534):
+        self.master, self.slave = os.openpty()
+        self.path = os.ttyname(self.slave)
+        os.chown(self.path, uid, -1)
+        os.chmod(self.path, 0o666)
+        self.output = bytearray()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.master], [], [], 0.05)
+            if r:
+                try:
+                    self.output.extend(os.read(self.master, 4096))
+                except OSError:
+                    continue
+
+    def received(self) -> bytes:
+        time.sleep(0.1)
+        return bytes(self.output)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=2)
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class UnixDecoys:
+    """Many listening unix sockets, so that a host socket the agent wants is
+    not among the first few hundred a sandbox may have looked at."""
+
+    def __init__(self, directory: str, count: int):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.socks = []
+        for i in range(count):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(directory, f"decoy-{i}.sock"))
+            s.listen(1)
+            self.socks.append(s)
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+class DelayedListener:
+    """A unix listener bound only `delay` seconds after the sandbox started
+    (a daemon that starts or restarts during the run)."""
+
+    def __init__(self, name: str, path: str, delay: float):
+        self.name, self.path, self.delay = name, path, delay
+        self.port = 0
+        self.inner: Listener | None = None
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        self._timer = threading.Timer(self.delay, self._bind)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _bind(self) -> None:
+        self.inner = Listener(self.name, "unix", path=self.path)
+
+    def received(self) -> bytes:
+        return self.inner.received() if self.inner else b""
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join(timeout=2)
+        if self.inner is not None:
+            self.inner.close()
+
+
+def v1_controller_dir(controller: str) -> Path | None:
+    """The v1 hierarchy of a controller on a hybrid host, if it has one."""
+    p = Path("/sys/fs/cgroup") / controller
+    return p if (p / "cgroup.procs").exists() and not (p / "cgroup.controllers").exists() else None
+
+
+class LauncherLimits:
+    """Puts the launcher itself under pids/memory limits (cgroup v1 on hybrid
+    hosts, v2 otherwise), the way a CI job or a user slice limits it: every
+    cgroup the sandbox makes must nest under these."""
+
+    def __init__(self, tag: str, pids: int | None, memory: int | None):
+        self.dirs: list[Path] = []
+        wanted = [("pids", "pids.max", pids), ("memory", "memory.limit_in_bytes", memory)]
+        for controller, knob, value in wanted:
+            if value is None:
+                continue
+            base = v1_controller_dir(controller)
+            if base is None:
+                base, knob = CGROUP_BASE, {"pids": "pids.max", "memory": "memory.max"}[controller]
+            d = base / f"tartaros-lab-limit-{tag}"
+            d.mkdir(exist_ok=True)
+            if d not in self.dirs:
+                self.dirs.append(d)
+            (d / knob).write_text(str(value))
+            if controller == "memory" and (d / "memory.memsw.limit_in_bytes").exists():
+                try:
+                    (d / "memory.memsw.limit_in_bytes").write_text(str(value))
+                except OSError:
+                    pass
+
+    def preexec(self) -> None:
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write("0")
+
+    def close(self) -> None:
+        for d in self.dirs:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    pids = [int(x) for x in (d / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                if (d / "cgroup.kill").exists():
+                    try:
+                        (d / "cgroup.kill").write_text("1")
+                    except OSError:
+                        pass
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.05)
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)

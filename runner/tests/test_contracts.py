@@ -34,7 +34,32 @@ class ContractFiles(unittest.TestCase):
     def test_areas_covered(self):
         cats = {c.category for c in self.contracts}
         self.assertTrue({"fs", "proc", "net", "env", "el"} <= cats, cats)
-        self.assertEqual(len([c for c in self.contracts if c.effect_log is not None]), 7)
+        self.assertGreaterEqual(len([c for c in self.contracts if c.effect_log is not None]), 13)
+
+    def test_every_class_of_issue_12_has_an_attack_beside_its_control(self):
+        by_id = {c.id: c for c in self.contracts}
+        for cls in [f"12.{i}" for i in range(1, 13)]:
+            attacks = [c for c in self.contracts if cls in c.covers and c.kind == "attack"]
+            self.assertTrue(attacks, f"no attack covers {cls}")
+            for a in attacks:
+                self.assertEqual(by_id[a.control].kind, "control", a.id)
+
+    def test_issue_13_has_effect_log_contracts(self):
+        ids = {c.id for c in self.contracts if "13" in c.covers and c.effect_log is not None}
+        self.assertTrue({"el-mknod-logged", "el-racing-path", "el-degraded-capture"} <= ids, ids)
+
+    def test_peer_derived_attacks_cite_their_source(self):
+        for c in self.contracts:
+            if c.kind == "attack" and c.covers and not c.id.startswith("fs-absent"):
+                self.assertTrue(c.source, f"{c.id} covers {c.covers} but cites no source")
+
+    def test_lab_lib_helpers_exist(self):
+        import os
+        from runner.harness import LAB_LIB
+        for c in self.contracts:
+            for cp in c.setup.get("copy", []):
+                if cp["from"].startswith("{lab_lib}/"):
+                    self.assertTrue(os.path.exists(cp["from"].replace("{lab_lib}", LAB_LIB)), c.id)
 
     def test_check_placeholders_are_known(self):
         # parse() already rejects unknown placeholders; make sure each one expands
