@@ -80,24 +80,27 @@ class RemoveAfter:
             os.unlink(self.path)
 
 
-def make_setup(c: Contract, values: dict[str, str], root: Path) -> None:
+def make_setup(c: Contract, values: dict[str, str], root: Path, agent_uid: int = 0) -> None:
     for d in ("work", "outside", "home", "scratch", "log"):
         (root / d).mkdir(parents=True, exist_ok=True)
     ex = lambda s: expand(s, values)  # noqa: E731
+
+    def owner(spec: dict[str, Any]) -> int:
+        return agent_uid if spec["uid"] == "agent" else int(spec["uid"])
     for d in c.setup.get("dir", []):
         p = Path(ex(d["path"]))
         p.mkdir(parents=True, exist_ok=True)
         if "mode" in d:
             p.chmod(d["mode"])
         if "uid" in d:
-            os.chown(p, d["uid"], d["uid"])
+            os.chown(p, owner(d), owner(d))
     for f in c.setup.get("file", []):
         p = Path(ex(f["path"]))
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(ex(f.get("content", "")))
         p.chmod(f.get("mode", 0o644))
         if "uid" in f:  # e.g. a file the agent's user owns outside the roots
-            os.chown(p, f["uid"], f["uid"])
+            os.chown(p, owner(f), owner(f))
         if "mtime" in f:
             os.utime(p, (f["mtime"], f["mtime"]))
     for cp in c.setup.get("copy", []):
@@ -242,6 +245,14 @@ def record_kind(rec: dict[str, Any]) -> str | None:
     return None
 
 
+def record_path(rec: dict[str, Any]) -> str | None:
+    """The (kernel-sourced, where the record has both) path a record names."""
+    for where in (rec, rec.get("target") if isinstance(rec.get("target"), dict) else {}):
+        if isinstance(where.get("path"), str):
+            return where["path"]
+    return None
+
+
 def record_matches(rec: dict[str, Any], want: dict[str, Any]) -> bool:
     if record_kind(rec) not in want["kind"].split("|"):
         return False
@@ -298,7 +309,7 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
                     "held": code is not None and code != spec["verify_not"], "msg": msg[-300:]})
     if "files_logged" in spec:
         d = ex(spec["files_logged"])
-        logged = {r.get("path") for r in recs}
+        logged = {record_path(r) for r in recs}
         try:
             names = sorted(os.listdir(d))
         except OSError:
@@ -308,7 +319,7 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
                     "msg": f"{len(names)} files, {len(missing)} without a record: {missing[:5]}"})
     if "no_phantom" in spec:
         d = ex(spec["no_phantom"]).rstrip("/") + "/"
-        named = {r.get("path") for r in recs if isinstance(r.get("path"), str) and r["path"].startswith(d)}
+        named = {p for p in map(record_path, recs) if p and p.startswith(d)}
         phantoms = sorted(p for p in named if not os.path.lexists(p))
         out.append({"check": "no_phantom", "arg": d, "held": not phantoms,
                     "msg": f"{len(phantoms)} records name files that never existed: {phantoms[:5]}"})
@@ -383,9 +394,9 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             values[f"port_{name}"] = str(free_port())
         for path in c.setup.get("remove_after", []):
             cleanups.append(RemoveAfter(expand(path, values)))
-        make_setup(c, values, root)
+        make_setup(c, values, root, adapter.agent_uid)
         if c.setup.get("host_pty"):
-            fx["host_pty"] = HostPty(NOBODY)
+            fx["host_pty"] = HostPty(adapter.agent_uid)
             cleanups.append(fx["host_pty"])
             values["host_pty"] = fx["host_pty"].path
         if c.setup.get("victim"):

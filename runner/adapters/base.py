@@ -64,6 +64,10 @@ class Adapter:
     has_effect_log = False
     # The sandbox manages its own cgroup; the runner must not put it in one.
     own_cgroup = False
+    # The uid the agent runs as when the runner (root) launches the sandbox:
+    # setup files with `uid = "agent"` belong to it ("a file the agent's
+    # user owns"). Peers keep the launcher's uid.
+    agent_uid = 0
 
     # --- discovery -------------------------------------------------------
     def binary(self) -> str | None:

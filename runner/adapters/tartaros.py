@@ -47,6 +47,7 @@ class Tartaros(Adapter):
     conflict_of_interest = True
     has_effect_log = True
     own_cgroup = True
+    agent_uid = 65534  # nobody: the launcher env has no SUDO_UID
 
     def binary(self) -> str | None:
         env = os.environ.get("TARTAROS_BIN")
@@ -127,8 +128,15 @@ class Tartaros(Adapter):
         if ctx is not None and ctx.log:
             a += ["--log", ctx.log]
         if ctx is not None and ctx.start_marker:
-            # its own line, so that the contract's command stays intact
-            cmd = f": > {shlex.quote(ctx.start_marker)} 2>/dev/null\n{cmd}"
+            # The marker goes into the first writable root (the only place
+            # the agent can create it); with no root, there is no marker and
+            # the refusal signature alone decides.
+            if policy.writable_roots:
+                ctx.start_marker = os.path.join(policy.writable_roots[0], os.path.basename(ctx.start_marker))
+                # its own line, so that the contract's command stays intact
+                cmd = f": 2>/dev/null > {shlex.quote(ctx.start_marker)}\n{cmd}"
+            else:
+                ctx.start_marker = None
         a += ["--", "/bin/sh", "-c", cmd]
         return a
 

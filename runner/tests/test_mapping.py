@@ -102,9 +102,15 @@ class TartarosMapping(unittest.TestCase):
         a = t.argv(p, "/w", "echo hi", Context(scratch=tempfile.mkdtemp(), status_fd=9))
         self.assertEqual(a[a.index("--status-fd") + 1], "9")
         self.assertEqual(a[-1], "echo hi")
-        a = t.argv(p, "/w", "echo hi", Context(scratch=tempfile.mkdtemp(), start_marker="/w/.m"))
+        ctx = Context(scratch=tempfile.mkdtemp(), start_marker="/elsewhere/.m")
+        a = t.argv(p, "/w", "echo hi", ctx)
         self.assertNotIn("--status-fd", a)
-        self.assertEqual(a[-1], ": > /w/.m 2>/dev/null\necho hi")
+        self.assertEqual(ctx.start_marker, "/w/.m")  # moved into the writable root
+        self.assertEqual(a[-1], ": 2>/dev/null > /w/.m\necho hi")
+        ctx = Context(scratch=tempfile.mkdtemp(), start_marker="/elsewhere/.m")
+        a = t.argv(Policy.from_dict({}), "/w", "echo hi", ctx)
+        self.assertIsNone(ctx.start_marker)
+        self.assertEqual(a[-1], "echo hi")
         a = t.argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp(), best_effort=True))
         self.assertNotIn("--strict", a)
 
