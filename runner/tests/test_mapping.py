@@ -205,6 +205,25 @@ class PeerMappings(unittest.TestCase):
         env = get("codex").env(p, ctx)
         self.assertTrue(env["TMPDIR"].startswith(scratch))  # the harness keeps scratch out of /tmp
 
+    def test_codex_domains_and_glob_denies(self):
+        # 0.171's permission profiles: domain rules through the managed proxy,
+        # glob entries with "none" only.
+        p, work, secrets, d = sample(allow_domains=["a.example.org", "*.b.example.org"],
+                                     glob_read_denies=[os.path.join(d0 := tempfile.mkdtemp(), "*.conf")])
+        scratch = tempfile.mkdtemp()
+        get("codex").argv(p, work, "true", Context(scratch=scratch))
+        with open(os.path.join(scratch, "codex-home", "config.toml")) as f:
+            prof = tomllib.loads(f.read())
+        self.assertTrue(prof["features"]["network_proxy"])
+        net = prof["permissions"]["strict"]["network"]
+        self.assertTrue(net["enabled"])
+        self.assertEqual(net["domains"], {"a.example.org": "allow", "*.b.example.org": "allow"})
+        self.assertNotIn("allow_local_binding", net)  # would open loopback through the proxy
+        self.assertEqual(prof["permissions"]["strict"]["filesystem"][os.path.join(d0, "*.conf")], "none")
+        r = get("codex").argv(Policy.from_dict({"writable_roots": [work], "glob_denies": [work + "/*.lock"]}),
+                              work, "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertIsInstance(r, Unsupported)
+
     def test_srt_settings(self):
         p, work, secrets, _ = sample(allow_domains=["example.org"])
         scratch = tempfile.mkdtemp()
