@@ -37,6 +37,7 @@ CHECK_KINDS = {
     "launcher_signaled",  # the launcher (the sandbox's top process) died of a signal
     "running_at",  # the launcher still ran `n` seconds after it started
     "exited_by",  # the launcher had exited within `n` seconds of its start
+    "connections_at_least",  # the named listener accepted at least `n` connections
 }
 CHECK_EXTRA = {"text", "n", "value", "name"}
 
@@ -49,6 +50,9 @@ SETUP_KEYS = {
     "signals",  # [{ after = S, signal = "TERM" }]: signals to the launcher (the supervisor) only
     "kill_group_after",  # S: SIGKILL the launcher's whole process group (supervisor and helpers)
     "launcher_user",  # "nobody": start the sandbox as an ordinary user
+    "concurrent",  # { cmd = "...", after = S | before = S }: a second run of the same sandbox and policy,
+                   # started S s after the contract's run, or S s before it
+    "log_tmpfs",  # "128k": the log directory is a tmpfs of that size (the log's filesystem fills up)
 }
 LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value"}
 EFFECT_LOG_KEYS = {
@@ -56,6 +60,7 @@ EFFECT_LOG_KEYS = {
     "files_logged",  # DIR: every file in DIR after the run has a record with exactly its path
     "no_phantom",  # DIR: every record naming a path in DIR names a file that exists after the run
     "verify_not",  # an exit of `log verify` that must not be seen (e.g. 0 for a degraded log)
+    "run_fails",  # true: the sandbox's own exit status is non-zero (it says its log is incomplete)
 }
 TOP_KEYS = {
     "id", "title", "kind", "control", "expect", "cmd", "timeout", "policy", "setup",
@@ -192,11 +197,11 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
         if k in ("contains", "not_contains", "tty_input", "output_contains") and "text" not in chk:
             if k not in ("tty_input", "output_contains"):
                 raise fail(f"check {k} needs text")
-        if k in ("received",) and chk[k] not in names:
+        if k in ("received", "connections_at_least") and chk[k] not in names:
             raise fail(f"check received names unknown listener {chk[k]!r}")
         if k in ("process_dead", "process_alive") and not setup.get("victim"):
             raise fail(f"check {k} needs setup.victim = true")
-        if k in ("count_at_least", "running_at", "exited_by") and not isinstance(chk.get("n"), (int, float)):
+        if k in ("count_at_least", "running_at", "exited_by", "connections_at_least") and not isinstance(chk.get("n"), (int, float)):
             raise fail(f"{k} needs a number n")
         if k in ("mode", "mtime", "inode_flags") and not isinstance(chk.get("value"), int):
             raise fail(f"check {k} needs an integer value")
@@ -207,6 +212,9 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
     for sig in setup.get("signals", []):
         if not isinstance(sig.get("after"), (int, float)) or not hasattr(__import__("signal"), "SIG" + str(sig.get("signal"))):
             raise fail(f"setup.signals entry {sig!r} needs after = seconds and signal = a name like TERM")
+    conc = setup.get("concurrent")
+    if conc is not None and not (isinstance(conc, dict) and isinstance(conc.get("cmd"), str)):
+        raise fail("setup.concurrent is a table with cmd (and after = seconds)")
     if setup.get("launcher_user") not in (None, "nobody"):
         raise fail('setup.launcher_user is "nobody" (the only ordinary user the runner knows)')
     effect_log = raw.get("effect_log")

@@ -19,8 +19,8 @@ from typing import Any
 from . import classify as C
 from .adapters.base import Adapter, Context, RunResult, Unsupported
 from .contract import TAMPER_KINDS, Contract, expand
-from .hostfx import (Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener, Terminal,
-                     UnixDecoys, Victim, processes_matching)
+from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener,
+                     LogTmpfs, Terminal, UnixDecoys, Victim, processes_matching)
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
 SANDBOX_PYTHON = "/usr/bin/python3"
@@ -183,6 +183,10 @@ def evaluate_checks(c: Contract, values: dict[str, str], fx: dict[str, Any], out
         elif kind == "host_pty":
             got = fx["host_pty"].received() if "host_pty" in fx else b""
             ok = (text.encode() in got) if text else len(got) > 0
+        elif kind == "connections_at_least":
+            got_n = fx["listeners"][arg].connections
+            ok = got_n >= chk["n"]
+            text = f"{got_n} connections"
         elif kind == "launcher_signaled":
             rc = fx.get("launcher", {}).get("returncode")
             ok = rc is not None and rc < 0
@@ -192,7 +196,8 @@ def evaluate_checks(c: Contract, values: dict[str, str], fx: dict[str, Any], out
         elif kind == "exited_by":
             la = fx.get("launcher", {})
             ok = not la.get("timed_out", True) and la.get("elapsed", 1e9) <= chk["n"]
-        results.append({"check": kind, "arg": ex(arg) if isinstance(arg, str) else arg, "held": ok})
+        results.append({"check": kind, "arg": ex(arg) if isinstance(arg, str) else arg, "held": ok,
+                        **({"got": text} if kind == "connections_at_least" else {})})
     return all(r["held"] for r in results), results
 
 
@@ -200,6 +205,7 @@ C_CHECKS = (
     "exists", "absent", "contains", "not_contains", "received", "process_dead", "process_alive",
     "tty_input", "output_contains", "count_at_least", "no_process_matching", "process_matching",
     "mode", "mtime", "xattr", "inode_flags", "host_pty", "launcher_signaled", "running_at", "exited_by",
+    "connections_at_least",
 )
 
 
@@ -292,7 +298,8 @@ def tamper(lines: list[str], how: str) -> str:
     return "\n".join(body) + "\n"
 
 
-def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Path) -> tuple[bool, list[dict]]:
+def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Path,
+                 fx: dict[str, Any] | None = None) -> tuple[bool, list[dict]]:
     spec = c.effect_log or {}
     ex = lambda s: expand(s, values)  # noqa: E731
     path = values["log"]
@@ -307,6 +314,9 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
     if "verify_not" in spec:
         out.append({"check": "verify_not", "want": f"not {spec['verify_not']}", "got": code,
                     "held": code is not None and code != spec["verify_not"], "msg": msg[-300:]})
+    if spec.get("run_fails"):
+        rc = (fx or {}).get("launcher", {}).get("returncode")
+        out.append({"check": "run_fails", "got": rc, "held": rc not in (0, None)})
     if "files_logged" in spec:
         d = ex(spec["files_logged"])
         logged = {record_path(r) for r in recs}
@@ -375,6 +385,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         if c.setup.get("unix_decoys"):
             cleanups.append(UnixDecoys(os.path.join(values["outside"], "decoys"), int(c.setup["unix_decoys"])))
         delayed: list[DelayedListener] = []
+        bare_netns: BareNetns | None = None
         for spec in c.listeners:
             host = spec.get("host", "127.0.0.1")
             path = expand(spec["path"], values) if "path" in spec else None
@@ -384,8 +395,14 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
                 lst = DelayedListener(spec["name"], path, float(spec["delay"]))
                 delayed.append(lst)
             else:
+                netns = aliases.netns_path(host)
+                if spec.get("netns") and spec["proto"] == "unix":
+                    if bare_netns is None:
+                        bare_netns = BareNetns(f"{os.getpid() % 10000}x{len(cleanups)}")
+                        cleanups.append(bare_netns)
+                    netns = bare_netns.path
                 lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
-                               netns=aliases.netns_path(host), hold=bool(spec.get("hold")))
+                               netns=netns, hold=bool(spec.get("hold")))
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)
@@ -395,6 +412,8 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         for path in c.setup.get("remove_after", []):
             cleanups.append(RemoveAfter(expand(path, values)))
         make_setup(c, values, root, adapter.agent_uid)
+        if c.setup.get("log_tmpfs"):
+            cleanups.append(LogTmpfs(str(root / "log"), str(c.setup["log_tmpfs"])))
         if c.setup.get("host_pty"):
             fx["host_pty"] = HostPty(adapter.agent_uid)
             cleanups.append(fx["host_pty"])
@@ -425,6 +444,21 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             cleanups.append(fx["tty"])
         contain = Containment(f"{os.getpid()}-{root.name[-8:]}", use_cgroup=not adapter.own_cgroup)
         hooks = Hooks(delayed=delayed)
+        conc = c.setup.get("concurrent")
+        if conc is not None:
+            scratch2 = root / "scratch-concurrent"
+            scratch2.mkdir()
+            argv2 = adapter.argv(policy, values["work"], expand(conc["cmd"], values),
+                                 Context(scratch=str(scratch2), launch_env=dict(env)))
+            if isinstance(argv2, Unsupported):
+                return Outcome(c.id, c.kind, C.UNSUPPORTED, str(argv2), seconds=time.monotonic() - start)
+            second = ConcurrentRun(argv2, env, values["work"], float(conc.get("after", 0.0)), contain, c.timeout)
+            cleanups.append(second)
+            if "before" in conc:  # the other run starts first (and so owns what it creates)
+                second.start()
+                time.sleep(float(conc["before"]))
+            else:
+                hooks.delayed.append(second)
         limits = c.setup.get("launcher_limits")
         if limits:
             lim = LauncherLimits(f"{os.getpid()}-{root.name[-8:]}", limits.get("pids"), limits.get("memory"))
@@ -455,7 +489,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         refused = adapter.refusal(result)
         log_ok = True
         if c.effect_log is not None and not refused:
-            log_ok, log_checks = evaluate_log(c, adapter, values, root)
+            log_ok, log_checks = evaluate_log(c, adapter, values, root, fx)
             checks += log_checks
         res = C.classify(c.kind, refused=refused, effect_observed=effect, log_ok=log_ok,
                          timed_out=result.timed_out)
@@ -503,6 +537,39 @@ class Hooks:
     preexec: list[Any] = field(default_factory=list)
     delayed: list[Any] = field(default_factory=list)
     elapsed: float = 0.0  # seconds from start until the launcher exited (or was killed)
+
+
+class ConcurrentRun:
+    """A second run of the same sandbox, started `after` seconds after the
+    contract's own run (two runs sharing a tree)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str, after: float, contain: Containment,
+                 timeout: float):
+        self.argv, self.env, self.cwd, self.after, self.contain, self.timeout = argv, env, cwd, after, contain, timeout
+        self.proc: subprocess.Popen | None = None
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        self._timer = threading.Timer(self.after, self._run)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _run(self) -> None:
+        self.proc = subprocess.Popen(self.argv, env=self.env, cwd=self.cwd, stdin=subprocess.DEVNULL,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=self.contain.preexec)
+        try:
+            self.proc.wait(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join(timeout=self.timeout)
+        if self.proc is not None and self.proc.poll() is None:
+            kill_group(self.proc.pid)
+            self.proc.wait(timeout=10)
 
 
 def become_nobody() -> None:

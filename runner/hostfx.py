@@ -35,7 +35,10 @@ class Listener:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         if proto == "unix":
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # a socket made in another network namespace is listed only in
+            # that namespace's /proc/net/unix, yet its path reaches it
+            self.sock = (socket_in_netns(netns, socket.AF_UNIX, socket.SOCK_STREAM) if netns
+                         else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
             self.sock.bind(path)
             os.chmod(path, 0o777)
         else:
@@ -495,3 +498,28 @@ class LauncherLimits:
                     break
                 except OSError:
                     time.sleep(0.1)
+
+
+class BareNetns:
+    """A network namespace with nothing in it, for listeners that must live
+    outside the host's namespace."""
+
+    def __init__(self, tag: str):
+        self.name = f"tlabu{tag}"
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
+        self.path = f"/var/run/netns/{self.name}"
+
+    def close(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+class LogTmpfs:
+    """A tiny tmpfs on the run's log directory, so the log's filesystem fills up."""
+
+    def __init__(self, directory: str, size: str):
+        self.dir = directory
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tartaros-lab-log", directory],
+                       check=True, capture_output=True)
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", self.dir], capture_output=True)
