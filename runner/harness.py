@@ -378,6 +378,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
     cleanups: list[Any] = []
     contain: Containment | None = None
     ctx = None
+    values: dict[str, str] | None = None
     try:
         values = new_values(root, c.setup)
         aliases = HostAliases(c.setup.get("host_alias", []), f"{os.getpid()}-{root.name}")
@@ -515,6 +516,8 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         if contain is not None:
             contain.kill(None)
             contain.close()
+        if values is not None:
+            kill_token_processes(values["token"])
         if ctx is not None:
             try:
                 adapter.cleanup(ctx)
@@ -710,3 +713,14 @@ def kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def kill_token_processes(token: str) -> None:
+    """A safety net: processes whose command line holds this run's random
+    token were started by this run (an agent that escaped its sandbox's
+    cgroup and session); end them."""
+    for pid in processes_matching(token, {os.getpid()}):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
