@@ -72,6 +72,24 @@ class ContractFiles(unittest.TestCase):
         self.assertEqual([c.id for c in select(self.contracts, "fs-write-outside")], ["fs-write-outside"])
 
 
+class Gate(unittest.TestCase):
+    def test_not_asserted_classes_leave_the_gate(self):
+        from runner.__main__ import gate_failures
+
+        cs = [parse(minimal(id="a-1", kind="attack", control="c-1", covers="12.1")), parse(minimal(id="c-1")),
+              parse(minimal(id="b-1", kind="attack", control="c-1", covers=["13", "peers"]))]
+        doc = {"sandbox": "tartaros", "results": [
+            {"contract": "a-1", "result": "not-mitigated"}, {"contract": "c-1", "result": "control-failed"},
+            {"contract": "b-1", "result": "mitigated"}]}
+        bad, waived = gate_failures([doc], cs, "tartaros", "")
+        self.assertEqual(len(bad), 2)
+        bad, waived = gate_failures([doc], cs, "tartaros", "12.1")
+        self.assertEqual((bad, waived), (["tartaros/c-1: control-failed"], ["tartaros/a-1: not-mitigated"]))
+        bad, waived = gate_failures([doc], cs, "tartaros", "*")
+        self.assertEqual(bad, ["tartaros/c-1: control-failed"])  # no covers: always asserted
+        self.assertEqual(gate_failures([doc], cs, "bwrap", ""), ([], []))
+
+
 class Validation(unittest.TestCase):
     def test_rejects(self):
         bad = [
