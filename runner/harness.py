@@ -41,6 +41,10 @@ class Outcome:
     seconds: float = 0.0
     stderr_tail: str = ""
     checks: list[dict[str, Any]] = field(default_factory=list)
+    # What the sandbox's status channel said (None: it has none), and
+    # whether the agent's start marker appeared (None: no marker used).
+    status_events: list[dict[str, Any]] | None = None
+    agent_started: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -509,7 +513,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         if refused:
             detail = result.stderr.strip().splitlines()[-1][:300] if result.stderr.strip() else "refused"
         return Outcome(c.id, c.kind, res, detail, result.returncode, round(time.monotonic() - start, 3),
-                       result.stderr[-600:], checks)
+                       result.stderr[-600:], checks, result.status_events, result.agent_started)
     except Exception as e:  # noqa: BLE001 - a broken run is an `error` result, never a crash of the lab
         return Outcome(c.id, c.kind, C.ERROR, f"{type(e).__name__}: {e}", seconds=time.monotonic() - start)
     finally:

@@ -119,6 +119,21 @@ class Refusals(unittest.TestCase):
         for status in (True, False):
             o = run_contract(QUIET_FAKE, FakeTartaros(status, mode="refuse"))
             self.assertEqual(o.result, C.REFUSED, f"status channel {status}: {o.detail}")
+            if status:
+                self.assertEqual([e["event"] for e in o.status_events], ["refused"])
+            else:
+                self.assertIs(o.agent_started, False)
+
+    @unittest.skipUnless(Tartaros().available(), "no tartaros binary (set TARTAROS_BIN)")
+    def test_real_tartaros_refusal(self):
+        refused = parse({
+            "id": "x-refused", "title": "t", "kind": "attack", "control": "x-c", "cmd": "true",
+            "policy": {"writable_roots": ["{work}"], "glob_read_denies": ["{outside}/*.conf"]},
+            "check": [{"exists": "{outside}/pwned"}],
+        })
+        o = run_contract(refused, Tartaros())
+        self.assertEqual(o.result, C.REFUSED, f"{o.detail} {o.stderr_tail}")
+        self.assertNotEqual(o.agent_started, True)
 
     @unittest.skipUnless(Tartaros().available(), "no tartaros binary (set TARTAROS_BIN)")
     def test_real_tartaros_agent_exit_78_is_not_a_refusal(self):
