@@ -9,7 +9,9 @@ from runner import classify as C
 from runner.adapters import get
 from runner.adapters.tartaros import Tartaros
 from runner.contract import TAMPER_KINDS, load_all, parse
-from runner.harness import parse_status, record_matches, run_contract, tamper
+from runner.checks import record_matches, tamper
+from runner.harness import run_contract
+from runner.launch import parse_status
 
 LOG = [json.dumps({"kind": "genesis", "seq": 0, "prev": ""}),
        json.dumps({"kind": "exec", "seq": 1, "path": "/bin/true", "decision": "allowed"}),
