@@ -17,7 +17,7 @@ from .adapters.base import Adapter, Context, Unsupported
 from .checks import evaluate_checks, evaluate_log
 from .contract import Contract, expand
 from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener,
-                     LogTmpfs, UnixDecoys, Victim)
+                     LogTmpfs, Terminal, UnixDecoys, Victim)
 from .launch import NOBODY, ConcurrentRun, Hooks, StatusPipe, become_nobody, kill_token_processes, launch
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
