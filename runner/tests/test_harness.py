@@ -157,7 +157,14 @@ class BaselineRuns(unittest.TestCase):
     for an attack that cannot work at all."""
 
     IDS = ("fs-write-outside", "fs-write-inside", "fs-read-denied", "net-udp-loopback", "net-resolve-hosts",
-           "proc-kill-outside", "proc-kill-own", "env-secret-not-inherited", "env-passthrough")
+           "proc-kill-outside", "proc-kill-own", "env-secret-not-inherited", "env-passthrough",
+           # one of each fixture the issue 12 contracts brought: an owned file
+           # with metadata, another terminal and the own tty, a late socket in
+           # another netns, decoys, signals to the launcher, a group kill, a
+           # concurrent run
+           "fs-meta-chmod-outside", "fs-meta-chattr-inside", "proc-other-terminal", "proc-tty-write",
+           "net-unix-late-bound", "net-unix-other-netns", "net-unix-many-sockets", "proc-stop-cooperative",
+           "proc-signal-supervisor", "proc-supervisor-group-killed", "fs-materialize-concurrent")
 
     def test_baseline(self):
         contracts = {c.id: c for c in load_all()}
