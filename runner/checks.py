@@ -157,9 +157,26 @@ def record_matches(rec: dict[str, Any], want: dict[str, Any]) -> bool:
             return False
     if "decision" in want and rec.get("decision", rec.get("verdict")) != want["decision"]:
         return False
-    if "field" in want and rec.get(want["field"]) != want.get("value"):
+    if "field" in want and dotted(rec, want["field"]) != want.get("value"):
+        return False
+    if any(dotted(rec, k) != v for k, v in want.get("fields", {}).items()):
+        return False
+    if any(dotted(rec, k, missing=v) == v for k, v in want.get("not_fields", {}).items()):
         return False
     return True
+
+
+_MISSING = object()
+
+
+def dotted(rec: dict[str, Any], key: str, missing: Any = _MISSING) -> Any:
+    """rec["a"]["b"] for "a.b"; `missing` (None by default) when absent."""
+    cur: Any = rec
+    for part in key.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return None if missing is _MISSING else missing
+        cur = cur[part]
+    return cur
 
 
 def tamper(lines: list[str], how: str) -> str:

@@ -45,6 +45,13 @@ class Records(unittest.TestCase):
         self.assertFalse(record_matches(rec, {"kind": "open", "decision": "allowed"}))
         self.assertFalse(record_matches(rec, {"kind": "exec"}))
         self.assertTrue(record_matches(json.loads(LOG[3]), {"kind": "seal", "field": "cgroup_empty", "value": True}))
+        relay = {"kind": "connect", "pid": 0, "target": {"bytes_up": 7, "via": "port-forward"}}
+        self.assertTrue(record_matches(relay, {"kind": "connect", "fields": {"target.bytes_up": 7}}))
+        self.assertFalse(record_matches(relay, {"kind": "connect", "fields": {"target.bytes_up": 8}}))
+        self.assertFalse(record_matches(relay, {"kind": "connect", "not_fields": {"pid": 0}}))
+        self.assertTrue(record_matches({**relay, "pid": 9}, {"kind": "connect", "not_fields": {"pid": 0}}))
+        # a field that is absent cannot satisfy "must not be 0"
+        self.assertFalse(record_matches({"kind": "connect"}, {"kind": "connect", "not_fields": {"pid": 0}}))
 
 
 class StatusLines(unittest.TestCase):
