@@ -161,20 +161,18 @@ def record_matches(rec: dict[str, Any], want: dict[str, Any]) -> bool:
         return False
     if any(dotted(rec, k) != v for k, v in want.get("fields", {}).items()):
         return False
-    if any(dotted(rec, k, missing=v) == v for k, v in want.get("not_fields", {}).items()):
+    # not_fields: present, not null, and not that value
+    if any(dotted(rec, k) in (None, v) for k, v in want.get("not_fields", {}).items()):
         return False
     return True
 
 
-_MISSING = object()
-
-
-def dotted(rec: dict[str, Any], key: str, missing: Any = _MISSING) -> Any:
-    """rec["a"]["b"] for "a.b"; `missing` (None by default) when absent."""
+def dotted(rec: dict[str, Any], key: str) -> Any:
+    """rec["a"]["b"] for "a.b"; None when absent."""
     cur: Any = rec
     for part in key.split("."):
         if not isinstance(cur, dict) or part not in cur:
-            return None if missing is _MISSING else missing
+            return None
         cur = cur[part]
     return cur
 

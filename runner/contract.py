@@ -54,7 +54,8 @@ SETUP_KEYS = {
                    # started S s after the contract's run, or S s before it
     "log_tmpfs",  # "128k": the log directory is a tmpfs of that size (the log's filesystem fills up)
 }
-# fields / not_fields: {"target.bytes_up" = N}: (dotted) fields that must / must not have these values
+# fields / not_fields: {"target.bytes_up" = N}: (dotted) fields that must have these values / must be
+# present, not null and not these values
 LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value", "fields", "not_fields"}
 EFFECT_LOG_KEYS = {
     "verify", "record", "must_not_contain", "tamper", "seal",

@@ -52,6 +52,11 @@ class Records(unittest.TestCase):
         self.assertTrue(record_matches({**relay, "pid": 9}, {"kind": "connect", "not_fields": {"pid": 0}}))
         # a field that is absent cannot satisfy "must not be 0"
         self.assertFalse(record_matches({"kind": "connect"}, {"kind": "connect", "not_fields": {"pid": 0}}))
+        genesis = {"kind": "genesis", "policy": {"max_processes": None, "max_memory": 1 << 30}}
+        want = {"kind": "genesis", "not_fields": {"policy.max_processes": 0, "policy.max_memory": 0}}
+        self.assertFalse(record_matches(genesis, want))  # null is no limit
+        genesis["policy"]["max_processes"] = 4096
+        self.assertTrue(record_matches(genesis, want))
 
 
 class StatusLines(unittest.TestCase):
