@@ -15,7 +15,11 @@ use std::process::{Command, Stdio};
 
 const OBJECT_ENV: &str = "TARTAROS_EBPF_OBJECT";
 const EBPF_PACKAGE: &str = "tartaros-ebpf";
-const EBPF_BIN: &str = "tartaros";
+/// The eBPF crate's binary target (named apart from the `tartaros` binary,
+/// so that cargo sees no output filename collision).
+const EBPF_BIN: &str = "tartaros-ebpf";
+/// The file in `$OUT_DIR` that `tartaros::ebpf` embeds.
+const EMBEDDED: &str = "tartaros";
 const BPF_TARGET: &str = "bpfel-unknown-none";
 const TOOLCHAIN: &str = "nightly";
 const HINT: &str = "run `cargo xtask deps` to install the eBPF toolchain, or set TARTAROS_EBPF_OBJECT=/path/to/prebuilt/object (see docs/ebpf.md)";
@@ -33,7 +37,7 @@ fn run() -> Result<(), String> {
     println!("cargo:rerun-if-env-changed={OBJECT_ENV}");
     println!("cargo:rerun-if-changed=build.rs");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").ok_or("OUT_DIR is not set")?);
-    let dst = out_dir.join(EBPF_BIN);
+    let dst = out_dir.join(EMBEDDED);
 
     if let Some(obj) = env::var_os(OBJECT_ENV).filter(|v| !v.is_empty()) {
         let obj = PathBuf::from(obj);

@@ -49,6 +49,9 @@ pub enum CgroupError {
     NoController(&'static str),
 }
 
+/// How long teardown may take to empty a cgroup before it reports failure.
+pub const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Resource limits of a run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Limits {
@@ -90,6 +93,26 @@ pub fn find_controller(name: &str) -> Option<Controller> {
     })
 }
 
+/// Whether a run could set a `controller` limit on this host without
+/// failing: a v1 hierarchy (root creates the limit cgroup), or the v2 tree
+/// where the run cgroup's parent (the supervisor's own cgroup) can enable
+/// the controller for its children. The kernel refuses that (EBUSY, no
+/// internal processes) in a non-root cgroup that holds processes, as ours
+/// does, unless the controller is already enabled there.
+pub fn can_limit(controller: &str) -> bool {
+    match find_controller(controller) {
+        Some(Controller::V1(_)) => true,
+        Some(Controller::V2) => {
+            let own = own_v2_path().unwrap_or_default();
+            let enabled = own_v2_dir()
+                .and_then(|dir| std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok())
+                .is_some_and(|c| c.split_whitespace().any(|c| c == controller));
+            own.as_os_str().is_empty() || enabled
+        }
+        None => false,
+    }
+}
+
 /// Finds the cgroup2 mount point.
 pub fn v2_mount() -> Option<PathBuf> {
     let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -108,6 +131,23 @@ fn own_v2_path() -> Option<PathBuf> {
     text.lines()
         .find_map(|line| line.strip_prefix("0::"))
         .map(|p| PathBuf::from(p.trim_start_matches('/')))
+}
+
+/// The calling process's cgroup in the v1 hierarchy that holds
+/// `controller`, relative to that hierarchy's mount, from the text of
+/// `/proc/self/cgroup` (`ID:controller[,controller...]:/path`).
+pub fn own_v1_path(proc_self_cgroup: &str, controller: &str) -> Option<PathBuf> {
+    if controller.is_empty() {
+        return None;
+    }
+    proc_self_cgroup.lines().find_map(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then(|| PathBuf::from(path.trim_start_matches('/')))
+    })
 }
 
 /// The calling process's own v2 cgroup directory.
@@ -152,56 +192,59 @@ impl RunCgroup {
 
     /// Sets the limits, in the v2 cgroup where the controller is enabled
     /// there, else in a v1 cgroup of the same name that [`Self::join_v1`]
-    /// moves the init into.
+    /// moves the init into. A v1 cgroup is created under the launcher's
+    /// own cgroup of that hierarchy (read from `/proc/self/cgroup`), so
+    /// the launcher's limits bind the run too: the kernel charges every
+    /// ancestor.
     pub fn set_limits(&mut self, limits: Limits) -> Result<(), CgroupError> {
         let name = self
             .path
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_default();
-        let wanted = [
-            ("pids", "pids.max", "memory.max", limits.max_procs),
-            (
-                "memory",
-                "memory.max",
-                "memory.limit_in_bytes",
-                limits.max_memory,
-            ),
-        ];
-        for (controller, v2_file, v1_memory_file, value) in wanted {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let wanted = [("pids", limits.max_procs), ("memory", limits.max_memory)];
+        for (controller, value) in wanted {
             let Some(value) = value else { continue };
-            let file =
-                match find_controller(controller).ok_or(CgroupError::NoController(controller))? {
-                    Controller::V2 => {
-                        let parent = self.path.parent().unwrap_or(Path::new("/"));
-                        write_limit(
-                            &parent.join("cgroup.subtree_control"),
-                            &format!("+{controller}"),
-                            controller,
-                        )?;
-                        self.path.join(v2_file)
-                    }
-                    Controller::V1(mount) => {
-                        let dir = mount.join(&name);
-                        std::fs::create_dir(&dir).map_err(|source| CgroupError::Create {
-                            path: dir.clone(),
-                            source,
-                        })?;
-                        self.v1.push(dir.clone());
-                        if controller == "pids" {
-                            dir.join("pids.max")
-                        } else {
-                            // Without a swap limit the memory limit could be
-                            // sidestepped by swapping; set it where it exists.
-                            let _ = std::fs::write(
-                                dir.join("memory.memsw.limit_in_bytes"),
-                                value.to_string(),
-                            );
-                            dir.join(v1_memory_file)
+            let value = value.to_string();
+            match find_controller(controller).ok_or(CgroupError::NoController(controller))? {
+                Controller::V2 => {
+                    let parent = self.path.parent().unwrap_or(Path::new("/"));
+                    write_limit(
+                        &parent.join("cgroup.subtree_control"),
+                        &format!("+{controller}"),
+                        controller,
+                    )?;
+                    let file = if controller == "pids" {
+                        "pids.max"
+                    } else {
+                        "memory.max"
+                    };
+                    write_limit(&self.path.join(file), &value, controller)?;
+                }
+                Controller::V1(mount) => {
+                    let parent = mount.join(own_v1_path(&own, controller).unwrap_or_default());
+                    let dir = parent.join(&name);
+                    std::fs::create_dir(&dir).map_err(|source| CgroupError::Create {
+                        path: dir.clone(),
+                        source,
+                    })?;
+                    self.v1.push(dir.clone());
+                    if controller == "pids" {
+                        write_limit(&dir.join("pids.max"), &value, controller)?;
+                    } else {
+                        write_limit(&dir.join("memory.limit_in_bytes"), &value, controller)?;
+                        // Without a swap limit the memory limit could be
+                        // sidestepped by swapping; it must not be below
+                        // the memory limit, so it is set second. Hosts
+                        // without swap accounting have no such file.
+                        let memsw = dir.join("memory.memsw.limit_in_bytes");
+                        if memsw.exists() {
+                            write_limit(&memsw, &value, controller)?;
                         }
                     }
-                };
-            write_limit(&file, &value.to_string(), controller)?;
+                }
+            }
         }
         Ok(())
     }
@@ -317,6 +360,14 @@ pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError
     }
 }
 
+/// Kills every process in the cgroup at `path` and below, now
+/// (`cgroup.kill`, else freeze and SIGKILL each); does not wait.
+pub fn kill_all(path: &Path) {
+    if std::fs::write(path.join("cgroup.kill"), "1").is_err() {
+        kill_each(path);
+    }
+}
+
 /// The fallback for kernels without `cgroup.kill`: a frozen cgroup cannot
 /// fork new members while we kill the listed ones.
 fn kill_each(path: &Path) {
@@ -349,6 +400,26 @@ fn walk(path: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_launchers_v1_cgroup_is_read_per_hierarchy() {
+        let text = "9:name=systemd:/\n8:pids:/launcher/a\n4:memory:/process_api/x\n\
+                    2:cpu,cpuacct:/\n0::/unified/me\n";
+        assert_eq!(own_v1_path(text, "pids"), Some(PathBuf::from("launcher/a")));
+        assert_eq!(
+            own_v1_path(text, "memory"),
+            Some(PathBuf::from("process_api/x"))
+        );
+        assert_eq!(own_v1_path(text, "cpuacct"), Some(PathBuf::new()));
+        // The v2 line (empty controller list) is not a v1 hierarchy.
+        assert_eq!(own_v1_path(text, ""), None);
+        assert_eq!(own_v1_path(text, "blkio"), None);
+        // A path with ':' in it stays whole.
+        assert_eq!(
+            own_v1_path("5:pids:/a:b\n", "pids"),
+            Some(PathBuf::from("a:b"))
+        );
+    }
 
     #[test]
     fn finds_a_cgroup2_mount() {

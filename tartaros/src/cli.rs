@@ -7,8 +7,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::effectlog::reader_cli::LogCommand;
 use crate::exit;
-use crate::policy::{ConfigFile, FlagPolicy, ReadScope};
+use crate::policy::{FlagPolicy, ReadScope};
 use crate::supervisor::{RunRequest, run};
 
 #[derive(Debug, Parser)]
@@ -27,7 +28,21 @@ pub enum Command {
     /// Run a command in the sandbox: `tartaros run [flags] -- cmd args...`
     Run(Box<RunArgs>),
     /// Print what this host can enforce.
-    Doctor,
+    Doctor(crate::cli_extra::DoctorArgs),
+    /// Print a shell completion script: `tartaros completions bash > ...`.
+    Completions(crate::cli_extra::CompletionsArgs),
+    /// Print the man page (roff), generated from this command line.
+    #[command(hide = true)]
+    Manpage {
+        /// A subcommand's page (`tartaros-run`) instead of the main one.
+        subcommand: Option<String>,
+    },
+    /// Run the root service that runs sandboxes for ordinary users (foreground).
+    Service {
+        /// The unix socket to listen on.
+        #[arg(long, value_name = "PATH", default_value = crate::service::DEFAULT_SOCKET)]
+        socket: PathBuf,
+    },
     /// Verify or read an effect log.
     #[command(subcommand)]
     Log(LogCommand),
@@ -47,10 +62,11 @@ pub struct RunArgs {
     /// Path the agent cannot read, even inside granted trees (repeatable).
     #[arg(long = "read-deny", value_name = "PATH")]
     pub read_deny: Vec<PathBuf>,
-    /// Extra readable path under --read-scope granted (repeatable).
+    /// Extra readable path under --read-scope granted or none (under none: not executable) (repeatable).
     #[arg(long = "read-allow", value_name = "PATH")]
     pub read_allow: Vec<PathBuf>,
-    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows.
+    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows;
+    /// "none": only what is named (roots, --exec-allow, --read-allow, --tmpfs, --bind).
     #[arg(long = "read-scope", value_name = "SCOPE")]
     pub read_scope: Option<ReadScope>,
     /// Path inside a writable root that stays read-only (repeatable).
@@ -95,51 +111,32 @@ pub struct RunArgs {
     /// User the agent runs as when tartaros runs as root (default: $SUDO_UID, else nobody).
     #[arg(long, value_name = "USER")]
     pub user: Option<String>,
+    /// Kill the run after DURATION (SIGTERM, then the cgroup after --kill-after); exit 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub timeout: Option<u64>,
+    /// Grace period after SIGTERM/SIGINT/SIGHUP or --timeout before every process is killed (default 10s).
+    #[arg(long = "kill-after", value_name = "DURATION", value_parser = parse_duration_ms)]
+    pub kill_after: Option<u64>,
     /// Write the effect log to FILE (must not exist).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M).
     #[arg(long = "log-buffer", value_name = "SIZE", value_parser = parse_size)]
     pub log_buffer: Option<u64>,
+    #[command(flatten)]
+    pub harness: crate::run_options::HarnessArgs,
     /// The agent's command and arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
-#[derive(Debug, Subcommand)]
-pub enum LogCommand {
-    /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
-    Verify { file: PathBuf },
-    /// Print a readable timeline.
-    Show {
-        file: PathBuf,
-        #[arg(long)]
-        kind: Option<String>,
-        #[arg(long)]
-        denied: bool,
-        #[arg(long)]
-        pid: Option<u32>,
-        #[arg(long)]
-        tree: bool,
-    },
+fn parse_size(raw: &str) -> Result<u64, String> {
+    crate::config::parse_size(raw)
 }
 
-fn parse_size(raw: &str) -> Result<u64, String> {
-    let raw = raw.trim();
-    let (digits, unit) = raw.split_at(raw.find(|c: char| !c.is_ascii_digit()).unwrap_or(raw.len()));
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{raw:?} is not a size; write e.g. 512M"))?;
-    let shift = match unit.to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        _ => return Err(format!("unknown unit in {raw:?}; use K, M or G")),
-    };
-    n.checked_shl(shift)
-        .filter(|v| v >> shift == n)
-        .ok_or_else(|| format!("{raw:?} is too large"))
+fn parse_duration_ms(raw: &str) -> Result<u64, String> {
+    let duration = crate::stop::parse_duration(raw).map_err(|e| e.to_string())?;
+    u64::try_from(duration.as_millis()).map_err(|_| format!("{raw:?} is too long"))
 }
 
 /// The ring buffer size: a power of two the kernel accepts, 64 KiB to 1 GiB.
@@ -156,68 +153,56 @@ fn ring_size(requested: Option<u64>) -> Result<u32, String> {
 
 /// Prints `tartaros: <message>` and returns `code`.
 fn fail(code: i32, message: impl std::fmt::Display) -> i32 {
-    eprintln!("tartaros: {message}");
+    crate::warn::say(format_args!("{message}"));
     code
 }
 
 /// Parses the command line and runs it; returns the process exit status.
 pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
+    let status_fd = crate::cli_extra::status_fd_in(&args);
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
-        Err(e) => {
-            use clap::error::ErrorKind;
-            if matches!(
-                e.kind(),
-                ErrorKind::DisplayHelp
-                    | ErrorKind::DisplayVersion
-                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-            ) {
-                let _ = e.print();
-                return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
-                    exit::REFUSED
-                } else {
-                    0
-                };
-            }
-            let rendered = e.render().to_string();
-            let first = rendered.lines().next().unwrap_or("invalid arguments");
-            return fail(exit::REFUSED, first.trim_start_matches("error: "));
-        }
+        Err(e) => return crate::cli_extra::usage_error(&e, status_fd),
     };
     match cli.command {
         Command::Run(args) => run_command(*args),
-        Command::Doctor => crate::doctor::print(),
-        Command::Log(LogCommand::Verify { file }) => {
-            let verdict = crate::effectlog::verify_file(&file);
-            println!("{}", verdict.message);
-            i32::from(verdict.code)
+        Command::Doctor(args) => crate::cli_extra::doctor(&args),
+        Command::Completions(args) => {
+            crate::cli_extra::completions(&args, <Cli as clap::CommandFactory>::command())
         }
-        Command::Log(LogCommand::Show {
-            file,
-            kind,
-            denied,
-            pid,
-            tree,
-        }) => {
-            let options = crate::effectlog::ShowOptions {
-                kind,
-                denied,
-                pid,
-                tree,
-            };
-            match crate::effectlog::show(&file, &options, &mut std::io::stdout().lock()) {
-                Ok(()) => 0,
-                Err(e) => fail(1, e),
-            }
-        }
+        Command::Manpage { subcommand } => crate::cli_extra::manpage(
+            subcommand.as_deref(),
+            <Cli as clap::CommandFactory>::command(),
+        ),
+        Command::Service { socket } => match crate::service::server::serve(&socket) {
+            Ok(()) => 0,
+            Err(e) => fail(exit::START_FAILURE, e),
+        },
+        Command::Log(command) => crate::effectlog::reader_cli::run(command),
     }
 }
 
-fn run_command(args: RunArgs) -> i32 {
+fn run_command(mut args: RunArgs) -> i32 {
+    let started_at = std::time::Instant::now();
+    crate::warn::set_quiet(args.harness.quiet);
+    let status = match args
+        .harness
+        .status_fd
+        .map(crate::status::StatusChannel::adopt)
+    {
+        Some(Ok(channel)) => Some(std::sync::Arc::new(channel)),
+        Some(Err(e)) => return fail(exit::REFUSED, e),
+        None => None,
+    };
+    // Every end before the agent starts is also a status line.
+    let end = |code: i32, message: String| {
+        crate::cli_extra::report_end(status.as_deref(), code, &message);
+        fail(code, message)
+    };
     let cwd = match std::env::current_dir() {
         Ok(cwd) => cwd,
         Err(e) => {
-            return fail(
+            return end(
                 exit::REFUSED,
                 format!(
                     "failed to read the working directory: {e}; run from an existing directory"
@@ -225,13 +210,26 @@ fn run_command(args: RunArgs) -> i32 {
             );
         }
     };
+    let home = std::env::var_os("HOME").map(PathBuf::from);
     let file = match &args.config {
-        Some(path) => match ConfigFile::load(path) {
+        // Read with the caller's file access when the service runs this.
+        Some(path) => match crate::caller::as_caller(|| {
+            crate::config::load(path, std::io::stdin().lock(), home.as_deref())
+        }) {
             Ok(file) => Some(file),
-            Err(e) => return fail(exit::REFUSED, e),
+            Err(e) => return end(exit::REFUSED, e.to_string()),
         },
         None => None,
     };
+    let label = match args.harness.checked_label() {
+        Ok(label) => label,
+        Err(e) => return end(exit::REFUSED, e),
+    };
+    let workdir = match args.harness.working_dir(&cwd) {
+        Ok(dir) => dir,
+        Err(e) => return end(exit::REFUSED, e),
+    };
+    let harness = std::mem::take(&mut args.harness);
     let flags = FlagPolicy {
         write: args.write,
         read_deny: args.read_deny,
@@ -252,6 +250,11 @@ fn run_command(args: RunArgs) -> i32 {
         deny_unix: args.deny_unix,
         strict: args.strict,
         user: args.user,
+        timeout_ms: args.timeout,
+        kill_after_ms: args.kill_after,
+        exec_allow: harness.exec_allow.clone(),
+        tmpfs: harness.tmpfs.clone(),
+        bind: harness.bind_pairs(),
     };
     let launcher_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
@@ -259,12 +262,12 @@ fn run_command(args: RunArgs) -> i32 {
     let env_is_set = |name: &str| launcher_env.iter().any(|(k, _)| k == name);
     let policy = match crate::policy::build(file, flags, &cwd, &env_is_set) {
         Ok(policy) => policy,
-        Err(e) => return fail(exit::REFUSED, e),
+        Err(e) => return end(exit::REFUSED, e.to_string()),
     };
     if let Some(log) = &args.log
         && std::fs::symlink_metadata(log).is_ok()
     {
-        return fail(
+        return end(
             exit::REFUSED,
             format!(
                 "--log {} already exists; choose a new file (the log is append-only and never overwritten)",
@@ -272,11 +275,15 @@ fn run_command(args: RunArgs) -> i32 {
             ),
         );
     }
+    let log_buffer = match ring_size(args.log_buffer) {
+        Ok(size) => size,
+        Err(e) => return end(exit::REFUSED, e),
+    };
     // Forked while we are still single-threaded, before the runtime.
     let janitor = match crate::janitor::Janitor::fork() {
         Ok(janitor) => Some(janitor),
         Err(e) => {
-            eprintln!("tartaros: warning: {e}; a crash of tartaros would leave its cgroup behind");
+            crate::tt_warn!("{e}; a crash of tartaros would leave its cgroup behind");
             None
         }
     };
@@ -286,29 +293,35 @@ fn run_command(args: RunArgs) -> i32 {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            return fail(
+            return end(
                 exit::START_FAILURE,
                 format!("failed to start the async runtime: {e}"),
             );
         }
     };
     let log = args.log.map(|log| crate::policy::resolve(&log, &cwd));
-    let log_buffer = match ring_size(args.log_buffer) {
-        Ok(size) => size,
-        Err(e) => return fail(exit::REFUSED, e),
-    };
+    // Both ends a terminal: with output redirected, a pty would turn
+    // newlines into CRLF and merge stderr into stdout.
+    let at_terminal =
+        nix::unistd::isatty(0).unwrap_or(false) && nix::unistd::isatty(1).unwrap_or(false);
+    let pty = harness.wants_pty(at_terminal);
     let request = RunRequest {
         policy,
         argv: args.command,
-        cwd,
+        cwd: workdir,
         log,
         log_buffer,
         launcher_env,
         janitor,
+        status: status.clone(),
+        label,
+        setenv: harness.setenv,
+        pty,
+        started_at,
     };
     match runtime.block_on(run(request)) {
         Ok(code) => code,
-        Err(refusal) => fail(refusal.code, refusal.message),
+        Err(refusal) => end(refusal.code, refusal.message),
     }
 }
 
@@ -325,17 +338,45 @@ mod tests {
     }
 
     #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("512M"), Ok(512 << 20));
-        assert_eq!(parse_size("1g"), Ok(1 << 30));
-        assert!(parse_size("12X").is_err());
-    }
-
-    #[test]
     fn run_needs_a_command_after_dashes() {
         assert!(Cli::try_parse_from(["tartaros", "run", "--", "true"]).is_ok());
         assert!(Cli::try_parse_from(["tartaros", "run"]).is_err());
         assert!(Cli::try_parse_from(["tartaros", "run", "--port", "70000", "--", "true"]).is_err());
         assert!(Cli::try_parse_from(["tartaros", "run", "--port", "0", "--", "true"]).is_err());
+    }
+
+    #[test]
+    fn clap_text_keeps_tip_and_usage_behind_our_prefix() {
+        let error = <Cli as clap::CommandFactory>::command()
+            .try_get_matches_from(["tartaros", "run", "--wrte", "x", "--", "true"])
+            .unwrap_err();
+        let text = crate::cli_extra::prefixed(&error.render().to_string());
+        assert!(
+            text.starts_with("tartaros: unexpected argument '--wrte'"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tip: a similar argument exists: '--write'"),
+            "{text}"
+        );
+        assert!(text.contains("Usage: tartaros run"), "{text}");
+    }
+
+    #[test]
+    fn completions_and_man_page_render() {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        let mut buffer = Vec::new();
+        clap_complete::generate(
+            clap_complete::Shell::Bash,
+            &mut command,
+            "tartaros",
+            &mut buffer,
+        );
+        assert!(String::from_utf8_lossy(&buffer).contains("--status-fd"));
+        let mut man = Vec::new();
+        clap_mangen::Man::new(<Cli as clap::CommandFactory>::command())
+            .render(&mut man)
+            .unwrap();
+        assert!(String::from_utf8_lossy(&man).contains(".TH tartaros"));
     }
 }

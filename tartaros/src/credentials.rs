@@ -51,7 +51,7 @@ pub fn choose(
     }
 }
 
-fn lookup(name: &str) -> Result<Identity, CredentialsError> {
+pub fn lookup(name: &str) -> Result<Identity, CredentialsError> {
     let user = match name.parse::<u32>() {
         Ok(uid) => User::from_uid(Uid::from_raw(uid)),
         Err(_) => User::from_name(name),

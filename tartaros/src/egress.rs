@@ -11,21 +11,15 @@ use tokio::task::JoinHandle;
 
 use crate::broker::BrokerSecrets;
 use crate::events::EffectSender;
+use crate::network::ListenSpec;
 use crate::policy::Policy;
 use crate::proxy::{OriginalDst, ProxyConfig, SystemResolver};
 
-/// The explicit proxy inside the sandbox (`HTTP(S)_PROXY`).
-pub const PROXY_PORT: u16 = 3128;
-/// Where the eBPF connect programs send intercepted TCP connections.
-pub const TRANSPARENT_PORT: u16 = 3129;
-
-/// Ports no grant may take because a gateway holds them.
-pub const RESERVED_PORTS: &[u16] = &[PROXY_PORT, TRANSPARENT_PORT];
+/// The gateways' own ports are part of the policy (no grant may take them).
+pub use crate::policy::{PROXY_PORT, RESERVED_PORTS, TRANSPARENT_PORT};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EgressError {
-    #[error("failed to open the gateways: {0}")]
-    Listen(#[from] crate::network::NetworkError),
     #[error("failed to serve a gateway: {0}")]
     Serve(std::io::Error),
     #[error("failed to set up the broker: {0}")]
@@ -86,62 +80,80 @@ pub fn secret_values(policy: &Policy) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Opens every gateway the policy grants inside the network namespace of
-/// `pid` and serves it on this runtime. Dropping the handles (abort) closes
-/// them with the run.
-pub fn open(
-    pid: i32,
+/// What a gateway listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayKind {
+    /// `--port`: relayed to the same address on the host.
+    Relay(SocketAddr),
+    Proxy,
+    Transparent,
+    Broker,
+}
+
+/// One listener inside the sandbox and what it serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gateway {
+    pub listen: ListenSpec,
+    pub kind: GatewayKind,
+}
+
+/// Decides the gateways the policy grants (pure): `--port` relays on
+/// 127.0.0.1 and ::1 (IPv6 only where the kernel has it), the explicit
+/// proxy with allowed domains, the transparent listener where eBPF sends
+/// intercepted connects, the broker.
+pub fn plan(policy: &Policy, transparent: bool) -> Vec<Gateway> {
+    let at = |addr: SocketAddr, optional: bool, kind: GatewayKind| Gateway {
+        listen: ListenSpec { addr, optional },
+        kind,
+    };
+    let mut wanted = Vec::new();
+    for port in &policy.local_ports {
+        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, *port));
+        wanted.push(at(v4, false, GatewayKind::Relay(v4)));
+        wanted.push(at(v6, true, GatewayKind::Relay(v6)));
+    }
+    if !policy.allow_domains.is_empty() {
+        wanted.push(at(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT)),
+            false,
+            GatewayKind::Proxy,
+        ));
+        wanted.push(at(
+            SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)),
+            true,
+            GatewayKind::Proxy,
+        ));
+    }
+    if transparent {
+        wanted.push(at(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)),
+            false,
+            GatewayKind::Transparent,
+        ));
+    }
+    if let Some(config) = &policy.broker {
+        wanted.push(at(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)),
+            false,
+            GatewayKind::Broker,
+        ));
+    }
+    wanted
+}
+
+/// Serves each gateway on its listener (made inside the sandbox by the
+/// init, see `network.rs`) on this runtime. Dropping the handles (abort)
+/// closes them with the run. A transparent listener without the eBPF
+/// original-destination lookup is closed: nothing is sent there.
+pub fn serve(
+    gateways: &[Gateway],
+    listeners: Vec<Option<std::net::TcpListener>>,
     policy: &Policy,
     broker: Option<&BrokerSetup>,
     original_dst: Option<OriginalDst>,
     effects: &EffectSender,
 ) -> Result<Vec<JoinHandle<()>>, EgressError> {
-    // (address, optional, what): IPv6 loopback only where the kernel has it.
-    enum Gateway {
-        Relay(SocketAddr),
-        Proxy,
-        Transparent,
-        Broker,
-    }
-    let mut wanted: Vec<(SocketAddr, bool, Gateway)> = Vec::new();
-    for port in &policy.local_ports {
-        let v4 = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
-        let v6 = SocketAddr::from((Ipv6Addr::LOCALHOST, *port));
-        wanted.push((v4, false, Gateway::Relay(v4)));
-        wanted.push((v6, true, Gateway::Relay(v6)));
-    }
-    if !policy.allow_domains.is_empty() {
-        wanted.push((
-            SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT)),
-            false,
-            Gateway::Proxy,
-        ));
-        wanted.push((
-            SocketAddr::from((Ipv6Addr::LOCALHOST, PROXY_PORT)),
-            true,
-            Gateway::Proxy,
-        ));
-    }
-    if original_dst.is_some() {
-        wanted.push((
-            SocketAddr::from((Ipv4Addr::LOCALHOST, TRANSPARENT_PORT)),
-            false,
-            Gateway::Transparent,
-        ));
-    }
-    if let (Some(config), Some(_)) = (&policy.broker, broker) {
-        wanted.push((
-            SocketAddr::from((Ipv4Addr::LOCALHOST, config.port)),
-            false,
-            Gateway::Broker,
-        ));
-    }
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let addrs: Vec<(SocketAddr, bool)> = wanted.iter().map(|(a, o, _)| (*a, *o)).collect();
-    let listeners = crate::network::listen_in_namespace_of(pid, &addrs)?;
-
     let resolver = Arc::new(SystemResolver);
     let mut proxy_config = ProxyConfig::new(policy.allow_domains.clone(), resolver.clone());
     proxy_config.allow_internal = policy.proxy.allow_internal;
@@ -153,18 +165,18 @@ pub fn open(
     }
     let proxy_config = Arc::new(proxy_config);
     let mut tasks = Vec::new();
-    for (listener, (_, _, gateway)) in listeners.into_iter().zip(wanted) {
+    for (listener, gateway) in listeners.into_iter().zip(gateways) {
         let Some(listener) = listener else { continue };
         let listener = tokio::net::TcpListener::from_std(listener).map_err(EgressError::Serve)?;
         let effects = effects.clone();
-        let task = match gateway {
-            Gateway::Relay(upstream) => {
+        let task = match gateway.kind {
+            GatewayKind::Relay(upstream) => {
                 tokio::spawn(crate::forward::relay(listener, upstream, effects))
             }
-            Gateway::Proxy => {
+            GatewayKind::Proxy => {
                 tokio::spawn(crate::proxy::serve(listener, proxy_config.clone(), effects))
             }
-            Gateway::Transparent => {
+            GatewayKind::Transparent => {
                 let Some(original) = original_dst.clone() else {
                     continue;
                 };
@@ -175,7 +187,7 @@ pub fn open(
                     original,
                 ))
             }
-            Gateway::Broker => {
+            GatewayKind::Broker => {
                 let (Some(config), Some(setup)) = (policy.broker.clone(), broker) else {
                     continue;
                 };
@@ -217,5 +229,30 @@ mod tests {
         assert!(env.contains(&("HTTPS_PROXY".into(), "http://127.0.0.1:3128".into())));
         assert!(env.contains(&("https_proxy".into(), "http://127.0.0.1:3128".into())));
         assert!(env.contains(&("NO_PROXY".into(), "127.0.0.1,localhost,::1".into())));
+    }
+
+    #[test]
+    fn gateways_are_planned_per_grant() {
+        assert!(plan(&Policy::default(), false).is_empty());
+        let policy = Policy {
+            local_ports: vec![8080],
+            allow_domains: vec!["crates.io".into()],
+            ..Default::default()
+        };
+        let planned = plan(&policy, true);
+        let kinds: Vec<_> = planned.iter().map(|g| g.kind).collect();
+        assert_eq!(
+            kinds,
+            [
+                GatewayKind::Relay("127.0.0.1:8080".parse().unwrap()),
+                GatewayKind::Relay("[::1]:8080".parse().unwrap()),
+                GatewayKind::Proxy,
+                GatewayKind::Proxy,
+                GatewayKind::Transparent,
+            ]
+        );
+        // IPv6 loopback is optional: a kernel without it still runs.
+        assert!(planned[1].listen.optional && !planned[0].listen.optional);
+        assert_eq!(planned[4].listen.addr.port(), TRANSPARENT_PORT);
     }
 }

@@ -1,6 +1,8 @@
 //! The agent's environment: minimal and clean by default, so that tokens in
 //! the launcher's environment do not leak into the sandbox.
 
+use std::path::{Path, PathBuf};
+
 use crate::policy::Policy;
 
 /// Variables a program needs to behave normally and that carry no secret.
@@ -10,6 +12,16 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Decides the agent's environment from the launcher's. The broker's secret
 /// variables are removed in every mode, `--inherit-env` included.
 pub fn agent_env(policy: &Policy, launcher: &[(String, String)]) -> Vec<(String, String)> {
+    agent_env_with(policy, launcher, &[])
+}
+
+/// [`agent_env`] plus `--setenv` values, which win over inherited ones (the
+/// proxy variables still win over both).
+pub fn agent_env_with(
+    policy: &Policy,
+    launcher: &[(String, String)],
+    setenv: &[(String, String)],
+) -> Vec<(String, String)> {
     let secrets: Vec<&str> = policy
         .broker
         .iter()
@@ -28,6 +40,8 @@ pub fn agent_env(policy: &Policy, launcher: &[(String, String)]) -> Vec<(String,
         .filter(|(name, _)| wanted(name) && !secrets.contains(&name.as_str()))
         .cloned()
         .collect();
+    env.retain(|(name, _)| !setenv.iter().any(|(s, _)| s == name));
+    env.extend(setenv.iter().cloned());
     if !env.iter().any(|(name, _)| name == "PATH") {
         env.push(("PATH".into(), DEFAULT_PATH.into()));
     }
@@ -37,6 +51,67 @@ pub fn agent_env(policy: &Policy, launcher: &[(String, String)]) -> Vec<(String,
     env.extend(proxy);
     env.sort();
     env
+}
+
+/// Where a shell would look for `program`: itself when it holds a `/`,
+/// else each directory of `path` in order (an empty entry is the working
+/// directory, as in POSIX), or the default PATH when there is none.
+pub fn exec_candidates(program: &str, path: Option<&str>) -> Vec<PathBuf> {
+    if program.contains('/') {
+        return vec![PathBuf::from(program)];
+    }
+    if program.is_empty() {
+        return Vec::new();
+    }
+    path.unwrap_or(DEFAULT_PATH)
+        .split(':')
+        .map(|dir| {
+            if dir.is_empty() {
+                PathBuf::from(program)
+            } else {
+                Path::new(dir).join(program)
+            }
+        })
+        .collect()
+}
+
+/// Directories on the agent's PATH that exist on the host but that
+/// `can_search` says the agent's user cannot reach (e.g. under a `0700`
+/// /root), for the warning a root launcher gets.
+pub fn unreachable_path_dirs(
+    env: &[(String, String)],
+    exists: &dyn Fn(&Path) -> bool,
+    can_search: &dyn Fn(&Path) -> bool,
+) -> Vec<PathBuf> {
+    let Some((_, path)) = env.iter().find(|(k, _)| k == "PATH") else {
+        return Vec::new();
+    };
+    path.split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|d| exists(d) && !can_search(d))
+        .collect()
+}
+
+/// Whether `uid`/`gid` may search (execute) `dir` and every ancestor, by
+/// the permission bits (no ACLs).
+pub fn searchable_by(dir: &Path, uid: u32, gid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return true;
+    }
+    dir.ancestors().all(|a| {
+        std::fs::metadata(a).is_ok_and(|m| {
+            let mode = m.mode();
+            if m.uid() == uid {
+                mode & 0o100 != 0
+            } else if m.gid() == gid {
+                mode & 0o010 != 0
+            } else {
+                mode & 0o001 != 0
+            }
+        })
+    })
 }
 
 #[cfg(test)]
@@ -86,5 +161,45 @@ mod tests {
         let env = agent_env(&policy, &launcher());
         assert!(env.iter().any(|(k, _)| k == "AWS_SECRET"));
         assert!(!env.iter().any(|(k, v)| k == "TOK" || v == "t0k"));
+    }
+
+    #[test]
+    fn setenv_wins_over_inherited_values() {
+        let policy = Policy::default();
+        let env = agent_env_with(
+            &policy,
+            &launcher(),
+            &[("HOME".into(), "/w".into()), ("X".into(), "1".into())],
+        );
+        assert!(env.contains(&("HOME".into(), "/w".into())));
+        assert!(env.contains(&("X".into(), "1".into())));
+        assert_eq!(env.iter().filter(|(k, _)| k == "HOME").count(), 1);
+    }
+
+    #[test]
+    fn commands_are_looked_up_on_the_agents_path() {
+        assert_eq!(
+            exec_candidates("cargo", Some("/root/.cargo/bin:/usr/bin")),
+            vec![
+                PathBuf::from("/root/.cargo/bin/cargo"),
+                PathBuf::from("/usr/bin/cargo")
+            ]
+        );
+        assert_eq!(
+            exec_candidates("./x", Some("/bin")),
+            vec![PathBuf::from("./x")]
+        );
+        assert_eq!(exec_candidates("sh", None).len(), 6);
+    }
+
+    #[test]
+    fn unreachable_path_entries_are_found() {
+        let env = vec![(
+            "PATH".to_string(),
+            "/root/.cargo/bin:/usr/bin:rel".to_string(),
+        )];
+        let dirs = unreachable_path_dirs(&env, &|_| true, &|d| !d.starts_with("/root"));
+        assert_eq!(dirs, vec![PathBuf::from("/root/.cargo/bin")]);
+        assert!(searchable_by(Path::new("/usr/bin"), 65534, 65534));
     }
 }

@@ -10,6 +10,23 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// The agent command was not found.
 pub const NOT_FOUND: i32 = 127;
 
+/// A run that ended before or instead of the agent: the CLI prints
+/// `tartaros: <message>` and exits with `code`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Refusal {
+    pub fn new(code: i32, message: impl std::fmt::Display) -> Self {
+        Self {
+            code,
+            message: message.to_string(),
+        }
+    }
+}
+
 /// Maps a wait status of the agent to our exit status: its own code, or
 /// 128+N when it died of signal N (the shell convention).
 pub fn from_wait(code: Option<i32>, signal: Option<i32>) -> i32 {

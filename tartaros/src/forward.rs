@@ -1,49 +1,158 @@
 //! `--port N`: the sandbox has a private network namespace, so its loopback
 //! is its own. A granted port N is a gateway: the supervisor listens on
 //! 127.0.0.1:N and [::1]:N *inside* the sandbox's namespace and relays each
-//! connection to the same address and port of the host. Every relayed connection is a `connect`
-//! effect in the log.
+//! connection to the same address and port of the host. Every relayed
+//! connection is a `connect` effect in the log.
+//!
+//! Each connection runs in the relay's own task set (see
+//! [`crate::proxy::accept_loop`]), so aborting the relay when the agent
+//! exits ends every connection at once, even one a host service keeps
+//! open: none of them can hold the run (and the unsealed log) open.
 
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::events::{Effect, EffectSender};
 
+/// Bound on connecting to the host's service: a port that drops SYNs must
+/// not pin a connection slot for the kernel's minutes-long retry.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Relayed connections at once; more wait in the listen backlog.
+pub const MAX_CONNECTIONS: usize = 256;
+
 /// Relays connections accepted on `listener` (inside the sandbox) to
-/// `upstream` on the host, until the task is dropped.
+/// `upstream` on the host, until the future is dropped or aborted (which
+/// also ends the connections it relays).
 pub async fn relay(listener: TcpListener, upstream: SocketAddr, effects: EffectSender) {
-    loop {
-        let Ok((mut inside, _)) = listener.accept().await else {
-            continue;
-        };
-        let effects = effects.clone();
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let target = |decision: &str| {
-                Effect::new("connect")
-                    .with("dest", upstream.to_string())
-                    .with("via", "port-forward")
-                    .with("decision", decision)
-            };
-            match TcpStream::connect(upstream).await {
-                Ok(mut outside) => {
-                    let copied = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
-                    let (up, down) = copied.unwrap_or((0, 0));
-                    let _ = effects.send(
-                        target("allowed")
-                            .with("bytes_up", up)
-                            .with("bytes_down", down)
-                            .with("duration_us", started.elapsed().as_micros() as u64)
-                            .into(),
-                    );
-                }
-                Err(e) => {
-                    // The grant held; the host side had no listener.
-                    let _ = effects.send(target("allowed").with("error", e.to_string()).into());
-                }
+    crate::proxy::accept_loop(listener, MAX_CONNECTIONS, move |inside| {
+        relay_one(inside, upstream, CONNECT_TIMEOUT, effects.clone())
+    })
+    .await
+}
+
+/// The `connect` effect of one relayed connection, sent when it is over,
+/// also when the run's end aborts it half-way (then with `"ended":
+/// "run-ended"` and without byte counts, which the abort loses).
+struct Record {
+    effects: EffectSender,
+    /// The effect as known so far; replaced by the final one.
+    effect: Option<Effect>,
+    started: Instant,
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some(effect) = self.effect.take() {
+            let duration_us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            let _ = self
+                .effects
+                .send(effect.with("duration_us", duration_us).into());
+        }
+    }
+}
+
+async fn relay_one(
+    mut inside: TcpStream,
+    upstream: SocketAddr,
+    timeout: Duration,
+    effects: EffectSender,
+) {
+    // The grant held whatever the host side does: the decision is ours.
+    let target = || {
+        Effect::new("connect")
+            .with("dest", upstream.to_string())
+            .with("via", "port-forward")
+            .with("decision", "allowed")
+    };
+    let mut record = Record {
+        effects,
+        effect: Some(target().with("ended", "run-ended")),
+        started: Instant::now(),
+    };
+    let connected = tokio::time::timeout(timeout, TcpStream::connect(upstream)).await;
+    let effect = match connected {
+        Ok(Ok(mut outside)) => {
+            let copied = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+            let (up, down) = copied.unwrap_or((0, 0));
+            target().with("bytes_up", up).with("bytes_down", down)
+        }
+        Ok(Err(e)) => target().with("error", e.to_string()),
+        Err(_) => target().with("error", format!("connect timed out after {timeout:?}")),
+    };
+    record.effect = Some(effect);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Aborting the relay (the run ended) ends a connection the host side
+    /// holds open, and its record is still written.
+    #[tokio::test]
+    async fn aborting_the_relay_ends_held_connections_and_records_them() {
+        let host = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let upstream = host.local_addr().unwrap();
+        let inside = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = inside.local_addr().unwrap();
+        let (effects, mut records) = crate::events::channel();
+        let relay = tokio::spawn(relay(inside, upstream, effects));
+        let _agent = TcpStream::connect(gateway).await.unwrap();
+        // The host service accepts and then never reads, writes or closes.
+        let (_held, _) = host.accept().await.unwrap();
+        relay.abort();
+        let entry = tokio::time::timeout(Duration::from_secs(2), records.recv())
+            .await
+            .expect("a record within 2 s")
+            .expect("the record");
+        let effect = entry.into_effects().remove(0);
+        assert_eq!(effect.kind, "connect");
+        assert_eq!(effect.fields["ended"], "run-ended");
+        assert_eq!(effect.fields["dest"], upstream.to_string());
+        assert_eq!(effect.fields["via"], "port-forward");
+        // Every sender is gone with the relay: the log's drain can finish.
+        let closed = tokio::time::timeout(Duration::from_secs(2), records.recv()).await;
+        assert!(matches!(closed, Ok(None)), "a sender outlived the relay");
+    }
+
+    /// A host side that never answers the connect is given up on.
+    #[tokio::test]
+    async fn the_connect_to_the_host_is_bounded() {
+        // A listener whose accept queue is full drops further SYNs, so a
+        // connect to it hangs: the host service that never answers.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let full = socket.listen(0).unwrap();
+        let upstream = full.local_addr().unwrap();
+        let mut fillers = Vec::new();
+        for _ in 0..2 {
+            let filler = tokio::net::TcpSocket::new_v4().unwrap();
+            let connecting = filler.connect(upstream);
+            if let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_millis(200), connecting).await
+            {
+                fillers.push(stream);
             }
+        }
+        let inside = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway = inside.local_addr().unwrap();
+        let (effects, mut records) = crate::events::channel();
+        let started = Instant::now();
+        let accept = tokio::spawn(async move {
+            let (stream, _) = inside.accept().await.unwrap();
+            relay_one(stream, upstream, Duration::from_millis(300), effects).await;
         });
+        let _agent = TcpStream::connect(gateway).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(5), accept)
+            .await
+            .expect("the relay gave up within 5 s")
+            .unwrap();
+        let effect = records.recv().await.unwrap().into_effects().remove(0);
+        let error = effect.fields["error"].as_str().unwrap_or_default();
+        assert!(error.contains("timed out"), "{effect:?}");
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        drop(full);
     }
 }

@@ -5,7 +5,8 @@
 //! the child. Stages, in this fixed order:
 //!
 //! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
-//! 2. name the UTS namespace and apply the mount plan (still root);
+//! 2. name the UTS namespace, make the gateways' listeners and pass them
+//!    to the supervisor (fd 5), apply the mount plan (still root);
 //! 3. open the Landlock paths and compile seccomp (still root, pure);
 //! 4. fork the agent; in the child: new session (no TIOCSTI into the
 //!    launcher's terminal), drop to the agent's uid/gid with no
@@ -26,7 +27,7 @@ use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::exit;
 use crate::plan::{Plan, Report};
-use crate::spawn::{PLAN_FD, REPORT_FD};
+use crate::spawn::{GATEWAY_FD, PLAN_FD, REPORT_FD};
 
 /// The hidden argument that makes `main()` run the init.
 pub const INIT_ARG: &str = "__tartaros_sandbox_init";
@@ -73,7 +74,14 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // Stage 2: namespaces. Still root, so mounts can be made.
     let _ = nix::unistd::sethostname("tartaros");
     crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
+    pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
+    if plan.pty {
+        // After the mounts: the pty comes from the sandbox's own devpts
+        // when it has one.
+        crate::pty::open_in_sandbox(plan.identity).map_err(|e| failure(exit::START_FAILURE, e))?;
+    }
 
     // Stage 3: decide and open everything the child will install.
     let landlock = match &plan.landlock {
@@ -131,6 +139,10 @@ fn run(report: &mut File) -> Result<i32, Failure> {
         }
         Ok(ForkResult::Parent { child }) => child,
     };
+    if plan.pty {
+        // Only the agent holds the pty: its end must close the slave.
+        let _ = nix::unistd::close(crate::pty::PTY_FD);
+    }
     drop(error_write);
     let mut exec_error = String::new();
     let _ = File::from(error_read).read_to_string(&mut exec_error);
@@ -160,11 +172,27 @@ fn become_agent(
     seccomp: Option<&seccompiler::BpfProgram>,
 ) -> Failure {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // The Rust runtime ignores SIGPIPE, and an ignored signal stays ignored
+    // across execve: give the agent the default, as a shell would.
+    // SAFETY: SIG_DFL installs no handler; this process is single-threaded.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
     if let Err(e) = nix::unistd::setsid() {
         return failure(
             exit::START_FAILURE,
             format!("failed to start a new session: {e}"),
         );
+    }
+    if plan.pty
+        && let Err(e) = crate::pty::attach_in_agent()
+    {
+        return failure(exit::START_FAILURE, e);
+    }
+    // Before drop_to, which then clears the new namespace's capabilities.
+    if let Some(user) = plan.map_user
+        && let Err(e) = crate::identity_map::become_user(user)
+    {
+        return failure(exit::START_FAILURE, e);
     }
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
@@ -235,10 +263,7 @@ fn become_agent(
             e,
         );
     }
-    let errno = match nix::unistd::execvpe(program, &argv, &env) {
-        Err(errno) => errno,
-        Ok(never) => match never {},
-    };
+    let errno = exec_on_agent_path(program, &argv, &env, &plan.env);
     let name = &plan.argv[0];
     match errno {
         nix::errno::Errno::ENOENT => failure(
@@ -289,6 +314,62 @@ fn supervise(agent: Pid, signals: &SigSet) -> Report {
             }
         }
     }
+}
+
+/// Makes the gateways' listeners in the sandbox's network namespace and
+/// hands them to the supervisor (fd 5), which serves them from the host.
+/// The agent never holds them: they are closed here before it is forked.
+fn pass_listeners(plan: &Plan) -> Result<(), Failure> {
+    // SAFETY: the supervisor placed the gateway socket on fd 5 for us alone.
+    let channel = unsafe { std::os::fd::OwnedFd::from_raw_fd(GATEWAY_FD) };
+    if plan.listeners.is_empty() {
+        return Ok(());
+    }
+    let listeners =
+        crate::network::listen_all(&plan.listeners).map_err(|e| failure(exit::START_FAILURE, e))?;
+    use std::os::fd::AsRawFd;
+    crate::network::send_listeners(channel.as_raw_fd(), &listeners)
+        .map_err(|e| failure(exit::START_FAILURE, e))
+}
+
+/// Runs `program` looked up on the agent's own PATH (execvpe would use the
+/// init's, which is empty), like a shell: the first candidate that exists
+/// and executes wins; EACCES on one is remembered and the search goes on.
+fn exec_on_agent_path(
+    program: &std::ffi::CStr,
+    argv: &[std::ffi::CString],
+    env: &[std::ffi::CString],
+    plan_env: &[(String, String)],
+) -> nix::errno::Errno {
+    use nix::errno::Errno;
+    let path = plan_env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str());
+    let name = program.to_string_lossy();
+    let mut result = Errno::ENOENT;
+    for candidate in crate::environment::exec_candidates(&name, path) {
+        let Ok(candidate) = std::ffi::CString::new(candidate.into_os_string().into_encoded_bytes())
+        else {
+            continue;
+        };
+        let errno = match nix::unistd::execve(&candidate, argv, env) {
+            Err(errno) => errno,
+            Ok(never) => match never {},
+        };
+        match errno {
+            Errno::ENOENT | Errno::ENOTDIR => {}
+            // A directory on PATH the agent cannot search hides nothing it
+            // could run: only a file it can see but not execute is 126.
+            Errno::EACCES => {
+                if nix::sys::stat::stat(candidate.as_c_str()).is_ok() {
+                    result = Errno::EACCES;
+                }
+            }
+            other => return other,
+        }
+    }
+    result
 }
 
 fn set_cloexec(fd: i32) {

@@ -9,7 +9,6 @@
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JanitorError {
@@ -21,8 +20,6 @@ pub enum JanitorError {
 pub struct Janitor {
     pipe: File,
 }
-
-const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl Janitor {
     /// Forks the janitor. Must be called while the process has a single
@@ -111,13 +108,13 @@ fn serve(pipe: File) -> i32 {
     // The pipe closed without "done": the supervisor died.
     let mut code = 0;
     for cgroup in &cgroups {
-        if crate::cgroup::kill_and_remove(cgroup, TEARDOWN_TIMEOUT).is_err() {
+        if crate::cgroup::kill_and_remove(cgroup, crate::cgroup::TEARDOWN_TIMEOUT).is_err() {
             code = 1;
         }
     }
     for dir in &v1 {
-        crate::cgroup::remove_v1(dir, TEARDOWN_TIMEOUT);
+        crate::cgroup::remove_v1(dir, crate::cgroup::TEARDOWN_TIMEOUT);
     }
-    crate::supervisor::cleanup_placeholders(&placeholders);
+    crate::materialize::cleanup_placeholders(&placeholders);
     code
 }

@@ -60,6 +60,10 @@ pub struct LandlockPlan {
     pub write: Vec<PathBuf>,
     /// Device nodes the agent may open for writing.
     pub devices: Vec<PathBuf>,
+    /// Hierarchies the agent may read but not execute from
+    /// (`read_allows` under `read_scope = "none"`).
+    #[serde(default)]
+    pub read_only: Vec<PathBuf>,
 }
 
 /// Decides the rules for `policy` on a host with Landlock ABI `abi`.
@@ -68,20 +72,37 @@ pub fn plan(policy: &Policy, abi: i32) -> LandlockPlan {
     if policy.private_tmp {
         write.push(PathBuf::from("/tmp"));
     }
-    let read = match policy.read_scope {
-        ReadScope::All => vec![PathBuf::from("/")],
-        ReadScope::Granted => GRANTED_SYSTEM_DIRS
+    // The sandbox's own /dev/shm (see devfs.rs): POSIX shared memory and
+    // semaphores, gone with the run.
+    write.push(PathBuf::from("/dev/shm"));
+    write.extend(policy.tmpfs.iter().cloned());
+    let named = || {
+        policy
+            .exec_allows
             .iter()
-            .map(PathBuf::from)
-            .chain(policy.read_allows.iter().cloned())
-            .chain(write.iter().cloned())
-            .collect(),
+            .chain(policy.binds.iter().map(|b| &b.target))
+            .chain(write.iter())
+            .cloned()
+    };
+    let (read, read_only) = match policy.read_scope {
+        ReadScope::All => (vec![PathBuf::from("/")], Vec::new()),
+        ReadScope::Granted => (
+            GRANTED_SYSTEM_DIRS
+                .iter()
+                .map(PathBuf::from)
+                .chain(policy.read_allows.iter().cloned())
+                .chain(named())
+                .collect(),
+            Vec::new(),
+        ),
+        ReadScope::None => (named().collect(), policy.read_allows.clone()),
     };
     LandlockPlan {
         abi,
         read,
         write,
         devices: WRITABLE_DEVICES.iter().map(PathBuf::from).collect(),
+        read_only,
     }
 }
 
@@ -136,7 +157,9 @@ pub fn prepare(plan: &LandlockPlan, required: bool) -> Result<Prepared, Landlock
         ruleset = ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket)?;
     }
     let mut created = ruleset.create()?.no_new_privs(true);
+    let read_only = AccessFs::ReadFile | AccessFs::ReadDir;
     for (paths, access) in [
+        (&plan.read_only, read_only),
         (&plan.read, read),
         (&plan.devices, device),
         (&plan.write, AccessFs::from_all(abi)),
@@ -195,7 +218,10 @@ mod tests {
         };
         let plan = plan(&policy, 7);
         assert_eq!(plan.read, vec![PathBuf::from("/")]);
-        assert_eq!(plan.write, vec![PathBuf::from("/work")]);
+        assert_eq!(
+            plan.write,
+            vec![PathBuf::from("/work"), PathBuf::from("/dev/shm")]
+        );
     }
 
     #[test]
@@ -219,5 +245,31 @@ mod tests {
                 .any(|p| p.starts_with("/root") || p.starts_with("/home"))
         );
         assert!(plan.write.contains(&PathBuf::from("/tmp")));
+    }
+
+    #[test]
+    fn read_scope_none_grants_only_what_is_named() {
+        let policy = Policy {
+            writable_roots: vec!["/work".into()],
+            read_allows: vec!["/data".into()],
+            exec_allows: vec!["/nix/store/abc-rg".into()],
+            tmpfs: vec!["/scratch".into()],
+            read_scope: ReadScope::None,
+            ..Default::default()
+        };
+        let plan = plan(&policy, 7);
+        assert!(
+            !plan
+                .read
+                .iter()
+                .any(|p| p.starts_with("/usr") || p.starts_with("/etc"))
+        );
+        for named in ["/work", "/nix/store/abc-rg", "/scratch"] {
+            assert!(plan.read.contains(&PathBuf::from(named)), "{named}");
+        }
+        // Read allows are readable but not executable under "none".
+        assert_eq!(plan.read_only, vec![PathBuf::from("/data")]);
+        assert!(!plan.read.contains(&PathBuf::from("/data")));
+        assert!(plan.write.contains(&PathBuf::from("/scratch")));
     }
 }

@@ -1,16 +1,25 @@
-//! The sandbox's private mount namespace: denies that hold inside granted
-//! trees (Landlock can only grant), a private /tmp and a fresh /proc.
+//! The sandbox's private mount namespace: a read-only copy of the host's
+//! tree with the writable roots bound read-write on top (Landlock has no
+//! right for chmod, utimes, xattrs or inode flags, so only a read-only
+//! mount stops those outside the roots), a private /dev, a private /tmp, a
+//! fresh /proc, and the denies that must hold inside granted trees
+//! (Landlock can only grant).
 //!
 //! [`plan`] decides the operations (pure, unit-tested); [`apply`] runs them in
 //! the sandbox init, as root in its new mount namespace, before privileges
 //! are dropped. The agent can never undo them: it has no capabilities,
-//! `no_new_privs`, and seccomp refuses the mount family.
+//! `no_new_privs`, and seccomp refuses the mount family. Every path is
+//! opened without following symlinks (`mount_tree::open_no_symlinks`): the
+//! policy refused symlinked roots and denies, and a link swapped in since
+//! then fails the start instead of redirecting a mount.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use nix::mount::{MsFlags, mount};
 use serde::{Deserialize, Serialize};
 
+use crate::mount_tree::{self, NO_DEV, NO_EXEC, NO_SUID, READ_ONLY};
 use crate::policy::Policy;
 
 #[derive(Debug, thiserror::Error)]
@@ -21,6 +30,8 @@ pub enum MountError {
         path: PathBuf,
         source: nix::Error,
     },
+    #[error(transparent)]
+    Dev(#[from] crate::devfs::DevfsError),
 }
 
 /// One step of the mount plan, in the order it must run.
@@ -28,11 +39,23 @@ pub enum MountError {
 pub enum MountOp {
     /// Stop our mounts from propagating to the host (and back).
     MakePrivate,
-    /// A fresh tmpfs on /tmp; `keep` lists directories under /tmp (writable
-    /// roots, the working directory) that stay visible in it.
-    PrivateTmp { keep: Vec<PathBuf> },
+    /// Take a detached copy of the tree at `path` (every submount, with
+    /// its current flags) before the base turns read-only; `read_only`
+    /// makes the copy read-only (a read allow kept in a private /tmp).
+    Hold { path: PathBuf, read_only: bool },
+    /// Every mount of the namespace read-only, recursively: nothing
+    /// outside the held trees can change, content or metadata.
+    ReadOnlyBase,
+    /// A fresh tmpfs on /tmp.
+    PrivateTmp,
     /// A /proc of the sandbox's own PID namespace: no view of host processes.
     FreshProc,
+    /// A private /dev (see `devfs.rs`); `mount_points` are held trees that
+    /// land under /dev.
+    PrivateDev { mount_points: Vec<PathBuf> },
+    /// Attach the copy held for this path (a writable root, or a directory
+    /// kept in the private /tmp) where it was.
+    Attach(PathBuf),
     /// Bind a directory onto itself so that it is a mount point and cannot be
     /// renamed or removed; protects the ancestors of a deny from being moved
     /// away (the deny would then guard an empty name).
@@ -44,32 +67,69 @@ pub enum MountOp {
     DenyReadFile(PathBuf),
     /// A read-only bind of a write-denied path over itself.
     DenyWrite(PathBuf),
+    /// Like `DenyReadFile`, for a host socket listening at start; one that
+    /// has gone by the time the init runs has nothing left to hide.
+    HideSocket(PathBuf),
 }
 
 /// Decides the mount operations for `policy`. Deny paths that do not exist
 /// are skipped here: the supervisor either materialized them first or
 /// refused the run.
 pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>) -> Vec<MountOp> {
-    let mut ops = vec![MountOp::MakePrivate];
+    let tmp = Path::new("/tmp");
+    let mut held: Vec<(PathBuf, bool)> = policy
+        .writable_roots
+        .iter()
+        // The private /tmp is writable already; the host's must not return.
+        .filter(|root| !(policy.private_tmp && root.as_path() == tmp))
+        .map(|root| (root.clone(), false))
+        .collect();
     if policy.private_tmp {
-        let mut keep: Vec<PathBuf> = policy
-            .writable_roots
-            .iter()
-            .chain(&policy.read_allows)
-            .chain(std::iter::once(&cwd.to_path_buf()))
-            .filter(|p| p.starts_with("/tmp") && p.as_path() != Path::new("/tmp"))
-            .filter(|p| exists(p) == Some(true))
-            .cloned()
-            .collect();
-        keep.sort();
-        keep.dedup();
-        ops.push(MountOp::PrivateTmp { keep });
+        held.extend(
+            policy
+                .read_allows
+                .iter()
+                .chain(std::iter::once(&cwd.to_path_buf()))
+                .filter(|p| p.starts_with(tmp) && p.as_path() != tmp)
+                .map(|p| (p.clone(), true)),
+        );
+    }
+    held.retain(|(path, _)| exists(path).is_some());
+    held.sort();
+    held.dedup_by(|a, b| a.0 == b.0);
+    // A tree inside a held writable root comes with that root's copy.
+    let roots: Vec<PathBuf> = held
+        .iter()
+        .filter(|(_, ro)| !ro)
+        .map(|(p, _)| p.clone())
+        .collect();
+    held.retain(|(path, _)| !roots.iter().any(|r| path != r && path.starts_with(r)));
+
+    let mut ops = vec![MountOp::MakePrivate];
+    ops.extend(held.iter().map(|(path, read_only)| MountOp::Hold {
+        path: path.clone(),
+        read_only: *read_only,
+    }));
+    ops.push(MountOp::ReadOnlyBase);
+    if policy.private_tmp {
+        ops.push(MountOp::PrivateTmp);
     }
     ops.push(MountOp::FreshProc);
+    ops.push(MountOp::PrivateDev {
+        mount_points: held
+            .iter()
+            .map(|(p, _)| p.clone())
+            .filter(|p| p.starts_with("/dev"))
+            .collect(),
+    });
+    ops.extend(held.iter().map(|(p, _)| MountOp::Attach(p.clone())));
 
+    // What the sandbox shows of the host at a path: nothing under its
+    // private /dev and /tmp but the held trees.
+    let visible = |path: &Path| visible_in_sandbox(policy, &held, path);
     let mut pins = Vec::new();
     let mut denies = Vec::new();
-    for path in &policy.read_denies {
+    for path in policy.read_denies.iter().filter(|p| visible(p)) {
         match exists(path) {
             Some(true) => denies.push(MountOp::DenyReadDir(path.clone())),
             Some(false) => denies.push(MountOp::DenyReadFile(path.clone())),
@@ -77,8 +137,9 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
         }
         pins.extend(ancestors_to_pin(policy, path));
     }
-    for path in &policy.write_denies {
-        // Outside the writable roots Landlock already refuses every write.
+    for path in policy.write_denies.iter().filter(|p| visible(p)) {
+        // Outside the writable roots the read-only base already refuses
+        // every write.
         if !policy.is_writable(path) || exists(path).is_none() {
             continue;
         }
@@ -96,12 +157,46 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
     ops
 }
 
+/// Whether the sandbox shows the host's object at `path`: nothing under its
+/// private /dev and /tmp but the held trees.
+fn visible_in_sandbox(policy: &Policy, held: &[(PathBuf, bool)], path: &Path) -> bool {
+    let private = path.starts_with("/dev") || (policy.private_tmp && path.starts_with("/tmp"));
+    !private || held.iter().any(|(h, _)| path.starts_with(h))
+}
+
+/// [`plan`], then hiding each host socket in `sockets` (resolved paths,
+/// see [`host_sockets`]) that the sandbox shows.
+pub fn plan_hiding(
+    policy: &Policy,
+    cwd: &Path,
+    exists: &dyn Fn(&Path) -> Option<bool>,
+    sockets: &[PathBuf],
+) -> Vec<MountOp> {
+    let mut ops = plan(policy, cwd, exists);
+    let held: Vec<(PathBuf, bool)> = ops
+        .iter()
+        .filter_map(|op| match op {
+            MountOp::Hold { path, read_only } => Some((path.clone(), *read_only)),
+            _ => None,
+        })
+        .collect();
+    ops.extend(
+        sockets
+            .iter()
+            .filter(|p| visible_in_sandbox(policy, &held, p))
+            .filter(|p| !policy.read_denies.iter().any(|d| p.starts_with(d)))
+            .map(|p| MountOp::HideSocket(p.clone())),
+    );
+    ops
+}
+
 /// The host's listening unix sockets (`/proc/net/unix` of the host's
-/// network namespace) that lie outside everything the agent may write:
-/// the mount plan hides them, so a symlink planted in a root cannot lead to
-/// them either (the eBPF unix policy judges the path the agent passes,
-/// before any symlink is followed). Sockets bound after the run starts are
-/// not covered; the eBPF policy still refuses their direct paths.
+/// network namespace) that lie outside everything the agent may write.
+/// Defence in depth: where the eBPF unix policy is attached (root) it
+/// refuses every such path the agent passes, also for sockets bound later;
+/// hiding the ones that exist at start also stops a symlink planted in a
+/// root from leading to them (the eBPF hook sees the path before symlinks
+/// are followed). Each costs one bind mount, so there is no cap.
 pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = proc_net_unix
         .lines()
@@ -113,10 +208,29 @@ pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf
         .collect();
     paths.sort();
     paths.dedup();
-    // A host with thousands of sockets would slow every start; the eBPF
-    // policy still holds for their direct paths.
-    paths.truncate(256);
     paths
+}
+
+/// The host's listening pathname sockets outside the roots, resolved so
+/// that the init can open them without following links; none with
+/// `--deny-unix` (seccomp refuses every unix socket).
+pub fn host_sockets(policy: &Policy) -> Vec<PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    if policy.deny_unix {
+        return Vec::new();
+    }
+    let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    let mut resolved: Vec<PathBuf> = host_sockets_to_hide(&table, policy)
+        .into_iter()
+        .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter(|p| !policy.is_writable(p) && !p.starts_with("/proc"))
+        .collect();
+    resolved.sort();
+    resolved.dedup();
+    resolved
 }
 
 /// The ancestors of `path` that the agent could rename (their parent is
@@ -149,10 +263,33 @@ const LOCKED_DOWN: MsFlags = MsFlags::MS_NOSUID
     .union(MsFlags::MS_NODEV)
     .union(MsFlags::MS_NOEXEC);
 
+/// Opens `path` for a mount without following a symlink on the way.
+fn open(path: &Path) -> Result<OwnedFd, MountError> {
+    mount_tree::open_no_symlinks(path).map_err(fail("open (without following symlinks)", path))
+}
+
+/// The `/proc/self/fd/N` name of `fd`, for the mount(2) calls that take a
+/// path (the fresh /proc is mounted by then).
+fn fd_path(fd: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd))
+}
+
+/// A copy of the tree at `path`, with `flags` set on every mount of it,
+/// attached back over `path`.
+fn rebind(path: &Path, flags: u64) -> Result<(), MountError> {
+    let at = open(path)?;
+    let copy = mount_tree::clone_tree(&at, true).map_err(fail("copy the tree at", path))?;
+    if flags != 0 {
+        mount_tree::set_flags(&copy, flags, 0, true).map_err(fail("set the flags of", path))?;
+    }
+    mount_tree::attach(&copy, &at).map_err(fail("bind", path))
+}
+
 /// Runs the plan. Must be called in a fresh mount namespace (and, for
 /// `FreshProc`, a fresh PID namespace) by a process that still has
 /// CAP_SYS_ADMIN there.
 pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
+    let mut held: Vec<(PathBuf, OwnedFd, bool)> = Vec::new();
     for op in ops {
         match op {
             MountOp::MakePrivate => {
@@ -166,13 +303,27 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 )
                 .map_err(fail("make private the mounts under", root))?;
             }
-            MountOp::PrivateTmp { keep } => {
+            MountOp::Hold { path, read_only } => {
+                let at = open(path)?;
+                let is_dir = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&at))
+                    .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+                    .map_err(fail("inspect", path))?;
+                let copy =
+                    mount_tree::clone_tree(&at, true).map_err(fail("copy the tree at", path))?;
+                if *read_only {
+                    mount_tree::set_flags(&copy, READ_ONLY, 0, true)
+                        .map_err(fail("make read-only the copy of", path))?;
+                }
+                held.push((path.clone(), copy, is_dir));
+            }
+            MountOp::ReadOnlyBase => {
+                let root = Path::new("/");
+                let at = open(root)?;
+                mount_tree::set_flags(&at, READ_ONLY, 0, true)
+                    .map_err(fail("make read-only every mount under", root))?;
+            }
+            MountOp::PrivateTmp => {
                 let tmp = Path::new("/tmp");
-                // Hold on to the kept directories before the tmpfs hides them.
-                let held: Vec<(PathBuf, std::fs::File)> = keep
-                    .iter()
-                    .filter_map(|p| open_path(p).ok().map(|f| (p.clone(), f)))
-                    .collect();
                 mount(
                     Some("tmpfs"),
                     tmp,
@@ -181,111 +332,75 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                     Some("mode=1777"),
                 )
                 .map_err(fail("mount a private tmpfs on", tmp))?;
-                for (path, file) in held {
-                    std::fs::create_dir_all(&path).map_err(|e| MountError::Mount {
-                        what: "recreate in the private /tmp",
-                        path: path.clone(),
-                        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-                    })?;
-                    let source =
-                        format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&file));
-                    mount(
-                        Some(source.as_str()),
-                        path.as_path(),
-                        NONE,
-                        MsFlags::MS_BIND | MsFlags::MS_REC,
-                        NONE,
-                    )
-                    .map_err(fail("keep in the private /tmp", &path))?;
-                }
             }
             MountOp::FreshProc => {
                 let proc = Path::new("/proc");
                 mount(Some("proc"), proc, Some("proc"), LOCKED_DOWN, NONE)
                     .map_err(fail("mount a fresh proc on", proc))?;
             }
-            MountOp::Pin(path) => {
-                // Recursive, so mounts already below the pinned directory stay visible.
-                mount(
-                    Some(path.as_path()),
-                    path.as_path(),
-                    NONE,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    NONE,
-                )
-                .map_err(fail("pin", path))?;
+            MountOp::PrivateDev { mount_points } => crate::devfs::build(mount_points)?,
+            MountOp::Attach(path) => {
+                let Some(index) = held.iter().position(|(p, _, _)| p == path) else {
+                    continue;
+                };
+                let (_, copy, is_dir) = held.swap_remove(index);
+                // A private tmpfs starts empty: make the mount point.
+                if std::fs::symlink_metadata(path).is_err() {
+                    let made = if is_dir {
+                        std::fs::create_dir_all(path)
+                    } else {
+                        path.parent()
+                            .map_or(Ok(()), std::fs::create_dir_all)
+                            .and_then(|()| std::fs::File::create(path).map(drop))
+                    };
+                    made.map_err(|e| MountError::Mount {
+                        what: "make the mount point",
+                        path: path.clone(),
+                        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                    })?;
+                }
+                let onto = open(path)?;
+                mount_tree::attach(&copy, &onto).map_err(fail("bind read-write", path))?;
             }
+            // Recursive, so mounts already below the pinned directory stay
+            // visible; the copy keeps their flags (read-write in a root).
+            MountOp::Pin(path) => rebind(path, 0)?,
             MountOp::DenyReadDir(path) => {
+                let at = open(path)?;
                 mount(
                     Some("tmpfs"),
-                    path.as_path(),
+                    fd_path(&at).as_str(),
                     Some("tmpfs"),
                     LOCKED_DOWN | MsFlags::MS_RDONLY,
                     Some("mode=000,size=4k,nr_inodes=1"),
                 )
                 .map_err(fail("hide the read-denied directory", path))?;
             }
-            MountOp::DenyReadFile(path) => {
-                let null = Path::new("/dev/null");
-                mount(Some(null), path.as_path(), NONE, MsFlags::MS_BIND, NONE)
-                    .map_err(fail("hide the read-denied file", path))?;
-                remount_read_only(path, LOCKED_DOWN)?;
-            }
-            MountOp::DenyWrite(path) => {
-                mount(
-                    Some(path.as_path()),
-                    path.as_path(),
-                    NONE,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    NONE,
-                )
-                .map_err(fail("bind the write-denied path", path))?;
-                remount_read_only(path, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
-            }
+            // Gone, or no longer a socket under that name (a daemon
+            // restarting): nothing of it left to hide.
+            MountOp::HideSocket(path) => match mount_tree::open_no_symlinks(path) {
+                Ok(at) if is_socket(&at) => hide_file(path, at)?,
+                _ => continue,
+            },
+            MountOp::DenyReadFile(path) => hide_file(path, open(path)?)?,
+            MountOp::DenyWrite(path) => rebind(path, READ_ONLY | NO_SUID | NO_DEV)?,
         }
     }
     Ok(())
 }
 
-/// An `O_PATH` descriptor: enough to bind the directory later.
-fn open_path(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(path)
+fn is_socket(fd: &OwnedFd) -> bool {
+    nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(fd))
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK)
 }
 
-fn remount_read_only(path: &Path, extra: MsFlags) -> Result<(), MountError> {
-    // In a user namespace the flags of the original mount are locked: a
-    // remount that drops one is refused, so carry them over.
-    let locked = nix::sys::statvfs::statvfs(path)
-        .map(|st| {
-            use nix::sys::statvfs::FsFlags;
-            let mut flags = MsFlags::empty();
-            for (fs, ms) in [
-                (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
-                (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
-                (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-                (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-                (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-                (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-            ] {
-                if st.flags().contains(fs) {
-                    flags |= ms;
-                }
-            }
-            flags
-        })
-        .unwrap_or(MsFlags::empty());
-    mount(
-        NONE,
-        path,
-        NONE,
-        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | extra | locked,
-        NONE,
-    )
-    .map_err(fail("make read-only", path))
+/// Covers the file at `path` with /dev/null on a read-only, `nodev` mount.
+fn hide_file(path: &Path, at: OwnedFd) -> Result<(), MountError> {
+    let null = open(Path::new("/dev/null"))?;
+    let copy = mount_tree::clone_tree(&null, false).map_err(fail("copy /dev/null for", path))?;
+    mount_tree::set_flags(&copy, READ_ONLY | NO_SUID | NO_DEV | NO_EXEC, 0, false)
+        .map_err(fail("lock down the cover of", path))?;
+    mount_tree::attach(&copy, &at).map_err(fail("hide the read-denied file", path))
 }
 
 #[cfg(test)]
@@ -329,6 +444,96 @@ mod tests {
         );
     }
 
+    fn position(ops: &[MountOp], want: impl Fn(&MountOp) -> bool) -> usize {
+        ops.iter().position(want).unwrap()
+    }
+
+    #[test]
+    fn roots_are_held_before_the_base_turns_read_only_and_attached_after_dev() {
+        let policy = Policy {
+            writable_roots: vec!["/work".into(), "/work/sub".into(), "/dev/shm/w".into()],
+            write_denies: vec!["/work/a/.env".into()],
+            ..Default::default()
+        };
+        let ops = plan(&policy, Path::new("/work"), &dirs_only);
+        let holds: Vec<&MountOp> = ops
+            .iter()
+            .filter(|op| matches!(op, MountOp::Hold { .. }))
+            .collect();
+        assert_eq!(
+            holds,
+            vec![
+                &MountOp::Hold {
+                    path: "/dev/shm/w".into(),
+                    read_only: false
+                },
+                &MountOp::Hold {
+                    path: "/work".into(),
+                    read_only: false
+                },
+            ],
+            "a root inside a root comes with it"
+        );
+        let base = position(&ops, |op| op == &MountOp::ReadOnlyBase);
+        let dev = position(&ops, |op| matches!(op, MountOp::PrivateDev { .. }));
+        let attach = position(&ops, |op| op == &MountOp::Attach("/work".into()));
+        let pin = position(&ops, |op| matches!(op, MountOp::Pin(_)));
+        let deny = position(&ops, |op| matches!(op, MountOp::DenyWrite(_)));
+        assert!(position(&ops, |op| matches!(op, MountOp::Hold { .. })) < base);
+        assert!(base < dev && dev < attach && attach < pin && pin < deny);
+        assert!(ops.contains(&MountOp::PrivateDev {
+            mount_points: vec!["/dev/shm/w".into()]
+        }));
+    }
+
+    #[test]
+    fn a_private_tmp_keeps_roots_writable_and_everything_else_read_only() {
+        let policy = Policy {
+            writable_roots: vec!["/tmp/w".into(), "/tmp".into()],
+            read_allows: vec!["/tmp/tool".into()],
+            read_denies: vec!["/tmp/other/secret".into(), "/dev/shm/x".into()],
+            private_tmp: true,
+            ..Default::default()
+        };
+        let ops = plan(&policy, Path::new("/tmp/w/src"), &dirs_only);
+        assert!(ops.contains(&MountOp::Hold {
+            path: "/tmp/w".into(),
+            read_only: false
+        }));
+        assert!(ops.contains(&MountOp::Hold {
+            path: "/tmp/tool".into(),
+            read_only: true
+        }));
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, MountOp::Hold { path, .. } if path == Path::new("/tmp") || path == Path::new("/tmp/w/src"))),
+            "the host's /tmp stays out, the cwd comes with its root: {ops:?}"
+        );
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, MountOp::DenyReadDir(_) | MountOp::DenyReadFile(_))),
+            "nothing of the host to hide in the private /tmp and /dev: {ops:?}"
+        );
+        let hiding = plan_hiding(
+            &policy,
+            Path::new("/"),
+            &dirs_only,
+            &[
+                "/run/docker.sock".into(),
+                "/dev/log".into(),
+                "/tmp/x.sock".into(),
+            ],
+        );
+        let hidden: Vec<&MountOp> = hiding
+            .iter()
+            .filter(|op| matches!(op, MountOp::HideSocket(_)))
+            .collect();
+        assert_eq!(
+            hidden,
+            vec![&MountOp::HideSocket("/run/docker.sock".into())]
+        );
+    }
+
     #[test]
     fn host_sockets_outside_the_roots_are_hidden() {
         let table = "Num RefCount Protocol Flags Type St Inode Path\n\
@@ -343,6 +548,15 @@ mod tests {
         assert_eq!(
             host_sockets_to_hide(table, &policy),
             vec![PathBuf::from("/run/docker.sock")]
+        );
+        // No cap: every listening socket is covered.
+        let many: String = (0..1000)
+            .map(|i| format!("{i:04}: 0 0 0 1 01 {i} /run/s{i}.sock\n"))
+            .collect();
+        let header = "Num RefCount Protocol Flags Type St Inode Path\n";
+        assert_eq!(
+            host_sockets_to_hide(&format!("{header}{many}"), &policy).len(),
+            1000
         );
     }
 

@@ -1,24 +1,30 @@
 //! The sandbox's network namespace: loopback up, and listeners that the
 //! supervisor owns but that live inside the namespace (a socket stays in the
 //! namespace it was created in), so the agent reaches `127.0.0.1:<port>`
-//! with no helper process inside the sandbox.
+//! with no helper process inside the sandbox. The init creates them (it is
+//! root in the namespace, also for an ordinary user's run in a user
+//! namespace) and passes them to the supervisor over a unix socket.
 
 use std::net::{SocketAddr, TcpListener};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
 
 #[derive(Debug, thiserror::Error)]
 pub enum NetworkError {
     #[error("failed to bring the loopback interface up: {0}")]
     Loopback(nix::Error),
-    #[error("failed to enter the sandbox's network namespace: {0}")]
-    Enter(std::io::Error),
     #[error("failed to listen on {addr} inside the sandbox: {source}; choose another port")]
     Bind {
         addr: SocketAddr,
         source: std::io::Error,
     },
-    #[error("failed to run the namespace thread")]
-    Thread,
+    #[error("failed to pass the gateways' listeners from the sandbox: {0}")]
+    Pass(nix::Error),
+    #[error("failed to pass the gateways' listeners from the sandbox: a malformed message")]
+    Malformed,
+    #[error("failed to make a gateway listener non-blocking: {0}")]
+    Nonblocking(std::io::Error),
 }
 
 /// Brings `lo` up in the calling thread's network namespace (a new
@@ -49,38 +55,103 @@ pub fn loopback_up() -> Result<(), NetworkError> {
     Ok(())
 }
 
-/// Creates TCP listeners inside the network namespace of process `pid`;
-/// `None` for an address that cannot be bound there when `optional`.
-/// The work happens on a short-lived dedicated thread, because `setns`
-/// changes the namespace of the calling thread only and the supervisor's
-/// other threads must stay in the host namespace.
-pub fn listen_in_namespace_of(
-    pid: i32,
-    addrs: &[(SocketAddr, bool)],
-) -> Result<Vec<Option<TcpListener>>, NetworkError> {
-    let ns_path = format!("/proc/{pid}/ns/net");
-    let addrs = addrs.to_vec();
-    std::thread::spawn(move || -> Result<Vec<Option<TcpListener>>, NetworkError> {
-        let ns = std::fs::File::open(&ns_path).map_err(NetworkError::Enter)?;
-        nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
-            .map_err(|e| NetworkError::Enter(std::io::Error::from_raw_os_error(e as i32)))?;
-        loopback_up()?;
-        addrs
-            .iter()
-            .map(|(addr, optional)| {
-                let bound =
-                    TcpListener::bind(addr).and_then(|l| l.set_nonblocking(true).map(|()| l));
-                match bound {
-                    Ok(listener) => Ok(Some(listener)),
-                    Err(_) if *optional => Ok(None),
-                    Err(source) => Err(NetworkError::Bind {
-                        addr: *addr,
-                        source,
-                    }),
-                }
-            })
-            .collect()
-    })
-    .join()
-    .map_err(|_| NetworkError::Thread)?
+/// One listener a gateway needs inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListenSpec {
+    pub addr: SocketAddr,
+    /// Skipped (not an error) where it cannot be bound, e.g. `::1` on a
+    /// kernel without IPv6.
+    pub optional: bool,
 }
+
+/// Creates the listeners in the calling process's network namespace. The
+/// sandbox init calls it: it is root in the namespace (also in a user
+/// namespace, for an ordinary user), and a socket stays in the namespace it
+/// was created in, so the supervisor serves them from the host side.
+pub fn listen_all(specs: &[ListenSpec]) -> Result<Vec<Option<TcpListener>>, NetworkError> {
+    specs
+        .iter()
+        .map(|spec| match TcpListener::bind(spec.addr) {
+            Ok(listener) => Ok(Some(listener)),
+            Err(_) if spec.optional => Ok(None),
+            Err(source) => Err(NetworkError::Bind {
+                addr: spec.addr,
+                source,
+            }),
+        })
+        .collect()
+}
+
+/// Sends the listeners over `channel` (a unix socket) in one message: a
+/// byte per spec (1 present, 0 skipped), the present ones as SCM_RIGHTS.
+pub fn send_listeners(
+    channel: RawFd,
+    listeners: &[Option<TcpListener>],
+) -> Result<(), NetworkError> {
+    let present: Vec<u8> = listeners.iter().map(|l| u8::from(l.is_some())).collect();
+    let fds: Vec<RawFd> = listeners.iter().flatten().map(AsRawFd::as_raw_fd).collect();
+    let iov = [std::io::IoSlice::new(&present)];
+    let rights = [ControlMessage::ScmRights(&fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+    sendmsg::<()>(channel, &iov, cmsgs, MsgFlags::empty(), None).map_err(NetworkError::Pass)?;
+    Ok(())
+}
+
+/// Receives what [`send_listeners`] sent for `count` specs; `None` for the
+/// skipped ones. Fails closed on a short or malformed message.
+pub fn receive_listeners(
+    channel: RawFd,
+    count: usize,
+) -> Result<Vec<Option<TcpListener>>, NetworkError> {
+    let mut present = vec![0u8; count.max(1)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_LISTENERS]);
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let (received, truncated) = {
+        let mut iov = [std::io::IoSliceMut::new(&mut present)];
+        let msg = recvmsg::<()>(
+            channel,
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        )
+        .map_err(NetworkError::Pass)?;
+        for cmsg in msg.cmsgs().map_err(NetworkError::Pass)? {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us alone.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC))
+    };
+    if received != count || truncated {
+        return Err(NetworkError::Malformed);
+    }
+    let mut fds = fds.into_iter();
+    let listeners: Vec<Option<TcpListener>> = present[..count]
+        .iter()
+        .map(|p| match p {
+            1 => fds
+                .next()
+                .map(TcpListener::from)
+                .ok_or(NetworkError::Malformed)
+                .map(Some),
+            0 => Ok(None),
+            _ => Err(NetworkError::Malformed),
+        })
+        .collect::<Result<_, _>>()?;
+    if fds.next().is_some() {
+        return Err(NetworkError::Malformed);
+    }
+    for listener in listeners.iter().flatten() {
+        listener
+            .set_nonblocking(true)
+            .map_err(NetworkError::Nonblocking)?;
+    }
+    Ok(listeners)
+}
+
+/// At most this many listeners pass from the init to the supervisor.
+pub const MAX_LISTENERS: usize = 64;

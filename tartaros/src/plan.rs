@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::credentials::Identity;
 use crate::landlock::LandlockPlan;
 use crate::mounts::MountOp;
+use crate::network::ListenSpec;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -36,12 +37,25 @@ pub struct Plan {
     /// The init runs in a user namespace (an unprivileged launcher).
     pub user_namespace: bool,
     pub mounts: Vec<MountOp>,
+    /// The gateways' listeners, made by the init inside the network
+    /// namespace and passed to the supervisor on fd 5.
+    pub listeners: Vec<ListenSpec>,
     /// `None` when Landlock is unavailable and the run is not strict.
     pub landlock: Option<LandlockPlan>,
     /// `None` when seccomp is unavailable and the run is not strict.
     pub seccomp: Option<SeccompPlan>,
     /// Every requested guarantee is mandatory (`--strict`).
     pub strict: bool,
+    /// The agent's pty slave is on fd 6 (`pty::PTY_FD`).
+    #[serde(default)]
+    pub pty: bool,
+    /// `--tmpfs` and `--bind`, mounted after `mounts`.
+    #[serde(default)]
+    pub scope: crate::scope::ScopeMounts,
+    /// In a user namespace: the launcher's own ids, which the agent keeps
+    /// (see identity_map.rs).
+    #[serde(default)]
+    pub map_user: Option<Identity>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -107,12 +121,16 @@ mod tests {
             identity: crate::credentials::NOBODY,
             user_namespace: false,
             mounts: vec![MountOp::MakePrivate],
+            listeners: Vec::new(),
             landlock: None,
             seccomp: Some(SeccompPlan {
                 strict: false,
                 deny_unix: true,
             }),
             strict: true,
+            pty: false,
+            scope: Default::default(),
+            map_user: None,
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();

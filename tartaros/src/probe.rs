@@ -1,10 +1,7 @@
-//! What this host can enforce, and which of the policy's guarantees that
-//! covers. `--strict` refuses a run with any guarantee missing; otherwise
-//! each missing one is a warning (and a `degraded` entry in the log).
+//! What this host can enforce, read once per run. Which guarantees that
+//! covers is decided in `guarantee.rs`, from these facts alone.
 
 use std::path::PathBuf;
-
-use crate::policy::Policy;
 
 /// The host's abilities, probed once per run (cheap: a few syscalls and
 /// file reads).
@@ -20,6 +17,9 @@ pub struct Host {
     pub cgroup_kill: bool,
     pub root: bool,
     pub kernel: String,
+    /// The `pids` and `memory` controllers found, and whether each is in
+    /// the v2 tree (`true`) or a v1 hierarchy (`false`).
+    pub controllers: Vec<(String, bool)>,
 }
 
 impl Host {
@@ -45,14 +45,20 @@ impl Host {
             cgroup_kill,
             root: nix::unistd::geteuid().is_root(),
             kernel,
+            controllers: ["pids", "memory"]
+                .into_iter()
+                .filter_map(|name| {
+                    let found = crate::cgroup::find_controller(name)?;
+                    Some((name.to_string(), found == crate::cgroup::Controller::V2))
+                })
+                .collect(),
         }
     }
 }
 
-/// Whether the run attaches eBPF programs (see [`guarantees`]).
-pub fn wants_bpf(policy: &Policy, capture: bool) -> bool {
-    capture || !policy.allow_domains.is_empty()
-}
+/// What keeps the host's unix sockets away from an agent without the eBPF
+/// unix policy (no root): said by `doctor` and in the log's genesis.
+pub const UNIX_WITHOUT_BPF: &str = "without root (no eBPF unix policy) only the host's unix sockets listening at the start are hidden; sockets bound later, or listed only in another network namespace, stay reachable by path; run as root (or through tartaros service), or pass --deny-unix to refuse every unix socket";
 
 /// Whether a kernel release string (`6.18.44-...`) is at least `major.minor`.
 pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
@@ -61,122 +67,6 @@ pub fn kernel_at_least(release: &str, major: u32, minor: u32) -> bool {
         .filter_map(|p| p.parse::<u32>().ok());
     let found = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
     found >= (major, minor)
-}
-
-/// One promise the run makes, and whether this host keeps it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Guarantee {
-    pub name: &'static str,
-    pub installed: bool,
-    /// Why it is missing and how to get it.
-    pub reason: String,
-}
-
-/// Decides which guarantees `policy` requests and which `host` can install.
-pub fn guarantees(policy: &Policy, host: &Host, capture: bool) -> Vec<Guarantee> {
-    let mut out = Vec::new();
-    let mut add = |name, installed: bool, reason: &str| {
-        out.push(Guarantee {
-            name,
-            installed,
-            reason: if installed {
-                String::new()
-            } else {
-                reason.to_string()
-            },
-        })
-    };
-    add(
-        "namespaces",
-        host.root || host.user_namespaces,
-        "PID, mount, IPC, UTS and network namespaces need root or unprivileged user namespaces (sysctl user.max_user_namespaces > 0)",
-    );
-    let cgroup = host.cgroup_v2.is_some() && host.cgroup_v2_writable;
-    add(
-        "cgroup",
-        cgroup,
-        "no writable cgroup v2 directory (run as root, or delegate a cgroup subtree to this user, e.g. systemd-run --user --scope -p Delegate=yes); without it the PID namespace still ends every process with the run",
-    );
-    add(
-        "landlock-filesystem",
-        host.landlock_abi
-            .is_some_and(|abi| abi >= crate::landlock::MIN_FULL_ABI),
-        "Landlock ABI 3 or newer is needed to confine writes (Linux 6.2+ with lsm=landlock)",
-    );
-    let scoped = host.landlock_abi.is_some_and(|abi| abi >= 6);
-    add(
-        "landlock-scope",
-        scoped,
-        "Landlock ABI 6 (Linux 6.12+) is needed to keep signals and abstract unix sockets inside the sandbox",
-    );
-    add(
-        "seccomp",
-        host.seccomp,
-        "seccomp filtering is not available in this kernel",
-    );
-    if policy.has_network_grant() {
-        add(
-            "gateways",
-            host.root,
-            "--port, --allow-domain and [broker] listen inside the sandbox's network namespace, which needs root",
-        );
-    }
-    if policy.max_processes.is_some() {
-        add(
-            "max-procs",
-            cgroup
-                && crate::cgroup::find_controller("pids")
-                    .is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
-            "no pids cgroup controller (v2 or v1) is available to enforce --max-procs",
-        );
-    }
-    if policy.max_memory.is_some() {
-        add(
-            "max-memory",
-            cgroup
-                && crate::cgroup::find_controller("memory")
-                    .is_some_and(|c| host.root || c == crate::cgroup::Controller::V2),
-            "no memory cgroup controller (v2 or v1) is available to enforce --max-memory",
-        );
-    }
-    let denies = !policy.read_denies.is_empty() || !policy.write_denies.is_empty();
-    if denies {
-        add(
-            "deny-mounts",
-            host.root || host.user_namespaces,
-            "read and write denies need a private mount namespace (root or user namespaces)",
-        );
-    }
-    // eBPF needs CAP_BPF (root here) and the run's own cgroup. It is
-    // attached when it adds something the namespaces do not give: the
-    // record of every attempt (--log) and transparent interception
-    // (--allow-domain). Without it the private network namespace has no way
-    // out but the gateways, and the host's listening unix sockets are
-    // hidden by the mount plan; attaching costs start-up time.
-    let bpf = host.root && cgroup;
-    if !wants_bpf(policy, capture) {
-        return out;
-    }
-    add(
-        "connect-filter",
-        bpf,
-        "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
-    );
-    if !policy.deny_unix {
-        add(
-            "unix-socket-policy",
-            bpf && kernel_at_least(&host.kernel, 6, 7),
-            "keeping unix sockets outside the writable roots unreachable needs root and Linux 6.7+ (cgroup connect_unix); pass --deny-unix to refuse every unix socket instead",
-        );
-    }
-    if capture {
-        add(
-            "ebpf-capture",
-            bpf,
-            "capturing the agent's execs, file changes and connects for the log needs root (CAP_BPF) and the run's cgroup",
-        );
-    }
-    out
 }
 
 #[cfg(test)]
@@ -188,22 +78,5 @@ mod tests {
         assert!(kernel_at_least("6.18.44-fc-v669", 5, 14));
         assert!(!kernel_at_least("5.10.0", 5, 14));
         assert!(kernel_at_least("5.14", 5, 14));
-    }
-
-    #[test]
-    fn missing_landlock_is_a_missing_guarantee() {
-        let host = Host {
-            root: true,
-            seccomp: true,
-            cgroup_v2: Some("/sys/fs/cgroup".into()),
-            cgroup_v2_writable: true,
-            landlock_abi: Some(2),
-            ..Default::default()
-        };
-        let g = guarantees(&Policy::default(), &host, false);
-        let fs = g.iter().find(|g| g.name == "landlock-filesystem").unwrap();
-        assert!(!fs.installed);
-        assert!(fs.reason.contains("ABI 3"));
-        assert!(g.iter().find(|g| g.name == "seccomp").unwrap().installed);
     }
 }

@@ -43,9 +43,22 @@ pub struct InitProcess {
     pub pidfd: OwnedFd,
 }
 
+/// The supervisor's ends that the init inherits: the plan (fd 3) and
+/// report (fd 4) pipes, the gateway socket (fd 5), the start gate of a
+/// user namespace run, and the agent's pty (fd 6).
+pub struct InitFds<'a> {
+    pub plan: &'a OwnedFd,
+    pub report: &'a OwnedFd,
+    pub gateway: &'a OwnedFd,
+    pub gate: Option<&'a OwnedFd>,
+    pub pty: Option<&'a OwnedFd>,
+}
+
 /// The fd numbers the init finds its plan and report pipes on.
 pub const PLAN_FD: RawFd = 3;
 pub const REPORT_FD: RawFd = 4;
+/// Where the init finds the socket to pass the gateways' listeners on.
+pub const GATEWAY_FD: RawFd = 5;
 
 // Kernel ABI of clone3 (include/uapi/linux/sched.h), version 2 (with cgroup).
 #[repr(C)]
@@ -67,7 +80,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Starts `exe argv...` as PID 1 of new PID, mount, IPC, UTS and cgroup namespaces
 /// (and network, if asked), directly inside the cgroup `cgroup_fd`, with
-/// `plan` on fd 3, `report` on fd 4, an empty environment, its own session,
+/// `plan` on fd 3, `report` on fd 4, `gateway` on fd 5, an empty environment, its own session,
 /// and SIGKILL as its parent-death signal. Must be called from the thread
 /// that lives as long as the run (the parent-death signal follows the
 /// thread, not the process): the supervisor's main thread.
@@ -76,10 +89,15 @@ pub fn spawn_init(
     argv: &[&str],
     cgroup_fd: Option<RawFd>,
     namespaces: Namespaces,
-    plan: &OwnedFd,
-    report: &OwnedFd,
-    gate: Option<&OwnedFd>,
+    fds: InitFds<'_>,
 ) -> Result<InitProcess, SpawnError> {
+    let InitFds {
+        plan,
+        report,
+        gateway,
+        gate,
+        pty,
+    } = fds;
     let exe = CString::new(exe)?;
     let args: Vec<CString> = argv
         .iter()
@@ -93,11 +111,15 @@ pub fn spawn_init(
     // already had that number; move the sources out of the way first.
     let plan_src = dup_above(plan.as_raw_fd())?;
     let report_src = dup_above(report.as_raw_fd())?;
+    let gateway_src = dup_above(gateway.as_raw_fd())?;
     // In a new user namespace the child must not exec before its id map is
     // written: an exec by an unmapped uid drops every capability the init
     // needs. It waits for one byte on `gate` (EOF: the supervisor gave up).
     let gate_src = gate.map(|g| dup_above(g.as_raw_fd())).transpose()?;
     let gate_fd = gate_src.as_ref().map_or(-1, |g| g.as_raw_fd());
+    // The agent's pty slave, for the init to hand on (see pty.rs).
+    let pty_src = pty.map(|p| dup_above(p.as_raw_fd())).transpose()?;
+    let pty_fd = pty_src.as_ref().map_or(-1, |p| p.as_raw_fd());
 
     let mut flags = (libc::CLONE_NEWPID
         | libc::CLONE_NEWNS
@@ -150,7 +172,9 @@ pub fn spawn_init(
             }
             if libc::dup2(plan_src.as_raw_fd(), PLAN_FD) < 0
                 || libc::dup2(report_src.as_raw_fd(), REPORT_FD) < 0
+                || libc::dup2(gateway_src.as_raw_fd(), GATEWAY_FD) < 0
                 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0
+                || (pty_fd >= 0 && libc::dup2(pty_fd, crate::pty::PTY_FD) < 0)
                 || libc::setsid() < 0
             {
                 libc::_exit(crate::exit::START_FAILURE);

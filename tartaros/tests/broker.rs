@@ -282,7 +282,7 @@ async fn policy_refusals_get_403() {
         ("GET", "/api/v2/repos", "path prefix"),
         ("GET", "/api/v1x", "path prefix"),
         ("GET", "/api/v1/../admin", "dot segments"),
-        ("GET", "/api/v1/%2e%2e/admin", "dot segments"),
+        ("GET", "/api/v1/%2e%2e/admin", "percent-encoded"),
         ("GET", "/api/v1//admin", "empty path segment"),
         ("GET", "/api/v1/a%2fb", "encoded"),
         ("GET", "/other/v1", "no such capability"),
@@ -368,4 +368,81 @@ async fn a_missing_variable_is_named_and_no_value_printed() {
         err.contains("TT_API_VALUE") && !err.contains(TOKEN),
         "{err}"
     );
+}
+
+/// Issue 12, class 10: paths an upstream would normalize outside the
+/// prefix never reach it with the credential; method overrides and
+/// agent-supplied copies of injected headers are stripped.
+#[tokio::test]
+async fn normalization_tricks_are_refused_and_method_overrides_stripped() {
+    let mut s = setup(true).await;
+    for path in [
+        "/api/v1/..;/admin",
+        "/api/v1/%2e%2e;/admin",
+        "/api/v1/.;/admin",
+        "/api/v1/%252e%252e/admin",
+        "/api/v1;x=1/../admin",
+        "/api/v1/a%3bb",
+        "/api/v1/a\\b",
+    ] {
+        let answer = s.call("GET", path, Some(TOKEN)).await;
+        assert_eq!(status(&answer), 403, "{path}: {answer}");
+        let effect = s.effect().await;
+        assert_eq!(field(&effect, "decision"), "denied", "{path}");
+    }
+    assert_eq!(
+        s.api.connections.load(Ordering::SeqCst),
+        0,
+        "a refused path reached the upstream"
+    );
+    // Control: an ordinary request with override headers goes through,
+    // as the GET that was checked, without them.
+    let request = format!(
+        "GET /api/v1/repos HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\nX-HTTP-Method-Override: DELETE\r\nX-HTTP-Method: DELETE\r\nX-Method-Override: DELETE\r\nAuthorization: Bearer agent-chosen\r\nX-Kept: 1\r\n\r\n"
+    );
+    let mut stream = TcpStream::connect(s.broker).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status(&answer), 200, "{answer}");
+    let seen = s.api.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, "GET");
+    for name in [
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+    ] {
+        assert!(
+            !seen[0].headers.contains_key(name),
+            "{name}: {:?}",
+            seen[0].headers
+        );
+    }
+    assert_eq!(
+        seen[0].headers.get("authorization").map(String::as_str),
+        Some(SECRET)
+    );
+    assert_eq!(seen[0].headers.get("x-kept").map(String::as_str), Some("1"));
+}
+
+/// Issue 12, class 9: finished connections free their slot. The broker
+/// serves 128 connections at once; far more sequential ones must work.
+#[tokio::test]
+async fn hundreds_of_sequential_calls_then_one_more_work() {
+    let mut s = setup(true).await;
+    let started = std::time::Instant::now();
+    for i in 0..300 {
+        let answer = s.call("GET", &format!("/api/v1/n{i}"), Some(TOKEN)).await;
+        assert_eq!(status(&answer), 200, "call {i}: {answer}");
+        s.effect().await;
+    }
+    let answer = s.call("GET", "/api/v1/last", Some(TOKEN)).await;
+    assert_eq!(status(&answer), 200, "the call after 300: {answer}");
+    assert!(answer.ends_with("ok /v1/last"), "{answer}");
+    eprintln!("301 broker calls in {:?}", started.elapsed());
 }

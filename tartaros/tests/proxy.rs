@@ -534,6 +534,7 @@ async fn transparent_silence_and_other_protocols_are_refused() {
 /// download size (default 1024), TARTAROS_BENCH_RUNS the runs (default 5),
 /// TARTAROS_BENCH_REQUESTS the latency requests (default 2000, 0 skips),
 /// TARTAROS_BENCH_PATHS a comma list of direct, connect, transparent.
+#[cfg(feature = "bench")]
 #[test]
 #[ignore = "benchmark, not a test"]
 fn bench_proxy() {
@@ -597,4 +598,39 @@ async fn connections_beyond_the_limit_wait_in_the_backlog() {
         .await
         .unwrap();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+}
+
+/// Issue 12, class 9: finished connections free their slot. The proxy
+/// serves 256 connections at once; 1,000 sequential requests and 300
+/// tunnels must not use them up, and one more still works.
+#[tokio::test]
+async fn a_thousand_finished_connections_do_not_exhaust_the_proxy() {
+    let mut s = setup(true).await;
+    let port = s.http.port();
+    let started = std::time::Instant::now();
+    let get = |i: usize| {
+        format!(
+            "GET http://allowed.test:{port}/n{i} HTTP/1.1\r\nHost: allowed.test:{port}\r\nConnection: close\r\n\r\n"
+        )
+    };
+    for i in 0..1000 {
+        let answer = exchange(s.proxy, &get(i)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i}: {answer}");
+        s.effect().await;
+    }
+    let https = s.https.port();
+    for i in 0..300 {
+        let (head, tunnel) = s.connect(&format!("allowed.test:{https}")).await;
+        assert!(head.starts_with("HTTP/1.1 200"), "tunnel {i}: {head}");
+        // The agent hangs up; the upstream sees EOF and closes too.
+        drop(tunnel);
+        s.effect().await;
+    }
+    let answer = exchange(s.proxy, &get(1000)).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "the request after 1,300: {answer}"
+    );
+    assert!(answer.ends_with("hello /n1000"), "{answer}");
+    eprintln!("1,301 proxy requests in {:?}", started.elapsed());
 }

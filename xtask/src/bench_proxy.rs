@@ -25,6 +25,8 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
             "--release",
             "-p",
             "tartaros",
+            "--features",
+            "bench",
             "--test",
             "proxy",
             "--",

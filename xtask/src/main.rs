@@ -7,11 +7,13 @@
 //! - `bench startup|log|log-start|proxy`: side-by-side benchmarks
 //!   (`log-start` is the start-up part of `log` alone).
 //! - `lab`: install the peer sandboxes and run the contract lab.
+//! - `package`: a Debian package (binary, man page, completions).
 mod bench;
 mod bench_log;
 mod bench_proxy;
 mod deps;
 mod lab;
+mod package;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,10 +52,30 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build a Debian package: binary (with its eBPF object), man page, completions.
+    Package {
+        /// Package this binary instead of building the release one.
+        #[arg(long)]
+        binary: Option<PathBuf>,
+        /// Directory for the .deb (default: target/debian).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
-/// Debian packages the tests and the demo need.
-const TEST_PACKAGES: &[&str] = &["bubblewrap", "iproute2", "strace", "git", "procps"];
+/// Debian packages the tests and the demo need (chromium opens `log
+/// report`'s page, python3-jsonschema checks the log schema, gcc builds in
+/// the reviewers' realistic run).
+const TEST_PACKAGES: &[&str] = &[
+    "bubblewrap",
+    "iproute2",
+    "strace",
+    "git",
+    "procps",
+    "chromium",
+    "python3-jsonschema",
+    "gcc",
+];
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
@@ -71,6 +93,19 @@ fn main() -> Result<()> {
             build_release()?;
             lab::install_peers()?;
             lab::run_lab(&args)
+        }
+        Task::Package { binary, out } => {
+            let binary = match binary {
+                Some(binary) => binary,
+                None => {
+                    build_release()?;
+                    release_binary()
+                }
+            };
+            let out = out.unwrap_or_else(|| workspace_root().join("target/debian"));
+            let deb = package::build(&binary, &out)?;
+            println!("{}", deb.display());
+            Ok(())
         }
     }
 }

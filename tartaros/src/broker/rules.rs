@@ -134,10 +134,14 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-/// Refuses paths whose meaning a server might change by normalizing them:
-/// `.`/`..` segments (plain or percent-encoded), empty segments (`//`),
-/// encoded `/` or `\`, backslashes, NUL and malformed escapes. A trailing
-/// `/` is allowed.
+/// Refuses every path whose meaning depends on how the upstream
+/// normalizes it, rather than normalizing it ourselves (the upstream's
+/// rules are unknown): `.`/`..` segments, `;` anywhere (path parameters,
+/// which Tomcat, Jetty and Spring strip before matching, so `..;` is a
+/// dot segment to them), backslashes, empty segments (`//`), and
+/// percent-encoded `.`, `/`, `\`, `;`, `%` (double encoding) or NUL
+/// anywhere in a segment, plus malformed escapes. A trailing `/` is
+/// allowed.
 pub fn check_path(path: &str) -> Result<(), &'static str> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err("path must start with /");
@@ -154,29 +158,68 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
             }
             return Err("empty path segment (//) refused");
         }
-        let decoded = percent_decode(segment).ok_or("malformed percent-encoding in the path")?;
-        if decoded == b"." || decoded == b".." {
+        // `...` too: some servers collapse runs of dots.
+        if segment.bytes().all(|b| b == b'.') {
             return Err("dot segments (. and ..) refused in the path");
         }
-        if decoded.iter().any(|&b| b == b'/' || b == b'\\' || b == 0) {
-            return Err("encoded /, \\ or NUL refused in the path");
+        if segment.contains(';') {
+            return Err("; refused in the path (upstreams strip path parameters)");
+        }
+        if segment.contains('\\') {
+            return Err("backslash refused in the path");
+        }
+        let escaped = escaped_bytes(segment).ok_or("malformed percent-encoding in the path")?;
+        if escaped.iter().any(|b| ENCODED_REFUSED.contains(b)) {
+            return Err("percent-encoded . / \\ ; % or NUL refused in the path");
         }
     }
     Ok(())
 }
 
-fn percent_decode(segment: &str) -> Option<Vec<u8>> {
+/// Bytes that change a path's meaning when an upstream decodes them (or
+/// decodes twice, for `%`): refused in percent-encoded form.
+const ENCODED_REFUSED: &[u8] = b"./\\;%\0";
+
+/// Headers that ask the upstream to treat a request as another method
+/// than the one the broker checked: stripped from every request.
+pub const METHOD_OVERRIDE_HEADERS: &[&str] = &[
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Every agent-sent header the broker removes before forwarding: the
+/// broker token, every header any capability injects (the agent must not
+/// supply or duplicate one), and the method overrides.
+pub fn stripped_request_headers(config: &BrokerConfig) -> Vec<HeaderName> {
+    let mut names: Vec<HeaderName> = METHOD_OVERRIDE_HEADERS
+        .iter()
+        .map(|name| HeaderName::from_static(name))
+        .collect();
+    let policy_names = std::iter::once(config.auth_header.as_str())
+        .chain(config.capabilities.iter().map(|c| c.header.as_str()));
+    names.extend(policy_names.filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok()));
+    names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+    names.dedup();
+    names
+}
+
+/// The bytes that `segment` spells as `%XX` escapes; `None` when an
+/// escape is malformed.
+fn escaped_bytes(segment: &str) -> Option<Vec<u8>> {
     let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
+    let mut out = Vec::new();
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
             let hex = bytes.get(i + 1..i + 3)?;
+            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                return None;
+            }
             let text = std::str::from_utf8(hex).ok()?;
             out.push(u8::from_str_radix(text, 16).ok()?);
             i += 3;
         } else {
-            out.push(bytes[i]);
             i += 1;
         }
     }
@@ -364,6 +407,83 @@ mod tests {
                 "{path}"
             );
         }
+    }
+
+    #[test]
+    fn paths_that_depend_on_upstream_normalization_are_refused() {
+        let config = config();
+        for path in [
+            // The spellings of issue 12: Tomcat/Jetty/Spring strip `;...`.
+            "/gh/repos/acme/..;/other",
+            "/gh/repos/acme/%2e%2e;/other",
+            "/gh/repos/acme/.;/other",
+            "/gh/repos/acme/%252e%252e/other",
+            // `;` anywhere in a segment, raw or encoded.
+            "/gh/repos/acme;/x",
+            "/gh/repos/acme/x;jsessionid=1",
+            "/gh/repos/acme/;",
+            "/gh/repos/acme/x%3by",
+            "/gh/repos/acme/x%3By",
+            // Encoded dots anywhere, not only as a whole segment.
+            "/gh/repos/acme/%2e",
+            "/gh/repos/acme/a%2eb",
+            "/gh/repos/acme/%2E%2E",
+            // Double encoding of anything.
+            "/gh/repos/acme/%25",
+            "/gh/repos/acme/%252f",
+            "/gh/repos/acme/%2541",
+            // Separators, raw and encoded.
+            "/gh/repos/acme/a\\b",
+            "/gh/repos/acme/..\\x",
+            "/gh/repos/acme/a%2Fb",
+            "/gh/repos/acme/a%5Cb",
+            "/gh/repos/acme//x",
+            "/gh/repos/acme/x//",
+            // Runs of dots and malformed escapes.
+            "/gh/repos/acme/...",
+            "/gh/repos/acme/%+1",
+            "/gh/repos/acme/%2",
+        ] {
+            assert!(
+                matches!(route(&config, "GET", path), Err(Refusal::BadPath(_))),
+                "{path} should be refused"
+            );
+        }
+        // Controls: ordinary paths, a dot inside a name, harmless escapes
+        // and a trailing slash still go through.
+        for path in [
+            "/gh/repos/acme/x",
+            "/gh/repos/acme/v1.2.3",
+            "/gh/repos/acme/file.tar.gz",
+            "/gh/repos/acme/.github",
+            "/gh/repos/acme/a%20b",
+            "/gh/repos/acme/%41",
+            "/gh/repos/acme/x/",
+            "/gh/repos/acme/x?q=a;b&c=..",
+        ] {
+            assert!(route(&config, "GET", path).is_ok(), "{path} should pass");
+        }
+    }
+
+    #[test]
+    fn method_overrides_and_injected_headers_are_stripped() {
+        let mut config = config();
+        config.capabilities[1].header = "X-Api-Key".into();
+        let names: Vec<String> = stripped_request_headers(&config)
+            .iter()
+            .map(|n| n.as_str().to_string())
+            .collect();
+        for want in [
+            "x-http-method-override",
+            "x-http-method",
+            "x-method-override",
+            "x-broker-auth",
+            "authorization",
+            "x-api-key",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{want} missing: {names:?}");
+        }
+        assert!(!names.iter().any(|n| n == "accept"), "{names:?}");
     }
 
     #[test]

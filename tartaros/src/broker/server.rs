@@ -13,7 +13,7 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsConnector;
 
-use super::rules::{route, token_matches, validate};
+use super::rules::{route, stripped_request_headers, token_matches, validate};
 use super::{BrokerError, BrokerSecrets, UPSTREAM_PORT};
 use crate::events::{Effect, EffectSender};
 use crate::policy::BrokerConfig;
@@ -28,6 +28,7 @@ use crate::proxy::{ProxyError, Resolve, accept_loop};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Agent connections served at once; more wait in the listen backlog.
+/// Finished connections free their slot (see `serve_http1`).
 const MAX_CONNECTIONS: usize = 128;
 
 struct Context {
@@ -37,6 +38,8 @@ struct Context {
     resolver: Arc<dyn Resolve>,
     events: EffectSender,
     auth_header: HeaderName,
+    /// Agent headers removed before forwarding (see [`stripped_request_headers`]).
+    stripped: Vec<HeaderName>,
 }
 
 /// Serves the broker on `listener` until the future is dropped or aborted
@@ -55,7 +58,9 @@ pub async fn serve(
     let auth_header = HeaderName::from_bytes(config.auth_header.as_bytes()).map_err(|_| {
         BrokerError::Invalid("[broker] auth_header is not a valid HTTP header name".into())
     })?;
+    let stripped = stripped_request_headers(&config);
     let context = Arc::new(Context {
+        stripped,
         config,
         secrets,
         tls: TlsConnector::from(tls),
@@ -238,10 +243,12 @@ async fn handle(
     ));
     let (mut parts, body) = request.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    parts.headers.remove(&context.auth_header);
+    // The agent cannot supply (or duplicate) an injected header, nor turn
+    // the checked method into another one upstream.
+    for name in &context.stripped {
+        parts.headers.remove(name);
+    }
     parts.headers.remove(header::HOST);
-    // The agent cannot supply (or duplicate) the injected header.
-    parts.headers.remove(&inject);
     parts.headers.insert(header::HOST, host_value);
     parts.headers.insert(inject, value);
     parts.uri = uri;

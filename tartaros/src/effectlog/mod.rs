@@ -11,15 +11,21 @@
 //!   unsealed.
 //! - [`verify_file`] / [`verify_reader`] check a log and return a [`Verdict`]
 //!   whose `code` is the exit code of `tartaros log verify`.
-//! - [`show`] prints a readable timeline or a process tree.
+//! - [`show`] prints a readable timeline or a process tree, [`summary`]
+//!   what a reviewer asks first, [`report`] one self-contained HTML page;
+//!   all three verify first and escape every log string ([`escape`]).
 //!
 //! The full schema, with an example line per kind, is in `docs/effect-log.md`.
 
 mod canonical;
+pub mod escape;
+pub mod reader_cli;
 mod record;
+mod report;
 mod schema;
 mod secrets;
 mod show;
+mod summary;
 mod verify;
 mod writer;
 
@@ -27,8 +33,12 @@ use std::path::PathBuf;
 
 pub use canonical::{policy_hash, to_canonical};
 pub use record::{Record, Target};
+pub use report::{ReportError, report};
 pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
-pub use show::{ShowOptions, show};
+pub use show::{
+    Filter, FilterError, ShowOptions, TimeBound, expand_kinds, glob_match, parse_time, show,
+};
+pub use summary::{Summary, summarize, summary_json, summary_text};
 pub use verify::{
     VERDICT_INCOMPLETE, VERDICT_OK, VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_file,
     verify_reader,

@@ -200,7 +200,21 @@ pub(crate) fn check_effect(m: &Map<String, Value>) -> Result<(), String> {
 }
 
 pub(crate) fn check_genesis(m: &Map<String, Value>) -> Result<(), String> {
-    exact_keys(m, GENESIS_KEYS)?;
+    // `run` (run id and label) is optional: logs before it had none.
+    match m.get("run") {
+        None => exact_keys(m, GENESIS_KEYS)?,
+        Some(run) => {
+            let mut keys = GENESIS_KEYS.to_vec();
+            keys.push("run");
+            exact_keys(m, &keys)?;
+            let run = run.as_object().ok_or("`run` is not an object")?;
+            exact_keys(run, &["id", "label"]).map_err(|e| format!("run: {e}"))?;
+            string(run, "id")?;
+            if !matches!(run.get("label"), Some(Value::String(_) | Value::Null)) {
+                return Err("`run.label` is neither a string nor null".into());
+            }
+        }
+    }
     string(m, "version")?;
     string(m, "kernel")?;
     uint(m, "started")?;
@@ -238,7 +252,17 @@ pub(crate) fn check_gap(m: &Map<String, Value>) -> Result<u64, String> {
 /// Shape of the seal; its values (head, counts, lost, digest) are checked by
 /// the verifier, which knows the records before it.
 pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
-    exact_keys(m, SEAL_KEYS)?;
+    // `files` (hashes of the files the run changed) is optional: logs
+    // written before it existed have none.
+    match m.get("files") {
+        None => exact_keys(m, SEAL_KEYS)?,
+        Some(files) => {
+            let mut keys = SEAL_KEYS.to_vec();
+            keys.push("files");
+            exact_keys(m, &keys)?;
+            check_seal_files(files)?;
+        }
+    }
     uint(m, "lost")?;
     uint(m, "mono_ns")?;
     uint(m, "wall_ns")?;
@@ -266,9 +290,31 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
     Ok(())
 }
 
+/// `files`: `[{"path": "/abs", "size": N, "sha256": "<hex>" | null, ...}]`.
+fn check_seal_files(files: &Value) -> Result<(), String> {
+    let list = files.as_array().ok_or("`files` is not a list")?;
+    for f in list {
+        let f = f.as_object().ok_or("`files` holds a non-object")?;
+        string(f, "path").map_err(|e| format!("files: {e}"))?;
+        if f.get("size").is_some_and(|s| !s.is_u64()) {
+            return Err("files: `size` is not a non-negative integer".into());
+        }
+        if f.get("sha256")
+            .is_some_and(|h| !(h.is_string() || h.is_null()))
+        {
+            return Err("files: `sha256` is not a string or null".into());
+        }
+    }
+    Ok(())
+}
+
 fn exact_keys(m: &Map<String, Value>, want: &[&str]) -> Result<(), String> {
     if let Some(k) = m.keys().find(|k| !want.contains(&k.as_str())) {
-        return Err(format!("unexpected field `{k}`"));
+        // The name comes from the file: escaped before it is printed.
+        return Err(format!(
+            "unexpected field `{}`",
+            super::escape::terminal_capped(k, 64)
+        ));
     }
     if let Some(k) = want.iter().find(|k| !m.contains_key(**k)) {
         return Err(format!("missing field `{k}`"));

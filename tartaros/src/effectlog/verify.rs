@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use super::MAX_LINE_BYTES;
 use super::canonical::{parse_canonical, sha256, sha256_hex, to_canonical};
+use super::escape::terminal_capped;
 use super::schema;
 
 /// Sealed, chain intact, nothing lost, cgroup emptied.
@@ -36,6 +37,17 @@ pub struct Verdict {
 
 impl Verdict {
     fn new(code: u8, message: String) -> Self {
+        // Every log string in a message is escaped where it is put in; this
+        // catches any text that was not (the escape is not idempotent, so
+        // it runs only when a raw control character is there).
+        let raw = message
+            .chars()
+            .any(|c| c.is_control() || super::escape::is_invisible(c));
+        let message = if raw {
+            super::escape::terminal(&message)
+        } else {
+            message
+        };
         Self { code, message }
     }
 }
@@ -47,7 +59,12 @@ pub fn verify_file(path: &Path) -> Verdict {
         Ok(f) => verify_reader(BufReader::new(f)),
         Err(e) => Verdict::new(
             VERDICT_UNSEALED,
-            format!("unreadable: cannot open {}: {e}", path.display()),
+            // Messages reach a terminal: the path and every string taken
+            // from the log are escaped.
+            format!(
+                "unreadable: cannot open {}: {e}",
+                terminal_capped(&path.to_string_lossy(), 4096)
+            ),
         ),
     }
 }
@@ -121,7 +138,12 @@ impl Chain {
             .ok_or("`kind` is missing or not a string")?;
         match kind {
             "genesis" if lineno == 1 => schema::check_genesis(m)?,
-            _ if lineno == 1 => return Err(format!("the first record is `{kind}`, not genesis")),
+            _ if lineno == 1 => {
+                return Err(format!(
+                    "the first record is `{}`, not genesis",
+                    terminal_capped(kind, 64)
+                ));
+            }
             "genesis" => return Err("a second genesis record".into()),
             "gap" => {
                 self.lost = self.lost.saturating_add(schema::check_gap(m)?);
@@ -130,7 +152,7 @@ impl Chain {
             }
             "seal" => self.seal(lineno, m)?,
             k if schema::is_effect_kind(k) => schema::check_effect(m)?,
-            other => return Err(format!("unknown kind `{other}`")),
+            other => return Err(format!("unknown kind `{}`", terminal_capped(other, 64))),
         }
         if kind != "seal" {
             *self.counts.entry(kind.to_string()).or_insert(0) += 1;
@@ -249,7 +271,10 @@ fn count_difference(sealed: &BTreeMap<String, u64>, seen: &BTreeMap<String, u64>
         let a = sealed.get(k).copied().unwrap_or(0);
         let b = seen.get(k).copied().unwrap_or(0);
         if a != b {
-            return format!("`{k}`: seal says {a}, the log has {b}");
+            return format!(
+                "`{}`: seal says {a}, the log has {b}",
+                terminal_capped(k, 64)
+            );
         }
     }
     "a zero count is listed".to_string()

@@ -60,6 +60,8 @@ pub struct LogWriter {
     // Complete lines not yet written (only when batching is on).
     pending: Vec<u8>,
     batch_bytes: usize,
+    // The genesis's `run` object (run id and --label), when set.
+    run: Option<Value>,
 }
 
 impl LogWriter {
@@ -91,6 +93,7 @@ impl LogWriter {
             lost: 0,
             state: State::Empty,
             secrets: Secrets::default(),
+            run: None,
             redactions: 0,
             pending: Vec::new(),
             batch_bytes: 0,
@@ -101,6 +104,12 @@ impl LogWriter {
     /// injected credential values). Replaces (and zeroes) any earlier set.
     pub fn set_secrets(&mut self, secrets: Vec<Vec<u8>>) {
         self.secrets = Secrets::new(secrets);
+    }
+
+    /// Records the run id and the harness's `--label` in the genesis (as
+    /// `run: {"id", "label"}`), so a log can be tied to its tool call.
+    pub fn set_run(&mut self, id: &str, label: Option<&str>) {
+        self.run = Some(json!({ "id": id, "label": label }));
     }
 
     /// How many secret occurrences were redacted so far (should stay 0; a
@@ -220,6 +229,9 @@ impl LogWriter {
         m.insert("programs".into(), json!(g.programs));
         m.insert("started".into(), g.started_wall_ns.into());
         m.insert("mono_ns".into(), g.started_mono_ns.into());
+        if let Some(run) = self.run.take() {
+            m.insert("run".into(), run);
+        }
         self.redactions += self.secrets.redact_map(&mut m) as u64;
         // Hash the policy as written (after redaction) so the verifier can
         // recompute it from the line.
@@ -325,10 +337,24 @@ impl LogWriter {
     /// only after the cgroup is empty and the events are drained. Returns the
     /// hex hash of the seal line: printing it lets a reviewer pin the log.
     pub fn seal(&mut self, s: Seal) -> Result<String, LogError> {
+        self.seal_with_files(s, None)
+    }
+
+    /// [`Self::seal`] with the seal's `files` list (each
+    /// `{"path", "size", "sha256"}`, sorted by path): the regular files the
+    /// run created or modified in the writable roots.
+    pub fn seal_with_files(
+        &mut self,
+        s: Seal,
+        files: Option<Vec<Value>>,
+    ) -> Result<String, LogError> {
         if let Some(e) = self.state_error("seal") {
             return Err(e);
         }
         let mut m = Map::new();
+        if let Some(files) = files {
+            m.insert("files".into(), Value::Array(files));
+        }
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));

@@ -60,7 +60,14 @@ where
     let mut connection_done = false;
     loop {
         tokio::select! {
-            _ = &mut connection, if !connection_done => connection_done = true,
+            _ = &mut connection, if !connection_done => {
+                connection_done = true;
+                // The finished connection still holds the service and so a
+                // sender: without closing the channel `recv` would wait
+                // forever and this future (and its slot in the accept
+                // loop) would never be released. Queued tasks still arrive.
+                spawned.close();
+            }
             Some(task) = spawned.recv() => { tasks.spawn(task); }
             Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
             else => break,

@@ -15,6 +15,9 @@
 //! [`sniff`] as pure functions; this module and its siblings only apply
 //! them. See `docs/egress.md`.
 
+/// Only in builds for `cargo xtask bench proxy` (feature `bench`): a
+/// benchmark is no part of the sandbox.
+#[cfg(feature = "bench")]
 pub mod bench;
 mod explicit;
 pub(crate) mod http;

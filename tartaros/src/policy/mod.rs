@@ -4,6 +4,12 @@
 //! Everything here is pure (apart from looking at the filesystem to resolve
 //! paths) so that every refusal can be unit-tested.
 
+pub mod egress;
+pub mod scope;
+
+use egress::check_broker;
+pub use egress::{BrokerCapability, BrokerConfig, ProxySettings, normalize_domain};
+
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
 
@@ -11,6 +17,17 @@ use serde::{Deserialize, Serialize};
 
 /// A refusal of the policy; the CLI prints it as `tartaros: <message>` and
 /// exits 78.
+/// The explicit proxy inside the sandbox (`HTTP(S)_PROXY`).
+pub const PROXY_PORT: u16 = 3128;
+/// Where the eBPF connect programs send intercepted TCP connections.
+pub const TRANSPARENT_PORT: u16 = 3129;
+/// Ports no grant may take because a gateway holds them.
+pub const RESERVED_PORTS: &[u16] = &[PROXY_PORT, TRANSPARENT_PORT];
+
+/// The grace period between a forwarded SIGTERM (or `--timeout`) and the
+/// kill of the whole cgroup, unless `--kill-after` says otherwise.
+pub const DEFAULT_KILL_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("failed to read config {path}: {source}")]
@@ -37,6 +54,10 @@ pub enum ReadScope {
     All,
     /// Only the system directories, the writable roots and the read allows.
     Granted,
+    /// Nothing but what is named: the writable roots, the read allows (read
+    /// only) and the exec allows (read and execute), e.g. the store paths
+    /// of one tool's packages.
+    None,
 }
 
 impl std::str::FromStr for ReadScope {
@@ -45,8 +66,9 @@ impl std::str::FromStr for ReadScope {
         match s {
             "all" => Ok(Self::All),
             "granted" => Ok(Self::Granted),
+            "none" => Ok(Self::None),
             other => Err(format!(
-                "unknown read scope {other:?}; use \"all\" or \"granted\""
+                "unknown read scope {other:?}; use \"all\", \"granted\" or \"none\""
             )),
         }
     }
@@ -80,6 +102,7 @@ pub struct PolicyFields {
     pub harden_syscalls: Option<bool>,
     pub materialize_absent_handoff: Option<bool>,
     pub max_processes: Option<u64>,
+    #[serde(default, deserialize_with = "crate::config::size")]
     pub max_memory: Option<u64>,
     pub inherit_env: Option<bool>,
     #[serde(default)]
@@ -89,62 +112,12 @@ pub struct PolicyFields {
     pub glob_read_denies: Option<Vec<String>>,
     pub glob_denies: Option<Vec<String>>,
     pub allow_unix_socket_paths: Option<Vec<String>>,
-}
-
-/// One credential the broker injects (`[[broker.capability]]`).
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct BrokerCapability {
-    pub name: String,
-    pub upstream: String,
-    pub header: String,
-    /// Name of the launcher's environment variable holding the value; the
-    /// value itself never enters the policy.
-    pub value_env: String,
     #[serde(default)]
-    pub methods: Vec<String>,
+    pub exec_allows: Vec<String>,
     #[serde(default)]
-    pub path_prefix: Option<String>,
-}
-
-fn default_auth_header() -> String {
-    "X-Broker-Auth".to_string()
-}
-
-/// The `[broker]` table.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct BrokerConfig {
-    pub port: u16,
-    #[serde(default = "default_auth_header")]
-    pub auth_header: String,
+    pub tmpfs: Vec<String>,
     #[serde(default)]
-    pub allowed_hosts: Vec<String>,
-    #[serde(default)]
-    pub allow_internal: bool,
-    pub token_env: String,
-    #[serde(default, rename = "capability")]
-    pub capabilities: Vec<BrokerCapability>,
-    /// An extra CA certificate (PEM) to trust for upstreams, besides the
-    /// system roots: a private CA, or a test CA.
-    #[serde(default)]
-    pub ca_file: Option<PathBuf>,
-}
-
-/// The `[proxy]` table: how the egress proxy treats allowed domains.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct ProxySettings {
-    /// Allow upstreams in loopback, private, link-local and similar ranges
-    /// (refused by default: DNS rebinding). For internal mirrors and tests.
-    #[serde(default)]
-    pub allow_internal: bool,
-    /// Ports CONNECT may reach (default 443).
-    #[serde(default)]
-    pub connect_ports: Vec<u16>,
-    /// Ports plain HTTP may reach (default 80).
-    #[serde(default)]
-    pub http_ports: Vec<u16>,
+    pub binds: Vec<scope::BindField>,
 }
 
 /// A config file (`--config policy.toml`).
@@ -211,6 +184,14 @@ pub struct FlagPolicy {
     pub deny_unix: bool,
     pub strict: bool,
     pub user: Option<String>,
+    /// `--timeout`, in milliseconds.
+    pub timeout_ms: Option<u64>,
+    /// `--kill-after`, in milliseconds.
+    pub kill_after_ms: Option<u64>,
+    pub exec_allow: Vec<PathBuf>,
+    pub tmpfs: Vec<PathBuf>,
+    /// Read-only binds, (source, target).
+    pub bind: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The normalized policy: absolute, resolved paths, sorted and deduplicated
@@ -239,6 +220,17 @@ pub struct Policy {
     pub user: Option<String>,
     pub broker: Option<BrokerConfig>,
     pub proxy: ProxySettings,
+    /// Wall-clock bound on the run (`--timeout`); none by default.
+    pub timeout_ms: Option<u64>,
+    /// Grace period after a forwarded signal or the timeout before the
+    /// cgroup is killed (`--kill-after`); the build fills in the default.
+    pub kill_after_ms: Option<u64>,
+    /// Readable and executable under any read scope.
+    pub exec_allows: Vec<PathBuf>,
+    /// A fresh tmpfs the agent may write on each of these directories.
+    pub tmpfs: Vec<PathBuf>,
+    /// Read-only binds of a host path onto a path of the sandbox.
+    pub binds: Vec<scope::Bind>,
 }
 
 impl Policy {
@@ -254,6 +246,7 @@ impl Policy {
             .iter()
             .any(|root| path.starts_with(root))
             || (self.private_tmp && path.starts_with("/tmp"))
+            || self.tmpfs.iter().any(|t| path.starts_with(t))
     }
 }
 
@@ -290,22 +283,29 @@ pub fn build(
                         "config field {field} has the relative path {entry:?}; write it as an absolute path"
                     )))
                 } else {
+                    check_given(field, path, cwd)?;
                     Ok(resolve(path, cwd))
                 }
             })
             .collect()
     };
-    let resolve_flags =
-        |raw: &[PathBuf]| -> Vec<PathBuf> { raw.iter().map(|p| resolve(p, cwd)).collect() };
+    let resolve_flags = |flag: &str, raw: &[PathBuf]| -> Result<Vec<PathBuf>, PolicyError> {
+        raw.iter()
+            .map(|p| {
+                check_given(flag, p, cwd)?;
+                Ok(resolve(p, cwd))
+            })
+            .collect()
+    };
 
     let mut writable_roots = resolve_file("writable_roots", &fields.writable_roots)?;
-    writable_roots.extend(resolve_flags(&flags.write));
+    writable_roots.extend(resolve_flags("--write", &flags.write)?);
     let mut read_denies = resolve_file("read_denies", &fields.read_denies)?;
-    read_denies.extend(resolve_flags(&flags.read_deny));
+    read_denies.extend(resolve_flags("--read-deny", &flags.read_deny)?);
     let mut read_allows = resolve_file("read_allows", &fields.read_allows)?;
-    read_allows.extend(resolve_flags(&flags.read_allow));
+    read_allows.extend(resolve_flags("--read-allow", &flags.read_allow)?);
     let mut write_denies = resolve_file("write_denies", &fields.write_denies)?;
-    write_denies.extend(resolve_flags(&flags.write_deny));
+    write_denies.extend(resolve_flags("--write-deny", &flags.write_deny)?);
 
     let mut local_ports = fields.local_ports.clone();
     local_ports.extend(&flags.port);
@@ -332,6 +332,12 @@ pub fn build(
         ));
     }
 
+    if flags.timeout_ms == Some(0) {
+        return Err(invalid(
+            "--timeout 0 would kill the run before it starts; leave --timeout out for no time limit",
+        ));
+    }
+
     let mut env_passthrough = fields.env_passthrough.clone();
     env_passthrough.extend(flags.env.iter().cloned());
     for name in &env_passthrough {
@@ -343,6 +349,7 @@ pub fn build(
     if let Some(broker) = &file.broker {
         check_broker(broker, env_is_set)?;
     }
+    let scope = scope::build(&fields, &flags, cwd)?;
 
     let policy = Policy {
         writable_roots: sorted(writable_roots),
@@ -367,8 +374,18 @@ pub fn build(
         user: flags.user,
         broker: file.broker,
         proxy: file.proxy.unwrap_or_default(),
+        timeout_ms: flags.timeout_ms,
+        kill_after_ms: Some(
+            flags
+                .kill_after_ms
+                .unwrap_or(DEFAULT_KILL_AFTER.as_millis() as u64),
+        ),
+        exec_allows: scope.exec_allows,
+        tmpfs: scope.tmpfs,
+        binds: scope.binds,
     };
     check_paths(&policy)?;
+    scope::check(&policy)?;
     check_ports(&policy)?;
     Ok(policy)
 }
@@ -421,9 +438,15 @@ pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
     }
 }
 
+/// See [`crate::path_checks::check_given`]: globs anywhere, symlinks in
+/// roots and denies.
+fn check_given(label: &str, given: &Path, cwd: &Path) -> Result<(), PolicyError> {
+    crate::path_checks::check_given(label, given, cwd, &|p| resolve(p, cwd)).map_err(invalid)
+}
+
 /// Every gateway inside the sandbox needs a port of its own.
 fn check_ports(policy: &Policy) -> Result<(), PolicyError> {
-    let reserved = crate::egress::RESERVED_PORTS;
+    let reserved = RESERVED_PORTS;
     for port in &policy.local_ports {
         if reserved.contains(port) {
             return Err(invalid(format!(
@@ -473,204 +496,5 @@ fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
     Ok(())
 }
 
-/// Normalizes an allow-list entry: lower case, no trailing dot, `*.` only as
-/// a whole leading label, no IP literals, only hostname characters.
-pub fn normalize_domain(raw: &str) -> Result<String, PolicyError> {
-    let lowered = raw.trim().trim_end_matches('.').to_ascii_lowercase();
-    let bad = |why: &str| {
-        invalid(format!(
-            "--allow-domain {raw:?} is not a valid host pattern: {why}"
-        ))
-    };
-    let host = lowered.strip_prefix("*.").unwrap_or(&lowered);
-    if host.is_empty() {
-        return Err(bad("empty"));
-    }
-    if host.parse::<std::net::IpAddr>().is_ok() || host.starts_with('[') {
-        return Err(bad("IP literals are refused; name the domain"));
-    }
-    if host.len() > 253 {
-        return Err(bad("longer than 253 characters"));
-    }
-    for label in host.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && !label.starts_with('-')
-            && !label.ends_with('-')
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !ok {
-            return Err(bad(
-                "use letters, digits and '-' in dot-separated labels, with an optional leading '*.' (write IDNs in their xn-- form)",
-            ));
-        }
-    }
-    if !host.contains('.') && lowered.starts_with("*.") {
-        return Err(bad("a wildcard needs at least two labels after '*.'"));
-    }
-    Ok(lowered)
-}
-
-fn check_broker(
-    broker: &BrokerConfig,
-    env_is_set: &dyn Fn(&str) -> bool,
-) -> Result<(), PolicyError> {
-    if broker.port == 0 {
-        return Err(invalid("[broker] port 0 is not a port; use 1 to 65535"));
-    }
-    if let Some(ca) = &broker.ca_file
-        && !ca.is_absolute()
-    {
-        return Err(invalid(format!(
-            "[broker] ca_file {:?} is relative; write it as an absolute path",
-            ca.display().to_string()
-        )));
-    }
-    if !env_is_set(&broker.token_env) {
-        return Err(invalid(format!(
-            "[broker] token_env names the environment variable {}, which is not set; export it before running tartaros",
-            broker.token_env
-        )));
-    }
-    for capability in &broker.capabilities {
-        if !env_is_set(&capability.value_env) {
-            return Err(invalid(format!(
-                "[broker] capability {:?} names the environment variable {}, which is not set; export it before running tartaros",
-                capability.name, capability.value_env
-            )));
-        }
-        normalize_domain(&capability.upstream)?;
-    }
-    for host in &broker.allowed_hosts {
-        normalize_domain(host)?;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn build_flags(flags: FlagPolicy) -> Result<Policy, PolicyError> {
-        build(None, flags, Path::new("/tmp"), &|_| true)
-    }
-
-    #[test]
-    fn unknown_toml_key_is_named() {
-        let err = ConfigFile::parse(
-            Path::new("p.toml"),
-            "[policy]\nwritable_rots = [\"/tmp\"]\n",
-        )
-        .unwrap_err()
-        .to_string();
-        assert!(err.contains("writable_rots"), "{err}");
-        assert!(err.contains("line 2"), "{err}");
-    }
-
-    #[test]
-    fn malformed_toml_has_line_and_column() {
-        let err = ConfigFile::parse(Path::new("p.toml"), "[policy]\nisolate_pids = yes\n")
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("line 2, column"), "{err}");
-    }
-
-    #[test]
-    fn relative_paths_in_files_are_refused_and_flags_resolve() {
-        let file = ConfigFile::parse(
-            Path::new("p.toml"),
-            "[policy]\nwritable_roots = [\"src\"]\n",
-        )
-        .unwrap();
-        let err = build(
-            Some(file),
-            FlagPolicy::default(),
-            Path::new("/tmp"),
-            &|_| true,
-        )
-        .unwrap_err();
-        assert!(err.to_string().contains("relative path"));
-        assert_eq!(
-            resolve(Path::new("a/../b"), Path::new("/nonexistent-x")),
-            PathBuf::from("/nonexistent-x/b")
-        );
-    }
-
-    #[test]
-    fn lists_add_up_and_flag_scalars_win() {
-        let file = ConfigFile::parse(
-            Path::new("p.toml"),
-            "[policy]\nwritable_roots = [\"/tmp\"]\nmax_processes = 10\nread_scope = \"granted\"\n",
-        )
-        .unwrap();
-        let flags = FlagPolicy {
-            write: vec![PathBuf::from("/dev/shm")],
-            max_procs: Some(5),
-            ..Default::default()
-        };
-        let policy = build(Some(file), flags, Path::new("/"), &|_| true).unwrap();
-        assert_eq!(policy.writable_roots.len(), 2);
-        assert_eq!(policy.max_processes, Some(5));
-        assert_eq!(policy.read_scope, ReadScope::Granted);
-    }
-
-    #[test]
-    fn refusals() {
-        let missing = build_flags(FlagPolicy {
-            write: vec!["/nonexistent/tartaros".into()],
-            ..Default::default()
-        });
-        assert!(missing.unwrap_err().to_string().contains("does not exist"));
-        let zero = build_flags(FlagPolicy {
-            max_procs: Some(0),
-            ..Default::default()
-        });
-        assert!(zero.unwrap_err().to_string().contains("--max-procs"));
-        let port = build_flags(FlagPolicy {
-            port: vec![0],
-            ..Default::default()
-        });
-        assert!(port.unwrap_err().to_string().contains("--port"));
-        let both = build_flags(FlagPolicy {
-            write: vec!["/tmp".into()],
-            write_deny: vec!["/tmp".into()],
-            ..Default::default()
-        });
-        assert!(both.unwrap_err().to_string().contains("both"));
-        let glob =
-            ConfigFile::parse(Path::new("p"), "[policy]\nglob_denies = [\"*.env\"]\n").unwrap();
-        assert!(build(Some(glob), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
-        let unix = ConfigFile::parse(
-            Path::new("p"),
-            "[policy]\nallow_unix_socket_paths = [\"/x\"]\n",
-        )
-        .unwrap();
-        assert!(build(Some(unix), FlagPolicy::default(), Path::new("/"), &|_| true).is_err());
-    }
-
-    #[test]
-    fn broker_missing_variable_is_named_not_valued() {
-        let file = ConfigFile::parse(
-            Path::new("p"),
-            "[broker]\nport = 9000\ntoken_env = \"TOK\"\n[[broker.capability]]\nname = \"gh\"\nupstream = \"api.github.com\"\nheader = \"Authorization\"\nvalue_env = \"GH\"\n",
-        )
-        .unwrap();
-        let err = build(Some(file), FlagPolicy::default(), Path::new("/"), &|name| {
-            name == "TOK"
-        })
-        .unwrap_err();
-        assert!(err.to_string().contains("GH"), "{err}");
-    }
-
-    #[test]
-    fn domains_normalize() {
-        assert_eq!(normalize_domain("Crates.IO.").unwrap(), "crates.io");
-        assert_eq!(normalize_domain("*.npmjs.org").unwrap(), "*.npmjs.org");
-        assert!(normalize_domain("127.0.0.1").is_err());
-        assert!(normalize_domain("[::1]").is_err());
-        assert!(normalize_domain("a..b").is_err());
-        assert!(normalize_domain("ex ample.com").is_err());
-        assert!(normalize_domain("*.com").is_err());
-    }
-}
+mod tests;

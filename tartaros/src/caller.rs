@@ -1,0 +1,106 @@
+//! The caller of a run that `tartaros service` carries out (see
+//! service/): its identity, a fact of the worker process set once before
+//! the run starts, and its file access, which the run takes on for what it
+//! reads or creates on the caller's behalf (the config file, the log,
+//! placeholders). Outside a service worker there is no caller and these do
+//! nothing.
+
+use std::sync::OnceLock;
+
+/// At most this many supplementary groups are taken from the caller.
+pub const MAX_GROUPS: usize = 256;
+
+/// Who asked the service for the run, as the kernel says (never as the
+/// request says).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+static CALLER: OnceLock<Caller> = OnceLock::new();
+
+/// The caller of this process's run, if it is a service worker: a fact of
+/// the process, like its euid, set once before the run starts.
+pub fn caller() -> Option<&'static Caller> {
+    CALLER.get()
+}
+
+pub(crate) fn set(caller: Caller) {
+    let _ = CALLER.set(caller);
+}
+
+/// Runs `f` with the caller's file access on this thread (fsuid, fsgid and
+/// supplementary groups; the kernel keeps these per thread), then returns to
+/// root's. Outside a service worker it just runs `f`.
+pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
+    let Some(caller) = caller() else {
+        return f();
+    };
+    let mut saved = vec![0 as libc::gid_t; MAX_GROUPS];
+    // A change of fsuid clears the parent-death signal (prctl(2)); the
+    // worker must still die with the service, so it is set again after.
+    let mut death_signal: libc::c_int = 0;
+    let parent = nix::unistd::getppid();
+    // SAFETY: PR_GET_PDEATHSIG writes one int we own.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_PDEATHSIG,
+            &mut death_signal as *mut libc::c_int,
+        )
+    };
+    // SAFETY: raw syscalls on this thread's credentials with buffers we own
+    // (glibc's wrappers would change every thread's).
+    unsafe {
+        let n = libc::syscall(
+            libc::SYS_getgroups,
+            saved.len() as libc::c_int,
+            saved.as_mut_ptr(),
+        );
+        saved.truncate(usize::try_from(n).unwrap_or(0));
+        libc::syscall(
+            libc::SYS_setgroups,
+            caller.groups.len(),
+            caller.groups.as_ptr(),
+        );
+        libc::syscall(libc::SYS_setfsgid, caller.gid);
+        libc::syscall(libc::SYS_setfsuid, caller.uid);
+    }
+    let result = f();
+    // SAFETY: as above; back to root's file access.
+    unsafe {
+        libc::syscall(libc::SYS_setfsuid, 0);
+        libc::syscall(libc::SYS_setfsgid, 0);
+        libc::syscall(libc::SYS_setgroups, saved.len(), saved.as_ptr());
+        if death_signal != 0 {
+            libc::prctl(libc::PR_SET_PDEATHSIG, death_signal);
+            if nix::unistd::getppid() != parent {
+                libc::raise(death_signal);
+            }
+        }
+    }
+    result
+}
+
+/// Whether the service's caller may create entries in `dir` (true outside a
+/// service worker): the kernel's own check, with the caller's file access.
+pub fn may_create_in(dir: &std::path::Path) -> bool {
+    if caller().is_none() {
+        return true;
+    }
+    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+    else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path we own; AT_EACCESS checks with the
+    // current (here: the caller's) file access.
+    as_caller(|| unsafe {
+        libc::faccessat(
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS,
+        ) == 0
+    })
+}

@@ -1,0 +1,323 @@
+//! Deciding a run: a pure function of the request and the host facts (read
+//! once, before), returning everything the stages carry out, or a refusal.
+//! Nothing here creates, mounts or writes; the tests run without root.
+
+use std::path::{Path, PathBuf};
+
+use crate::cgroup::Limits;
+use crate::credentials::Identity;
+use crate::ebpf::AttachOptions;
+use crate::exit::{self, Refusal};
+use crate::guarantee::{Guarantee, Ledger};
+use crate::plan::{Plan, SeccompPlan};
+use crate::policy::Policy;
+use crate::probe::Host;
+
+/// What a path is, as far as the decisions need to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathKind {
+    Dir,
+    Socket,
+    Symlink,
+    /// A regular file, device or FIFO.
+    File,
+}
+
+/// One `stat` of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub kind: PathKind,
+    pub uid: u32,
+    pub gid: u32,
+    pub mode: u32,
+}
+
+/// The facts about the host's files and users the decisions read.
+pub trait Facts {
+    /// `stat` (`follow`) or `lstat` of `path`; `None` if it does not exist.
+    fn stat(&self, path: &Path, follow: bool) -> Option<Stat>;
+    /// The uid and gid of a user name or number.
+    fn user(&self, name: &str) -> Result<Identity, String>;
+}
+
+/// The real host.
+pub struct HostFiles;
+
+impl Facts for HostFiles {
+    fn stat(&self, path: &Path, follow: bool) -> Option<Stat> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let meta = if follow {
+            std::fs::metadata(path)
+        } else {
+            std::fs::symlink_metadata(path)
+        }
+        .ok()?;
+        let kind = match meta.file_type() {
+            t if t.is_dir() => PathKind::Dir,
+            t if t.is_socket() => PathKind::Socket,
+            t if t.is_symlink() => PathKind::Symlink,
+            _ => PathKind::File,
+        };
+        Some(Stat {
+            kind,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mode: meta.mode(),
+        })
+    }
+
+    fn user(&self, name: &str) -> Result<Identity, String> {
+        crate::credentials::lookup(name).map_err(|e| e.to_string())
+    }
+}
+
+/// What the run asks for, as the CLI read it.
+pub struct Request<'a> {
+    pub policy: &'a Policy,
+    pub argv: &'a [String],
+    pub cwd: &'a Path,
+    pub log: Option<&'a Path>,
+    pub log_buffer: u32,
+    pub launcher_env: &'a [(String, String)],
+    /// `--setenv NAME=VALUE` pairs.
+    pub setenv: &'a [(String, String)],
+    /// The agent gets its own pseudo-terminal.
+    pub pty: bool,
+}
+
+/// Facts read once from the host before deciding.
+pub struct HostFacts<'a> {
+    pub host: &'a Host,
+    /// Who runs tartaros (for the service: its caller).
+    pub current: Identity,
+    /// The service runs this for `current`, who may not choose another user.
+    pub on_behalf: bool,
+    /// The host's listening pathname sockets outside the roots, resolved
+    /// (`mounts::host_sockets`): hidden by the mount plan.
+    pub host_sockets: &'a [PathBuf],
+    pub files: &'a dyn Facts,
+}
+
+/// Everything decided for a run.
+#[derive(Debug)]
+pub struct RunPlan {
+    /// What the sandbox init does.
+    pub init: Plan,
+    pub ledger: Ledger,
+    /// Directories `--materialize` creates before the init starts,
+    /// outermost first (the stage shares those another run made).
+    pub materialize: Vec<PathBuf>,
+    /// The run's own cgroup and its limits; `None`: no cgroup of its own.
+    pub cgroup: Option<Limits>,
+    /// The eBPF programs to attach to that cgroup.
+    pub watch: Option<AttachOptions>,
+    /// The gateways (`--port`, proxy, broker), in the order of
+    /// `init.listeners`.
+    pub gateways: Vec<crate::egress::Gateway>,
+}
+
+/// Decides the whole run, or refuses it.
+pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> {
+    let policy = request.policy;
+    let host = facts.host;
+    let capture = request.log.is_some();
+    let mut ledger = crate::guarantee::requested(policy, host, capture)?;
+
+    // An ordinary user gets a user namespace in which the init is root,
+    // mapped to that user; the agent stays that user, without capabilities.
+    let user_namespace = !host.root;
+    if facts.on_behalf && policy.user.is_some() {
+        return Err(Refusal::new(
+            exit::REFUSED,
+            "--user is not available through the service: the agent runs as you; drop --user",
+        ));
+    }
+    let identity = match (&policy.user, user_namespace) {
+        (Some(_), true) => {
+            return Err(Refusal::new(
+                exit::REFUSED,
+                "--user needs tartaros to run as root; drop --user",
+            ));
+        }
+        (_, true) => Identity { uid: 0, gid: 0 },
+        (Some(name), false) => facts
+            .files
+            .user(name)
+            .map_err(|e| Refusal::new(exit::REFUSED, e))?,
+        (None, false) => {
+            let env = |name: &str| lookup_env(request.launcher_env, name);
+            crate::credentials::choose(None, facts.current, &env)
+                .map_err(|e| Refusal::new(exit::REFUSED, e))?
+        }
+    };
+    if !user_namespace {
+        for warning in unwritable_roots(policy, identity, facts.files) {
+            ledger.warn(warning);
+        }
+    }
+
+    let materialize = absent_denies(policy, facts.files, &mut ledger)?;
+
+    // The agent must not open, truncate, rename or delete the log, even
+    // when it lies inside a writable root: it is denied like a secret.
+    let mut mount_policy = policy.clone();
+    mount_policy
+        .read_denies
+        .extend(request.log.map(Path::to_path_buf));
+    // The stages create the log (a file) and the placeholders (directories)
+    // before the init applies the mounts.
+    let exists = |path: &Path| {
+        if materialize.iter().any(|p| p == path) {
+            return Some(true);
+        }
+        if request.log == Some(path) {
+            return Some(false);
+        }
+        facts
+            .files
+            .stat(path, true)
+            .map(|s| s.kind == PathKind::Dir)
+    };
+    let init = Plan {
+        argv: request.argv.to_vec(),
+        env: crate::environment::agent_env_with(policy, request.launcher_env, request.setenv),
+        cwd: request.cwd.to_path_buf(),
+        identity,
+        user_namespace,
+        mounts: crate::mounts::plan_hiding(&mount_policy, request.cwd, &exists, facts.host_sockets),
+        listeners: Vec::new(),
+        landlock: host
+            .landlock_abi
+            .filter(|_| ledger.installed(Guarantee::LandlockFilesystem))
+            .map(|abi| crate::landlock::plan(policy, abi)),
+        seccomp: ledger.installed(Guarantee::Seccomp).then_some(SeccompPlan {
+            strict: policy.harden_syscalls,
+            deny_unix: policy.deny_unix,
+        }),
+        strict: policy.strict,
+        pty: request.pty,
+        scope: crate::scope::ScopeMounts::of(policy, identity),
+        // The agent keeps the launcher's own ids (identity_map.rs).
+        map_user: user_namespace.then_some(facts.current),
+    };
+
+    let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {
+        max_procs: policy.max_processes,
+        max_memory: policy.max_memory,
+    });
+    let watch = watch_options(request, &mut ledger)?;
+    let gateways = if ledger.installed(Guarantee::Gateways) {
+        let transparent = watch.as_ref().is_some_and(|w| w.transparent_port.is_some());
+        crate::egress::plan(policy, transparent)
+    } else {
+        Vec::new()
+    };
+    let mut init = init;
+    init.listeners = gateways.iter().map(|g| g.listen).collect();
+    Ok(RunPlan {
+        init,
+        ledger,
+        materialize,
+        cgroup,
+        watch,
+        gateways,
+    })
+}
+
+fn lookup_env(env: &[(String, String)], name: &str) -> Option<String> {
+    env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+/// The eBPF programs to attach, if the connect filter is installed (it
+/// needs root and the run's own cgroup, so `None` means no cgroup or no
+/// eBPF at all).
+fn watch_options(request: &Request, ledger: &mut Ledger) -> Result<Option<AttachOptions>, Refusal> {
+    if !ledger.installed(Guarantee::ConnectFilter) {
+        return Ok(None);
+    }
+    let policy = request.policy;
+    let mut options = crate::kernel_watch::options(
+        policy,
+        ledger.installed(Guarantee::EbpfCapture),
+        request.log_buffer,
+    );
+    options.unix_policy &= ledger.installed(Guarantee::UnixSocketPolicy);
+    if options.unix_policy
+        && let Err(why) = crate::kernel_watch::unix_roots_fit(&options)
+    {
+        ledger.lose(Guarantee::UnixSocketPolicy, why)?;
+        options.unix_policy = false;
+    }
+    if !ledger.installed(Guarantee::TransparentInterception) {
+        options.transparent_port = None;
+    }
+    Ok(Some(options))
+}
+
+/// The absent denied paths the agent could create, as directories to make
+/// (`--materialize`, with their missing parents, outermost first). Without
+/// `--materialize` such a deny cannot hold: refused under `--strict`,
+/// degraded otherwise.
+fn absent_denies(
+    policy: &Policy,
+    files: &dyn Facts,
+    ledger: &mut Ledger,
+) -> Result<Vec<PathBuf>, Refusal> {
+    let mut create: Vec<PathBuf> = Vec::new();
+    let absent = policy
+        .read_denies
+        .iter()
+        .chain(&policy.write_denies)
+        .filter(|p| files.stat(p, false).is_none() && policy.is_writable(p));
+    for path in absent {
+        if !policy.materialize_absent_handoff {
+            ledger.lose(
+                Guarantee::DenyMounts,
+                format!(
+                    "denied path {} does not exist, so the agent could create it; create it first or pass --materialize",
+                    path.display()
+                ),
+            )?;
+            continue;
+        }
+        let mut missing: Vec<PathBuf> = path
+            .ancestors()
+            .take_while(|a| files.stat(a, false).is_none())
+            .map(Path::to_path_buf)
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            if !create.contains(&dir) {
+                create.push(dir);
+            }
+        }
+    }
+    Ok(create)
+}
+
+/// Warnings for writable roots the agent's user cannot write.
+fn unwritable_roots(policy: &Policy, identity: Identity, files: &dyn Facts) -> Vec<String> {
+    policy
+        .writable_roots
+        .iter()
+        .filter_map(|root| {
+            let stat = files.stat(root, true)?;
+            let writable = identity.uid == 0
+                || (stat.uid == identity.uid && stat.mode & 0o200 != 0)
+                || (stat.gid == identity.gid && stat.mode & 0o020 != 0)
+                || stat.mode & 0o002 != 0;
+            (!writable).then(|| {
+                format!(
+                    "the agent runs as uid {} and cannot write {} (owner uid {}); chown it, or choose the user with --user",
+                    identity.uid,
+                    root.display(),
+                    stat.uid
+                )
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[path = "decide_tests.rs"]
+mod tests;

@@ -1,0 +1,359 @@
+use std::collections::HashMap;
+
+use super::*;
+use crate::mounts::MountOp;
+
+/// A host made of a few paths and users.
+#[derive(Default)]
+struct FakeFiles {
+    paths: HashMap<PathBuf, Stat>,
+    users: HashMap<String, Identity>,
+}
+
+impl FakeFiles {
+    fn with(mut self, path: &str, kind: PathKind, uid: u32, mode: u32) -> Self {
+        self.paths.insert(
+            PathBuf::from(path),
+            Stat {
+                kind,
+                uid,
+                gid: uid,
+                mode,
+            },
+        );
+        self
+    }
+}
+
+impl Facts for FakeFiles {
+    fn stat(&self, path: &Path, _follow: bool) -> Option<Stat> {
+        self.paths.get(path).copied()
+    }
+    fn user(&self, name: &str) -> Result<Identity, String> {
+        self.users
+            .get(name)
+            .copied()
+            .ok_or_else(|| format!("no user {name}"))
+    }
+}
+
+fn root_host() -> Host {
+    Host {
+        root: true,
+        seccomp: true,
+        user_namespaces: true,
+        cgroup_v2: Some("/sys/fs/cgroup".into()),
+        cgroup_v2_writable: true,
+        cgroup_kill: true,
+        landlock_abi: Some(7),
+        kernel: "6.18.0".into(),
+        controllers: vec![("pids".into(), false), ("memory".into(), false)],
+    }
+}
+
+fn project() -> FakeFiles {
+    FakeFiles::default()
+        .with("/", PathKind::Dir, 0, 0o755)
+        .with("/w", PathKind::Dir, 1000, 0o755)
+        .with("/w/.env", PathKind::File, 1000, 0o600)
+}
+
+fn policy() -> Policy {
+    Policy {
+        writable_roots: vec!["/w".into()],
+        ..Policy::default()
+    }
+}
+
+fn decide_with(
+    policy: &Policy,
+    host: &Host,
+    files: &FakeFiles,
+    log: Option<&Path>,
+    env: &[(String, String)],
+) -> Result<RunPlan, Refusal> {
+    let argv = vec!["true".to_string()];
+    let request = Request {
+        policy,
+        argv: &argv,
+        cwd: Path::new("/w"),
+        log,
+        log_buffer: 1 << 20,
+        launcher_env: env,
+        setenv: &[],
+        pty: false,
+    };
+    let facts = HostFacts {
+        host,
+        current: Identity { uid: 0, gid: 0 },
+        on_behalf: false,
+        host_sockets: &[],
+        files,
+    };
+    decide(&request, &facts)
+}
+
+#[test]
+fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
+    let sudo = [
+        ("SUDO_UID".to_string(), "1000".to_string()),
+        ("SUDO_GID".to_string(), "1000".to_string()),
+    ];
+    let plan = decide_with(&policy(), &root_host(), &project(), None, &sudo).unwrap();
+    assert_eq!(
+        plan.init.identity,
+        Identity {
+            uid: 1000,
+            gid: 1000
+        }
+    );
+    assert!(!plan.init.user_namespace);
+    assert!(plan.cgroup.is_some());
+    let watch = plan.watch.expect("root attaches the unix socket policy");
+    assert!(watch.unix_policy && !watch.capture && watch.transparent_port.is_none());
+    assert!(plan.gateways.is_empty());
+    assert!(plan.init.listeners.is_empty());
+    assert!(plan.init.landlock.is_some());
+    assert!(plan.init.seccomp.is_some());
+    assert!(plan.materialize.is_empty());
+}
+
+#[test]
+fn the_log_is_hidden_as_a_file_and_capture_is_attached() {
+    let log = Path::new("/w/effects.jsonl");
+    let plan = decide_with(&policy(), &root_host(), &project(), Some(log), &[]).unwrap();
+    assert!(
+        plan.init
+            .mounts
+            .contains(&MountOp::DenyReadFile(log.to_path_buf()))
+    );
+    let watch = plan.watch.expect("capture attaches eBPF");
+    assert!(watch.capture);
+    assert!(watch.unix_policy);
+    assert_eq!(watch.transparent_port, None);
+}
+
+#[test]
+fn an_ordinary_user_gets_a_user_namespace_and_degrades() {
+    let host = Host {
+        root: false,
+        cgroup_v2_writable: false,
+        ..root_host()
+    };
+    let log = Path::new("/w/effects.jsonl");
+    let mut plan = decide_with(&policy(), &host, &project(), Some(log), &[]).unwrap();
+    assert!(plan.init.user_namespace);
+    assert_eq!(plan.init.identity, Identity { uid: 0, gid: 0 });
+    assert!(plan.cgroup.is_none());
+    assert!(plan.watch.is_none());
+    assert!(
+        plan.ledger
+            .names(false)
+            .contains(&"ebpf-capture".to_string())
+    );
+    assert!(!plan.ledger.take_warnings().is_empty());
+}
+
+#[test]
+fn user_without_root_is_refused() {
+    let host = Host {
+        root: false,
+        ..root_host()
+    };
+    let policy = Policy {
+        user: Some("alice".into()),
+        ..policy()
+    };
+    let refusal = decide_with(&policy, &host, &project(), None, &[]).unwrap_err();
+    assert_eq!(refusal.code, exit::REFUSED);
+    assert!(
+        refusal
+            .message
+            .contains("--user needs tartaros to run as root")
+    );
+}
+
+#[test]
+fn an_unknown_user_is_refused() {
+    let policy = Policy {
+        user: Some("nobody-here".into()),
+        ..policy()
+    };
+    let refusal = decide_with(&policy, &root_host(), &project(), None, &[]).unwrap_err();
+    assert!(refusal.message.contains("nobody-here"));
+}
+
+#[test]
+fn absent_denies_are_materialized_with_their_parents() {
+    let policy = Policy {
+        write_denies: vec!["/w/.git/hooks".into()],
+        materialize_absent_handoff: true,
+        ..policy()
+    };
+    let plan = decide_with(&policy, &root_host(), &project(), None, &[]).unwrap();
+    assert_eq!(
+        plan.materialize,
+        vec![PathBuf::from("/w/.git"), PathBuf::from("/w/.git/hooks")]
+    );
+    assert!(
+        plan.init
+            .mounts
+            .contains(&MountOp::DenyWrite("/w/.git/hooks".into()))
+    );
+}
+
+#[test]
+fn an_absent_deny_without_materialize_degrades_or_refuses() {
+    let lenient = Policy {
+        read_denies: vec!["/w/secret".into()],
+        ..policy()
+    };
+    let mut plan = decide_with(&lenient, &root_host(), &project(), None, &[]).unwrap();
+    assert!(plan.materialize.is_empty());
+    assert_eq!(plan.ledger.names(false), vec!["deny-mounts"]);
+    assert!(
+        plan.ledger
+            .take_warnings()
+            .iter()
+            .any(|w| w.starts_with("deny-mounts not installed: ")
+                && w.contains("pass --materialize"))
+    );
+    let strict = Policy {
+        strict: true,
+        ..lenient
+    };
+    let refusal = decide_with(&strict, &root_host(), &project(), None, &[]).unwrap_err();
+    assert!(refusal.message.contains("does not exist"));
+}
+
+#[test]
+fn an_unwritable_root_is_warned_about() {
+    let files = project().with("/w", PathKind::Dir, 0, 0o755);
+    let mut plan = decide_with(&policy(), &root_host(), &files, None, &[]).unwrap();
+    let warnings = plan.ledger.take_warnings();
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].contains("cannot write /w"));
+}
+
+#[test]
+fn allowed_domains_open_gateways_and_interception() {
+    let policy = Policy {
+        allow_domains: vec!["crates.io".into()],
+        ..policy()
+    };
+    let plan = decide_with(&policy, &root_host(), &project(), None, &[]).unwrap();
+    let kinds: Vec<_> = plan.gateways.iter().map(|g| g.kind).collect();
+    use crate::egress::GatewayKind;
+    assert_eq!(
+        kinds,
+        [
+            GatewayKind::Proxy,
+            GatewayKind::Proxy,
+            GatewayKind::Transparent
+        ]
+    );
+    assert_eq!(plan.init.listeners.len(), 3);
+    let watch = plan.watch.unwrap();
+    assert!(!watch.capture);
+    assert!(watch.transparent_port.is_some());
+}
+
+#[test]
+fn too_many_unix_roots_degrade_the_unix_policy() {
+    let mut files = project();
+    let roots: Vec<PathBuf> = (0..9).map(|i| PathBuf::from(format!("/r{i}"))).collect();
+    for root in &roots {
+        files = files.with(root.to_str().unwrap(), PathKind::Dir, 0, 0o777);
+    }
+    let policy = Policy {
+        writable_roots: roots,
+        ..Policy::default()
+    };
+    let plan = decide_with(
+        &policy,
+        &root_host(),
+        &files,
+        Some(Path::new("/r0/log")),
+        &[],
+    )
+    .unwrap();
+    assert!(!plan.watch.unwrap().unix_policy);
+    assert_eq!(plan.ledger.names(false), vec!["unix-socket-policy"]);
+}
+
+#[test]
+fn an_ordinary_user_gets_the_gateways_without_interception() {
+    let host = Host {
+        root: false,
+        cgroup_v2_writable: false,
+        ..root_host()
+    };
+    let policy = Policy {
+        allow_domains: vec!["crates.io".into()],
+        local_ports: vec![8080],
+        ..policy()
+    };
+    let plan = decide_with(&policy, &host, &project(), None, &[]).unwrap();
+    use crate::egress::GatewayKind;
+    let kinds: Vec<_> = plan.gateways.iter().map(|g| g.kind).collect();
+    assert!(kinds.contains(&GatewayKind::Proxy));
+    assert!(!kinds.contains(&GatewayKind::Transparent));
+    assert_eq!(plan.init.listeners.len(), 4);
+    assert!(plan.ledger.installed(Guarantee::Gateways));
+    assert_eq!(
+        plan.ledger.names(false),
+        vec![
+            "cgroup",
+            "unix-socket-policy",
+            "connect-filter",
+            "transparent-interception"
+        ]
+    );
+    assert!(
+        plan.init
+            .env
+            .iter()
+            .any(|(k, v)| k == "HTTPS_PROXY" && v == "http://127.0.0.1:3128")
+    );
+}
+
+#[test]
+fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
+    let argv = vec!["true".to_string()];
+    let files = project();
+    let caller = Identity {
+        uid: 1000,
+        gid: 1000,
+    };
+    let facts = HostFacts {
+        host: &root_host(),
+        current: caller,
+        on_behalf: true,
+        host_sockets: &[],
+        files: &files,
+    };
+    let request = |policy| Request {
+        policy,
+        argv: &argv,
+        cwd: Path::new("/w"),
+        log: None,
+        log_buffer: 1 << 20,
+        launcher_env: &[],
+        setenv: &[],
+        pty: false,
+    };
+    let plain = policy();
+    let plan = decide(&request(&plain), &facts).unwrap();
+    assert_eq!(plan.init.identity, caller);
+    assert!(!plan.init.user_namespace);
+    let with_user = Policy {
+        user: Some("root".into()),
+        ..policy()
+    };
+    let refusal = decide(&request(&with_user), &facts).unwrap_err();
+    assert!(
+        refusal
+            .message
+            .contains("not available through the service")
+    );
+}

@@ -1,0 +1,130 @@
+//! The sandbox's private /dev: a small tmpfs with the host's harmless
+//! device nodes bound in (null, zero, full, random, urandom, tty), a devpts
+//! instance of its own (no host terminal is reachable by name: the agent
+//! keeps only the stdio it was given), a private /dev/shm, and the usual
+//! symlinks. Built by the init, as root in its mount namespace, after the
+//! fresh /proc.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MsFlags, mount};
+
+use crate::mount_tree;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DevfsError {
+    #[error("failed to {what} {path}: {source}")]
+    Mount {
+        what: &'static str,
+        path: PathBuf,
+        source: nix::Error,
+    },
+}
+
+/// Host device nodes the agent may use; nothing else of the host's /dev.
+pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
+
+const LINKS: &[(&str, &str)] = &[
+    ("ptmx", "pts/ptmx"),
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
+
+fn failed<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> DevfsError + 'a {
+    move |source| DevfsError::Mount {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn io_failed<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> DevfsError + 'a {
+    move |e| DevfsError::Mount {
+        what,
+        path: path.to_path_buf(),
+        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+    }
+}
+
+/// Replaces /dev. `mount_points` are directories under /dev that later
+/// steps mount on (a writable root such as /dev/shm/work): they are made
+/// here, before the tmpfs turns read-only.
+pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
+    let dev = Path::new("/dev");
+    // Copies of the host's nodes, taken before the tmpfs hides them.
+    let mut nodes: Vec<(&str, OwnedFd)> = Vec::new();
+    for name in DEVICES {
+        let host = dev.join(name);
+        // A host without the node (a minimal container) gives none.
+        let Ok(fd) = mount_tree::open_no_symlinks(&host) else {
+            continue;
+        };
+        let copy = mount_tree::clone_tree(&fd, false).map_err(failed("copy the device", &host))?;
+        // Writes to a device node pass a read-only mount; its inode's
+        // mode, owner and times do not.
+        mount_tree::set_flags(
+            &copy,
+            mount_tree::READ_ONLY | mount_tree::NO_SUID | mount_tree::NO_EXEC,
+            0,
+            false,
+        )
+        .map_err(failed("make read-only the device", &host))?;
+        nodes.push((name, copy));
+    }
+
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k,nr_inodes=64"),
+    )
+    .map_err(failed("mount a private tmpfs on", dev))?;
+    for (name, copy) in nodes {
+        let path = dev.join(name);
+        std::fs::File::create(&path).map_err(io_failed("create the device node", &path))?;
+        let onto = mount_tree::open_no_symlinks(&path).map_err(failed("open", &path))?;
+        mount_tree::attach(&copy, &onto).map_err(failed("bind the device", &path))?;
+    }
+
+    let pts = dev.join("pts");
+    std::fs::create_dir(&pts).map_err(io_failed("create", &pts))?;
+    // A new devpts instance: its ptys are the sandbox's own, and the
+    // host's /dev/pts/N do not exist here.
+    mount(
+        Some("devpts"),
+        pts.as_path(),
+        Some("devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .map_err(failed("mount a private devpts on", &pts))?;
+    let shm = dev.join("shm");
+    std::fs::create_dir(&shm).map_err(io_failed("create", &shm))?;
+    mount(
+        Some("tmpfs"),
+        shm.as_path(),
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777"),
+    )
+    .map_err(failed("mount a private tmpfs on", &shm))?;
+    for (name, target) in LINKS {
+        let path = dev.join(name);
+        std::os::unix::fs::symlink(target, &path).map_err(io_failed("create the link", &path))?;
+    }
+    for point in mount_points.iter().filter(|p| p.starts_with(dev)) {
+        std::fs::create_dir_all(point).map_err(io_failed("create the mount point", point))?;
+    }
+    // Nothing may be added to or changed in /dev itself (shm and pts stay
+    // writable: they are mounts of their own).
+    let root = mount_tree::open_no_symlinks(dev).map_err(failed("open", dev))?;
+    mount_tree::set_flags(&root, mount_tree::READ_ONLY, 0, false)
+        .map_err(failed("make read-only", dev))
+}

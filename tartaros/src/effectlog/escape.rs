@@ -1,0 +1,172 @@
+//! Every string a reader prints comes from a log, and most of a log comes
+//! from the agent (paths, argv, host names). These two functions are the only
+//! way such a string reaches a reviewer's terminal or an HTML page.
+//!
+//! [`terminal`] makes a string inert and unambiguous on a terminal: control
+//! characters (C0, DEL, C1, so ESC and CSI too), bidi overrides and other
+//! invisible formatting characters are written as Rust-style escapes
+//! (`\u{1b}`, `\n`), and a backslash as `\\`, so an escape can never be
+//! mistaken for the characters it stands for. [`html`] is the same text with
+//! `& < > " '` as entities, safe in element content and in quoted
+//! attributes.
+
+use std::fmt::Write as _;
+
+/// `s` made safe and unambiguous for a terminal, cut after `max_chars`
+/// characters of input with a visible `…[+N bytes]` marker (bounded output
+/// even for a 10 MB path).
+pub fn terminal_capped(s: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(s.len().min(max_chars.saturating_mul(2)));
+    for (taken, (at, c)) in s.char_indices().enumerate() {
+        if taken == max_chars {
+            let _ = write!(out, "…[+{} bytes]", s.len() - at);
+            return out;
+        }
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// `s` made safe and unambiguous for a terminal, uncut.
+pub fn terminal(s: &str) -> String {
+    terminal_capped(s, usize::MAX)
+}
+
+/// `s` as HTML text: [`terminal_capped`]'s escapes (so invisible and bidi
+/// characters show on the page too), then the five HTML specials as
+/// entities.
+pub fn html_capped(s: &str, max_chars: usize) -> String {
+    entities(&terminal_capped(s, max_chars))
+}
+
+/// The HTML specials of text that [`terminal`] already escaped (escaping
+/// it again would double its backslashes).
+pub(crate) fn entities(safe: &str) -> String {
+    let mut out = String::with_capacity(safe.len() + 16);
+    for c in safe.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`html_capped`] without a cap.
+pub fn html(s: &str) -> String {
+    html_capped(s, usize::MAX)
+}
+
+/// Raw bytes (a line that is not UTF-8): valid runs as [`terminal`],
+/// each invalid byte as `\x{..}`.
+pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
+    let mut out = String::new();
+    let mut chars = 0usize;
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if chars == max_chars {
+                out.push('…');
+                return out;
+            }
+            push_escaped(&mut out, c);
+            chars += 1;
+        }
+        for b in chunk.invalid() {
+            if chars == max_chars {
+                out.push('…');
+                return out;
+            }
+            let _ = write!(out, "\\x{{{b:02x}}}");
+            chars += 1;
+        }
+    }
+    out
+}
+
+/// Characters that change how the rest of a line looks without being
+/// visible themselves: bidi marks and overrides (Trojan Source), zero-width
+/// characters, line and paragraph separators, interlinear annotation, the
+/// byte-order mark and tag characters.
+pub(crate) fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00ad}'
+        | '\u{061c}'
+        | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{206f}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}'
+        | '\u{e0000}'..='\u{e007f}')
+}
+
+/// Appends `c`, escaped as [`terminal`] does.
+pub(crate) fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\\' => out.push_str("\\\\"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if c.is_control() || is_invisible(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_bidi_and_backslashes_become_visible_escapes() {
+        assert_eq!(
+            terminal("/w/\u{1b}[2J\u{202e}x\n\\"),
+            r"/w/\u{1b}[2J\u{202e}x\n\\"
+        );
+        assert_eq!(
+            terminal("\u{9b}31m\u{7f}\u{200b}\u{2028}"),
+            r"\u{9b}31m\u{7f}\u{200b}\u{2028}"
+        );
+        assert_eq!(terminal("naïve 日本 ok"), "naïve 日本 ok");
+    }
+
+    #[test]
+    fn output_is_cut_visibly() {
+        let long = "a".repeat(10_000);
+        let cut = terminal_capped(&long, 8);
+        assert_eq!(cut, "aaaaaaaa…[+9992 bytes]");
+        assert_eq!(terminal_capped("abc", 3), "abc");
+    }
+
+    #[test]
+    fn html_escapes_specials_after_controls() {
+        assert_eq!(
+            html("<script>alert('x')</script>&\"\u{1b}"),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&quot;\\u{1b}"
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_bytes_are_shown_as_hex() {
+        assert_eq!(terminal_bytes(b"a\xff\x1bb", 100), r"a\x{ff}\u{1b}b");
+        assert_eq!(terminal_bytes(b"abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn no_escaped_output_holds_a_control_or_invisible_char() {
+        for cp in (0u32..0x3000).chain(0xe0000..0xe0080).chain(0xfeff..0xfffc) {
+            if let Some(c) = char::from_u32(cp) {
+                let s = terminal(&c.to_string());
+                assert!(
+                    s.chars().all(|o| !o.is_control() && !is_invisible(o)),
+                    "{cp:x} -> {s:?}"
+                );
+            }
+        }
+    }
+}

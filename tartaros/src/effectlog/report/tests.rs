@@ -1,0 +1,83 @@
+use serde_json::json;
+use sha2::Digest;
+
+use super::*;
+use crate::effectlog::testutil::{effect, genesis};
+use crate::effectlog::{ExitStatus, Genesis, LogWriter, Seal};
+
+#[test]
+fn the_page_is_self_contained_and_escapes_every_log_string() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&log).unwrap();
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        ..genesis()
+    })
+    .unwrap();
+    let evil = "/w/<script>alert(1)</script>\"'&\u{1b}[31m";
+    w.effect(
+        "create",
+        effect(5, 1, 1, json!({"path": evil, "flags": 0o301}), None),
+    )
+    .unwrap();
+    w.effect(
+        "open",
+        effect(
+            5,
+            1,
+            2,
+            json!({"path": "/etc/shadow", "flags": 0}),
+            Some(13),
+        ),
+    )
+    .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    drop(w);
+    let html_path = dir.path().join("r.html");
+    assert_eq!(report(&log, &html_path).unwrap(), 0);
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(!html.contains("<script>alert"), "unescaped log text");
+    assert!(html.contains("&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#39;&amp;\\u{1b}[31m"));
+    assert_eq!(
+        html.matches("<script>").count(),
+        1,
+        "only the report's own script"
+    );
+    assert!(!html.contains("http://") && !html.contains("https://") && !html.contains(" src="));
+    assert!(html.contains("default-src 'none'; style-src 'sha256-"));
+    assert!(!html.contains("unsafe-inline") && !html.contains(" style=\""));
+    assert!(html.contains("data-outcome=\"refused\""));
+    assert!(html.contains("class=\"verdict ok\""));
+}
+
+#[test]
+fn the_report_never_overwrites_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&log).unwrap();
+    w.genesis(genesis()).unwrap();
+    drop(w);
+    let before = std::fs::read(&log).unwrap();
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink(&log, &link).unwrap();
+    for out in [&log, &link] {
+        assert!(matches!(
+            report(&log, out),
+            Err(ReportError::SameFile { .. })
+        ));
+    }
+    assert_eq!(std::fs::read(&log).unwrap(), before);
+}
+
+#[test]
+fn the_policy_pins_the_pages_own_style_and_script() {
+    use base64::Engine as _;
+    let want = base64::engine::general_purpose::STANDARD.encode(sha2::Sha256::digest(SCRIPT));
+    assert_eq!(csp_hash(SCRIPT), want);
+    assert_eq!(csp_hash("").len(), 44);
+}

@@ -1,0 +1,472 @@
+//! `tartaros log summary`: what a reviewer asks first, from one streamed
+//! pass over the log. Can the log be trusted (the verify verdict)? What did
+//! the run change (files with their final size and SHA-256 from the seal)?
+//! Where did it connect (destinations, allowed and refused, bytes)? What
+//! did it try that the sandbox refused (by mechanism, with the process, its
+//! command line and ancestry)? Every table is bounded; what did not fit is
+//! counted.
+
+mod files;
+mod print;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+pub use print::summary_text;
+
+use super::show::lines::{Line, Lines};
+use super::show::names::{self, Mechanism, Outcome};
+use super::show::policy::PolicyView;
+use super::show::render::{self, text};
+use super::show::tree::{SANDBOX_INIT, Tree};
+use super::{LogError, Verdict, verify_file};
+use files::Files;
+
+/// Distinct entries kept per table; more are counted in `*_more`.
+const MAX_DESTINATIONS: usize = 10_000;
+const MAX_REFUSALS: usize = 10_000;
+const MAX_STRING: usize = 1024;
+const ANCESTORS: usize = 4;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// `log verify`'s exit code and line.
+    pub verify_code: u8,
+    pub verify: String,
+    pub run: Run,
+    /// Whether the seal lists the changed files with their hashes.
+    pub seal_has_files: bool,
+    /// Changed files, sorted by path.
+    pub files: Vec<FileChange>,
+    pub files_more: u64,
+    pub destinations: Vec<Destination>,
+    pub destinations_more: u64,
+    pub refusals: Vec<Refusal>,
+    pub refusals_more: u64,
+    /// Ordinary failures (not refusals) by errno name.
+    pub failures: BTreeMap<String, u64>,
+    pub processes: Processes,
+    /// Records of each kind, as read.
+    pub counts: BTreeMap<String, u64>,
+    /// Lines that are not readable records.
+    pub unreadable_lines: u64,
+    /// Sum of the gap records' counts.
+    pub lost: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Run {
+    pub version: Option<String>,
+    pub kernel: Option<String>,
+    pub installed: Vec<String>,
+    pub degraded: Vec<String>,
+    pub writable_roots: Vec<String>,
+    pub exit: Option<String>,
+    pub duration_ms: Option<u64>,
+    pub cgroup_empty: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FileChange {
+    pub path: String,
+    /// `created` (`O_EXCL`, mkdir, symlink, link), `written` (opened with
+    /// `O_CREAT` but not `O_EXCL`: created or changed, the record cannot
+    /// tell), `modified`, `deleted`, `renamed` or `seal-only` (in the seal's
+    /// list, with no record of the change).
+    pub change: &'static str,
+    /// What was done, in order: `create`, `append`, `overwrite`, `write`,
+    /// `truncate`, `chmod 0755`, `chown`, `mkdir`, `symlink`, `link`,
+    /// `delete`, `rename` (deduplicated).
+    pub actions: Vec<String>,
+    pub renamed_from: Option<String>,
+    pub size: Option<u64>,
+    pub sha256: Option<String>,
+    /// Why the seal has no hash for it (e.g. `too large`).
+    pub skipped: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Destination {
+    /// `connect`, `sendto`, `proxy`, `broker` or `relay` (`--port`).
+    pub via: String,
+    pub dest: String,
+    pub allowed: u64,
+    pub refused: u64,
+    pub failed: u64,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Refusal {
+    pub mechanism: &'static str,
+    pub kind: String,
+    pub target: String,
+    /// Errno name, or null for a proxy / broker refusal.
+    pub errno: Option<String>,
+    /// For a filesystem refusal: the policy rule that explains it, or that
+    /// none does (then the EACCES came from file permissions).
+    pub why: Option<String>,
+    pub count: u64,
+    pub pid: Option<u64>,
+    /// The process's command line (its latest exec before the refusal).
+    pub command: Option<String>,
+    /// Parents, nearest first: `pid command`.
+    pub ancestry: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Processes {
+    pub processes: u64,
+    pub execs: u64,
+    pub max_depth: u64,
+    /// Programs run, most frequent first (at most 10).
+    pub programs: Vec<(String, u64)>,
+    /// The first process's command line.
+    pub first: Option<String>,
+}
+
+/// Reads and summarizes the log at `path`.
+pub fn summarize(path: &Path) -> Result<Summary, LogError> {
+    let verdict = verify_file(path);
+    let read_err = |source| LogError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut lines = Lines::new(BufReader::new(File::open(path).map_err(read_err)?));
+    let mut c = Collector::new(verdict);
+    while let Some(line) = lines.next_line().map_err(read_err)? {
+        match line {
+            Line::Record(rec) => c.add(&rec),
+            Line::Unreadable(_) => c.unreadable += 1,
+        }
+    }
+    Ok(c.finish())
+}
+
+/// The summary as one JSON object (for `--json`).
+pub fn summary_json(s: &Summary) -> String {
+    serde_json::to_string_pretty(s).unwrap_or_else(|_| "{}".to_string())
+}
+
+type RefusalKey = (Mechanism, String, String, Option<String>, Option<u64>);
+
+struct Collector {
+    verdict: Verdict,
+    run: Run,
+    genesis_mono: Option<u64>,
+    policy: Option<PolicyView>,
+    tree: Tree,
+    files: Files,
+    seal_files: Option<Vec<Value>>,
+    dests: HashMap<(String, String), Destination>,
+    dests_more: u64,
+    refusals: HashMap<RefusalKey, Refusal>,
+    refusal_order: Vec<RefusalKey>,
+    refusals_more: u64,
+    failures: BTreeMap<String, u64>,
+    programs: HashMap<String, u64>,
+    execs: u64,
+    counts: BTreeMap<String, u64>,
+    unreadable: u64,
+    lost: u64,
+}
+
+fn s_of(v: Option<&Value>) -> Option<String> {
+    v.and_then(Value::as_str).map(|s| text(s, MAX_STRING))
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(|s| text(s, MAX_STRING))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Collector {
+    fn new(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            run: Run::default(),
+            genesis_mono: None,
+            policy: None,
+            tree: Tree::default(),
+            files: Files::default(),
+            seal_files: None,
+            dests: HashMap::new(),
+            dests_more: 0,
+            refusals: HashMap::new(),
+            refusal_order: Vec::new(),
+            refusals_more: 0,
+            failures: BTreeMap::new(),
+            programs: HashMap::new(),
+            execs: 0,
+            counts: BTreeMap::new(),
+            unreadable: 0,
+            lost: 0,
+        }
+    }
+
+    fn add(&mut self, rec: &Map<String, Value>) {
+        let kind = rec.get("kind").and_then(Value::as_str).unwrap_or("?");
+        if self.counts.len() < 256 || self.counts.contains_key(kind) {
+            *self.counts.entry(text(kind, 64)).or_insert(0) += 1;
+        }
+        let target = rec.get("target").and_then(Value::as_object);
+        match kind {
+            "genesis" => self.genesis(rec),
+            "seal" => self.seal(rec),
+            "gap" => {
+                let n = rec.get("count").and_then(Value::as_u64).unwrap_or(0);
+                self.lost = self.lost.saturating_add(n);
+            }
+            _ => {}
+        }
+        let node = self.tree.add(rec);
+        if kind == "exec" && rec.get("decision").and_then(Value::as_str) == Some("allowed") {
+            self.execs += 1;
+            let init = target
+                .and_then(|t| t.get("argv"))
+                .and_then(|a| a.get(1))
+                .and_then(Value::as_str)
+                == Some(crate::init::INIT_ARG);
+            if let Some(p) = target.and_then(|t| t.get("path")).and_then(Value::as_str)
+                && !init
+                && (self.programs.len() < 10_000 || self.programs.contains_key(p))
+            {
+                *self.programs.entry(text(p, 256)).or_insert(0) += 1;
+            }
+        }
+        let Some(t) = target else {
+            return;
+        };
+        let outcome = names::outcome(rec);
+        if outcome == Outcome::Allowed {
+            self.files.effect(kind, t);
+        }
+        self.destination(kind, t, outcome);
+        match outcome {
+            Outcome::Refused(m) => self.refusal(m, kind, rec, t, node),
+            Outcome::Failed => {
+                let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
+                *self.failures.entry(names::errno(errno)).or_insert(0) += 1;
+            }
+            Outcome::Allowed => {}
+        }
+    }
+
+    fn genesis(&mut self, rec: &Map<String, Value>) {
+        self.run.version = s_of(rec.get("version"));
+        self.run.kernel = s_of(rec.get("kernel"));
+        let g = rec.get("guarantees");
+        self.run.installed = strings(g.and_then(|g| g.get("installed")));
+        self.run.degraded = strings(g.and_then(|g| g.get("degraded")));
+        self.run.writable_roots = strings(rec.get("policy").and_then(|p| p.get("writable_roots")));
+        self.genesis_mono = rec.get("mono_ns").and_then(Value::as_u64);
+        self.policy = PolicyView::from_genesis(rec);
+    }
+
+    fn seal(&mut self, rec: &Map<String, Value>) {
+        self.run.exit = rec.get("exit_status").map(render::exit_text);
+        self.run.cgroup_empty = rec.get("cgroup_empty").and_then(Value::as_bool);
+        if let (Some(end), Some(start)) = (
+            rec.get("mono_ns").and_then(Value::as_u64),
+            self.genesis_mono,
+        ) {
+            self.run.duration_ms = Some(end.saturating_sub(start) / 1_000_000);
+        }
+        self.seal_files = rec.get("files").and_then(Value::as_array).cloned();
+    }
+
+    fn destination(&mut self, kind: &str, t: &Map<String, Value>, outcome: Outcome) {
+        let str_of = |k: &str| t.get(k).and_then(Value::as_str);
+        let num = |k: &str| t.get(k).and_then(Value::as_u64);
+        let (via, dest) = match kind {
+            "connect" | "sendto" | "sendmmsg" => {
+                if let Some(d) = str_of("dest") {
+                    ("relay".to_string(), d.to_string())
+                } else if t.get("socket").is_some() {
+                    return;
+                } else {
+                    let port = num("port").map(|p| format!(":{p}")).unwrap_or_default();
+                    match (str_of("family"), str_of("addr"), str_of("path")) {
+                        (Some("inet6"), Some(a), _) => (kind.to_string(), format!("[{a}]{port}")),
+                        (_, Some(a), _) => (kind.to_string(), format!("{a}{port}")),
+                        (_, None, Some(p)) => (kind.to_string(), format!("unix:{p}")),
+                        _ => (kind.to_string(), "?".to_string()),
+                    }
+                }
+            }
+            "proxy" => {
+                let port = num("port").map(|p| format!(":{p}")).unwrap_or_default();
+                (
+                    "proxy".to_string(),
+                    format!("{}{port}", str_of("host").unwrap_or("?")),
+                )
+            }
+            "broker" => {
+                let host = str_of("host").or(str_of("capability")).unwrap_or("?");
+                ("broker".to_string(), host.to_string())
+            }
+            _ => return,
+        };
+        let key = (via, text(&dest, 256));
+        if !self.dests.contains_key(&key) {
+            if self.dests.len() >= MAX_DESTINATIONS {
+                self.dests_more += 1;
+                return;
+            }
+            self.dests.insert(
+                key.clone(),
+                Destination {
+                    via: key.0.clone(),
+                    dest: key.1.clone(),
+                    allowed: 0,
+                    refused: 0,
+                    failed: 0,
+                    bytes_up: 0,
+                    bytes_down: 0,
+                },
+            );
+        }
+        if let Some(d) = self.dests.get_mut(&key) {
+            match outcome {
+                Outcome::Allowed => d.allowed += 1,
+                Outcome::Refused(_) => d.refused += 1,
+                Outcome::Failed => d.failed += 1,
+            }
+            d.bytes_up = d.bytes_up.saturating_add(num("bytes_up").unwrap_or(0));
+            d.bytes_down = d.bytes_down.saturating_add(num("bytes_down").unwrap_or(0));
+        }
+    }
+
+    fn refusal(
+        &mut self,
+        m: Mechanism,
+        kind: &str,
+        rec: &Map<String, Value>,
+        t: &Map<String, Value>,
+        node: Option<usize>,
+    ) {
+        let errno = rec.get("errno").and_then(Value::as_u64).filter(|&e| e != 0);
+        let errno = errno.map(names::errno);
+        // Records of the proxy and broker may not know the pid (0).
+        let pid = rec.get("pid").and_then(Value::as_u64).filter(|&p| p != 0);
+        let shown = render::kind_label(rec);
+        let target = text(&render::render_target(kind, &Value::Object(t.clone())), 512);
+        let key = (m, shown.clone(), target.clone(), errno.clone(), pid);
+        if let Some(r) = self.refusals.get_mut(&key) {
+            r.count += 1;
+            return;
+        }
+        if self.refusals.len() >= MAX_REFUSALS {
+            self.refusals_more += 1;
+            return;
+        }
+        let nodes = self.tree.nodes();
+        let command = node.and_then(|i| nodes[i].program.clone());
+        let mut ancestry = Vec::new();
+        let mut up = node.and_then(|i| nodes[i].parent);
+        while let Some(p) = up {
+            if ancestry.len() == ANCESTORS {
+                ancestry.push("…".to_string());
+                break;
+            }
+            let cmd = nodes[p].program.as_deref().unwrap_or("(no exec)");
+            ancestry.push(format!("{} {cmd}", nodes[p].pid));
+            up = nodes[p].parent;
+        }
+        let why = match (m, &self.policy) {
+            (Mechanism::Filesystem, Some(p)) => {
+                let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
+                Some(p.reason(kind, t, errno))
+            }
+            _ => None,
+        };
+        self.refusal_order.push(key.clone());
+        self.refusals.insert(
+            key,
+            Refusal {
+                mechanism: m.as_str(),
+                kind: shown,
+                target,
+                errno,
+                why,
+                count: 1,
+                pid,
+                command,
+                ancestry,
+            },
+        );
+    }
+
+    fn finish(mut self) -> Summary {
+        let seal_has_files = self.seal_files.is_some();
+        let (files, files_more) = self
+            .files
+            .finish(self.seal_files.take().unwrap_or_default());
+        let mut destinations: Vec<Destination> = self.dests.into_values().collect();
+        destinations.sort_by(|a, b| {
+            (b.refused, b.allowed + b.failed, &a.dest).cmp(&(
+                a.refused,
+                a.allowed + a.failed,
+                &b.dest,
+            ))
+        });
+        let mut refusals: Vec<Refusal> = Vec::new();
+        for key in &self.refusal_order {
+            if let Some(r) = self.refusals.remove(key) {
+                refusals.push(r);
+            }
+        }
+        refusals.sort_by_key(|r| {
+            Mechanism::ALL
+                .iter()
+                .position(|m| m.as_str() == r.mechanism)
+        });
+        let mut programs: Vec<(String, u64)> = self.programs.into_iter().collect();
+        programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        programs.truncate(10);
+        let nodes = self.tree.nodes();
+        let processes = Processes {
+            processes: nodes.len() as u64,
+            execs: self.execs,
+            max_depth: self.tree.depths().into_iter().max().unwrap_or(0) as u64,
+            programs,
+            first: nodes
+                .iter()
+                .filter_map(|n| n.program.as_deref())
+                .find(|p| *p != SANDBOX_INIT)
+                .map(str::to_string),
+        };
+        Summary {
+            verify_code: self.verdict.code,
+            verify: self.verdict.message,
+            run: self.run,
+            seal_has_files,
+            files,
+            files_more,
+            destinations,
+            destinations_more: self.dests_more,
+            refusals,
+            refusals_more: self.refusals_more,
+            failures: self.failures,
+            processes,
+            counts: self.counts,
+            unreadable_lines: self.unreadable,
+            lost: self.lost,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

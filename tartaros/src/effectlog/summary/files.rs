@@ -1,0 +1,213 @@
+//! Which files a run changed, from the file effect records, joined at the
+//! end with the seal's list of final sizes and hashes.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use serde_json::{Map, Value};
+
+use super::{FileChange, MAX_STRING};
+use crate::effectlog::show::names;
+use crate::effectlog::show::render::text;
+
+/// Distinct paths tracked; more are counted.
+const MAX_FILES: usize = 100_000;
+
+#[derive(Default)]
+struct FileState {
+    created: bool,
+    /// Opened with `O_CREAT` but not `O_EXCL`: new or existing, the
+    /// record cannot tell.
+    maybe_created: bool,
+    deleted: bool,
+    actions: Vec<String>,
+    renamed_from: Option<String>,
+}
+
+/// Paths whose "changes" are not changes to the tree (`> /dev/null`).
+fn is_pseudo(path: &str) -> bool {
+    ["/dev/", "/proc/", "/sys/"]
+        .iter()
+        .any(|p| path.starts_with(p))
+        || path == "/dev/null"
+}
+
+#[derive(Default)]
+pub(super) struct Files {
+    files: HashMap<String, FileState>,
+    pub(super) more: u64,
+}
+
+impl Files {
+    fn file(&mut self, path: &str) -> Option<&mut FileState> {
+        if is_pseudo(path) {
+            return None;
+        }
+        if !self.files.contains_key(path) {
+            if self.files.len() >= MAX_FILES {
+                self.more += 1;
+                return None;
+            }
+            self.files.insert(path.to_string(), FileState::default());
+        }
+        self.files.get_mut(path)
+    }
+
+    pub(super) fn effect(&mut self, kind: &str, t: &Map<String, Value>) {
+        let path = t.get("path").and_then(Value::as_str);
+        let flags = t.get("flags").and_then(Value::as_u64);
+        let (action, creates, deletes) = match kind {
+            "open" | "create" => match names::open_action(kind, flags) {
+                "read" | "open" => return,
+                "create" => ("create".to_string(), true, false),
+                a => (a.to_string(), false, false),
+            },
+            "write" | "truncate" | "chown" | "setxattr" | "removexattr" | "xattr" | "utimes"
+            | "setflags" => (kind.to_string(), false, false),
+            "chmod" => match t.get("mode").and_then(Value::as_u64) {
+                Some(m) => (format!("chmod {}", names::mode(m)), false, false),
+                None => ("chmod".to_string(), false, false),
+            },
+            "mkdir" | "symlink" | "mknod" => (kind.to_string(), true, false),
+            "unlink" | "rmdir" => ("delete".to_string(), false, true),
+            "rename" | "link" => return self.moved(kind, t),
+            _ => return,
+        };
+        let Some(path) = path else {
+            return;
+        };
+        let Some(f) = self.file(path) else {
+            return;
+        };
+        if creates {
+            f.created = true;
+            f.deleted = false;
+        }
+        if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
+            f.maybe_created = true;
+        }
+        if deletes {
+            f.deleted = true;
+        } else if !creates && f.deleted {
+            // Written again after a delete: it exists again.
+            f.deleted = false;
+            f.created = true;
+        }
+        if !f.actions.contains(&action) && f.actions.len() < 16 {
+            f.actions.push(action);
+        }
+    }
+
+    /// A rename carries the source's history to the destination (the
+    /// write-then-rename of editors and git keeps one entry); a link
+    /// creates the destination.
+    fn moved(&mut self, kind: &str, t: &Map<String, Value>) {
+        let (Some(from), Some(to)) = (
+            t.get("from").and_then(Value::as_str),
+            t.get("to").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        let old = if kind == "rename" {
+            self.files.remove(from)
+        } else {
+            None
+        };
+        let Some(f) = self.file(to) else {
+            return;
+        };
+        f.deleted = false;
+        if kind == "link" {
+            f.created = true;
+            if !f.actions.iter().any(|a| a == "link") {
+                f.actions.push("link".to_string());
+            }
+            return;
+        }
+        match old {
+            Some(old) if old.created => {
+                f.created = true;
+                for a in old.actions {
+                    if !f.actions.contains(&a) {
+                        f.actions.push(a);
+                    }
+                }
+            }
+            Some(old) => {
+                f.renamed_from = old.renamed_from.or_else(|| Some(from.to_string()));
+                f.actions = old.actions;
+            }
+            None => f.renamed_from = Some(from.to_string()),
+        }
+        if !f.actions.iter().any(|a| a == "rename") {
+            f.actions.push("rename".to_string());
+        }
+    }
+
+    /// The changes sorted by path, with the seal's sizes and hashes, and
+    /// the count of paths that did not fit.
+    pub(super) fn finish(mut self, seal_files: Vec<Value>) -> (Vec<FileChange>, u64) {
+        let mut sealed: BTreeMap<String, Sealed> = BTreeMap::new();
+        for f in seal_files {
+            if let Some(path) = f.get("path").and_then(Value::as_str) {
+                let s = |k: &str| f.get(k).and_then(Value::as_str).map(|h| text(h, 128));
+                let entry = Sealed {
+                    size: f.get("size").and_then(Value::as_u64),
+                    sha256: s("sha256"),
+                    skipped: s("skipped"),
+                };
+                sealed.insert(path.to_string(), entry);
+            }
+        }
+        let mut files: Vec<FileChange> = Vec::new();
+        let mut seen = BTreeSet::new();
+        let mut entries: Vec<(String, FileState)> = self.files.drain().collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        for (path, f) in entries {
+            let change = if f.deleted {
+                "deleted"
+            } else if f.created {
+                "created"
+            } else if f.renamed_from.is_some() {
+                "renamed"
+            } else if f.maybe_created {
+                "written"
+            } else {
+                "modified"
+            };
+            let s = sealed.get(&path).cloned().unwrap_or_default();
+            seen.insert(path.clone());
+            files.push(FileChange {
+                path: text(&path, MAX_STRING),
+                change,
+                actions: f.actions,
+                renamed_from: f.renamed_from.map(|p| text(&p, MAX_STRING)),
+                size: s.size,
+                sha256: s.sha256,
+                skipped: s.skipped,
+            });
+        }
+        for (path, s) in sealed {
+            if !seen.contains(&path) && files.len() < MAX_FILES {
+                files.push(FileChange {
+                    path: text(&path, MAX_STRING),
+                    change: "seal-only",
+                    actions: Vec::new(),
+                    renamed_from: None,
+                    size: s.size,
+                    sha256: s.sha256,
+                    skipped: s.skipped,
+                });
+            }
+        }
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        (files, self.more)
+    }
+}
+
+/// What the seal says of one file.
+#[derive(Clone, Default)]
+struct Sealed {
+    size: Option<u64>,
+    sha256: Option<String>,
+    skipped: Option<String>,
+}

@@ -1,0 +1,255 @@
+//! Starting the sandbox and waiting for it: the init is cloned straight
+//! into the run's cgroup and namespaces, gets its id map (user namespace),
+//! the gateways and its plan, and is waited for while signals are
+//! forwarded.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
+
+use crate::cgroup::RunCgroup;
+use crate::decide::RunPlan;
+use crate::exit::{self, Refusal};
+use crate::plan::Report;
+use crate::policy::Policy;
+
+/// How the agent ended.
+#[derive(Debug, Clone, Copy)]
+pub struct AgentEnd {
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    /// `--timeout` fired: the run exits [`crate::stop::TIMEOUT_EXIT`].
+    pub timed_out: bool,
+}
+
+/// Tasks that end with the run.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// What the start needs besides the plan: the gateways' parts, the
+/// signals taken at the start of the run, the status channel, the pty.
+pub struct Extras<'a> {
+    pub broker: Option<&'a crate::egress::BrokerSetup>,
+    pub original_dst: Option<crate::proxy::OriginalDst>,
+    pub signals: crate::stop::Signals,
+    pub announce: &'a crate::harness::Announce,
+    pub pty: Option<crate::pty::Channel>,
+}
+
+/// Starts the init (straight into `cgroup` and new namespaces), gives it
+/// its identity mapping and the gateways, sends it the plan, relays the
+/// pty, forwards signals until it exits, and reads how the agent ended.
+pub async fn start_and_wait(
+    cgroup: Option<&RunCgroup>,
+    run: &RunPlan,
+    policy: &Policy,
+    extras: Extras<'_>,
+    effects: &crate::events::EffectSender,
+) -> Result<(AgentEnd, Option<crate::pty::Relay>), Refusal> {
+    let Extras {
+        broker,
+        original_dst,
+        signals,
+        announce,
+        mut pty,
+    } = extras;
+    let start_failed = |what: &str, e: &dyn std::fmt::Display| {
+        Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
+    };
+    let (plan_read, plan_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the plan pipe", &e))?;
+    let (report_read, report_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the report pipe", &e))?;
+    let (gate_read, gate_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| start_failed("create the start gate", &e))?;
+    // The init makes the gateways' listeners in its network namespace and
+    // passes them back on this socket.
+    let (gateway_read, gateway_write) = nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::SeqPacket,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| start_failed("create the gateway socket", &e))?;
+    let gated = run.init.user_namespace;
+    let namespaces = crate::spawn::Namespaces {
+        network: true,
+        user: run.init.user_namespace,
+    };
+    let init = crate::spawn::spawn_init(
+        "/proc/self/exe",
+        &["tartaros-init", crate::init::INIT_ARG],
+        cgroup.map(RunCgroup::fd),
+        namespaces,
+        crate::spawn::InitFds {
+            plan: &plan_read,
+            report: &report_write,
+            gateway: &gateway_write,
+            gate: gated.then_some(&gate_read),
+            pty: pty.as_ref().map(|p| &p.theirs),
+        },
+    )
+    .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    // Only the init may hold its end: EOF then means it is gone.
+    let pty = pty.take().map(|p| p.ours);
+    let pty = pty.as_ref();
+    drop(plan_read);
+    drop(report_write);
+    drop(gateway_write);
+    // Read as they come, so `started` goes out while the agent runs.
+    let reports = crate::harness::read_reports(report_read, announce.clone(), init.pid);
+    // The init waits for its plan before it forks, so joining the v1 limit
+    // cgroups now covers every process of the agent.
+    let joined = match cgroup {
+        Some(cgroup) => cgroup.join_v1(init.pid).map_err(|e| e.to_string()),
+        None => Ok(()),
+    };
+    let mapped = if run.init.user_namespace {
+        crate::spawn::map_root_to(
+            init.pid,
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+        .map_err(|e| e.to_string())
+    } else {
+        Ok(())
+    };
+    let mapped = mapped.and_then(|()| {
+        if gated {
+            nix::unistd::write(&gate_write, b"g")
+                .map(drop)
+                .map_err(|e| format!("failed to open the start gate: {e}"))
+        } else {
+            Ok(())
+        }
+    });
+    drop(gate_write);
+    drop(gate_read);
+    let sent = joined.and(mapped).and_then(|()| {
+        let mut plan_pipe = std::fs::File::from(plan_write);
+        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
+    });
+    let gateways = match sent {
+        Ok(()) => serve_gateways(&gateway_read, run, policy, broker, original_dst, effects).await,
+        Err(e) => Err(e),
+    };
+    drop(gateway_read);
+    let gateways = match gateways {
+        Ok(gateways) => gateways,
+        Err(e) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(init.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = wait_exit(&init.pidfd).await;
+            // The init's own report says best why it failed (a port it
+            // could not bind, say).
+            let failed = reports
+                .join()
+                .unwrap_or_default()
+                .into_iter()
+                .find_map(|r| match r {
+                    Report::Failed { code, message } => Some(Refusal::new(code, message)),
+                    _ => None,
+                });
+            return Err(failed.unwrap_or(Refusal::new(exit::START_FAILURE, e)));
+        }
+    };
+    // Dropped when the run ends: the gateways close with it.
+    let _gateways = AbortOnDrop(gateways);
+    // The init opens the pty after its mounts and sends the master; a
+    // failure there is reported by the init itself.
+    let relay = crate::harness::start_relay(pty).unwrap_or_else(|e| {
+        crate::tt_warn!("{e}");
+        None
+    });
+
+    let ended = crate::stop::supervise(
+        init.pid,
+        &init.pidfd,
+        cgroup.map(RunCgroup::path),
+        crate::stop::StopPolicy::of(policy),
+        signals,
+        effects,
+    )
+    .await;
+    let reports = reports.join().unwrap_or_default();
+    for report in &reports {
+        match report {
+            Report::Failed { code, message } => return Err(Refusal::new(*code, message)),
+            Report::Exited { code, signal } => {
+                return Ok((
+                    AgentEnd {
+                        code: *code,
+                        signal: *signal,
+                        timed_out: ended.timed_out,
+                    },
+                    relay,
+                ));
+            }
+            Report::Started => {}
+        }
+    }
+    let init_status = ended.status;
+    if ended.killed.is_some() {
+        // We killed the init with the rest: the agent died of SIGKILL.
+        return Ok((
+            AgentEnd {
+                code: None,
+                signal: Some(libc::SIGKILL),
+                timed_out: ended.timed_out,
+            },
+            relay,
+        ));
+    }
+    Err(Refusal::new(
+        exit::START_FAILURE,
+        format!("the sandbox init ended without a report ({init_status})"),
+    ))
+}
+
+/// Receives the gateways' listeners from the init and serves them.
+async fn serve_gateways(
+    channel: &OwnedFd,
+    run: &RunPlan,
+    policy: &Policy,
+    broker: Option<&crate::egress::BrokerSetup>,
+    original_dst: Option<crate::proxy::OriginalDst>,
+    effects: &crate::events::EffectSender,
+) -> Result<Vec<tokio::task::JoinHandle<()>>, String> {
+    if run.gateways.is_empty() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: the socket stays open and unchanged while this AsyncFd lives.
+    let registered =
+        unsafe { AsyncFd::register_with_interest(channel.as_fd(), tokio::io::Interest::READABLE) };
+    if let Ok(fd) = registered
+        && let Ok(mut guard) = fd.readable().await
+    {
+        guard.clear_ready();
+    }
+    let listeners = crate::network::receive_listeners(channel.as_raw_fd(), run.gateways.len())
+        .map_err(|e| e.to_string())?;
+    crate::egress::serve(
+        &run.gateways,
+        listeners,
+        policy,
+        broker,
+        original_dst,
+        effects,
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// Waits until the init behind `pidfd` exits, reaps it, and describes its
+/// status (see [`crate::stop::wait_exit`]).
+async fn wait_exit(pidfd: &OwnedFd) -> String {
+    crate::stop::wait_exit(pidfd).await
+}

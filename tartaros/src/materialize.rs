@@ -1,0 +1,387 @@
+//! `--materialize`: an absent denied path inside a writable root is created
+//! as an empty directory (one placeholder kind serves files like `.env` and
+//! directories like `.git/hooks`: nothing can be created at or under it), so
+//! the deny has something to hold on to; placeholders still empty at the
+//! end are removed, so the tree is handed back as it was.
+//!
+//! Runs can share a tree. Removing a directory that another mount namespace
+//! has a mount on detaches that mount, so the first run to finish would
+//! lift a later run's deny. Every placeholder therefore has a marker file in
+//! a registry outside the tree (`/run/tartaros/placeholders` for root, the
+//! user's runtime directory otherwise) that each run using it holds a
+//! shared `flock` on for its whole life, materialized by it or not; only a
+//! run (or janitor) that can take the exclusive lock removes it. A global
+//! registry lock orders creation against removal. Locks die with their
+//! process, so a crashed run never blocks removal for good: the next run
+//! that uses the path adopts the marker and removes it at its end.
+//!
+//! Placeholders are owned by the agent's user, so its ordinary tools can
+//! create what they need around a denied path (`git init` beside a
+//! write-denied `.git/hooks`).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::credentials::Identity;
+use crate::policy::Policy;
+
+#[derive(Debug, thiserror::Error)]
+pub enum MaterializeError {
+    #[error("failed to materialize {path}: {source}")]
+    Create {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to use the placeholder registry {path}: {why}")]
+    Registry { path: PathBuf, why: String },
+}
+
+impl MaterializeError {
+    /// The exit status: 78 where the caller of the service may not create
+    /// the placeholder, 125 for our own failure.
+    pub fn code(&self) -> i32 {
+        match self {
+            Self::Create { source, .. }
+                if source.kind() == std::io::ErrorKind::PermissionDenied =>
+            {
+                crate::exit::REFUSED
+            }
+            _ => crate::exit::START_FAILURE,
+        }
+    }
+}
+
+/// The registry directory for a launcher with effective uid `uid`: root's
+/// is under /run; an ordinary user's under `$XDG_RUNTIME_DIR`, else /tmp.
+pub fn registry_dir(uid: u32, runtime_dir: Option<&str>) -> PathBuf {
+    if uid == 0 {
+        return PathBuf::from("/run/tartaros/placeholders");
+    }
+    match runtime_dir.filter(|d| d.starts_with('/')) {
+        Some(dir) => Path::new(dir).join("tartaros/placeholders"),
+        None => PathBuf::from(format!("/tmp/tartaros-{uid}/placeholders")),
+    }
+}
+
+fn this_registry() -> PathBuf {
+    let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
+    registry_dir(nix::unistd::geteuid().as_raw(), runtime.as_deref())
+}
+
+/// The marker's file name for a placeholder path: its SHA-256, so any path
+/// fits a file name.
+pub fn marker_name(path: &Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(path.as_os_str().as_bytes());
+    let mut name: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    name.push_str(".placeholder");
+    name
+}
+
+/// Marker contents: the directories the placeholder's creator made,
+/// outermost first, one hex-encoded path per line.
+pub fn encode_created(created: &[PathBuf]) -> String {
+    created
+        .iter()
+        .map(|p| {
+            let mut line: String = p
+                .as_os_str()
+                .as_bytes()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            line.push('\n');
+            line
+        })
+        .collect()
+}
+
+pub fn decode_created(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter_map(|line| {
+            let bytes: Option<Vec<u8>> = (0..line.len())
+                .step_by(2)
+                .map(|i| {
+                    line.get(i..i + 2)
+                        .and_then(|h| u8::from_str_radix(h, 16).ok())
+                })
+                .collect();
+            bytes.map(|b| PathBuf::from(std::ffi::OsStr::from_bytes(&b)))
+        })
+        .collect()
+}
+
+/// The registry, locked for the caller while it lives.
+struct Registry {
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl Registry {
+    fn open(dir: &Path) -> Result<Self, MaterializeError> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        let broken = |why: String| MaterializeError::Registry {
+            path: dir.to_path_buf(),
+            why,
+        };
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| broken(e.to_string()))?;
+        // Another user must not be able to plant or remove our markers.
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| broken(e.to_string()))?;
+        if !meta.is_dir()
+            || meta.uid() != nix::unistd::geteuid().as_raw()
+            || meta.mode() & 0o022 != 0
+        {
+            return Err(broken(
+                "it is not a directory that only this user can write; remove it".into(),
+            ));
+        }
+        let lock = File::create(dir.join("registry.lock")).map_err(|e| broken(e.to_string()))?;
+        flock(&lock, libc::LOCK_EX).map_err(|e| broken(e.to_string()))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    fn marker(&self, path: &Path) -> PathBuf {
+        self.dir.join(marker_name(path))
+    }
+}
+
+fn flock(file: &File, how: libc::c_int) -> std::io::Result<()> {
+    // SAFETY: flock on a descriptor we own only changes its lock.
+    if unsafe { libc::flock(file.as_raw_fd(), how) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// One placeholder this run uses, with the shared lock that says so.
+struct Held {
+    path: PathBuf,
+    marker: File,
+}
+
+/// The placeholders this run uses; [`Placeholders::release`] removes those
+/// no other run uses any more.
+#[derive(Default)]
+pub struct Placeholders {
+    held: Vec<Held>,
+    registry: Option<PathBuf>,
+}
+
+impl Placeholders {
+    /// The placeholder paths, for the janitor.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.held.iter().map(|h| h.path.clone()).collect()
+    }
+
+    /// Gives up this run's use of each placeholder, removing those no other
+    /// live run holds and that are still empty. Idempotent.
+    pub fn release(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        let Some(dir) = self.registry.take() else {
+            return;
+        };
+        if held.is_empty() {
+            return;
+        }
+        let Ok(registry) = Registry::open(&dir) else {
+            return;
+        };
+        for Held { path, marker } in held {
+            // Fails while another run holds it shared: it removes it later.
+            if flock(&marker, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+                remove(&registry, &path);
+            }
+        }
+    }
+}
+
+impl Drop for Placeholders {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Removes the directories the marker lists (if still empty) and the
+/// marker. The caller holds the registry lock and the marker's exclusive
+/// lock.
+fn remove(registry: &Registry, path: &Path) {
+    let marker = registry.marker(path);
+    let created = std::fs::read_to_string(&marker)
+        .map(|text| decode_created(&text))
+        .unwrap_or_default();
+    for dir in created.iter().rev() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    let _ = std::fs::remove_file(&marker);
+}
+
+/// The janitor's cleanup after a supervisor that died: removes each
+/// placeholder no live run holds.
+pub fn cleanup_placeholders(paths: &[PathBuf]) {
+    if paths.is_empty() {
+        return;
+    }
+    let Ok(registry) = Registry::open(&this_registry()) else {
+        return;
+    };
+    for path in paths {
+        let Ok(marker) = File::open(registry.marker(path)) else {
+            continue;
+        };
+        if flock(&marker, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            remove(&registry, path);
+        }
+    }
+}
+
+/// Materializes the policy's absent denies inside the writable roots, owned
+/// by `owner` (the agent, when we run as root), and takes this run's share
+/// of every placeholder its denies use, also those another run made.
+/// Without `--materialize` an absent deny is left alone (the planner
+/// refused or degraded the run).
+pub fn materialize(
+    policy: &Policy,
+    owner: Option<Identity>,
+) -> Result<Placeholders, MaterializeError> {
+    let mut denies: Vec<&PathBuf> = policy
+        .read_denies
+        .iter()
+        .chain(&policy.write_denies)
+        .filter(|p| policy.is_writable(p))
+        .collect();
+    denies.sort();
+    denies.dedup();
+    let mut placeholders = Placeholders::default();
+    if denies.is_empty() {
+        return Ok(placeholders);
+    }
+    let dir = this_registry();
+    let registry = Registry::open(&dir)?;
+    placeholders.registry = Some(dir);
+    for path in denies {
+        let marker_path = registry.marker(path);
+        if std::fs::symlink_metadata(path).is_ok() {
+            // Someone's placeholder (or a crashed run's): share it.
+            if let Ok(marker) = File::open(&marker_path) {
+                flock(&marker, libc::LOCK_SH).map_err(|e| MaterializeError::Registry {
+                    path: marker_path.clone(),
+                    why: e.to_string(),
+                })?;
+                placeholders.held.push(Held {
+                    path: path.clone(),
+                    marker,
+                });
+            }
+            continue;
+        }
+        // Without --materialize the deny cannot hold: the planner already
+        // refused the run (--strict) or marked it degraded.
+        if !policy.materialize_absent_handoff {
+            continue;
+        }
+        let created = create(path, owner)?;
+        let failed = |source| MaterializeError::Create {
+            path: path.clone(),
+            source,
+        };
+        let held = File::create(&marker_path)
+            .and_then(|mut marker| {
+                marker.write_all(encode_created(&created).as_bytes())?;
+                flock(&marker, libc::LOCK_SH)?;
+                Ok(marker)
+            })
+            .map_err(|e| {
+                for dir in created.iter().rev() {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                failed(e)
+            })?;
+        placeholders.held.push(Held {
+            path: path.clone(),
+            marker: held,
+        });
+    }
+    Ok(placeholders)
+}
+
+/// Creates `path` and its missing parents; returns them outermost first.
+fn create(path: &Path, owner: Option<Identity>) -> Result<Vec<PathBuf>, MaterializeError> {
+    let mut missing: Vec<&Path> = path
+        .ancestors()
+        .take_while(|a| std::fs::symlink_metadata(a).is_err())
+        .collect();
+    missing.reverse();
+    // Run by the service for a caller: never where the caller could not
+    // create it itself.
+    if let Some(first) = missing.first()
+        && let Some(parent) = first.parent()
+        && !crate::caller::may_create_in(parent)
+    {
+        return Err(MaterializeError::Create {
+            path: first.to_path_buf(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+    }
+    let mut created = Vec::new();
+    for dir in missing {
+        let made = std::fs::create_dir(dir).and_then(|()| match owner {
+            Some(who) => std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid)),
+            None => Ok(()),
+        });
+        if let Err(source) = made {
+            let _ = std::fs::remove_dir(dir);
+            for done in created.iter().rev() {
+                let _ = std::fs::remove_dir(done);
+            }
+            return Err(MaterializeError::Create {
+                path: dir.to_path_buf(),
+                source,
+            });
+        }
+        created.push(dir.to_path_buf());
+    }
+    Ok(created)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_lives_outside_any_tree_per_user() {
+        assert_eq!(
+            registry_dir(0, Some("/run/user/0")),
+            PathBuf::from("/run/tartaros/placeholders")
+        );
+        assert_eq!(
+            registry_dir(1000, Some("/run/user/1000")),
+            PathBuf::from("/run/user/1000/tartaros/placeholders")
+        );
+        assert_eq!(
+            registry_dir(1000, Some("relative")),
+            PathBuf::from("/tmp/tartaros-1000/placeholders")
+        );
+    }
+
+    #[test]
+    fn markers_round_trip_any_path() {
+        let created = vec![PathBuf::from("/w/.git"), PathBuf::from("/w/.git/ho\nks")];
+        assert_eq!(decode_created(&encode_created(&created)), created);
+        assert_ne!(
+            marker_name(Path::new("/w/a")),
+            marker_name(Path::new("/w/b"))
+        );
+        assert!(marker_name(Path::new("/w/a")).len() < 100);
+    }
+}

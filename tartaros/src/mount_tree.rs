@@ -1,0 +1,140 @@
+//! The kernel's file-descriptor mount API (Linux 5.12+): detached copies of
+//! mount trees (`open_tree`), attaching them (`move_mount`), per-mount flags
+//! on a whole tree at once (`mount_setattr`), and opening a path without
+//! following any symlink (`openat2`). The only `unsafe` of the mount plan
+//! lives here; `mounts.rs` decides what to do with it.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const AT_EMPTY_PATH: libc::c_uint = 0x1000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+
+/// Per-mount flags for [`set_flags`].
+pub const READ_ONLY: u64 = 0x1;
+pub const NO_SUID: u64 = 0x2;
+pub const NO_DEV: u64 = 0x4;
+pub const NO_EXEC: u64 = 0x8;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+fn c_path(path: &Path) -> Result<CString, nix::Error> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| nix::Error::EINVAL)
+}
+
+fn fd_result(rc: libc::c_long) -> Result<OwnedFd, nix::Error> {
+    if rc < 0 {
+        return Err(nix::Error::last());
+    }
+    // SAFETY: the kernel just returned this descriptor to us alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(rc as i32) })
+}
+
+/// An `O_PATH` descriptor of `path` reached without following any symlink
+/// (nor /proc magic link) on the way: ELOOP if one is there. Pins the name
+/// the policy gave against a link swapped in after it was checked.
+pub fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
+    let name = c_path(path)?;
+    let how = OpenHow {
+        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    };
+    // SAFETY: `name` and `how` outlive the call; the size is the struct's.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            name.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    fd_result(rc)
+}
+
+/// A detached copy of the mount tree at `at` (an `O_PATH` descriptor),
+/// every submount included, each keeping its current flags.
+pub fn clone_tree(at: &OwnedFd, recursive: bool) -> Result<OwnedFd, nix::Error> {
+    let empty = c"";
+    let mut flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_EMPTY_PATH;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    // SAFETY: an empty path with AT_EMPTY_PATH names `at` itself.
+    let rc = unsafe { libc::syscall(libc::SYS_open_tree, at.as_raw_fd(), empty.as_ptr(), flags) };
+    fd_result(rc)
+}
+
+/// Sets `set` and clears `clear` on the mount `tree` names (a detached
+/// tree or an `O_PATH` descriptor of a mount point), and with `recursive`
+/// on every mount below it.
+pub fn set_flags(tree: &OwnedFd, set: u64, clear: u64, recursive: bool) -> Result<(), nix::Error> {
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: clear,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let mut flags = AT_EMPTY_PATH;
+    if recursive {
+        flags |= AT_RECURSIVE;
+    }
+    let empty = c"";
+    // SAFETY: `attr` outlives the call and its size is passed with it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc < 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}
+
+/// Attaches the detached `tree` on top of the object `onto` names.
+pub fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), nix::Error> {
+    let empty = c"";
+    // SAFETY: both paths are empty strings naming the descriptors
+    // themselves (MOVE_MOUNT_F_EMPTY_PATH and MOVE_MOUNT_T_EMPTY_PATH).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            onto.as_raw_fd(),
+            empty.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if rc < 0 {
+        return Err(nix::Error::last());
+    }
+    Ok(())
+}

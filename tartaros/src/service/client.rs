@@ -1,0 +1,137 @@
+//! `tartaros run` by an ordinary user, when the service is there: the run
+//! is handed to the service with this process's stdio, the launcher's
+//! signals are passed on, and the service's exit status becomes ours.
+//! Without the service, the run goes the user-namespace way (with its
+//! degradations, or a refusal under `--strict`).
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+
+use super::frame::{self, Message, Request};
+use crate::exit;
+
+/// Hands `tartaros run ARGS` to the service and returns the exit status,
+/// or `None` when this run does not go through the service (root, another
+/// command, or no service listening).
+pub fn delegate(args: &[OsString]) -> Option<i32> {
+    if args.get(1).and_then(|a| a.to_str()) != Some("run") || nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let socket = super::socket_path();
+    if !socket.exists() {
+        return None;
+    }
+    let conn = match UnixStream::connect(&socket) {
+        Ok(conn) => conn,
+        Err(e) => {
+            eprintln!(
+                "tartaros: warning: the service at {} does not answer ({e}); running without it",
+                socket.display()
+            );
+            return None;
+        }
+    };
+    Some(run(&conn, args))
+}
+
+fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
+    let fail = |message: String| {
+        eprintln!("tartaros: {message}");
+        exit::START_FAILURE
+    };
+    let mut run_args = Vec::new();
+    for arg in &args[2..] {
+        match arg.to_str() {
+            Some(a) => run_args.push(a.to_string()),
+            None => {
+                eprintln!(
+                    "tartaros: an argument is not valid UTF-8; the service takes UTF-8 arguments only"
+                );
+                return exit::REFUSED;
+            }
+        }
+    }
+    let cwd = match std::env::current_dir() {
+        Ok(cwd) => cwd.to_string_lossy().into_owned(),
+        Err(e) => return fail(format!("failed to read the working directory: {e}")),
+    };
+    let env = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect();
+    let request = Request {
+        version: frame::VERSION,
+        args: run_args,
+        cwd,
+        env,
+    };
+    let bytes = match frame::encode(&request) {
+        Ok(bytes) => bytes,
+        Err(e) => return fail(format!("failed to send the run to the service: {e}")),
+    };
+    // The first four bytes carry our stdin, stdout and stderr, and the
+    // `--status-fd` descriptor when there is one (the worker renumbers it).
+    let mut fds = vec![0, 1, 2];
+    if let Some(status) = crate::cli_extra::status_fd_in(args) {
+        fds.push(status);
+    }
+    let rights = [ControlMessage::ScmRights(&fds)];
+    let iov = [std::io::IoSlice::new(&bytes[..4])];
+    if let Err(e) = sendmsg::<()>(conn.as_raw_fd(), &iov, &rights, MsgFlags::empty(), None) {
+        return fail(format!("failed to send the run to the service: {e}"));
+    }
+    if let Err(e) = (&mut &*conn).write_all(&bytes[4..]) {
+        return fail(format!("failed to send the run to the service: {e}"));
+    }
+    forward_signals(conn);
+    let mut reader = conn;
+    loop {
+        match frame::read::<Message>(&mut reader) {
+            Ok(Message::Exit(code)) => return code,
+            Ok(Message::Refused { code, message }) => {
+                eprintln!("tartaros: {}", frame::one_line(&message));
+                return code;
+            }
+            Ok(Message::Signal(_)) => {}
+            Err(e) => {
+                return fail(format!(
+                    "the service ended the run without an exit status ({e}); see the service's own log"
+                ));
+            }
+        }
+    }
+}
+
+/// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the service's worker,
+/// which forwards them to the agent as a direct run would.
+fn forward_signals(conn: &UnixStream) {
+    let mut set = SigSet::empty();
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
+        set.add(sig);
+    }
+    if set.thread_block().is_err() {
+        return;
+    }
+    let Ok(writer) = conn.try_clone() else {
+        return;
+    };
+    std::thread::spawn(move || {
+        while let Ok(sig) = set.wait() {
+            let Ok(bytes) = frame::encode(&Message::Signal(sig as i32)) else {
+                continue;
+            };
+            if (&writer).write_all(&bytes).is_err() {
+                break;
+            }
+        }
+    });
+}

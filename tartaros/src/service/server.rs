@@ -1,0 +1,113 @@
+//! The service's listener: a unix socket that every user may connect to
+//! (authentication is the worker's, from the kernel's peer credentials),
+//! and one worker process per connection. Workers die with the service
+//! (`PR_SET_PDEATHSIG`), and so, through their own death signals and
+//! janitors, do their sandboxes: no sandbox outlives the service
+//! unsupervised.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("failed to prepare {path}: {source}; run `tartaros service` as root")]
+    Prepare {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "failed to listen on {path}: {source}; is another service running? (remove a stale socket first)"
+    )]
+    Listen {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+/// The listening socket systemd passed (socket activation: `LISTEN_PID`
+/// is us and `LISTEN_FDS` is 1, the socket on fd 3).
+fn activated() -> Option<UnixListener> {
+    let pid = std::env::var("LISTEN_PID").ok()?.parse::<u32>().ok()?;
+    let fds = std::env::var("LISTEN_FDS").ok()?.parse::<u32>().ok()?;
+    if pid != std::process::id() || fds != 1 {
+        return None;
+    }
+    use std::os::fd::FromRawFd;
+    // SAFETY: systemd passed us fd 3 as our listening socket.
+    Some(unsafe { UnixListener::from_raw_fd(3) })
+}
+
+/// Serves until killed. Returns only on a setup failure.
+pub fn serve(socket: &Path) -> Result<(), ServerError> {
+    if let Some(listener) = activated() {
+        // SAFETY: F_SETFD only changes the flags of our socket.
+        unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
+        return accept_loop(listener, socket);
+    }
+    let prepare = |source| ServerError::Prepare {
+        path: socket.display().to_string(),
+        source,
+    };
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).map_err(prepare)?;
+    }
+    // A socket left by a service that died; a live one answers connects.
+    if std::os::unix::net::UnixStream::connect(socket).is_err() {
+        let _ = std::fs::remove_file(socket);
+    }
+    let listener = UnixListener::bind(socket).map_err(|source| ServerError::Listen {
+        path: socket.display().to_string(),
+        source,
+    })?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(prepare)?;
+    accept_loop(listener, socket)
+}
+
+fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError> {
+    let prepare = |source| ServerError::Prepare {
+        path: socket.display().to_string(),
+        source,
+    };
+    // Workers are reaped by the kernel: the service never waits for them.
+    // SAFETY: setting SIGCHLD to SIG_IGN takes no memory.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    eprintln!("tartaros: service listening on {}", socket.display());
+    let exe = std::env::current_exe().map_err(prepare)?;
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let fd = conn.as_raw_fd();
+        let mut command = std::process::Command::new(&exe);
+        command
+            .arg(super::WORKER_ARG)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit());
+        // SAFETY: between fork and exec only async-signal-safe calls: the
+        // connection onto fd 3 and the death signal.
+        unsafe {
+            command.pre_exec(move || {
+                // dup2 onto itself would keep close-on-exec.
+                let placed = if fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(fd, 3)
+                };
+                if placed < 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let spawned = command.spawn();
+        if let Err(e) = spawned {
+            eprintln!("tartaros: service: failed to start a worker: {e}");
+        }
+        // The worker holds the connection now; ours closes here.
+        drop(conn);
+    }
+    Ok(())
+}

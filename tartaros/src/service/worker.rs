@@ -1,0 +1,291 @@
+//! One service worker per connection: a fresh, single-threaded exec of our
+//! binary (so it may fork the janitor and run Rust code after fork), with
+//! the connection on fd 3.
+//!
+//! Stages: who is calling (the kernel's peer credentials, never the
+//! request's word); the request, bounded in size and time, with the
+//! caller's stdin, stdout and stderr; the caller's working directory,
+//! entered with the caller's file access; a relay process for the
+//! launcher's signals; then the ordinary `tartaros run` path, with the
+//! caller as the agent's identity and [`as_caller`] around everything
+//! created on the caller's behalf. The exit status goes back last.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+
+use super::frame::{self, MAX_FRAME, Message, Request};
+use crate::caller::{Caller, as_caller};
+use crate::exit::{self, Refusal};
+
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Runs the worker; never returns.
+pub fn main() -> ! {
+    // SAFETY: the service placed the connection on fd 3 for us alone.
+    let conn = unsafe { UnixStream::from_raw_fd(3) };
+    set_cloexec(3);
+    let code = match serve(&conn) {
+        Ok(code) => {
+            let _ = send(&conn, &Message::Exit(code));
+            code
+        }
+        Err(refusal) => {
+            let _ = send(
+                &conn,
+                &Message::Refused {
+                    code: refusal.code,
+                    message: refusal.message.clone(),
+                },
+            );
+            refusal.code
+        }
+    };
+    std::process::exit(code)
+}
+
+fn refuse(message: impl std::fmt::Display) -> Refusal {
+    Refusal::new(exit::REFUSED, message)
+}
+
+fn serve(conn: &UnixStream) -> Result<i32, Refusal> {
+    let caller = peer(conn)?;
+    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
+        .map_err(|e| refuse(format!("failed to set a timeout: {e}")))?;
+    let (request, stdio) = receive(conn)?;
+    conn.set_read_timeout(None)
+        .map_err(|e| refuse(format!("failed to clear a timeout: {e}")))?;
+    if request.version != frame::VERSION {
+        return Err(refuse(format!(
+            "the service speaks version {} and this tartaros {}; use the same version of both",
+            frame::VERSION,
+            request.version
+        )));
+    }
+    crate::caller::set(caller);
+    as_caller(|| std::env::set_current_dir(&request.cwd)).map_err(|e| {
+        refuse(format!(
+            "failed to enter the working directory {:?}: {e}",
+            request.cwd
+        ))
+    })?;
+    start_signal_relay(conn)?;
+    let mut stdio = stdio;
+    let status = if stdio.len() == 4 { stdio.pop() } else { None };
+    for (fd, target) in stdio.iter().zip(0..) {
+        // SAFETY: dup2 onto the standard descriptors, which we own.
+        if unsafe { libc::dup2(fd.as_raw_fd(), target) } < 0 {
+            return Err(refuse("failed to take the caller's stdio"));
+        }
+    }
+    drop(stdio);
+    // The request's environment is the launcher's, as for a direct run.
+    for (key, _) in std::env::vars_os() {
+        // SAFETY: single-threaded here (the relay is a process).
+        unsafe { std::env::remove_var(key) };
+    }
+    for (key, value) in &request.env {
+        if !key.is_empty() && !key.contains('=') && !key.contains('\0') && !value.contains('\0') {
+            // SAFETY: single-threaded here.
+            unsafe { std::env::set_var(key, value) };
+        }
+    }
+    let mut args: Vec<std::ffi::OsString> = vec!["tartaros".into(), "run".into()];
+    args.extend(
+        status_fd_renumbered(&request.args, status)?
+            .into_iter()
+            .map(Into::into),
+    );
+    Ok(crate::cli::main(args))
+}
+
+/// The client's `--status-fd N` names its own descriptor: the one it sent
+/// is kept here (as a number this process does not otherwise use) and the
+/// argument rewritten to it. Without a descriptor, the flag is refused.
+fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<String>, Refusal> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut iter = args.iter();
+    let mut status = status;
+    let take = |status: &mut Option<OwnedFd>| -> Result<String, Refusal> {
+        let fd = status
+            .take()
+            .ok_or_else(|| refuse("--status-fd names a descriptor the client did not send"))?;
+        // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
+        // status channel takes it over for the whole run.
+        let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
+        if new < 0 {
+            return Err(refuse("failed to keep the --status-fd descriptor"));
+        }
+        Ok(new.to_string())
+    };
+    while let Some(arg) = iter.next() {
+        if arg == "--" {
+            out.push(arg.clone());
+            out.extend(iter.cloned());
+            break;
+        }
+        if arg == "--status-fd" {
+            out.push(arg.clone());
+            iter.next();
+            out.push(take(&mut status)?);
+        } else if arg.starts_with("--status-fd=") {
+            out.push(format!("--status-fd={}", take(&mut status)?));
+        } else {
+            out.push(arg.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The caller, from the kernel: `SO_PEERCRED` and `SO_PEERGROUPS` as of the
+/// moment it connected.
+fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
+    let fd = conn.as_raw_fd();
+    // SAFETY: ucred is plain data; getsockopt fills at most its size.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket, buffer and length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(refuse("failed to read the caller's credentials"));
+    }
+    let mut groups = vec![0 as libc::gid_t; crate::caller::MAX_GROUPS];
+    let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
+    // SAFETY: a valid socket, buffer and length.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PEERGROUPS,
+            groups.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(refuse(
+            "failed to read the caller's groups (more than 256?)",
+        ));
+    }
+    groups.truncate(len as usize / std::mem::size_of::<libc::gid_t>());
+    Ok(Caller {
+        uid: cred.uid,
+        gid: cred.gid,
+        groups,
+    })
+}
+
+/// The request frame and the three descriptors sent with its first bytes.
+fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
+    let bad = |what: &str| refuse(format!("a malformed request: {what}"));
+    let mut head = [0u8; 4];
+    let mut space = nix::cmsg_space!([RawFd; 4]);
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let (got, truncated) = {
+        let mut iov = [std::io::IoSliceMut::new(&mut head)];
+        let msg = recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_WAITALL,
+        )
+        .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
+        let cmsgs = msg
+            .cmsgs()
+            .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
+        for cmsg in cmsgs {
+            if let ControlMessageOwned::ScmRights(raw) = cmsg {
+                // SAFETY: the kernel installed these descriptors for us.
+                fds.extend(
+                    raw.into_iter()
+                        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+                );
+            }
+        }
+        (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC))
+    };
+    if got != 4 {
+        return Err(bad("it ended early"));
+    }
+    if truncated || !(3..=4).contains(&fds.len()) {
+        return Err(bad(
+            "stdin, stdout and stderr (and the --status-fd) must come with it",
+        ));
+    }
+    let len = u32::from_le_bytes(head) as usize;
+    if len > MAX_FRAME {
+        return Err(bad("it is too large"));
+    }
+    let mut body = vec![0u8; len];
+    std::io::Read::read_exact(&mut &*conn, &mut body)
+        .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
+    let request: Request = serde_json::from_slice(&body).map_err(|e| bad(&format!("{e}")))?;
+    Ok((request, fds))
+}
+
+/// A small process that turns the launcher's forwarded signals into
+/// signals to this worker (whose supervisor forwards them to the agent),
+/// and the launcher's death into ours: a killed `tartaros run` ends its
+/// sandbox. Forked while single-threaded; dies with the worker.
+fn start_signal_relay(conn: &UnixStream) -> Result<(), Refusal> {
+    let worker = nix::unistd::getpid();
+    // SAFETY: single-threaded here; the child runs only the loop below.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(refuse(format!("failed to start the signal relay: {e}"))),
+        Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(()),
+        Ok(nix::unistd::ForkResult::Child) => {
+            // SAFETY: PR_SET_PDEATHSIG takes plain integers.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            if nix::unistd::getppid() != worker {
+                // SAFETY: leave without the parent's state.
+                unsafe { libc::_exit(0) };
+            }
+            let mut reader = conn;
+            loop {
+                match frame::read::<Message>(&mut reader) {
+                    Ok(Message::Signal(sig)) => {
+                        if let Ok(sig) = nix::sys::signal::Signal::try_from(sig)
+                            && matches!(
+                                sig,
+                                nix::sys::signal::Signal::SIGINT
+                                    | nix::sys::signal::Signal::SIGTERM
+                                    | nix::sys::signal::Signal::SIGHUP
+                                    | nix::sys::signal::Signal::SIGQUIT
+                            )
+                        {
+                            let _ = nix::sys::signal::kill(worker, sig);
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        // The launcher is gone: so is the run.
+                        let _ = nix::sys::signal::kill(worker, nix::sys::signal::Signal::SIGKILL);
+                        // SAFETY: leave without the parent's state.
+                        unsafe { libc::_exit(0) };
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn send(conn: &UnixStream, message: &Message) -> std::io::Result<()> {
+    let bytes = frame::encode(message).map_err(std::io::Error::other)?;
+    (&mut &*conn).write_all(&bytes)
+}
+
+fn set_cloexec(fd: i32) {
+    // SAFETY: F_SETFD on a descriptor we own only changes its flags.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}

@@ -1,0 +1,279 @@
+//! The status channel (`--status-fd N`): one JSON object per line, written
+//! by the supervisor only, so a harness can tell TartarOS's own refusal from
+//! an agent that prints `tartaros: ...` and exits 78.
+//!
+//! The launcher opens the descriptor; [`StatusChannel::adopt`] marks it
+//! close-on-exec at once, so the sandbox init (an `execve`) and therefore the
+//! agent never hold it. Lines are shorter than `PIPE_BUF` in practice and
+//! written with one `write(2)` each, so a reader sees whole lines.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error(
+        "--status-fd {0} is not an open descriptor; open it in the launcher (e.g. `3>status.jsonl`) or drop --status-fd"
+    )]
+    NotOpen(RawFd),
+    #[error("--status-fd {0} is one of stdin, stdout or stderr; pass a descriptor of 3 or more")]
+    Stdio(RawFd),
+    #[error("failed to mark --status-fd {fd} close-on-exec: {source}")]
+    Cloexec { fd: RawFd, source: nix::Error },
+}
+
+/// One event of the channel; the field names are a contract with harnesses
+/// (see docs/harness.md).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "lowercase")]
+pub enum Event {
+    /// The agent's command has been executed in the sandbox.
+    Started {
+        /// The sandbox init's pid on the host.
+        pid: i32,
+        run_id: String,
+        label: Option<String>,
+    },
+    /// TartarOS refused the run (exit 78); the agent never started.
+    Refused {
+        code: i32,
+        reason: String,
+        /// The guarantee or policy field the refusal is about, when known.
+        field: Option<String>,
+    },
+    /// TartarOS failed to start the sandbox or the command (125, 126, 127).
+    Failed { code: i32, reason: String },
+    /// The run ended after the agent started.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        /// The exit status of `tartaros` itself.
+        status: i32,
+        duration_ms: u64,
+        log_head: Option<String>,
+        log_complete: Option<bool>,
+    },
+}
+
+impl Event {
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serializing plain strings and integers cannot fail.
+        let mut line = serde_json::to_vec(self).unwrap_or_default();
+        line.push(b'\n');
+        line
+    }
+}
+
+/// The harness's descriptor, owned by the supervisor.
+#[derive(Debug)]
+pub struct StatusChannel {
+    file: Mutex<std::fs::File>,
+}
+
+impl StatusChannel {
+    /// Takes over `fd` (inherited from the launcher) and marks it
+    /// close-on-exec so that no process of the sandbox inherits it.
+    pub fn adopt(fd: RawFd) -> Result<Self, StatusError> {
+        if (0..=2).contains(&fd) {
+            return Err(StatusError::Stdio(fd));
+        }
+        // SAFETY: F_GETFD only reads the descriptor's flags.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+            return Err(StatusError::NotOpen(fd));
+        }
+        // SAFETY: F_SETFD on an open descriptor only changes its flags.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+            return Err(StatusError::Cloexec {
+                fd,
+                source: nix::errno::Errno::last(),
+            });
+        }
+        // SAFETY: the launcher handed us this open descriptor; from here on
+        // nothing else in this process uses the number.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self {
+            file: Mutex::new(std::fs::File::from(owned)),
+        })
+    }
+
+    pub fn raw(&self) -> Option<RawFd> {
+        self.file.lock().ok().map(|f| f.as_raw_fd())
+    }
+
+    /// Writes one event. A harness that closed its end loses the events;
+    /// the run goes on (the log, not the channel, is the record).
+    pub fn send(&self, event: &Event) {
+        if let Ok(mut file) = self.file.lock() {
+            let _ = file.write_all(&event.to_line());
+        }
+    }
+}
+
+/// Sends `event` when there is a channel.
+pub fn send(channel: Option<&StatusChannel>, event: Event) {
+    if let Some(channel) = channel {
+        channel.send(&event);
+    }
+}
+
+/// Command-line flags and the policy fields they set, for naming the field
+/// of a refusal.
+const FLAG_FIELDS: &[(&str, &str)] = &[
+    ("--write-deny", "write_denies"),
+    ("--write", "writable_roots"),
+    ("--read-deny", "read_denies"),
+    ("--read-allow", "read_allows"),
+    ("--exec-allow", "exec_allows"),
+    ("--read-scope", "read_scope"),
+    ("--port", "local_ports"),
+    ("--allow-domain", "allow_domains"),
+    ("--max-procs", "max_processes"),
+    ("--max-memory", "max_memory"),
+    ("--materialize", "materialize_absent_handoff"),
+    ("--env", "env_passthrough"),
+    ("--tmpfs", "tmpfs"),
+    ("--bind", "binds"),
+];
+
+/// The guarantee or policy field a refusal message is about: a guarantee
+/// named in "cannot install NAME", a `[policy]` field name, a `[broker]` or
+/// `[proxy]` table, or the field a flag sets. `None` when it names none.
+pub fn field_of(reason: &str) -> Option<String> {
+    if let Some(rest) = reason.strip_prefix("cannot install ") {
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        if !name.is_empty() {
+            return Some(name);
+        }
+    }
+    // The earliest mention wins: messages name their subject first.
+    let mut best: Option<(usize, &str)> = None;
+    let mut consider = |at: Option<usize>, field: &'static str| {
+        if let Some(at) = at
+            && best.is_none_or(|(b, _)| at < b)
+        {
+            best = Some((at, field));
+        }
+    };
+    for (flag, field) in FLAG_FIELDS {
+        consider(find_word(reason, flag), field);
+        consider(find_word(reason, field), field);
+    }
+    for table in ["[broker]", "[proxy]"] {
+        consider(
+            reason.find(table),
+            if table == "[broker]" {
+                "broker"
+            } else {
+                "proxy"
+            },
+        );
+    }
+    for extra in [
+        "glob_read_denies",
+        "glob_denies",
+        "allow_unix_socket_paths",
+        "--user",
+        "--log",
+    ] {
+        consider(find_word(reason, extra), extra.trim_start_matches("--"));
+    }
+    best.map(|(_, field)| field.to_string())
+}
+
+/// Finds `word` in `text` where it is not part of a longer flag or name.
+fn find_word(text: &str, word: &str) -> Option<usize> {
+    let is_name = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+    let mut from = 0;
+    while let Some(found) = text[from..].find(word) {
+        let at = from + found;
+        let end = at + word.len();
+        let before_ok = text[..at].chars().next_back().is_none_or(|c| !is_name(c));
+        let after_ok = text[end..].chars().next().is_none_or(|c| !is_name(c));
+        if before_ok && after_ok {
+            return Some(at);
+        }
+        from = end;
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_have_the_contract_shape() {
+        let started = Event::Started {
+            pid: 42,
+            run_id: "1-2".into(),
+            label: None,
+        };
+        assert_eq!(
+            String::from_utf8(started.to_line()).unwrap(),
+            "{\"event\":\"started\",\"pid\":42,\"run_id\":\"1-2\",\"label\":null}\n"
+        );
+        let exited = Event::Exited {
+            code: None,
+            signal: Some(9),
+            status: 137,
+            duration_ms: 5,
+            log_head: None,
+            log_complete: None,
+        };
+        let v: serde_json::Value = serde_json::from_slice(&exited.to_line()).unwrap();
+        assert_eq!(v["event"], "exited");
+        assert_eq!(v["signal"], 9);
+        assert!(v["code"].is_null());
+        let refused = Event::Refused {
+            code: 78,
+            reason: "x".into(),
+            field: Some("landlock-filesystem".into()),
+        };
+        let v: serde_json::Value = serde_json::from_slice(&refused.to_line()).unwrap();
+        assert_eq!(v["field"], "landlock-filesystem");
+    }
+
+    #[test]
+    fn refusals_name_their_field() {
+        assert_eq!(
+            field_of("cannot install landlock-filesystem: Landlock ABI 3").as_deref(),
+            Some("landlock-filesystem")
+        );
+        assert_eq!(
+            field_of("--max-procs 0 would not even let the agent start").as_deref(),
+            Some("max_processes")
+        );
+        assert_eq!(
+            field_of("/w is both a writable root (--write) and write-denied (--write-deny)")
+                .as_deref(),
+            Some("writable_roots")
+        );
+        assert_eq!(
+            field_of("failed to parse config p: line 2, column 1: unknown field `writable_rootz`, expected one of `writable_roots`").as_deref(),
+            Some("writable_roots")
+        );
+        assert_eq!(
+            field_of("[broker] token_env names X").as_deref(),
+            Some("broker")
+        );
+        assert_eq!(field_of("something else entirely"), None);
+    }
+
+    #[test]
+    fn stdio_and_closed_descriptors_are_refused() {
+        assert!(matches!(
+            StatusChannel::adopt(1),
+            Err(StatusError::Stdio(1))
+        ));
+        assert!(matches!(
+            StatusChannel::adopt(987_654),
+            Err(StatusError::NotOpen(_))
+        ));
+    }
+}

@@ -1,0 +1,89 @@
+//! One undo stack for everything a run creates on the host before the
+//! agent starts. A failed start unwinds it, the end of a run unwinds it,
+//! and the janitor is told each step as it is pushed, so that a SIGKILLed
+//! supervisor is unwound by the janitor the same way.
+
+use std::path::PathBuf;
+
+use crate::cgroup::{CgroupError, RunCgroup, TEARDOWN_TIMEOUT};
+use crate::janitor::Janitor;
+
+/// One thing to undo.
+pub enum Undo {
+    /// Materialized placeholders: this run's share is given up; those no
+    /// other run uses and still empty are removed.
+    Placeholders(crate::materialize::Placeholders),
+    /// A log file nothing was written to yet: removed, so that a run that
+    /// never started leaves no empty log behind.
+    UnwrittenLog(PathBuf),
+    /// The run's cgroup (and its v1 limit cgroups): killed and removed.
+    Cgroup(RunCgroup),
+}
+
+/// The steps in the order they were done, and the janitor that mirrors them.
+#[derive(Default)]
+pub struct UndoStack {
+    steps: Vec<Undo>,
+    janitor: Option<Janitor>,
+}
+
+impl UndoStack {
+    pub fn new(janitor: Option<Janitor>) -> Self {
+        Self {
+            steps: Vec::new(),
+            janitor,
+        }
+    }
+
+    pub fn push(&mut self, step: Undo) {
+        if let Some(janitor) = self.janitor.as_mut() {
+            match &step {
+                Undo::Placeholders(held) => {
+                    held.paths().iter().for_each(|d| janitor.placeholder(d))
+                }
+                Undo::Cgroup(cgroup) => {
+                    janitor.cgroup(cgroup.path());
+                    cgroup.v1_paths().iter().for_each(|v1| janitor.v1(v1));
+                }
+                // Left to the run itself: after a crash an empty log says
+                // the run never got to write its genesis.
+                Undo::UnwrittenLog(_) => {}
+            }
+        }
+        self.steps.push(step);
+    }
+
+    /// The log has its genesis: it stays, whatever happens next.
+    pub fn keep_log(&mut self) {
+        self.steps.retain(|s| !matches!(s, Undo::UnwrittenLog(_)));
+    }
+
+    pub fn cgroup(&self) -> Option<&RunCgroup> {
+        self.steps.iter().find_map(|s| match s {
+            Undo::Cgroup(cgroup) => Some(cgroup),
+            _ => None,
+        })
+    }
+
+    /// Undoes every step, newest first. Returns the cgroup's teardown
+    /// result (`Ok` when there was none). The janitor is released only when
+    /// everything was undone.
+    pub fn unwind(mut self) -> Result<(), CgroupError> {
+        let mut teardown = Ok(());
+        while let Some(step) = self.steps.pop() {
+            match step {
+                Undo::Placeholders(mut held) => held.release(),
+                Undo::UnwrittenLog(path) => {
+                    let _ = std::fs::remove_file(path);
+                }
+                Undo::Cgroup(cgroup) => teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT),
+            }
+        }
+        if let Some(janitor) = self.janitor.take()
+            && teardown.is_ok()
+        {
+            janitor.done();
+        }
+        teardown
+    }
+}
