@@ -139,6 +139,8 @@ def known_placeholders(setup: dict[str, Any]) -> set[str]:
     names = {"work", "outside", "home", "root", "scratch", "secret", "token", "log", "python", "lab_lib"}
     if setup.get("host_pty"):
         names.add("host_pty")
+    if any(lst.get("tls") for lst in setup.get("listener", [])):
+        names.add("lab_ca")  # the test CA that signed the TLS listeners' certificates
     for lst in setup.get("listener", []):
         names.add(f"port_{lst['name']}")
         names.add(f"addr_{lst['name']}")

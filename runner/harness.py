@@ -17,7 +17,7 @@ from .adapters.base import Adapter, Context, Unsupported
 from .checks import evaluate_checks, evaluate_log
 from .contract import Contract, expand
 from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener,
-                     LogTmpfs, Terminal, UnixDecoys, Victim)
+                     LogTmpfs, Terminal, TestCA, UnixDecoys, Victim)
 from .launch import NOBODY, ConcurrentRun, Hooks, StatusPipe, become_nobody, kill_token_processes, launch
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
@@ -152,6 +152,9 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             cleanups.append(UnixDecoys(os.path.join(values["outside"], "decoys"), int(c.setup["unix_decoys"])))
         delayed: list[DelayedListener] = []
         bare_netns: BareNetns | None = None
+        test_ca = TestCA(str(root / "tls")) if any(spec.get("tls") for spec in c.listeners) else None
+        if test_ca is not None:
+            values["lab_ca"] = str(test_ca.ca)
         for spec in c.listeners:
             host = spec.get("host", "127.0.0.1")
             path = expand(spec["path"], values) if "path" in spec else None
@@ -167,8 +170,9 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
                         bare_netns = BareNetns(f"{os.getpid() % 10000}x{len(cleanups)}")
                         cleanups.append(bare_netns)
                     netns = bare_netns.path
+                tls = test_ca.server_context(spec["tls"]) if test_ca is not None and spec.get("tls") else None
                 lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
-                               netns=netns, hold=bool(spec.get("hold")))
+                               netns=netns, hold=bool(spec.get("hold")), tls=tls)
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)

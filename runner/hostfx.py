@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import socket
+import ssl
 import subprocess
 import termios
 import threading
@@ -25,8 +26,11 @@ class Listener:
     """A host listener that records every byte it receives."""
 
     def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
-                 netns: str | None = None, hold: bool = False):
+                 netns: str | None = None, hold: bool = False, tls: "ssl.SSLContext | None" = None):
         self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
+        # tls: terminate TLS with this context, so that what is recorded is
+        # the plaintext request (path, headers) an upstream would act on
+        self.tls = tls
         # hold: never close an accepted connection (a service that keeps a
         # relay connection open after the agent is gone)
         self.hold = hold
@@ -77,6 +81,14 @@ class Listener:
 
     def _conn(self, conn: socket.socket) -> None:
         conn.settimeout(0.5)
+        if self.tls is not None:
+            try:
+                conn.settimeout(3)
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                conn.settimeout(0.5)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
         got = bytearray()
         deadline = time.monotonic() + (3600 if self.hold else 3)
         try:
@@ -523,3 +535,31 @@ class LogTmpfs:
 
     def close(self) -> None:
         subprocess.run(["umount", "-l", self.dir], capture_output=True)
+
+
+class TestCA:
+    """A throwaway CA and one server certificate per name (openssl), for
+    TLS listeners that a sandbox's gateway is told to trust (ca_file)."""
+
+    def __init__(self, directory: str):
+        self.dir = Path(directory)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.ca = self.dir / "ca.pem"
+        self._run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.dir / "ca.key"),
+                  "-out", str(self.ca), "-days", "2", "-subj", "/CN=tartaros-lab test CA",
+                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        os.chmod(self.ca, 0o644)
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    def server_context(self, name: str) -> ssl.SSLContext:
+        key, csr, crt = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
+        ext = self.dir / f"{name}.ext"
+        ext.write_text(f"subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+        self._run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+        self._run("x509", "-req", "-in", str(csr), "-CA", str(self.ca), "-CAkey", str(self.dir / "ca.key"),
+                  "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(crt), str(key))
+        return ctx

@@ -17,6 +17,9 @@ LIST_FIELDS = (
     "glob_read_denies",
     "glob_denies",
     "allow_unix_socket_paths",
+    "exec_allows",
+    "tmpfs",
+    "binds",
 )
 BOOL_FIELDS = (
     "isolate_pids",
@@ -34,6 +37,9 @@ ALL_FIELDS = LIST_FIELDS + BOOL_FIELDS + INT_FIELDS + ("read_scope", "broker")
 # The directories "read_scope = granted" keeps readable (DESIGN.md section 2),
 # besides the writable roots and the read_allows.
 GRANTED_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc")
+
+
+READ_SCOPES = ("all", "granted", "none")
 
 
 class PolicyError(ValueError):
@@ -65,6 +71,13 @@ class Policy:
     glob_denies: list[str] = field(default_factory=list)
     # Unix socket paths outside the roots the agent may still connect to.
     allow_unix_socket_paths: list[str] = field(default_factory=list)
+    # Readable and executable under any read scope (read_scope = "none"
+    # grants nothing else but the roots, tmpfs, binds and read_allows).
+    exec_allows: list[str] = field(default_factory=list)
+    # Fresh empty tmpfs mounts at these paths.
+    tmpfs: list[str] = field(default_factory=list)
+    # Read-only binds: [{ source = "/host/path", target = "/in/sandbox" }].
+    binds: list[dict[str, str]] = field(default_factory=list)
     broker: dict[str, Any] | None = None
     # Fields the contract set explicitly. A field left at its default that a
     # sandbox cannot express does not make the contract unsupported, except
@@ -89,8 +102,8 @@ class Policy:
                     raise PolicyError(f"{name} must be true or false")
                 kwargs[name] = raw[name]
         if "read_scope" in raw:
-            if raw["read_scope"] not in ("all", "granted"):
-                raise PolicyError('read_scope must be "all" or "granted"')
+            if raw["read_scope"] not in READ_SCOPES:
+                raise PolicyError('read_scope must be "all", "granted" or "none"')
             kwargs["read_scope"] = raw["read_scope"]
         for name in INT_FIELDS:
             if name in raw:
@@ -98,6 +111,9 @@ class Policy:
                 if not isinstance(n, int) or isinstance(n, bool) or n < 1:
                     raise PolicyError(f"{name} must be a positive integer")
                 kwargs[name] = n
+        for b in kwargs.get("binds", []):
+            if not isinstance(b, dict) or set(b) != {"source", "target"}:
+                raise PolicyError("each binds entry is a table with source and target")
         if "broker" in raw:
             if not isinstance(raw["broker"], dict):
                 raise PolicyError("broker must be a table")

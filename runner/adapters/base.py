@@ -141,6 +141,10 @@ def first_unsupported(policy: Policy, supported: set[str], reasons: dict[str, st
     for name in policy.set_fields():
         if name not in supported:
             return Unsupported(name, reasons.get(name, "no setting of this sandbox expresses it"))
+    # read_scope = "none" is a value an adapter must map on purpose: one that
+    # knows only all/granted would widen it silently.
+    if policy.read_scope == "none" and "read_scope=none" not in supported:
+        return Unsupported("read_scope", reasons.get("read_scope=none", 'no setting expresses read_scope = "none"'))
     return None
 
 

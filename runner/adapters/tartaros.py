@@ -14,7 +14,7 @@ from .base import REPO_ROOT, Adapter, Context, RunResult
 
 REFUSAL_EXIT = 78
 # Neutral fields that have no flag, only a [policy] key of a --config file.
-CONFIG_ONLY_FIELDS = ("glob_read_denies", "glob_denies", "allow_unix_socket_paths")
+CONFIG_ONLY_FIELDS = ("glob_read_denies", "glob_denies", "allow_unix_socket_paths", "exec_allows", "tmpfs", "binds")
 
 
 def toml_value(v) -> str:
@@ -26,6 +26,8 @@ def toml_value(v) -> str:
         return json.dumps(v)
     if isinstance(v, list):
         return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"cannot write {v!r} as TOML")
 
 
@@ -86,8 +88,8 @@ class Tartaros(Adapter):
             a += ["--read-deny", p]
         for p in policy.read_allows:
             a += ["--read-allow", p]
-        if policy.read_scope == "granted":
-            a += ["--read-scope", "granted"]
+        if policy.read_scope in ("granted", "none"):
+            a += ["--read-scope", policy.read_scope]
         for p in policy.write_denies:
             a += ["--write-deny", p]
         for port in policy.local_ports:

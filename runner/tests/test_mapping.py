@@ -54,6 +54,23 @@ class TartarosMapping(unittest.TestCase):
         self.assertEqual(parsed["policy"], {"glob_read_denies": ["/etc/*.conf"],
                                             "allow_unix_socket_paths": ["/run/x.sock"]})
 
+    def test_scope_fields(self):
+        p = Policy.from_dict({"writable_roots": ["/w"], "read_scope": "none", "exec_allows": ["/usr"],
+                              "tmpfs": ["/w/cache"], "binds": [{"source": "/opt/x", "target": "/x"}]})
+        a = get("tartaros").argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertEqual(a[a.index("--read-scope") + 1], "none")
+        with open(a[a.index("--config") + 1]) as f:
+            parsed = tomllib.loads(f.read())["policy"]
+        self.assertEqual(parsed["binds"], [{"source": "/opt/x", "target": "/x"}])
+        self.assertEqual(parsed["exec_allows"], ["/usr"])
+        # a peer that knows only all/granted must not widen "none" to "all"
+        for name in ("bwrap", "nsjail", "sandlock", "codex", "srt"):
+            r = get(name).argv(Policy.from_dict({"writable_roots": ["/w"], "read_scope": "none"}), "/w", "true",
+                               Context(scratch=tempfile.mkdtemp()))
+            self.assertIsInstance(r, Unsupported, name)
+        with self.assertRaises(Exception):
+            Policy.from_dict({"binds": [{"source": "/a"}]})
+
     def test_defaults_add_no_flags(self):
         a = get("tartaros").argv(Policy.from_dict({"writable_roots": ["/w"]}), "/w", "true")
         self.assertEqual(a[1:], ["run", "--strict", "--write", "/w", "--", "/bin/sh", "-c", "true"])
