@@ -116,8 +116,20 @@ QUIET_FAKE = parse({
 })
 
 
+def remove_lab_tmp() -> None:
+    """Leave the host as found: the lab's run directory, when empty."""
+    from runner.harness import LAB_TMP
+
+    try:
+        os.rmdir(LAB_TMP)
+    except OSError:
+        pass
+
+
 @unittest.skipUnless(os.geteuid() == 0, "needs root (the lab's run directories)")
 class Refusals(unittest.TestCase):
+    tearDownClass = staticmethod(remove_lab_tmp)
+
     def test_an_attack_that_succeeds_then_fakes_a_refusal_is_not_mitigated(self):
         for status in (True, False):
             o = run_contract(FAKED_REFUSAL, FakeTartaros(status))
@@ -164,6 +176,8 @@ class Refusals(unittest.TestCase):
 
 @unittest.skipUnless(os.geteuid() == 0, "needs root (listeners on 127.0.0.53:53, cgroups)")
 class BaselineRuns(unittest.TestCase):
+    tearDownClass = staticmethod(remove_lab_tmp)
+
     """With no sandbox every attack's effect must be visible from outside and
     every control must pass: otherwise a contract could report `mitigated`
     for an attack that cannot work at all."""
