@@ -28,18 +28,45 @@ CHECK_KINDS = {
     "output_contains",  # the sandbox's stdout+stderr contain `text`
     "count_at_least",  # directory at path holds at least `n` entries
     "no_process_matching",  # no host process has `text` in its command line
+    "process_matching",  # some host process has `text` in its command line
+    "mode",  # permission bits (st_mode & 0o7777) of path equal `value`
+    "mtime",  # whole-second mtime of path equals `value`
+    "xattr",  # path has extended attribute `name` (whose value contains `text`, if given)
+    "inode_flags",  # FS_IOC_GETFLAGS of path has every bit of `value`
+    "host_pty",  # the runner's other host terminal (setup.host_pty) received `text`
+    "launcher_signaled",  # the launcher (the sandbox's top process) died of a signal
+    "running_at",  # the launcher still ran `n` seconds after it started
+    "exited_by",  # the launcher had exited within `n` seconds of its start
+    "connections_at_least",  # the named listener accepted at least `n` connections
 }
-CHECK_EXTRA = {"text", "n"}
+CHECK_EXTRA = {"text", "n", "value", "name"}
 
 SETUP_KEYS = {
     "file", "dir", "symlink", "listener", "victim", "tty", "kill_after", "host_alias", "copy",
     "free_port", "remove_after",
+    "host_pty",  # another terminal of the agent's user on the host: {host_pty}
+    "unix_decoys",  # N listening unix sockets in {outside}/decoys, bound before the listeners
+    "launcher_limits",  # { pids = N, memory = BYTES }: limits on the launcher's own cgroup
+    "signals",  # [{ after = S, signal = "TERM" }]: signals to the launcher (the supervisor) only
+    "kill_group_after",  # S: SIGKILL the launcher's whole process group (supervisor and helpers)
+    "launcher_user",  # "nobody": start the sandbox as an ordinary user
+    "concurrent",  # { cmd = "...", after = S | before = S }: a second run of the same sandbox and policy,
+                   # started S s after the contract's run, or S s before it
+    "log_tmpfs",  # "128k": the log directory is a tmpfs of that size (the log's filesystem fills up)
 }
-LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value"}
-EFFECT_LOG_KEYS = {"verify", "record", "must_not_contain", "tamper", "seal"}
+# fields / not_fields: {"target.bytes_up" = N}: (dotted) fields that must have these values / must be
+# present, not null and not these values
+LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value", "fields", "not_fields"}
+EFFECT_LOG_KEYS = {
+    "verify", "record", "must_not_contain", "tamper", "seal",
+    "files_logged",  # DIR: every file in DIR after the run has a record with exactly its path
+    "no_phantom",  # DIR: every record naming a path in DIR names a file that exists after the run
+    "verify_not",  # an exit of `log verify` that must not be seen (e.g. 0 for a degraded log)
+    "run_fails",  # true: the sandbox's own exit status is non-zero (it says its log is incomplete)
+}
 TOP_KEYS = {
     "id", "title", "kind", "control", "expect", "cmd", "timeout", "policy", "setup",
-    "check", "effect_log", "launcher_env", "category", "notes",
+    "check", "effect_log", "launcher_env", "category", "notes", "covers", "source", "best_effort",
 }
 TAMPER_KINDS = {
     "edit": 1, "remove": 1, "reorder": 1, "append": 1, "truncate_tail": 2, "drop_seal": 2,
@@ -67,6 +94,12 @@ class Contract:
     category: str = "misc"
     timeout: float = 20.0
     path: Path | None = None
+    # Issue classes the contract covers (e.g. "12.1", "13"), and the peer
+    # test files its technique was taken from.
+    covers: list[str] = field(default_factory=list)
+    source: list[str] = field(default_factory=list)
+    # Run the sandbox in its best-effort mode (TartarOS: without --strict).
+    best_effort: bool = False
 
     @property
     def listeners(self) -> list[dict[str, Any]]:
@@ -103,7 +136,11 @@ def placeholders_in(obj: Any) -> set[str]:
 
 
 def known_placeholders(setup: dict[str, Any]) -> set[str]:
-    names = {"work", "outside", "home", "root", "scratch", "secret", "token", "log", "python"}
+    names = {"work", "outside", "home", "root", "scratch", "secret", "token", "log", "python", "lab_lib"}
+    if setup.get("host_pty"):
+        names.add("host_pty")
+    if any(lst.get("tls") for lst in setup.get("listener", [])):
+        names.add("lab_ca")  # the test CA that signed the TLS listeners' certificates
     for lst in setup.get("listener", []):
         names.add(f"port_{lst['name']}")
         names.add(f"addr_{lst['name']}")
@@ -164,12 +201,26 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
         if k in ("contains", "not_contains", "tty_input", "output_contains") and "text" not in chk:
             if k not in ("tty_input", "output_contains"):
                 raise fail(f"check {k} needs text")
-        if k in ("received",) and chk[k] not in names:
+        if k in ("received", "connections_at_least") and chk[k] not in names:
             raise fail(f"check received names unknown listener {chk[k]!r}")
         if k in ("process_dead", "process_alive") and not setup.get("victim"):
             raise fail(f"check {k} needs setup.victim = true")
-        if k == "count_at_least" and not isinstance(chk.get("n"), int):
-            raise fail("count_at_least needs an integer n")
+        if k in ("count_at_least", "running_at", "exited_by", "connections_at_least") and not isinstance(chk.get("n"), (int, float)):
+            raise fail(f"{k} needs a number n")
+        if k in ("mode", "mtime", "inode_flags") and not isinstance(chk.get("value"), int):
+            raise fail(f"check {k} needs an integer value")
+        if k == "xattr" and not isinstance(chk.get("name"), str):
+            raise fail("check xattr needs a name")
+        if k == "host_pty" and not setup.get("host_pty"):
+            raise fail("check host_pty needs setup.host_pty = true")
+    for sig in setup.get("signals", []):
+        if not isinstance(sig.get("after"), (int, float)) or not hasattr(__import__("signal"), "SIG" + str(sig.get("signal"))):
+            raise fail(f"setup.signals entry {sig!r} needs after = seconds and signal = a name like TERM")
+    conc = setup.get("concurrent")
+    if conc is not None and not (isinstance(conc, dict) and isinstance(conc.get("cmd"), str)):
+        raise fail("setup.concurrent is a table with cmd (and after = seconds)")
+    if setup.get("launcher_user") not in (None, "nobody"):
+        raise fail('setup.launcher_user is "nobody" (the only ordinary user the runner knows)')
     effect_log = raw.get("effect_log")
     if effect_log is not None:
         bad = set(effect_log) - EFFECT_LOG_KEYS
@@ -191,6 +242,14 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
     missing = used - known
     if missing:
         raise fail(f"unknown placeholder(s) {sorted(missing)}")
+    covers = raw.get("covers", [])
+    covers = [covers] if isinstance(covers, str) else covers
+    source = raw.get("source", [])
+    source = [source] if isinstance(source, str) else source
+    if not all(isinstance(x, str) for x in covers + source):
+        raise fail("covers and source are strings or lists of strings")
+    if not isinstance(raw.get("best_effort", False), bool):
+        raise fail("best_effort is true or false")
     timeout = raw.get("timeout", 20)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise fail("timeout must be a positive number of seconds")
@@ -210,6 +269,9 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Contract:
         category=raw.get("category", cid.split("-")[0]),
         timeout=float(timeout),
         path=path,
+        covers=covers,
+        source=source,
+        best_effort=raw.get("best_effort", False),
     )
 
 

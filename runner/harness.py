@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
-import signal
 import socket
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -16,13 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from . import classify as C
-from .adapters.base import Adapter, Context, RunResult, Unsupported
-from .contract import TAMPER_KINDS, Contract, expand
-from .hostfx import Containment, HostAliases, Listener, Terminal, Victim, processes_matching
+from .adapters.base import Adapter, Context, Unsupported
+from .checks import evaluate_checks, evaluate_log
+from .contract import Contract, expand
+from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener,
+                     LogTmpfs, Terminal, TestCA, UnixDecoys, Victim)
+from .launch import NOBODY, ConcurrentRun, Hooks, StatusPipe, become_nobody, kill_token_processes, launch
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
 SANDBOX_PYTHON = "/usr/bin/python3"
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Helper programs contracts copy into their tree (setup.copy from "{lab_lib}/...").
+LAB_LIB = str(Path(__file__).resolve().parent / "contracts" / "lib")
 
 
 @dataclass
@@ -35,6 +37,10 @@ class Outcome:
     seconds: float = 0.0
     stderr_tail: str = ""
     checks: list[dict[str, Any]] = field(default_factory=list)
+    # What the sandbox's status channel said (None: it has none), and
+    # whether the agent's start marker appeared (None: no marker used).
+    status_events: list[dict[str, Any]] | None = None
+    agent_started: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -51,6 +57,7 @@ def new_values(root: Path, setup: dict[str, Any]) -> dict[str, str]:
         "secret": "LABSECRET-" + secrets.token_hex(8),
         "token": "labtok-" + secrets.token_hex(6),
         "python": SANDBOX_PYTHON,
+        "lab_lib": LAB_LIB,
     }
 
 
@@ -73,20 +80,29 @@ class RemoveAfter:
             os.unlink(self.path)
 
 
-def make_setup(c: Contract, values: dict[str, str], root: Path) -> None:
+def make_setup(c: Contract, values: dict[str, str], root: Path, agent_uid: int = 0) -> None:
     for d in ("work", "outside", "home", "scratch", "log"):
         (root / d).mkdir(parents=True, exist_ok=True)
     ex = lambda s: expand(s, values)  # noqa: E731
+
+    def owner(spec: dict[str, Any]) -> int:
+        return agent_uid if spec["uid"] == "agent" else int(spec["uid"])
     for d in c.setup.get("dir", []):
         p = Path(ex(d["path"]))
         p.mkdir(parents=True, exist_ok=True)
         if "mode" in d:
             p.chmod(d["mode"])
+        if "uid" in d:
+            os.chown(p, owner(d), owner(d))
     for f in c.setup.get("file", []):
         p = Path(ex(f["path"]))
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text(ex(f.get("content", "")))
         p.chmod(f.get("mode", 0o644))
+        if "uid" in f:  # e.g. a file the agent's user owns outside the roots
+            os.chown(p, owner(f), owner(f))
+        if "mtime" in f:
+            os.utime(p, (f["mtime"], f["mtime"]))
     for cp in c.setup.get("copy", []):
         dst = Path(ex(cp["path"]))
         dst.parent.mkdir(parents=True, exist_ok=True)
@@ -110,154 +126,6 @@ def make_setup(c: Contract, values: dict[str, str], root: Path) -> None:
     (root / "log").chmod(0o755)
 
 
-def evaluate_checks(c: Contract, values: dict[str, str], fx: dict[str, Any], out_text: str) -> tuple[bool, list[dict]]:
-    ex = lambda s: expand(s, values)  # noqa: E731
-    results = []
-    for chk in c.checks:
-        (kind,) = set(chk) & set(C_CHECKS)
-        arg = chk[kind]
-        text = ex(chk["text"]) if "text" in chk else None
-        ok = False
-        if kind == "exists":
-            ok = os.path.lexists(ex(arg))
-        elif kind == "absent":
-            ok = not os.path.lexists(ex(arg))
-        elif kind in ("contains", "not_contains"):
-            try:
-                found = text in Path(ex(arg)).read_text(errors="replace")
-            except OSError:
-                found = False
-            ok = found if kind == "contains" else not found
-        elif kind == "received":
-            got = fx["listeners"][arg].received()
-            ok = (text.encode() in got) if text is not None else len(got) > 0
-        elif kind == "process_dead":
-            ok = not fx["victim"].alive()
-        elif kind == "process_alive":
-            ok = fx["victim"].alive()
-        elif kind == "tty_input":
-            term = fx.get("tty")
-            got = bytes(term.injected) if term else b""
-            ok = (text.encode() in got) if text else len(got) > 0
-        elif kind == "output_contains":
-            ok = text in out_text
-        elif kind == "count_at_least":
-            try:
-                ok = len(os.listdir(ex(arg))) >= chk["n"]
-            except OSError:
-                ok = False
-        elif kind == "no_process_matching":
-            ok = not processes_matching(ex(arg), {os.getpid()})
-        results.append({"check": kind, "arg": ex(arg) if isinstance(arg, str) else arg, "held": ok})
-    return all(r["held"] for r in results), results
-
-
-C_CHECKS = (
-    "exists", "absent", "contains", "not_contains", "received", "process_dead", "process_alive",
-    "tty_input", "output_contains", "count_at_least", "no_process_matching",
-)
-
-
-def read_log(path: str) -> list[dict[str, Any]]:
-    recs = []
-    try:
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    try:
-                        recs.append(json.loads(line))
-                    except json.JSONDecodeError:
-                        recs.append({"_unparsed": line})
-    except OSError:
-        pass
-    return recs
-
-
-def record_kind(rec: dict[str, Any]) -> str | None:
-    for k in ("kind", "type", "event"):
-        if isinstance(rec.get(k), str):
-            return rec[k]
-    return None
-
-
-def record_matches(rec: dict[str, Any], want: dict[str, Any]) -> bool:
-    if record_kind(rec) not in want["kind"].split("|"):
-        return False
-    flat = json.dumps(rec, sort_keys=True)
-    for key in ("path", "dest"):
-        if key in want and want[key] not in flat:
-            return False
-    if "decision" in want and rec.get("decision", rec.get("verdict")) != want["decision"]:
-        return False
-    if "field" in want and rec.get(want["field"]) != want.get("value"):
-        return False
-    return True
-
-
-def tamper(lines: list[str], how: str) -> str:
-    """A tampered copy of a log (as text), for `log verify`'s exit codes."""
-    body = list(lines)
-    mid = max(1, len(body) // 2)
-    if how == "edit":
-        rec = json.loads(body[mid])
-        rec["seq"] = rec.get("seq", 0)
-        rec["lab_edit"] = 1
-        body[mid] = json.dumps(rec, sort_keys=True, separators=(",", ":"))
-    elif how == "remove":  # a line that is not the last (dropping the seal is drop_seal)
-        del body[mid if mid < len(body) - 1 else 0]
-    elif how == "reorder":
-        body[mid], body[mid - 1] = body[mid - 1], body[mid]
-    elif how == "append":
-        rec = json.loads(body[-1])
-        rec["seq"] = rec.get("seq", 0) + 1
-        body.append(json.dumps(rec, sort_keys=True, separators=(",", ":")))
-    elif how == "truncate_tail":
-        text = "\n".join(body) + "\n"
-        return text[: len(text) - max(5, len(body[-1]) // 2)]
-    elif how == "drop_seal":
-        body = body[:-1]
-    return "\n".join(body) + "\n"
-
-
-def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Path) -> tuple[bool, list[dict]]:
-    spec = c.effect_log or {}
-    ex = lambda s: expand(s, values)  # noqa: E731
-    path = values["log"]
-    out: list[dict] = []
-    recs = read_log(path)
-    out.append({"check": "log-present", "held": bool(recs)})
-    want_verify = spec.get("verify", 0)
-    code, msg = adapter.verify_log(path)  # type: ignore[attr-defined]
-    out.append({"check": "verify", "want": want_verify, "got": code, "held": code == want_verify, "msg": msg[-300:]})
-    for want in spec.get("record", []):
-        w = {k: (ex(v) if isinstance(v, str) else v) for k, v in want.items()}
-        out.append({"check": "record", "want": w, "held": any(record_matches(r, w) for r in recs)})
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        text = ""
-    for s in spec.get("must_not_contain", []):
-        s = ex(s)
-        out.append({"check": "must_not_contain", "arg": s, "held": s not in text})
-    seal = spec.get("seal")
-    if seal is not None:
-        last = recs[-1] if recs else {}
-        held = record_kind(last) == "seal" and all(last.get(k) == v for k, v in seal.items())
-        out.append({"check": "seal", "want": seal, "held": held})
-    lines = [line for line in text.splitlines() if line.strip()]
-    for how in spec.get("tamper", []):
-        if len(lines) < 2:
-            out.append({"check": f"tamper-{how}", "held": False, "msg": "log too short to tamper"})
-            continue
-        tp = root / "log" / f"tampered-{how}.jsonl"
-        tp.write_text(tamper(lines, how))
-        code, msg = adapter.verify_log(str(tp))  # type: ignore[attr-defined]
-        want = TAMPER_KINDS[how]
-        out.append({"check": f"tamper-{how}", "want": want, "got": code, "held": code == want})
-    return all(r["held"] for r in out), out
-
-
 def launcher_env(c: Contract, values: dict[str, str]) -> dict[str, str]:
     env = {"PATH": BASE_PATH, "HOME": values["home"], "LANG": "C.UTF-8"}
     for k, v in c.launcher_env.items():
@@ -275,17 +143,36 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
     cleanups: list[Any] = []
     contain: Containment | None = None
     ctx = None
+    values: dict[str, str] | None = None
     try:
         values = new_values(root, c.setup)
         aliases = HostAliases(c.setup.get("host_alias", []), f"{os.getpid()}-{root.name}")
         cleanups.append(aliases)
+        if c.setup.get("unix_decoys"):
+            cleanups.append(UnixDecoys(os.path.join(values["outside"], "decoys"), int(c.setup["unix_decoys"])))
+        delayed: list[DelayedListener] = []
+        bare_netns: BareNetns | None = None
+        test_ca = TestCA(str(root / "tls")) if any(spec.get("tls") for spec in c.listeners) else None
+        if test_ca is not None:
+            values["lab_ca"] = str(test_ca.ca)
         for spec in c.listeners:
             host = spec.get("host", "127.0.0.1")
             path = expand(spec["path"], values) if "path" in spec else None
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
-                           netns=aliases.netns_path(host))
+            if spec.get("delay") and spec["proto"] == "unix" and path:
+                lst = DelayedListener(spec["name"], path, float(spec["delay"]))
+                delayed.append(lst)
+            else:
+                netns = aliases.netns_path(host)
+                if spec.get("netns") and spec["proto"] == "unix":
+                    if bare_netns is None:
+                        bare_netns = BareNetns(f"{os.getpid() % 10000}x{len(cleanups)}")
+                        cleanups.append(bare_netns)
+                    netns = bare_netns.path
+                tls = test_ca.server_context(spec["tls"]) if test_ca is not None and spec.get("tls") else None
+                lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
+                               netns=netns, hold=bool(spec.get("hold")), tls=tls)
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)
@@ -294,7 +181,13 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             values[f"port_{name}"] = str(free_port())
         for path in c.setup.get("remove_after", []):
             cleanups.append(RemoveAfter(expand(path, values)))
-        make_setup(c, values, root)
+        make_setup(c, values, root, adapter.agent_uid)
+        if c.setup.get("log_tmpfs"):
+            cleanups.append(LogTmpfs(str(root / "log"), str(c.setup["log_tmpfs"])))
+        if c.setup.get("host_pty"):
+            fx["host_pty"] = HostPty(adapter.agent_uid)
+            cleanups.append(fx["host_pty"])
+            values["host_pty"] = fx["host_pty"].path
         if c.setup.get("victim"):
             venv = {"PATH": BASE_PATH, "LAB_VICTIM_SECRET": values["secret"]}
             victim = Victim(values["outside"], venv)
@@ -305,7 +198,13 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         cmd = expand(c.cmd, values)
         env = launcher_env(c, values)
         ctx = Context(scratch=values["scratch"], log=values["log"] if c.effect_log is not None else None,
-                      launch_env=dict(env))
+                      launch_env=dict(env), best_effort=c.best_effort)
+        status = StatusPipe() if adapter.status_channel() else None
+        if status is not None:
+            cleanups.append(status)
+            ctx.status_fd = status.write_fd
+        if adapter.wants_start_marker():
+            ctx.start_marker = os.path.join(values["work"], f".lab-started-{secrets.token_hex(4)}")
         argv = adapter.argv(policy, values["work"], cmd, ctx)
         if isinstance(argv, Unsupported):
             return Outcome(c.id, c.kind, C.UNSUPPORTED, str(argv), seconds=time.monotonic() - start)
@@ -314,7 +213,40 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
             fx["tty"] = Terminal()
             cleanups.append(fx["tty"])
         contain = Containment(f"{os.getpid()}-{root.name[-8:]}", use_cgroup=not adapter.own_cgroup)
-        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root)
+        hooks = Hooks(delayed=delayed)
+        conc = c.setup.get("concurrent")
+        if conc is not None:
+            scratch2 = root / "scratch-concurrent"
+            scratch2.mkdir()
+            argv2 = adapter.argv(policy, values["work"], expand(conc["cmd"], values),
+                                 Context(scratch=str(scratch2), launch_env=dict(env)))
+            if isinstance(argv2, Unsupported):
+                return Outcome(c.id, c.kind, C.UNSUPPORTED, str(argv2), seconds=time.monotonic() - start)
+            second = ConcurrentRun(argv2, env, values["work"], float(conc.get("after", 0.0)), contain, c.timeout)
+            cleanups.append(second)
+            if "before" in conc:  # the other run starts first (and so owns what it creates)
+                second.start()
+                time.sleep(float(conc["before"]))
+            else:
+                hooks.delayed.append(second)
+        limits = c.setup.get("launcher_limits")
+        if limits:
+            lim = LauncherLimits(f"{os.getpid()}-{root.name[-8:]}", limits.get("pids"), limits.get("memory"))
+            cleanups.append(lim)
+            hooks.preexec.append(lim.preexec)
+        if c.setup.get("launcher_user") == "nobody":
+            for d in ("log", "scratch"):
+                for dirpath, _, filenames in os.walk(root / d):
+                    os.chown(dirpath, NOBODY, NOBODY)
+                    for name in filenames:
+                        os.chown(os.path.join(dirpath, name), NOBODY, NOBODY)
+            hooks.preexec.append(become_nobody)
+        result, pgid = launch(argv, env, values["work"], c, contain, fx.get("tty"), root, status, hooks)
+        fx["launcher"] = {"returncode": result.returncode, "elapsed": hooks.elapsed, "timed_out": result.timed_out}
+        if ctx.start_marker is not None:
+            result.agent_started = os.path.lexists(ctx.start_marker)
+            if result.agent_started:
+                os.unlink(ctx.start_marker)  # not part of what the checks look at
         out_text = result.stdout + result.stderr
         if fx.get("tty"):
             time.sleep(0.1)
@@ -327,7 +259,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         refused = adapter.refusal(result)
         log_ok = True
         if c.effect_log is not None and not refused:
-            log_ok, log_checks = evaluate_log(c, adapter, values, root)
+            log_ok, log_checks = evaluate_log(c, adapter, values, root, fx)
             checks += log_checks
         res = C.classify(c.kind, refused=refused, effect_observed=effect, log_ok=log_ok,
                          timed_out=result.timed_out)
@@ -346,13 +278,15 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         if refused:
             detail = result.stderr.strip().splitlines()[-1][:300] if result.stderr.strip() else "refused"
         return Outcome(c.id, c.kind, res, detail, result.returncode, round(time.monotonic() - start, 3),
-                       result.stderr[-600:], checks)
+                       result.stderr[-600:], checks, result.status_events, result.agent_started)
     except Exception as e:  # noqa: BLE001 - a broken run is an `error` result, never a crash of the lab
         return Outcome(c.id, c.kind, C.ERROR, f"{type(e).__name__}: {e}", seconds=time.monotonic() - start)
     finally:
         if contain is not None:
             contain.kill(None)
             contain.close()
+        if values is not None:
+            kill_token_processes(values["token"])
         if ctx is not None:
             try:
                 adapter.cleanup(ctx)
@@ -365,48 +299,3 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
                 pass
         if not keep:
             shutil.rmtree(root, ignore_errors=True)
-
-
-def launch(argv: list[str], env: dict[str, str], cwd: str, c: Contract, contain: Containment,
-           term: Terminal | None, root: Path) -> tuple[RunResult, int | None]:
-    out_path, err_path = root / "stdout.txt", root / "stderr.txt"
-    with open(out_path, "wb") as out_f, open(err_path, "wb") as err_f:
-        if term is not None:
-            stdin = stdout = term.slave
-            stderr = err_f
-
-            def pre() -> None:
-                contain.preexec()
-                term.preexec()
-        else:
-            stdin, stdout, stderr = subprocess.DEVNULL, out_f, err_f
-            pre = contain.preexec  # type: ignore[assignment]
-        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=stdin, stdout=stdout, stderr=stderr,
-                                start_new_session=True, preexec_fn=pre)
-        pgid = proc.pid
-        timed_out = False
-        kill_after = c.setup.get("kill_after")
-        try:
-            if kill_after is not None:
-                try:
-                    proc.wait(timeout=float(kill_after))
-                except subprocess.TimeoutExpired:
-                    proc.send_signal(signal.SIGKILL)  # the supervisor only, not its group
-                proc.wait(timeout=c.timeout)
-                time.sleep(1.0)  # give the sandbox time to die with its supervisor
-            else:
-                proc.wait(timeout=c.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            contain.kill(None)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
-    stdout_text = out_path.read_text(errors="replace")
-    stderr_text = err_path.read_text(errors="replace")
-    return RunResult(proc.returncode, stdout_text, stderr_text, timed_out), pgid

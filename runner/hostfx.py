@@ -9,6 +9,7 @@ import os
 import select
 import signal
 import socket
+import ssl
 import subprocess
 import termios
 import threading
@@ -25,14 +26,23 @@ class Listener:
     """A host listener that records every byte it receives."""
 
     def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
-                 netns: str | None = None):
+                 netns: str | None = None, hold: bool = False, tls: "ssl.SSLContext | None" = None):
         self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
+        # tls: terminate TLS with this context, so that what is recorded is
+        # the plaintext request (path, headers) an upstream would act on
+        self.tls = tls
+        # hold: never close an accepted connection (a service that keeps a
+        # relay connection open after the agent is gone)
+        self.hold = hold
         self.data = bytearray()
         self.connections = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         if proto == "unix":
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            # a socket made in another network namespace is listed only in
+            # that namespace's /proc/net/unix, yet its path reaches it
+            self.sock = (socket_in_netns(netns, socket.AF_UNIX, socket.SOCK_STREAM) if netns
+                         else socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
             self.sock.bind(path)
             os.chmod(path, 0o777)
         else:
@@ -71,17 +81,28 @@ class Listener:
 
     def _conn(self, conn: socket.socket) -> None:
         conn.settimeout(0.5)
+        if self.tls is not None:
+            try:
+                conn.settimeout(3)
+                conn = self.tls.wrap_socket(conn, server_side=True)
+                conn.settimeout(0.5)
+            except (OSError, ssl.SSLError):
+                conn.close()
+                return
         got = bytearray()
-        deadline = time.monotonic() + 3
+        deadline = time.monotonic() + (3600 if self.hold else 3)
         try:
             while time.monotonic() < deadline and not self._stop.is_set():
                 try:
                     b = conn.recv(65536)
                 except socket.timeout:
-                    if got:
+                    if got and not self.hold:
                         break
                     continue
                 if not b:
+                    if self.hold:
+                        time.sleep(0.1)  # peer closed its side; keep ours open
+                        continue
                     break
                 got += b
                 self._record(b)
@@ -339,3 +360,206 @@ def processes_matching(text: str, exclude: set[int]) -> list[int]:
         if needle in cmd and state != "Z":
             hits.append(int(d.name))
     return hits
+
+
+class HostPty:
+    """Another terminal of the agent's user on the host (a pty whose slave
+    the agent could open by permissions alone): whatever reaches its master
+    was written into a terminal the sandbox was not given."""
+
+    def __init__(self, uid: int = 65534):
+        self.master, self.slave = os.openpty()
+        self.path = os.ttyname(self.slave)
+        os.chown(self.path, uid, -1)
+        os.chmod(self.path, 0o666)
+        self.output = bytearray()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._pump, daemon=True)
+        self.thread.start()
+
+    def _pump(self) -> None:
+        while not self._stop.is_set():
+            r, _, _ = select.select([self.master], [], [], 0.05)
+            if r:
+                try:
+                    self.output.extend(os.read(self.master, 4096))
+                except OSError:
+                    continue
+
+    def received(self) -> bytes:
+        time.sleep(0.1)
+        return bytes(self.output)
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=2)
+        for fd in (self.master, self.slave):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+class UnixDecoys:
+    """Many listening unix sockets, so that a host socket the agent wants is
+    not among the first few hundred a sandbox may have looked at."""
+
+    def __init__(self, directory: str, count: int):
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        self.socks = []
+        for i in range(count):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.bind(os.path.join(directory, f"decoy-{i}.sock"))
+            s.listen(1)
+            self.socks.append(s)
+
+    def close(self) -> None:
+        for s in self.socks:
+            s.close()
+
+
+class DelayedListener:
+    """A unix listener bound only `delay` seconds after the sandbox started
+    (a daemon that starts or restarts during the run)."""
+
+    def __init__(self, name: str, path: str, delay: float):
+        self.name, self.path, self.delay = name, path, delay
+        self.port = 0
+        self.inner: Listener | None = None
+        self._timer: threading.Timer | None = None
+
+    def start(self) -> None:
+        self._timer = threading.Timer(self.delay, self._bind)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _bind(self) -> None:
+        self.inner = Listener(self.name, "unix", path=self.path)
+
+    def received(self) -> bytes:
+        return self.inner.received() if self.inner else b""
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer.join(timeout=2)
+        if self.inner is not None:
+            self.inner.close()
+
+
+def v1_controller_dir(controller: str) -> Path | None:
+    """The v1 hierarchy of a controller on a hybrid host, if it has one."""
+    p = Path("/sys/fs/cgroup") / controller
+    return p if (p / "cgroup.procs").exists() and not (p / "cgroup.controllers").exists() else None
+
+
+class LauncherLimits:
+    """Puts the launcher itself under pids/memory limits (cgroup v1 on hybrid
+    hosts, v2 otherwise), the way a CI job or a user slice limits it: every
+    cgroup the sandbox makes must nest under these."""
+
+    def __init__(self, tag: str, pids: int | None, memory: int | None):
+        self.dirs: list[Path] = []
+        wanted = [("pids", "pids.max", pids), ("memory", "memory.limit_in_bytes", memory)]
+        for controller, knob, value in wanted:
+            if value is None:
+                continue
+            base = v1_controller_dir(controller)
+            if base is None:
+                base, knob = CGROUP_BASE, {"pids": "pids.max", "memory": "memory.max"}[controller]
+            d = base / f"tartaros-lab-limit-{tag}"
+            d.mkdir(exist_ok=True)
+            if d not in self.dirs:
+                self.dirs.append(d)
+            (d / knob).write_text(str(value))
+            if controller == "memory" and (d / "memory.memsw.limit_in_bytes").exists():
+                try:
+                    (d / "memory.memsw.limit_in_bytes").write_text(str(value))
+                except OSError:
+                    pass
+
+    def preexec(self) -> None:
+        for d in self.dirs:
+            with open(d / "cgroup.procs", "w") as f:
+                f.write("0")
+
+    def close(self) -> None:
+        for d in self.dirs:
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                try:
+                    pids = [int(x) for x in (d / "cgroup.procs").read_text().split()]
+                except OSError:
+                    break
+                if not pids:
+                    break
+                if (d / "cgroup.kill").exists():
+                    try:
+                        (d / "cgroup.kill").write_text("1")
+                    except OSError:
+                        pass
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                time.sleep(0.05)
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+
+
+class BareNetns:
+    """A network namespace with nothing in it, for listeners that must live
+    outside the host's namespace."""
+
+    def __init__(self, tag: str):
+        self.name = f"tlabu{tag}"
+        subprocess.run(["ip", "netns", "add", self.name], check=True, capture_output=True)
+        self.path = f"/var/run/netns/{self.name}"
+
+    def close(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+
+
+class LogTmpfs:
+    """A tiny tmpfs on the run's log directory, so the log's filesystem fills up."""
+
+    def __init__(self, directory: str, size: str):
+        self.dir = directory
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0755", "tartaros-lab-log", directory],
+                       check=True, capture_output=True)
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", self.dir], capture_output=True)
+
+
+class TestCA:
+    """A throwaway CA and one server certificate per name (openssl), for
+    TLS listeners that a sandbox's gateway is told to trust (ca_file)."""
+
+    def __init__(self, directory: str):
+        self.dir = Path(directory)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.ca = self.dir / "ca.pem"
+        self._run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(self.dir / "ca.key"),
+                  "-out", str(self.ca), "-days", "2", "-subj", "/CN=tartaros-lab test CA",
+                  "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+        os.chmod(self.ca, 0o644)
+
+    def _run(self, *args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+    def server_context(self, name: str) -> ssl.SSLContext:
+        key, csr, crt = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
+        ext = self.dir / f"{name}.ext"
+        ext.write_text(f"subjectAltName=DNS:{name}\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n")
+        self._run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={name}")
+        self._run("x509", "-req", "-in", str(csr), "-CA", str(self.ca), "-CAkey", str(self.dir / "ca.key"),
+                  "-CAcreateserial", "-out", str(crt), "-days", "2", "-extfile", str(ext))
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(str(crt), str(key))
+        return ctx

@@ -14,6 +14,12 @@ LIST_FIELDS = (
     "local_ports",
     "allow_domains",
     "env_passthrough",
+    "glob_read_denies",
+    "glob_denies",
+    "allow_unix_socket_paths",
+    "exec_allows",
+    "tmpfs",
+    "binds",
 )
 BOOL_FIELDS = (
     "isolate_pids",
@@ -25,11 +31,15 @@ BOOL_FIELDS = (
     "deny_unix",
 )
 # Fields a policy may carry; anything else in [policy] is a contract error.
-ALL_FIELDS = LIST_FIELDS + BOOL_FIELDS + ("read_scope", "max_processes", "broker")
+INT_FIELDS = ("max_processes", "max_memory")
+ALL_FIELDS = LIST_FIELDS + BOOL_FIELDS + INT_FIELDS + ("read_scope", "broker")
 
 # The directories "read_scope = granted" keeps readable (DESIGN.md section 2),
 # besides the writable roots and the read_allows.
 GRANTED_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/dev", "/proc")
+
+
+READ_SCOPES = ("all", "granted", "none")
 
 
 class PolicyError(ValueError):
@@ -50,10 +60,24 @@ class Policy:
     harden_syscalls: bool = False
     materialize_absent_handoff: bool = False
     max_processes: int | None = None
+    max_memory: int | None = None  # bytes
     inherit_env: bool = False
     env_passthrough: list[str] = field(default_factory=list)
     private_tmp: bool = False
     deny_unix: bool = False
+    # Shell globs (`*`, `?`, `[...]`, `**`): reads denied / writes denied for
+    # every match. DESIGN.md section 2: TartarOS refuses them until enforced.
+    glob_read_denies: list[str] = field(default_factory=list)
+    glob_denies: list[str] = field(default_factory=list)
+    # Unix socket paths outside the roots the agent may still connect to.
+    allow_unix_socket_paths: list[str] = field(default_factory=list)
+    # Readable and executable under any read scope (read_scope = "none"
+    # grants nothing else but the roots, tmpfs, binds and read_allows).
+    exec_allows: list[str] = field(default_factory=list)
+    # Fresh empty tmpfs mounts at these paths.
+    tmpfs: list[str] = field(default_factory=list)
+    # Read-only binds: [{ source = "/host/path", target = "/in/sandbox" }].
+    binds: list[dict[str, str]] = field(default_factory=list)
     broker: dict[str, Any] | None = None
     # Fields the contract set explicitly. A field left at its default that a
     # sandbox cannot express does not make the contract unsupported, except
@@ -78,14 +102,18 @@ class Policy:
                     raise PolicyError(f"{name} must be true or false")
                 kwargs[name] = raw[name]
         if "read_scope" in raw:
-            if raw["read_scope"] not in ("all", "granted"):
-                raise PolicyError('read_scope must be "all" or "granted"')
+            if raw["read_scope"] not in READ_SCOPES:
+                raise PolicyError('read_scope must be "all", "granted" or "none"')
             kwargs["read_scope"] = raw["read_scope"]
-        if "max_processes" in raw:
-            mp = raw["max_processes"]
-            if not isinstance(mp, int) or isinstance(mp, bool) or mp < 1:
-                raise PolicyError("max_processes must be a positive integer")
-            kwargs["max_processes"] = mp
+        for name in INT_FIELDS:
+            if name in raw:
+                n = raw[name]
+                if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+                    raise PolicyError(f"{name} must be a positive integer")
+                kwargs[name] = n
+        for b in kwargs.get("binds", []):
+            if not isinstance(b, dict) or set(b) != {"source", "target"}:
+                raise PolicyError("each binds entry is a table with source and target")
         if "broker" in raw:
             if not isinstance(raw["broker"], dict):
                 raise PolicyError("broker must be a table")

@@ -33,6 +33,16 @@ class Context:
     scratch: str  # a private directory for config files the adapter writes
     log: str | None = None  # effect log path, when the contract checks one
     launch_env: dict[str, str] = field(default_factory=dict)  # the launcher's environment
+    # The write end of the harness's status pipe (when status_channel() is
+    # true): the sandbox's supervisor writes JSON lines there, the agent
+    # cannot reach it.
+    status_fd: int | None = None
+    # A host path inside a writable root that the command creates first
+    # (when start_marker() is true): its presence proves the agent started.
+    start_marker: str | None = None
+    # Run in the sandbox's best-effort mode, where it has one (contract key
+    # `best_effort`), instead of the strictest settings.
+    best_effort: bool = False
 
 
 @dataclass
@@ -41,6 +51,10 @@ class RunResult:
     stdout: str = ""
     stderr: str = ""
     timed_out: bool = False
+    # JSON objects read from the status channel; None when there was none.
+    status_events: list[dict] | None = None
+    # Whether the start marker appeared; None when no marker was used.
+    agent_started: bool | None = None
 
 
 class Adapter:
@@ -50,6 +64,10 @@ class Adapter:
     has_effect_log = False
     # The sandbox manages its own cgroup; the runner must not put it in one.
     own_cgroup = False
+    # The uid the agent runs as when the runner (root) launches the sandbox:
+    # setup files with `uid = "agent"` belong to it ("a file the agent's
+    # user owns"). Peers keep the launcher's uid.
+    agent_uid = 0
 
     # --- discovery -------------------------------------------------------
     def binary(self) -> str | None:
@@ -88,6 +106,17 @@ class Adapter:
         return {}
 
     def refusal(self, result: RunResult) -> bool:
+        """Whether the sandbox itself refused the run. Read it only from what
+        the agent cannot forge (a status channel, the absence of any agent
+        start), never from the agent's exit code or output alone."""
+        return False
+
+    def status_channel(self) -> bool:
+        """True when argv() passes ctx.status_fd to the sandbox."""
+        return False
+
+    def wants_start_marker(self) -> bool:
+        """True when argv() makes the command create ctx.start_marker first."""
         return False
 
     def cleanup(self, ctx: Context) -> None:
@@ -112,6 +141,10 @@ def first_unsupported(policy: Policy, supported: set[str], reasons: dict[str, st
     for name in policy.set_fields():
         if name not in supported:
             return Unsupported(name, reasons.get(name, "no setting of this sandbox expresses it"))
+    # read_scope = "none" is a value an adapter must map on purpose: one that
+    # knows only all/granted would widen it silently.
+    if policy.read_scope == "none" and "read_scope=none" not in supported:
+        return Unsupported("read_scope", reasons.get("read_scope=none", 'no setting expresses read_scope = "none"'))
     return None
 
 

@@ -9,13 +9,23 @@ import os
 from ..policy import GRANTED_SYSTEM_DIRS, Policy
 from .base import PEER_CACHE, Adapter, Context, first_unsupported
 
+# Mapped against 0.171's documented permission profiles
+# (developers.openai.com/codex/permissions): filesystem entries "read" /
+# "write" / "none", glob entries (deny only: "none"), and network domain
+# rules, which are enforced only through its managed proxy
+# (features.network_proxy = true; without it domain rules do not restrict
+# direct access). Verified here: an absolute glob "none" denies the reads,
+# a glob with "read" is rejected ("only supports deny"), direct connects
+# bypassing the proxy fail, and a domain not listed gets 403.
 SUPPORTED = {
     "writable_roots", "read_denies", "read_allows", "read_scope", "write_denies",
     "isolate_pids", "isolate_process_info", "inherit_env", "env_passthrough",
+    "glob_read_denies", "allow_domains",
 }
 REASONS = {
     "local_ports": "network is on or off per profile; no per-port grant",
-    "allow_domains": "no documented domain allow-list for `codex sandbox` profiles in this version",
+    "glob_denies": "glob entries of a profile only support \"none\" (deny reads), not read-only",
+    "allow_unix_socket_paths": "not mapped: its unix_sockets rules apply through the managed proxy only",
     "harden_syscalls": "its seccomp filter is fixed; no stricter preset",
     "max_processes": "no process limit",
     "materialize_absent_handoff": "no placeholder for absent denied paths",
@@ -63,9 +73,22 @@ class Codex(Adapter):
             fs[root] = "write"
         for p in policy.write_denies:
             fs[p] = "read"
-        lines = ["[permissions.strict.filesystem]"]
+        for p in policy.glob_read_denies:
+            fs[p] = "none"
+        lines = []
+        if policy.allow_domains:
+            # Domain rules hold only through the managed proxy. Not set:
+            # allow_local_binding, which would also open loopback and private
+            # addresses through the proxy (wider than the neutral policy).
+            lines += ["[features]", "network_proxy = true", ""]
+        lines += ["[permissions.strict.filesystem]"]
         lines += [f"{toml_str(k)} = {toml_str(v)}" for k, v in fs.items()]
-        lines += ["", "[permissions.strict.network]", "enabled = false", ""]
+        lines += ["", "[permissions.strict.network]"]
+        if policy.allow_domains:
+            domains = ", ".join(f"{toml_str(d)} = \"allow\"" for d in policy.allow_domains)
+            lines += ["enabled = true", f"domains = {{ {domains} }}", ""]
+        else:
+            lines += ["enabled = false", ""]
         return "\n".join(lines)
 
     def argv(self, policy: Policy, workdir: str, cmd: str, ctx: Context | None = None):

@@ -12,6 +12,9 @@ from .base import PEER_CACHE, Adapter, Context, Unsupported, first_unsupported
 SUPPORTED = {
     "writable_roots", "read_denies", "read_allows", "read_scope", "write_denies",
     "allow_domains", "isolate_pids", "isolate_process_info", "deny_unix",
+    # its denyRead/denyWrite take glob patterns (expanded before the sandbox
+    # starts on Linux: test/sandbox/read-deny-glob.test.ts, glob-expand.test.ts)
+    "glob_read_denies", "glob_denies",
 }
 REASONS = {
     "local_ports": "network goes through its proxies only; no per-port grant",
@@ -36,7 +39,7 @@ class Srt(Adapter):
         return str(p) if p.exists() else None
 
     def settings(self, policy: Policy) -> dict:
-        deny_read = list(policy.read_denies)
+        deny_read = list(policy.read_denies) + list(policy.glob_read_denies)
         allow_read = list(policy.read_allows)
         if policy.read_scope == "granted":
             deny_read = ["/"] + deny_read
@@ -50,7 +53,7 @@ class Srt(Adapter):
             "filesystem": {
                 "denyRead": deny_read,
                 "allowWrite": list(policy.writable_roots),
-                "denyWrite": list(policy.write_denies),
+                "denyWrite": list(policy.write_denies) + list(policy.glob_denies),
             },
         }
         if allow_read:

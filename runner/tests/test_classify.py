@@ -26,7 +26,16 @@ class Classify(unittest.TestCase):
             self.assertEqual(C.classify(kind, needs_feature=True, unsupported=True), C.NEEDS_FEATURE)
             self.assertEqual(C.classify(kind, unsupported=True, error=True), C.UNSUPPORTED)
             self.assertEqual(C.classify(kind, error=True, refused=True), C.ERROR)
-            self.assertEqual(C.classify(kind, refused=True, effect_observed=True), C.REFUSED)
+            self.assertEqual(C.classify(kind, refused=True), C.REFUSED)
+
+    def test_observed_effect_outranks_a_refusal(self):
+        # An attack that succeeds and then prints `tartaros: ...` and exits
+        # 78 did not meet a refusal: the effect is there to see.
+        self.assertEqual(C.classify("attack", refused=True, effect_observed=True), C.NOT_MITIGATED)
+        self.assertEqual(C.classify("attack", refused=True, effect_observed=True, timed_out=True), C.NOT_MITIGATED)
+        # a control whose work happened was not refused either
+        self.assertEqual(C.classify("control", refused=True, effect_observed=True), C.PASSED)
+        self.assertEqual(C.classify("control", refused=True, effect_observed=False), C.REFUSED)
 
     def test_every_outcome_is_reachable(self):
         seen = {

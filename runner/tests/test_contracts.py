@@ -34,7 +34,32 @@ class ContractFiles(unittest.TestCase):
     def test_areas_covered(self):
         cats = {c.category for c in self.contracts}
         self.assertTrue({"fs", "proc", "net", "env", "el"} <= cats, cats)
-        self.assertEqual(len([c for c in self.contracts if c.effect_log is not None]), 7)
+        self.assertGreaterEqual(len([c for c in self.contracts if c.effect_log is not None]), 13)
+
+    def test_every_class_of_issue_12_has_an_attack_beside_its_control(self):
+        by_id = {c.id: c for c in self.contracts}
+        for cls in [f"12.{i}" for i in range(1, 13)]:
+            attacks = [c for c in self.contracts if cls in c.covers and c.kind == "attack"]
+            self.assertTrue(attacks, f"no attack covers {cls}")
+            for a in attacks:
+                self.assertEqual(by_id[a.control].kind, "control", a.id)
+
+    def test_issue_13_has_effect_log_contracts(self):
+        ids = {c.id for c in self.contracts if "13" in c.covers and c.effect_log is not None}
+        self.assertTrue({"el-mknod-logged", "el-racing-path", "el-degraded-capture"} <= ids, ids)
+
+    def test_peer_derived_attacks_cite_their_source(self):
+        for c in self.contracts:
+            if c.kind == "attack" and c.covers and not c.id.startswith("fs-absent"):
+                self.assertTrue(c.source, f"{c.id} covers {c.covers} but cites no source")
+
+    def test_lab_lib_helpers_exist(self):
+        import os
+        from runner.harness import LAB_LIB
+        for c in self.contracts:
+            for cp in c.setup.get("copy", []):
+                if cp["from"].startswith("{lab_lib}/"):
+                    self.assertTrue(os.path.exists(cp["from"].replace("{lab_lib}", LAB_LIB)), c.id)
 
     def test_check_placeholders_are_known(self):
         # parse() already rejects unknown placeholders; make sure each one expands
@@ -45,6 +70,24 @@ class ContractFiles(unittest.TestCase):
     def test_select(self):
         self.assertTrue(all(c.id.startswith("fs-") for c in select(self.contracts, "fs-*")))
         self.assertEqual([c.id for c in select(self.contracts, "fs-write-outside")], ["fs-write-outside"])
+
+
+class Gate(unittest.TestCase):
+    def test_not_asserted_classes_leave_the_gate(self):
+        from runner.__main__ import gate_failures
+
+        cs = [parse(minimal(id="a-1", kind="attack", control="c-1", covers="12.1")), parse(minimal(id="c-1")),
+              parse(minimal(id="b-1", kind="attack", control="c-1", covers=["13", "peers"]))]
+        doc = {"sandbox": "tartaros", "results": [
+            {"contract": "a-1", "result": "not-mitigated"}, {"contract": "c-1", "result": "control-failed"},
+            {"contract": "b-1", "result": "mitigated"}]}
+        bad, waived = gate_failures([doc], cs, "tartaros", "")
+        self.assertEqual(len(bad), 2)
+        bad, waived = gate_failures([doc], cs, "tartaros", "12.1")
+        self.assertEqual((bad, waived), (["tartaros/c-1: control-failed"], ["tartaros/a-1: not-mitigated"]))
+        bad, waived = gate_failures([doc], cs, "tartaros", "*")
+        self.assertEqual(bad, ["tartaros/c-1: control-failed"])  # no covers: always asserted
+        self.assertEqual(gate_failures([doc], cs, "bwrap", ""), ([], []))
 
 
 class Validation(unittest.TestCase):

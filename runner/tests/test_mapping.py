@@ -44,6 +44,33 @@ class TartarosMapping(unittest.TestCase):
         self.assertEqual(a[-4:], ["--", "/bin/sh", "-c", "echo hi"])
         self.assertNotIn("--config", a)
 
+    def test_config_only_fields_go_to_the_config_file(self):
+        p = Policy.from_dict({"writable_roots": ["/w"], "max_memory": 1 << 28,
+                              "glob_read_denies": ["/etc/*.conf"], "allow_unix_socket_paths": ["/run/x.sock"]})
+        a = get("tartaros").argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertEqual(a[a.index("--max-memory") + 1], str(1 << 28))
+        with open(a[a.index("--config") + 1]) as f:
+            parsed = tomllib.loads(f.read())
+        self.assertEqual(parsed["policy"], {"glob_read_denies": ["/etc/*.conf"],
+                                            "allow_unix_socket_paths": ["/run/x.sock"]})
+
+    def test_scope_fields(self):
+        p = Policy.from_dict({"writable_roots": ["/w"], "read_scope": "none", "exec_allows": ["/usr"],
+                              "tmpfs": ["/w/cache"], "binds": [{"source": "/opt/x", "target": "/x"}]})
+        a = get("tartaros").argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertEqual(a[a.index("--read-scope") + 1], "none")
+        with open(a[a.index("--config") + 1]) as f:
+            parsed = tomllib.loads(f.read())["policy"]
+        self.assertEqual(parsed["binds"], [{"source": "/opt/x", "target": "/x"}])
+        self.assertEqual(parsed["exec_allows"], ["/usr"])
+        # a peer that knows only all/granted must not widen "none" to "all"
+        for name in ("bwrap", "nsjail", "sandlock", "codex", "srt"):
+            r = get(name).argv(Policy.from_dict({"writable_roots": ["/w"], "read_scope": "none"}), "/w", "true",
+                               Context(scratch=tempfile.mkdtemp()))
+            self.assertIsInstance(r, Unsupported, name)
+        with self.assertRaises(Exception):
+            Policy.from_dict({"binds": [{"source": "/a"}]})
+
     def test_defaults_add_no_flags(self):
         a = get("tartaros").argv(Policy.from_dict({"writable_roots": ["/w"]}), "/w", "true")
         self.assertEqual(a[1:], ["run", "--strict", "--write", "/w", "--", "/bin/sh", "-c", "true"])
@@ -71,6 +98,55 @@ class TartarosMapping(unittest.TestCase):
         self.assertFalse(t.refusal(RunResult(78, "", "some agent output\n")))
         self.assertFalse(t.refusal(RunResult(1, "", "tartaros: cannot install landlock\n")))
         self.assertTrue(t.conflict_of_interest and t.has_effect_log)
+
+    def test_refusal_needs_a_channel_the_agent_cannot_write(self):
+        t = get("tartaros")
+        line = "tartaros: refused\n"
+        # the agent started (its start marker appeared): exit 78 is its own
+        self.assertFalse(t.refusal(RunResult(78, "", line, agent_started=True)))
+        self.assertTrue(t.refusal(RunResult(78, "", line, agent_started=False)))
+        # the status channel decides when there is one, whatever the exit code says
+        started = {"event": "started", "pid": 7, "run_id": "r", "label": None}
+        refused = {"event": "refused", "code": 78, "reason": "x", "field": None}
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[started])))
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[])))
+        self.assertFalse(t.refusal(RunResult(78, "", line, status_events=[started, refused])))
+        self.assertTrue(t.refusal(RunResult(78, "", line, status_events=[refused])))
+
+    def test_status_fd_and_start_marker_in_argv(self):
+        t = get("tartaros")
+        p = Policy.from_dict({"writable_roots": ["/w"]})
+        a = t.argv(p, "/w", "echo hi", Context(scratch=tempfile.mkdtemp(), status_fd=9))
+        self.assertEqual(a[a.index("--status-fd") + 1], "9")
+        self.assertEqual(a[-1], "echo hi")
+        ctx = Context(scratch=tempfile.mkdtemp(), start_marker="/elsewhere/.m")
+        a = t.argv(p, "/w", "echo hi", ctx)
+        self.assertNotIn("--status-fd", a)
+        self.assertEqual(ctx.start_marker, "/w/.m")  # moved into the writable root
+        self.assertEqual(a[-1], ": 2>/dev/null > /w/.m\necho hi")
+        ctx = Context(scratch=tempfile.mkdtemp(), start_marker="/elsewhere/.m")
+        a = t.argv(Policy.from_dict({}), "/w", "echo hi", ctx)
+        self.assertIsNone(ctx.start_marker)
+        self.assertEqual(a[-1], "echo hi")
+        a = t.argv(p, "/w", "true", Context(scratch=tempfile.mkdtemp(), best_effort=True))
+        self.assertNotIn("--strict", a)
+
+    def test_status_fd_support_is_detected_from_help(self):
+        from runner.adapters import tartaros as T
+
+        d = tempfile.mkdtemp()
+        for name, text in (("new", "--status-fd <N>  JSON lines"), ("old", "--log <FILE>")):
+            path = os.path.join(d, name)
+            with open(path, "w") as f:
+                f.write(f"#!/bin/sh\necho '{text}'\n")
+            os.chmod(path, 0o755)
+        old = os.environ.pop("TARTAROS_LAB_STATUS_FD", None)
+        try:
+            self.assertTrue(T.supports_status_fd(os.path.join(d, "new")))
+            self.assertFalse(T.supports_status_fd(os.path.join(d, "old")))
+        finally:
+            if old is not None:
+                os.environ["TARTAROS_LAB_STATUS_FD"] = old
 
     def test_binary_from_env(self):
         old = os.environ.get("TARTAROS_BIN")
@@ -145,6 +221,25 @@ class PeerMappings(unittest.TestCase):
         self.assertFalse(prof["permissions"]["strict"]["network"]["enabled"])
         env = get("codex").env(p, ctx)
         self.assertTrue(env["TMPDIR"].startswith(scratch))  # the harness keeps scratch out of /tmp
+
+    def test_codex_domains_and_glob_denies(self):
+        # 0.171's permission profiles: domain rules through the managed proxy,
+        # glob entries with "none" only.
+        p, work, secrets, d = sample(allow_domains=["a.example.org", "*.b.example.org"],
+                                     glob_read_denies=[os.path.join(d0 := tempfile.mkdtemp(), "*.conf")])
+        scratch = tempfile.mkdtemp()
+        get("codex").argv(p, work, "true", Context(scratch=scratch))
+        with open(os.path.join(scratch, "codex-home", "config.toml")) as f:
+            prof = tomllib.loads(f.read())
+        self.assertTrue(prof["features"]["network_proxy"])
+        net = prof["permissions"]["strict"]["network"]
+        self.assertTrue(net["enabled"])
+        self.assertEqual(net["domains"], {"a.example.org": "allow", "*.b.example.org": "allow"})
+        self.assertNotIn("allow_local_binding", net)  # would open loopback through the proxy
+        self.assertEqual(prof["permissions"]["strict"]["filesystem"][os.path.join(d0, "*.conf")], "none")
+        r = get("codex").argv(Policy.from_dict({"writable_roots": [work], "glob_denies": [work + "/*.lock"]}),
+                              work, "true", Context(scratch=tempfile.mkdtemp()))
+        self.assertIsInstance(r, Unsupported)
 
     def test_srt_settings(self):
         p, work, secrets, _ = sample(allow_domains=["example.org"])

@@ -1,0 +1,51 @@
+"""Metadata changes Landlock has no right for: python3 meta.py OP PATH [TOKEN].
+
+OP: chmod (setuid + world-writable), utimes (mtime 1000000000), xattr
+(user.lab = TOKEN), acl (a POSIX access ACL granting another user rwx),
+chattr (FS_NODUMP_FL through a read-only fd). Failures are silent: the
+runner checks the file's metadata from outside.
+"""
+
+import array
+import fcntl
+import os
+import struct
+import sys
+
+FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NODUMP_FL = 0x80086601, 0x40086602, 0x40
+
+
+def acl_blob() -> bytes:
+    # POSIX ACL xattr: version 2, then (tag u16, perm u16, id u32) entries
+    # sorted by tag: USER_OBJ, USER(65533) rwx, GROUP_OBJ, MASK rwx, OTHER.
+    entries = [(0x01, 6, 0xFFFFFFFF), (0x02, 7, 65533), (0x04, 4, 0xFFFFFFFF), (0x10, 7, 0xFFFFFFFF),
+               (0x20, 4, 0xFFFFFFFF)]
+    return struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries)
+
+
+def main() -> None:
+    op, path = sys.argv[1], sys.argv[2]
+    token = sys.argv[3] if len(sys.argv) > 3 else "x"
+    try:
+        if op == "chmod":
+            os.chmod(path, 0o4777)
+        elif op == "utimes":
+            os.utime(path, (1000000000, 1000000000))
+        elif op == "xattr":
+            os.setxattr(path, "user.lab", token.encode())
+        elif op == "acl":
+            os.setxattr(path, "system.posix_acl_access", acl_blob())
+        elif op == "chattr":
+            fd = os.open(path, os.O_RDONLY)
+            buf = array.array("l", [0])
+            fcntl.ioctl(fd, FS_IOC_GETFLAGS, buf, True)
+            buf[0] |= FS_NODUMP_FL
+            fcntl.ioctl(fd, FS_IOC_SETFLAGS, buf, True)
+            os.close(fd)
+        else:
+            raise SystemExit(f"unknown op {op}")
+    except OSError as e:
+        print(f"{op}: {e}", file=sys.stderr)
+
+
+main()
