@@ -16,6 +16,7 @@ pub mod environment;
 pub mod events;
 pub mod exit;
 pub mod forward;
+pub mod fswatch;
 pub mod init;
 pub mod janitor;
 pub mod kernel_watch;

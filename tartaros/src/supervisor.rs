@@ -343,6 +343,17 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
         _ => None,
     };
+    let truth = match (&cgroup, prepared.log.is_some() && watch.is_some()) {
+        (Some(cgroup_dir), true) => match start_truth(&request, &mut prepared, cgroup_dir.path()) {
+            Ok(truth) => truth,
+            Err(refusal) => {
+                let _ = cgroup_dir.kill_and_remove(TEARDOWN_TIMEOUT);
+                abandon(&mut prepared);
+                return Err(refusal);
+            }
+        },
+        _ => None,
+    };
     let drain = match prepared.log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
@@ -359,7 +370,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 cleanup_placeholders(&prepared.placeholders);
                 return Err(refuse(exit::START_FAILURE, e));
             }
-            Some(tokio::spawn(crate::runlog::drain(writer, effects_rx)))
+            Some(tokio::spawn(crate::runlog::drain_with(
+                writer, effects_rx, truth,
+            )))
         }
         None => None,
     };
@@ -418,6 +431,33 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         (Ok(_), Err(_)) => Ok(code.max(1)),
         (Ok(_), Ok(())) => Ok(code),
         (Err(refusal), _) => Err(refusal),
+    }
+}
+
+/// Watches the writable roots for kernel-sourced paths (before the init
+/// exists). Without it the log's paths are only the agent's claims: a
+/// strict run is refused, others say so and record capture as degraded.
+fn start_truth(
+    request: &RunRequest,
+    prepared: &mut Prepared,
+    cgroup: &Path,
+) -> Result<Option<crate::fswatch::FsWatch>, Refusal> {
+    let policy = &request.policy;
+    if !installed(&prepared.guarantees, "ebpf-capture") {
+        return Ok(None);
+    }
+    match crate::fswatch::FsWatch::start(&policy.writable_roots, cgroup) {
+        Ok(truth) => Ok(Some(truth)),
+        Err(e) if policy.strict => Err(refuse(
+            exit::REFUSED,
+            format!("cannot install kernel-sourced paths: {e}"),
+        )),
+        Err(e) => {
+            let why = format!("kernel-sourced paths: {e}");
+            eprintln!("tartaros: warning: {why}");
+            degrade(&mut prepared.guarantees, "ebpf-capture", &why);
+            Ok(None)
+        }
     }
 }
 

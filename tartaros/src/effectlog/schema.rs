@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 pub const EFFECT_KINDS: &[&str] = &[
     "exec", "exit", "fork", "open", "create", "write", "unlink", "rename", "chmod", "truncate",
     "mkdir", "rmdir", "link", "symlink", "chown", "connect", "sendto", "proxy", "broker", "signal",
+    "attrib",
 ];
 
 /// Fields the writer adds itself; a caller may not supply them.
@@ -48,6 +49,10 @@ pub(crate) const SEAL_KEYS: &[&str] = &[
     "seq",
     "wall_ns",
 ];
+
+/// Seal fields present only in some logs: the kernel-sourced `files`
+/// list (sorted by path) and how many files it left out.
+pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted"];
 
 /// The first record: what ran, on what, under which policy and guarantees.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,7 +243,10 @@ pub(crate) fn check_gap(m: &Map<String, Value>) -> Result<u64, String> {
 /// Shape of the seal; its values (head, counts, lost, digest) are checked by
 /// the verifier, which knows the records before it.
 pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
-    exact_keys(m, SEAL_KEYS)?;
+    let mut required = m.clone();
+    required.retain(|k, _| !SEAL_OPTIONAL.contains(&k.as_str()));
+    exact_keys(&required, SEAL_KEYS)?;
+    check_seal_files(m)?;
     uint(m, "lost")?;
     uint(m, "mono_ns")?;
     uint(m, "wall_ns")?;
@@ -262,6 +270,39 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
         .ok_or("`counts` is not an object")?;
     if counts.values().any(|v| v.as_u64().is_none()) {
         return Err("`counts` holds a non-integer".into());
+    }
+    Ok(())
+}
+
+/// `files`: objects with a string `path` in strictly increasing order, a
+/// `size`, and a hex `sha256` or null with a `skipped` reason.
+fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
+    if let Some(omitted) = m.get("files_omitted")
+        && omitted.as_u64().is_none()
+    {
+        return Err("`files_omitted` is not a non-negative integer".into());
+    }
+    let Some(files) = m.get("files") else {
+        return Ok(());
+    };
+    let files = files.as_array().ok_or("`files` is not a list")?;
+    let mut last: Option<&str> = None;
+    for f in files {
+        let f = f.as_object().ok_or("`files` holds a non-object")?;
+        let path = f
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or("a `files` entry has no string `path`")?;
+        if last.is_some_and(|l| l >= path) {
+            return Err("`files` is not sorted by path".into());
+        }
+        last = Some(path);
+        uint(f, "size").map_err(|e| format!("files: {e}"))?;
+        match f.get("sha256") {
+            Some(Value::String(h)) if h.len() == 64 => {}
+            Some(Value::Null) if f.get("skipped").is_some_and(Value::is_string) => {}
+            _ => return Err("a `files` entry has neither a sha256 nor a `skipped` reason".into()),
+        }
     }
     Ok(())
 }

@@ -60,6 +60,8 @@ pub struct LogWriter {
     // Complete lines not yet written (only when batching is on).
     pending: Vec<u8>,
     batch_bytes: usize,
+    // Extra seal fields (the kernel-sourced `files` list).
+    seal_extra: Map<String, Value>,
 }
 
 impl LogWriter {
@@ -94,6 +96,7 @@ impl LogWriter {
             redactions: 0,
             pending: Vec::new(),
             batch_bytes: 0,
+            seal_extra: Map::new(),
         })
     }
 
@@ -328,7 +331,7 @@ impl LogWriter {
         if let Some(e) = self.state_error("seal") {
             return Err(e);
         }
-        let mut m = Map::new();
+        let mut m = std::mem::take(&mut self.seal_extra);
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));
@@ -348,6 +351,18 @@ impl LogWriter {
         self.state = State::Sealed;
         self.sync()?;
         Ok(self.head())
+    }
+
+    /// Adds `files` (and `files_omitted`) to the seal: the fields of
+    /// `extra` other than those ([`crate::fswatch`] builds them).
+    pub fn set_seal_files(&mut self, extra: Value) {
+        if let Value::Object(extra) = extra {
+            for (k, v) in extra {
+                if schema::SEAL_OPTIONAL.contains(&k.as_str()) {
+                    self.seal_extra.insert(k, v);
+                }
+            }
+        }
     }
 
     fn state_error(&self, kind: &str) -> Option<LogError> {
