@@ -114,7 +114,7 @@ mod tests {
         let touched: BTreeSet<String> = [p("a"), p("d"), p("l"), p("gone"), "/etc/hostname".into()]
             .into_iter()
             .collect();
-        let (files, omitted) = seal_files(&touched, &[root.clone()]);
+        let (files, omitted) = seal_files(&touched, std::slice::from_ref(&root));
         assert_eq!(omitted, 0);
         assert_eq!(
             files,
