@@ -58,6 +58,9 @@ pub(super) struct Notice {
     pub new_path: Option<String>,
     /// CLOCK_MONOTONIC when it was read.
     pub read_ns: u64,
+    /// When the read before it started: the notification was queued
+    /// later (else that read would have returned it).
+    pub after_ns: u64,
 }
 
 impl Notice {
@@ -328,7 +331,10 @@ impl Join {
                 continue;
             }
             let (want, dir) = wanted(r.kind).unwrap_or((0, None));
-            match self.take(tid, want, dir, |_| true) {
+            // A notification queued after the record's syscall ended
+            // belongs to a later call of the thread.
+            let ended = r.mono_ns;
+            match self.take(tid, want, dir, |n| n.after_ns < ended) {
                 Some(n) => apply(&mut r, &n),
                 None => {
                     r.target.insert("path_source", "agent");

@@ -30,6 +30,7 @@ fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
         name: path.rsplit('/').next().unwrap_or_default().to_string(),
         new_path: None,
         read_ns,
+        after_ns: 0,
     }
 }
 
@@ -207,4 +208,25 @@ fn threads_are_paired_separately() {
     };
     assert_eq!(by_claim("/w/claim2").as_deref(), Some("/w/from-thread"));
     assert_eq!(by_claim("/w/claim1").as_deref(), Some("/w/from-leader"));
+}
+
+#[test]
+fn a_notification_queued_after_a_call_ended_is_not_paired_with_it() {
+    // open(O_CREAT|O_TRUNC) of an existing file created nothing; the
+    // thread's next create, queued after it ended, is not its.
+    let mut j = Join::new(0);
+    let mut later = notice(10, bit::CREATE, "/w/next", 30);
+    later.after_ns = 15;
+    j.notice(later, T);
+    let mut out = j.join(vec![record("create", 10, 10, "/w/existing")], 31);
+    out.extend(j.join(vec![record("open", 10, 20, "/w/y")], 32));
+    let existing = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(existing, "path"), Some("/w/existing"));
+    assert_eq!(s(existing, "path_source"), Some("agent"));
+    let out = j.join(vec![record("create", 10, 40, "/w/claim")], 41);
+    out.iter()
+        .for_each(|r| assert_ne!(r.kind, "create", "held: {r:?}"));
+    let out = j.finish(50);
+    let next = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(next, "path"), Some("/w/next"));
 }

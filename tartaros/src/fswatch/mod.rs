@@ -35,6 +35,8 @@ pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES};
 /// (a pid is not reused that fast; a sandbox thread is in the cgroup from
 /// its first instruction, so the verdict cannot change while it lives).
 const HOST_VERDICT_NS: u64 = 1_000_000_000;
+/// Bound of the thread-verdict and directory-path caches.
+const CACHE_ENTRIES: usize = 16_384;
 
 /// Errors of the kernel-sourced path watch.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +77,8 @@ pub struct FsWatch {
     /// placed, in the roots: placed when a record names the thread.
     unplaced: Vec<Notice>,
     lost: u64,
+    /// When the last read of the group started.
+    last_poll_ns: u64,
 }
 
 impl FsWatch {
@@ -99,6 +103,7 @@ impl FsWatch {
             dirs: HashMap::new(),
             unplaced: Vec::new(),
             lost: 0,
+            last_poll_ns: 0,
         })
     }
 
@@ -153,6 +158,8 @@ impl FsWatch {
 
     fn poll(&mut self) -> Vec<Record> {
         let mut out = Vec::new();
+        let after = self.last_poll_ns;
+        self.last_poll_ns = crate::effectlog::mono_now_ns();
         let events = match self.group.read_all() {
             Ok(events) => events,
             Err(e) => {
@@ -176,15 +183,18 @@ impl FsWatch {
             };
             match member {
                 Member::Host => {
+                    if self.host.len() >= CACHE_ENTRIES {
+                        self.host.retain(|_, until| *until > now);
+                    }
                     self.host.insert(event.tid, now + HOST_VERDICT_NS);
                 }
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
-                    let n = self.notice(&event, now);
+                    let n = self.notice(&event, now, after);
                     out.extend(self.join.notice(n, task));
                 }
                 Member::Gone => {
-                    let n = self.notice(&event, now);
+                    let n = self.notice(&event, now, after);
                     let in_roots = n
                         .path
                         .as_deref()
@@ -206,7 +216,7 @@ impl FsWatch {
         out
     }
 
-    fn notice(&mut self, event: &RawEvent, now: u64) -> Notice {
+    fn notice(&mut self, event: &RawEvent, now: u64, after: u64) -> Notice {
         let (path, name) = match &event.entry {
             Some(entry) => (self.entry_path(entry), lossy(&entry.name)),
             None => (None, String::new()),
@@ -223,6 +233,7 @@ impl FsWatch {
             name,
             new_path,
             read_ns: now,
+            after_ns: after,
         }
     }
 
@@ -234,6 +245,9 @@ impl FsWatch {
                     .group
                     .resolve(&entry.dir)
                     .map(|p| p.to_string_lossy().into_owned());
+                if self.dirs.len() >= CACHE_ENTRIES {
+                    self.dirs.clear();
+                }
                 self.dirs.insert(entry.dir.clone(), dir.clone());
                 dir
             }
