@@ -23,6 +23,9 @@ use crate::effectlog::{Decision, Record, Target};
 const HOLD_NS: u64 = 200_000_000;
 /// How long an unclaimed notification waits for a record that claims it.
 const ORPHAN_NS: u64 = 1_000_000_000;
+/// At most this many changed files are remembered for the seal (~100
+/// bytes each); later ones are only counted.
+const MAX_TOUCHED: usize = 1_000_000;
 
 /// The notification bits, as fanotify reports them.
 pub(super) mod bit {
@@ -125,6 +128,8 @@ pub(super) struct Join {
     writes: HashMap<(u32, String), Writes>,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: BTreeSet<String>,
+    /// Changed files not remembered (over MAX_TOUCHED).
+    untracked: u64,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
     wall_offset: i128,
 }
@@ -190,7 +195,7 @@ impl Join {
             if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
                 && !n.is_dir()
             {
-                self.touched.insert(path.clone());
+                self.touch(path);
             }
             if n.mask & bit::RENAME != 0
                 && let Some(new) = &n.new_path
@@ -222,10 +227,23 @@ impl Join {
         out
     }
 
+    fn touch(&mut self, path: &str) {
+        if self.touched.len() < MAX_TOUCHED {
+            self.touched.insert(path.to_string());
+        } else if !self.touched.contains(path) {
+            self.untracked += 1;
+        }
+    }
+
+    /// Changed files the seal cannot list (over the memory bound).
+    pub fn untracked(&self) -> u64 {
+        self.untracked
+    }
+
     fn renamed(&mut self, from: &str, to: &str, dir: bool) {
         if !dir {
             if self.touched.remove(from) {
-                self.touched.insert(to.to_string());
+                self.touch(to);
             }
             return;
         }

@@ -148,6 +148,7 @@ impl FsWatch {
         }
         out.extend(self.join.finish(crate::effectlog::mono_now_ns()));
         let (files, omitted) = content::seal_files(self.join.touched(), &self.roots);
+        let omitted = omitted + self.join.untracked();
         let mut seal = serde_json::Map::new();
         seal.insert("files".into(), Value::Array(files));
         if omitted > 0 {
@@ -172,6 +173,12 @@ impl FsWatch {
         for event in events {
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
+                continue;
+            }
+            if event.entry.is_none() && event.mask & !(bit::ATTRIB | bit::ONDIR) == 0 {
+                // An inode change with no directory entry: the link count
+                // of a file being linked or unlinked, whose link / unlink
+                // is reported with its entry.
                 continue;
             }
             let member = match self.join.task(event.tid) {
