@@ -250,8 +250,8 @@ impl Join {
         let prefix = format!("{from}/");
         let moved: Vec<String> = self
             .touched
-            .iter()
-            .filter(|p| p.starts_with(&prefix))
+            .range(prefix.clone()..)
+            .take_while(|p| p.starts_with(&prefix))
             .cloned()
             .collect();
         for p in moved {
