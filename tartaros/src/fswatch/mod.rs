@@ -327,6 +327,42 @@ fn relative_cgroup(dir: &Path) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effectlog::{ExitStatus, Genesis, LogWriter, Seal, verify_file};
+    use serde_json::json;
+
+    fn sealed_with(dir: &Path, name: &str, files: Value) -> crate::effectlog::Verdict {
+        let path = dir.join(name);
+        let mut w = LogWriter::create(&path).unwrap();
+        w.genesis(Genesis::new(json!({}), vec![], vec![], vec![]))
+            .unwrap();
+        w.set_seal_files(json!({"files": files, "ignored": 1}));
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        verify_file(&path)
+    }
+
+    #[test]
+    fn verify_accepts_the_seals_files_and_refuses_a_bad_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash = "ab".repeat(32);
+        let good = json!([
+            {"path": "/w/a", "size": 1, "sha256": hash},
+            {"path": "/w/b", "size": 99, "sha256": null, "skipped": "too large"},
+        ]);
+        let v = sealed_with(dir.path(), "good", good);
+        assert_eq!(v.code, 0, "{}", v.message);
+        let unsorted = json!([
+            {"path": "/w/b", "size": 1, "sha256": hash},
+            {"path": "/w/a", "size": 1, "sha256": hash},
+        ]);
+        let v = sealed_with(dir.path(), "unsorted", unsorted);
+        assert_eq!(v.code, 1, "{}", v.message);
+        let unhashed = json!([{"path": "/w/a", "size": 1, "sha256": null}]);
+        assert_eq!(sealed_with(dir.path(), "unhashed", unhashed).code, 1);
+    }
 
     #[test]
     fn cgroup_lines_match_the_run_and_below_only() {
