@@ -125,7 +125,10 @@ pub(super) struct Join {
     last_ns: HashMap<u32, u64>,
     /// Threads of processes that exited.
     exited: BTreeSet<u32>,
-    writes: HashMap<(u32, String), Writes>,
+    /// Write counts by file, one entry per writing process.
+    writes: HashMap<String, Vec<Writes>>,
+    /// The files each process has counts for.
+    written_by: HashMap<u32, BTreeSet<String>>,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: BTreeSet<String>,
     /// Changed files not remembered (over MAX_TOUCHED).
@@ -188,33 +191,29 @@ impl Join {
     }
 
     /// Takes one notification of a sandbox thread; returns the `write`
-    /// record it completes, if any.
-    pub fn notice(&mut self, n: Notice, task: Task) -> Option<Record> {
-        let mut out = None;
+    /// records it completes.
+    pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
+        let mut out = Vec::new();
         if let Some(path) = &n.path {
             if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
                 && !n.is_dir()
             {
                 self.touch(path);
             }
+            if n.mask & bit::MODIFY != 0 {
+                self.count_write(path, task, n.read_ns);
+            }
+            if n.mask & bit::CLOSE_WRITE != 0 {
+                out.extend(self.flush_writes(path, Some(task.tgid)));
+            }
             if n.mask & bit::RENAME != 0
                 && let Some(new) = &n.new_path
             {
                 self.renamed(path, new, n.is_dir());
             }
-            let key = (task.tgid, path.clone());
-            if n.mask & bit::MODIFY != 0 {
-                let w = self.writes.entry(key.clone()).or_insert(Writes {
-                    task,
-                    count: 0,
-                    first_ns: n.read_ns,
-                });
-                w.count += 1;
-            }
-            if n.mask & bit::CLOSE_WRITE != 0
-                && let Some(w) = self.writes.remove(&key)
-            {
-                out = Some(self.write_record(path, &w));
+            if n.mask & bit::DELETE != 0 && !n.is_dir() {
+                // The file is gone: its writers' counts are final.
+                out.extend(self.flush_writes(path, None));
             }
         }
         // Close and modify notifications are counted, not claimed (only a
@@ -225,6 +224,55 @@ impl Join {
             self.pending.entry(n.tid).or_default().push_back(n);
         }
         out
+    }
+
+    fn count_write(&mut self, path: &str, task: Task, ns: u64) {
+        let entries = self.writes.entry(path.to_string()).or_default();
+        match entries.iter_mut().find(|w| w.task.tgid == task.tgid) {
+            Some(w) => w.count += 1,
+            None => {
+                entries.push(Writes {
+                    task,
+                    count: 1,
+                    first_ns: ns,
+                });
+                self.written_by
+                    .entry(task.tgid)
+                    .or_default()
+                    .insert(path.to_string());
+            }
+        }
+    }
+
+    /// The `write` records of `path` (of one process, or of all).
+    fn flush_writes(&mut self, path: &str, tgid: Option<u32>) -> Vec<Record> {
+        let Some(entries) = self.writes.get_mut(path) else {
+            return Vec::new();
+        };
+        let (done, kept): (Vec<Writes>, Vec<Writes>) = entries
+            .drain(..)
+            .partition(|w| tgid.is_none_or(|t| t == w.task.tgid));
+        *entries = kept;
+        if entries.is_empty() {
+            self.writes.remove(path);
+        }
+        done.iter()
+            .map(|w| {
+                if let Some(files) = self.written_by.get_mut(&w.task.tgid) {
+                    files.remove(path);
+                }
+                self.write_record(path, w)
+            })
+            .collect()
+    }
+
+    /// The `write` records of a process that exited.
+    fn flush_process(&mut self, tgid: u32) -> Vec<Record> {
+        let files = self.written_by.remove(&tgid).unwrap_or_default();
+        files
+            .iter()
+            .flat_map(|path| self.flush_writes(path, Some(tgid)))
+            .collect()
     }
 
     fn touch(&mut self, path: &str) {
@@ -241,6 +289,18 @@ impl Join {
     }
 
     fn renamed(&mut self, from: &str, to: &str, dir: bool) {
+        if !dir && let Some(entries) = self.writes.remove(from) {
+            for w in &entries {
+                if let Some(files) = self.written_by.get_mut(&w.task.tgid) {
+                    files.remove(from);
+                    files.insert(to.to_string());
+                }
+            }
+            self.writes
+                .entry(to.to_string())
+                .or_default()
+                .extend(entries);
+        }
         if !dir {
             if self.touched.remove(from) {
                 self.touch(to);
@@ -302,6 +362,8 @@ impl Join {
             *t = (*t).max(r.mono_ns);
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
+                let writes = self.flush_process(r.pid);
+                out.extend(writes);
             }
             let allowed = r.decision == Decision::Allowed;
             match wanted(r.kind) {
@@ -396,10 +458,14 @@ impl Join {
             }
         }
         if all {
-            let writes: Vec<((u32, String), Writes)> = self.writes.drain().collect();
-            let mut writes = writes;
+            let mut writes: Vec<(String, Writes)> = self
+                .writes
+                .drain()
+                .flat_map(|(path, entries)| entries.into_iter().map(move |w| (path.clone(), w)))
+                .collect();
+            self.written_by.clear();
             writes.sort_by_key(|(_, w)| w.first_ns);
-            for ((_, path), w) in writes {
+            for (path, w) in writes {
                 out.push(self.write_record(&path, &w));
             }
         }

@@ -42,7 +42,7 @@ fn s<'a>(r: &'a Record, key: &str) -> Option<&'a str> {
 fn an_agreeing_record_is_confirmed_by_the_kernel() {
     let mut j = Join::new(0);
     j.learn(&[record("exec", 10, 1, "/bin/sh")]);
-    assert!(j.notice(notice(10, bit::CREATE, "/w/a", 5), T).is_none());
+    assert!(j.notice(notice(10, bit::CREATE, "/w/a", 5), T).is_empty());
     let out = j.join(vec![record("create", 10, 4, "/w/a")], 6);
     assert_eq!(out.len(), 1);
     assert_eq!(s(&out[0], "path"), Some("/w/a"));
@@ -140,19 +140,28 @@ fn notifications_no_record_claims_become_uncaptured_records() {
 fn writes_are_counted_per_file_and_written_at_close() {
     let mut j = Join::new(0);
     for i in 0..3 {
-        assert!(j.notice(notice(10, bit::MODIFY, "/w/out", i), T).is_none());
+        assert!(j.notice(notice(10, bit::MODIFY, "/w/out", i), T).is_empty());
     }
     j.notice(notice(11, bit::MODIFY, "/w/other", 4), T);
     let w = j
-        .notice(notice(10, bit::CLOSE_WRITE, "/w/out", 5), T)
-        .expect("a write record at close");
+        .notice(notice(10, bit::DELETE, "/w/out", 5), T)
+        .pop()
+        .expect("a write record when the file is deleted");
     assert_eq!((w.kind, w.pid), ("write", 10));
     assert_eq!(w.target.get("count"), Some(&Value::from(3u64)));
     assert_eq!(s(&w, "path_source"), Some("kernel"));
     let rest = j.finish(10);
     let other: Vec<_> = rest.iter().filter(|r| r.kind == "write").collect();
-    assert_eq!(other.len(), 1, "an unclosed file is written at the end");
+    assert_eq!(other.len(), 1, "a file still there is written at the end");
     assert_eq!(s(other[0], "path"), Some("/w/other"));
+    j.notice(notice(10, bit::MODIFY, "/w/x", 11), T);
+    j.notice(notice(10, bit::MODIFY, "/w/x", 12), T);
+    let out = j.join(vec![record("exit", 10, 13, "")], 14);
+    let w = out
+        .iter()
+        .find(|r| r.kind == "write")
+        .expect("written at exit");
+    assert_eq!(w.target.get("count"), Some(&Value::from(2u64)));
 }
 
 #[test]
