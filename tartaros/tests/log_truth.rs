@@ -514,6 +514,37 @@ fn the_seal_lists_what_changed_with_hashes_and_bounds_the_cost() {
 }
 
 #[test]
+fn files_whose_names_are_not_utf8_stay_distinct_in_the_seal() {
+    if !usable("seal_non_utf8") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let r = root.path().display();
+    let code = format!(
+        "import os\n\
+         for name, data in ((b'\\xff', b'one'), (b'\\xfe', b'two')):\n    \
+         fd = os.open(b'{r}/' + name, os.O_CREAT | os.O_WRONLY, 0o644)\n    \
+         os.write(fd, data)\n    \
+         os.close(fd)\n"
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    let files = seal(&records)["files"].as_array().expect("files").clone();
+    let shown: Vec<(&str, &str)> = files
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["sha256"].as_str().unwrap()))
+        .collect();
+    let fe = format!("{r}/\\xfe");
+    let ff = format!("{r}/\\xff");
+    assert_eq!(
+        shown,
+        vec![
+            (fe.as_str(), sha256_hex(b"two").as_str()),
+            (ff.as_str(), sha256_hex(b"one").as_str()),
+        ]
+    );
+}
+
+#[test]
 fn changes_capture_does_not_see_are_still_logged_by_the_kernel() {
     if !usable("uncaptured") {
         return;

@@ -274,7 +274,7 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
     Ok(())
 }
 
-/// `files`: objects with a string `path` in strictly increasing order, a
+/// `files`: objects with a string `path` in increasing order, a
 /// `size`, and a hex `sha256` or null with a `skipped` reason.
 fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
     if let Some(omitted) = m.get("files_omitted")
@@ -293,7 +293,7 @@ fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
             .get("path")
             .and_then(Value::as_str)
             .ok_or("a `files` entry has no string `path`")?;
-        if last.is_some_and(|l| l >= path) {
+        if last.is_some_and(|l| l > path) {
             return Err("`files` is not sorted by path".into());
         }
         last = Some(path);

@@ -21,14 +21,15 @@ pub const MAX_TOTAL_BYTES: u64 = 1 << 30;
 pub const MAX_FILES: usize = 50_000;
 pub const MAX_LIST_BYTES: usize = 8 << 20;
 
-/// The `files` list (sorted by path) and how many files were left out.
-pub fn seal_files(touched: &BTreeSet<String>, roots: &[PathBuf]) -> (Vec<Value>, u64) {
+/// The `files` list (sorted by path as shown) and how many files were
+/// left out.
+pub fn seal_files(touched: &BTreeSet<PathBuf>, roots: &[PathBuf]) -> (Vec<Value>, u64) {
     let mut files = Vec::new();
     let mut omitted = 0u64;
     let mut budget = MAX_TOTAL_BYTES;
     let mut bytes = 0usize;
     for path in touched {
-        if !roots.iter().any(|root| Path::new(path).starts_with(root)) {
+        if !roots.iter().any(|root| path.starts_with(root)) {
             continue;
         }
         let Some(entry) = entry(path, &mut budget) else {
@@ -43,16 +44,19 @@ pub fn seal_files(touched: &BTreeSet<String>, roots: &[PathBuf]) -> (Vec<Value>,
         }
         files.push(entry);
     }
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
     (files, omitted)
 }
 
 /// The entry of one path, `None` when it is not a regular file (any
 /// more): a symlink is not followed, and nothing else is hashed.
-fn entry(path: &str, budget: &mut u64) -> Option<Value> {
+fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
+    let path = super::display_path(raw);
+    let path = path.as_str();
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(path)
+        .open(raw)
         .ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() {
@@ -111,8 +115,10 @@ mod tests {
         std::fs::create_dir(root.join("d")).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", root.join("l")).unwrap();
         let p = |n: &str| root.join(n).to_string_lossy().into_owned();
-        let touched: BTreeSet<String> = [p("a"), p("d"), p("l"), p("gone"), "/etc/hostname".into()]
+        let touched: BTreeSet<PathBuf> = ["a", "d", "l", "gone"]
             .into_iter()
+            .map(|n| root.join(n))
+            .chain([PathBuf::from("/etc/hostname")])
             .collect();
         let (files, omitted) = seal_files(&touched, std::slice::from_ref(&root));
         assert_eq!(omitted, 0);
@@ -132,7 +138,7 @@ mod tests {
         let path = dir.path().join("f");
         std::fs::write(&path, vec![0u8; 10]).unwrap();
         let mut budget = 5;
-        let e = entry(path.to_str().unwrap(), &mut budget).unwrap();
+        let e = entry(&path, &mut budget).unwrap();
         assert_eq!(e["sha256"], Value::Null);
         assert_eq!(e["skipped"], "hash budget spent");
         assert_eq!(e["size"], 10);

@@ -13,6 +13,7 @@
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -59,6 +60,10 @@ pub(super) struct Notice {
     pub name: String,
     /// The new path of a rename.
     pub new_path: Option<String>,
+    /// `path` and `new_path` as the kernel's bytes (they are shown
+    /// escaped when not UTF-8).
+    pub raw: Option<PathBuf>,
+    pub new_raw: Option<PathBuf>,
     /// CLOCK_MONOTONIC when it was read.
     pub read_ns: u64,
     /// When the read before it started: the notification was queued
@@ -130,7 +135,7 @@ pub(super) struct Join {
     /// The files each process has counts for.
     written_by: HashMap<u32, BTreeSet<String>>,
     /// Regular files created or modified (for the seal), by kernel path.
-    touched: BTreeSet<String>,
+    touched: BTreeSet<PathBuf>,
     /// Changed files not remembered (over MAX_TOUCHED).
     untracked: u64,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
@@ -194,11 +199,11 @@ impl Join {
     /// records it completes.
     pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
         let mut out = Vec::new();
-        if let Some(path) = &n.path {
+        if let (Some(path), Some(raw)) = (&n.path, &n.raw) {
             if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
                 && !n.is_dir()
             {
-                self.touch(path);
+                self.touch(raw);
             }
             if n.mask & bit::MODIFY != 0 {
                 self.count_write(path, task, n.read_ns);
@@ -207,9 +212,10 @@ impl Join {
                 out.extend(self.flush_writes(path, Some(task.tgid)));
             }
             if n.mask & bit::RENAME != 0
-                && let Some(new) = &n.new_path
+                && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
             {
                 self.renamed(path, new, n.is_dir());
+                self.renamed_touched(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
                 // The file is gone: its writers' counts are final.
@@ -275,9 +281,9 @@ impl Join {
             .collect()
     }
 
-    fn touch(&mut self, path: &str) {
+    fn touch(&mut self, path: &Path) {
         if self.touched.len() < MAX_TOUCHED {
-            self.touched.insert(path.to_string());
+            self.touched.insert(path.to_path_buf());
         } else if !self.touched.contains(path) {
             self.untracked += 1;
         }
@@ -288,6 +294,7 @@ impl Join {
         self.untracked
     }
 
+    /// Moves the write counts of a renamed file.
     fn renamed(&mut self, from: &str, to: &str, dir: bool) {
         if !dir && let Some(entries) = self.writes.remove(from) {
             for w in &entries {
@@ -301,22 +308,29 @@ impl Join {
                 .or_default()
                 .extend(entries);
         }
+    }
+
+    /// Moves the changed files of a renamed file or directory.
+    fn renamed_touched(&mut self, from: &Path, to: &Path, dir: bool) {
         if !dir {
             if self.touched.remove(from) {
                 self.touch(to);
             }
             return;
         }
-        let prefix = format!("{from}/");
-        let moved: Vec<String> = self
+        // Component order keeps a directory's descendants together.
+        let moved: Vec<PathBuf> = self
             .touched
-            .range(prefix.clone()..)
-            .take_while(|p| p.starts_with(&prefix))
+            .range(from.to_path_buf()..)
+            .take_while(|p| p.starts_with(from))
+            .filter(|p| p.as_path() != from)
             .cloned()
             .collect();
         for p in moved {
             self.touched.remove(&p);
-            self.touched.insert(format!("{to}/{}", &p[prefix.len()..]));
+            if let Ok(rest) = p.strip_prefix(from) {
+                self.touched.insert(to.join(rest));
+            }
         }
     }
 
@@ -479,7 +493,7 @@ impl Join {
     }
 
     /// Regular files created or modified, by kernel path.
-    pub fn touched(&self) -> &BTreeSet<String> {
+    pub fn touched(&self) -> &BTreeSet<PathBuf> {
         &self.touched
     }
 

@@ -21,6 +21,7 @@ mod join;
 mod notify;
 
 use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -72,7 +73,7 @@ pub struct FsWatch {
     /// The run's cgroup as /proc/<pid>/cgroup names it (`/tartaros-...`).
     cgroup: String,
     host: HashMap<u32, u64>,
-    dirs: HashMap<Handle, Option<String>>,
+    dirs: HashMap<Handle, Option<PathBuf>>,
     /// Notifications of threads that were gone before they could be
     /// placed, in the roots: placed when a record names the thread.
     unplaced: Vec<Notice>,
@@ -224,11 +225,11 @@ impl FsWatch {
     }
 
     fn notice(&mut self, event: &RawEvent, now: u64, after: u64) -> Notice {
-        let (path, name) = match &event.entry {
-            Some(entry) => (self.entry_path(entry), lossy(&entry.name)),
+        let (raw, name) = match &event.entry {
+            Some(entry) => (self.entry_path(entry), display(&entry.name)),
             None => (None, String::new()),
         };
-        let new_path = event.new_entry.as_ref().and_then(|e| self.entry_path(e));
+        let new_raw = event.new_entry.as_ref().and_then(|e| self.entry_path(e));
         if event.mask & bit::ONDIR != 0 && event.mask & (bit::RENAME | bit::DELETE) != 0 {
             // Cached paths below a moved or removed directory are stale.
             self.dirs.clear();
@@ -236,22 +237,21 @@ impl FsWatch {
         Notice {
             tid: event.tid,
             mask: event.mask,
-            path,
+            path: raw.as_deref().map(display_path),
             name,
-            new_path,
+            new_path: new_raw.as_deref().map(display_path),
+            raw,
+            new_raw,
             read_ns: now,
             after_ns: after,
         }
     }
 
-    fn entry_path(&mut self, entry: &DirEntry) -> Option<String> {
+    fn entry_path(&mut self, entry: &DirEntry) -> Option<PathBuf> {
         let dir = match self.dirs.get(&entry.dir) {
             Some(dir) => dir.clone(),
             None => {
-                let dir = self
-                    .group
-                    .resolve(&entry.dir)
-                    .map(|p| p.to_string_lossy().into_owned());
+                let dir = self.group.resolve(&entry.dir);
                 if self.dirs.len() >= CACHE_ENTRIES {
                     self.dirs.clear();
                 }
@@ -262,12 +262,7 @@ impl FsWatch {
         if entry.name.is_empty() || entry.name == b"." {
             return Some(dir);
         }
-        let name = lossy(&entry.name);
-        Some(if dir == "/" {
-            format!("/{name}")
-        } else {
-            format!("{dir}/{name}")
-        })
+        Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name)))
     }
 
     fn member(&self, tid: u32) -> Member {
@@ -295,8 +290,33 @@ impl FsWatch {
     }
 }
 
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// A kernel name as the log shows it: itself when it is UTF-8; otherwise
+/// every byte that is not part of valid UTF-8 as `\xNN` and every `\` as
+/// `\\`, so that two different names never show the same (U+FFFD would
+/// let an agent give two files one name, or hide one from the seal).
+pub fn display(bytes: &[u8]) -> String {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// [`display`] of a path.
+pub fn display_path(path: &Path) -> String {
+    display(path.as_os_str().as_bytes())
 }
 
 /// Whether a /proc/<pid>/cgroup text puts the task in `cgroup` or below.
@@ -362,6 +382,14 @@ mod tests {
         assert_eq!(v.code, 1, "{}", v.message);
         let unhashed = json!([{"path": "/w/a", "size": 1, "sha256": null}]);
         assert_eq!(sealed_with(dir.path(), "unhashed", unhashed).code, 1);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_shown_escaped_and_distinct() {
+        assert_eq!(display(b"/w/plain \\ name"), "/w/plain \\ name");
+        assert_eq!(display(b"/w/\xff"), "/w/\\xff");
+        assert_eq!(display(b"/w/\\\xfe"), "/w/\\\\\\xfe");
+        assert_ne!(display(b"/w/\xff"), display(b"/w/\xfe"));
     }
 
     #[test]
