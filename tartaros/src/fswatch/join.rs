@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target};
 
 /// How long a record waits for its thread to move on before it is paired
@@ -110,14 +111,6 @@ fn main_key(kind: &str) -> &'static str {
     }
 }
 
-/// Per-file write counts of one process, until the file is closed.
-#[derive(Debug, Clone)]
-struct Writes {
-    task: Task,
-    count: u64,
-    first_ns: u64,
-}
-
 /// The join's state for one run.
 #[derive(Debug, Default)]
 pub(super) struct Join {
@@ -130,10 +123,7 @@ pub(super) struct Join {
     last_ns: HashMap<u32, u64>,
     /// Threads of processes that exited.
     exited: BTreeSet<u32>,
-    /// Write counts by file, one entry per writing process.
-    writes: HashMap<String, Vec<Writes>>,
-    /// The files each process has counts for.
-    written_by: HashMap<u32, BTreeSet<String>>,
+    writes: WriteCounts,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: BTreeSet<PathBuf>,
     /// Changed files not remembered (over MAX_TOUCHED).
@@ -206,7 +196,7 @@ impl Join {
                 self.touch(raw);
             }
             if n.mask & bit::MODIFY != 0 {
-                self.count_write(path, task, n.read_ns);
+                self.writes.count(path, task, n.read_ns);
             }
             if n.mask & bit::CLOSE_WRITE != 0 {
                 out.extend(self.flush_writes(path, Some(task.tgid)));
@@ -214,7 +204,9 @@ impl Join {
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
             {
-                self.renamed(path, new, n.is_dir());
+                if !n.is_dir() {
+                    self.writes.renamed(path, new);
+                }
                 self.renamed_touched(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
@@ -232,53 +224,10 @@ impl Join {
         out
     }
 
-    fn count_write(&mut self, path: &str, task: Task, ns: u64) {
-        let entries = self.writes.entry(path.to_string()).or_default();
-        match entries.iter_mut().find(|w| w.task.tgid == task.tgid) {
-            Some(w) => w.count += 1,
-            None => {
-                entries.push(Writes {
-                    task,
-                    count: 1,
-                    first_ns: ns,
-                });
-                self.written_by
-                    .entry(task.tgid)
-                    .or_default()
-                    .insert(path.to_string());
-            }
-        }
-    }
-
     /// The `write` records of `path` (of one process, or of all).
     fn flush_writes(&mut self, path: &str, tgid: Option<u32>) -> Vec<Record> {
-        let Some(entries) = self.writes.get_mut(path) else {
-            return Vec::new();
-        };
-        let (done, kept): (Vec<Writes>, Vec<Writes>) = entries
-            .drain(..)
-            .partition(|w| tgid.is_none_or(|t| t == w.task.tgid));
-        *entries = kept;
-        if entries.is_empty() {
-            self.writes.remove(path);
-        }
-        done.iter()
-            .map(|w| {
-                if let Some(files) = self.written_by.get_mut(&w.task.tgid) {
-                    files.remove(path);
-                }
-                self.write_record(path, w)
-            })
-            .collect()
-    }
-
-    /// The `write` records of a process that exited.
-    fn flush_process(&mut self, tgid: u32) -> Vec<Record> {
-        let files = self.written_by.remove(&tgid).unwrap_or_default();
-        files
-            .iter()
-            .flat_map(|path| self.flush_writes(path, Some(tgid)))
-            .collect()
+        let done = self.writes.flush(path, tgid);
+        done.iter().map(|w| self.write_record(path, w)).collect()
     }
 
     fn touch(&mut self, path: &Path) {
@@ -292,22 +241,6 @@ impl Join {
     /// Changed files the seal cannot list (over the memory bound).
     pub fn untracked(&self) -> u64 {
         self.untracked
-    }
-
-    /// Moves the write counts of a renamed file.
-    fn renamed(&mut self, from: &str, to: &str, dir: bool) {
-        if !dir && let Some(entries) = self.writes.remove(from) {
-            for w in &entries {
-                if let Some(files) = self.written_by.get_mut(&w.task.tgid) {
-                    files.remove(from);
-                    files.insert(to.to_string());
-                }
-            }
-            self.writes
-                .entry(to.to_string())
-                .or_default()
-                .extend(entries);
-        }
     }
 
     /// Moves the changed files of a renamed file or directory.
@@ -376,8 +309,9 @@ impl Join {
             *t = (*t).max(r.mono_ns);
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
-                let writes = self.flush_process(r.pid);
-                out.extend(writes);
+                for (path, w) in self.writes.flush_process(r.pid) {
+                    out.push(self.write_record(&path, &w));
+                }
             }
             let allowed = r.decision == Decision::Allowed;
             match wanted(r.kind) {
@@ -472,13 +406,7 @@ impl Join {
             }
         }
         if all {
-            let mut writes: Vec<(String, Writes)> = self
-                .writes
-                .drain()
-                .flat_map(|(path, entries)| entries.into_iter().map(move |w| (path.clone(), w)))
-                .collect();
-            self.written_by.clear();
-            writes.sort_by_key(|(_, w)| w.first_ns);
+            let writes = self.writes.drain();
             for (path, w) in writes {
                 out.push(self.write_record(&path, &w));
             }

@@ -19,6 +19,7 @@
 mod content;
 mod join;
 mod notify;
+mod writes;
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
