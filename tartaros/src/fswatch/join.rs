@@ -90,10 +90,10 @@ pub(super) fn wanted(kind: &str) -> Option<(u64, Option<bool>)> {
         "rmdir" => (bit::DELETE, Some(true)),
         "rename" => (bit::RENAME, None),
         "truncate" => (bit::MODIFY, Some(false)),
-        // Metadata changes of files and directories alike.
-        "chmod" | "chown" | "utimes" | "setxattr" | "removexattr" | "xattr" | "setflags" => {
-            (bit::ATTRIB, None)
-        }
+        // Metadata changes of files and directories alike. Not `setflags`
+        // (FS_IOC_SETFLAGS): the kernel sends no notification for it, so
+        // the record could only take another call's.
+        "chmod" | "chown" | "utime" | "xattr" => (bit::ATTRIB, None),
         _ => return None,
     })
 }
