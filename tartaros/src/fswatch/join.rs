@@ -53,8 +53,13 @@ pub(super) struct Task {
 #[derive(Debug, Clone, PartialEq)]
 pub(super) struct Notice {
     pub tid: u32,
-    /// Bits not yet claimed by a record.
+    /// What the kernel reported.
     pub mask: u64,
+    /// Bits a record has claimed. The kernel merges identical
+    /// notifications still queued (a `utime` and a `setxattr` of one file
+    /// are one `FAN_ATTRIB`), so a claimed bit still confirms later
+    /// records with the same path; it no longer pairs by position.
+    pub claimed: u64,
     /// The entry's path now (`None`: its directory is gone).
     pub path: Option<String>,
     /// The entry's name, as the kernel reported it.
@@ -321,7 +326,7 @@ impl Join {
                         .get(main_key(r.kind))
                         .and_then(Value::as_str)
                         .map(str::to_string);
-                    let exact = self.take(tid, want, dir, |n| {
+                    let exact = self.take(tid, want, dir, true, |n| {
                         agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
                     });
                     match exact {
@@ -362,7 +367,7 @@ impl Join {
             // A notification queued after the record's syscall ended
             // belongs to a later call of the thread.
             let ended = r.mono_ns;
-            match self.take(tid, want, dir, |n| n.after_ns < ended) {
+            match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
                 Some(n) => apply(&mut r, &n),
                 None => {
                     r.target.insert("path_source", "agent");
@@ -426,24 +431,25 @@ impl Join {
     }
 
     /// The first pending notification of `tid` with `want` (for a
-    /// directory or not) that `fits`; its `want` bit is claimed.
+    /// directory or not) that `fits`, and not yet claimed for `want`
+    /// unless `again`; its `want` bit is then claimed.
     fn take(
         &mut self,
         tid: u32,
         want: u64,
         dir: Option<bool>,
+        again: bool,
         fits: impl Fn(&Notice) -> bool,
     ) -> Option<Notice> {
         let queue = self.pending.get_mut(&tid)?;
-        let at = queue
-            .iter()
-            .position(|n| n.mask & want != 0 && dir.is_none_or(|d| n.is_dir() == d) && fits(n))?;
-        let found = queue[at].clone();
-        queue[at].mask &= !want;
-        if queue[at].mask & !bit::ONDIR == 0 {
-            queue.remove(at);
-        }
-        Some(found)
+        let at = queue.iter().position(|n| {
+            n.mask & want != 0
+                && (again || n.claimed & want == 0)
+                && dir.is_none_or(|d| n.is_dir() == d)
+                && fits(n)
+        })?;
+        queue[at].claimed |= want;
+        Some(queue[at].clone())
     }
 
     /// Records for the bits of `n` no capture record claimed: effects the
@@ -458,7 +464,7 @@ impl Join {
         ];
         let mut out = Vec::new();
         for (b, kind) in kinds {
-            if n.mask & b == 0 {
+            if n.mask & !n.claimed & b == 0 {
                 continue;
             }
             let mut t = Target::new();

@@ -26,6 +26,7 @@ fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
     Notice {
         tid,
         mask,
+        claimed: 0,
         path: Some(path.to_string()),
         name: path.rsplit('/').next().unwrap_or_default().to_string(),
         new_path: None,
@@ -241,4 +242,39 @@ fn a_notification_queued_after_a_call_ended_is_not_paired_with_it() {
     let out = j.finish(50);
     let next = out.iter().find(|r| r.kind == "create").unwrap();
     assert_eq!(s(next, "path"), Some("/w/next"));
+}
+
+#[test]
+fn a_merged_notification_confirms_every_record_of_its_path() {
+    // utime and setxattr of one file: the kernel merged them into one
+    // FAN_ATTRIB; both records are the kernel's.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/f", 5), T);
+    let mut out = j.join(
+        vec![
+            record("utime", 10, 3, "/w/f"),
+            record("xattr", 10, 4, "/w/f"),
+        ],
+        6,
+    );
+    out.extend(j.finish(7));
+    assert_eq!(out.len(), 2, "no uncaptured attrib: {out:?}");
+    assert!(out.iter().all(|r| s(r, "path_source") == Some("kernel")));
+}
+
+#[test]
+fn a_claimed_notification_is_not_taken_again_by_position() {
+    // `echo hi > a` then `echo x >> existing`: the second open created
+    // nothing and must not be named after `a`.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::CREATE, "/w/a", 5), T);
+    let mut out = j.join(vec![record("create", 10, 3, "/w/a")], 6);
+    out.extend(j.join(vec![record("create", 10, 8, "/w/existing")], 9));
+    out.extend(j.finish(10));
+    let existing = out
+        .iter()
+        .find(|r| s(r, "path") == Some("/w/existing"))
+        .expect("the second record keeps its path");
+    assert_eq!(s(existing, "path_source"), Some("agent"));
+    assert_eq!(out.len(), 2);
 }

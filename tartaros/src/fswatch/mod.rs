@@ -238,6 +238,7 @@ impl FsWatch {
         Notice {
             tid: event.tid,
             mask: event.mask,
+            claimed: 0,
             path: raw.as_deref().map(display_path),
             name,
             new_path: new_raw.as_deref().map(display_path),
