@@ -332,6 +332,7 @@ impl LogWriter {
             return Err(e);
         }
         let mut m = std::mem::take(&mut self.seal_extra);
+        self.fit_seal_files(&mut m);
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));
@@ -362,6 +363,22 @@ impl LogWriter {
                     self.seal_extra.insert(k, v);
                 }
             }
+        }
+    }
+
+    /// On a filesystem without room for the whole `files` list, cuts it
+    /// so that the seal still fits (what is left, or the reserve).
+    fn fit_seal_files(&self, m: &mut Map<String, Value>) {
+        let Some(files) = m.get("files") else {
+            return;
+        };
+        let need = files.to_string().len();
+        let budget = crate::fswatch::FULL_SEAL_FILES_BYTES;
+        let free = nix::sys::statvfs::fstatvfs(&self.file)
+            .map(|st| st.blocks_available().saturating_mul(st.fragment_size()))
+            .unwrap_or(0);
+        if (need + budget) as u64 > free {
+            crate::fswatch::trim(m, budget);
         }
     }
 

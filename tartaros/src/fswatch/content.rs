@@ -48,6 +48,32 @@ pub fn seal_files(touched: &BTreeSet<PathBuf>, roots: &[PathBuf]) -> (Vec<Value>
     (files, omitted)
 }
 
+/// Cuts the seal's `files` (in `extra`) to about `max_bytes` of JSON,
+/// adding what it cut to `files_omitted`: the seal must fit what is left
+/// of a full filesystem (the log's reserve), or the log ends unsealed.
+pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
+    let Some(Value::Array(files)) = extra.get_mut("files") else {
+        return;
+    };
+    let mut bytes = 0usize;
+    let keep = files
+        .iter()
+        .take_while(|f| {
+            bytes += f.to_string().len() + 1;
+            bytes <= max_bytes
+        })
+        .count();
+    let cut = (files.len() - keep) as u64;
+    files.truncate(keep);
+    if cut > 0 {
+        let omitted = extra
+            .get("files_omitted")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        extra.insert("files_omitted".into(), (omitted + cut).into());
+    }
+}
+
 /// The entry of one path, `None` when it is not a regular file (any
 /// more): a symlink is not followed, and nothing else is hashed.
 fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
@@ -130,6 +156,21 @@ mod tests {
                 "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
             })]
         );
+    }
+
+    #[test]
+    fn trimming_keeps_a_prefix_and_counts_the_rest() {
+        let files: Vec<Value> = (0..100)
+            .map(|i| json!({"path": format!("/w/{i:03}"), "size": 0, "sha256": "ab".repeat(32)}))
+            .collect();
+        let one = files[0].to_string().len() + 1;
+        let mut extra = serde_json::Map::new();
+        extra.insert("files".into(), Value::Array(files));
+        extra.insert("files_omitted".into(), 5.into());
+        trim(&mut extra, one * 10);
+        assert_eq!(extra["files"].as_array().unwrap().len(), 10);
+        assert_eq!(extra["files_omitted"], 95);
+        assert_eq!(extra["files"][9]["path"], "/w/009");
     }
 
     #[test]

@@ -31,7 +31,11 @@ use crate::effectlog::Record;
 use join::{Join, Notice, Task, bit};
 use notify::{DirEntry, Group, Handle, RawEvent};
 
-pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES};
+pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES, trim};
+
+/// The seal's `files` are cut to this many bytes when the log's
+/// filesystem has less room than they need (plus this much again).
+pub const FULL_SEAL_FILES_BYTES: usize = 64 * 1024;
 
 /// How long a thread found outside the sandbox is not looked up again
 /// (a pid is not reused that fast; a sandbox thread is in the cgroup from
