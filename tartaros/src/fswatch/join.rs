@@ -531,9 +531,18 @@ fn apply(r: &mut Record, n: &Notice) {
             .get(key)
             .and_then(Value::as_str)
             .map(str::to_string);
-        if agent.as_deref() != Some(kernel.as_str()) {
-            r.target.insert(*claim_key, agent.unwrap_or_default());
-            r.target.insert(*key, kernel.to_string());
+        match agent {
+            Some(agent) if agent == **kernel => {}
+            // An fd-based call (fchmod, futimens, ...): the agent named
+            // no path, the kernel does.
+            None => {
+                r.target.insert(*key, kernel.to_string());
+                r.target.remove(&format!("{key}_unresolved"));
+            }
+            Some(agent) => {
+                r.target.insert(*claim_key, agent);
+                r.target.insert(*key, kernel.to_string());
+            }
         }
     }
     r.target.insert("path_source", "kernel");

@@ -278,3 +278,20 @@ fn a_claimed_notification_is_not_taken_again_by_position() {
     assert_eq!(s(existing, "path_source"), Some("agent"));
     assert_eq!(out.len(), 2);
 }
+
+#[test]
+fn an_fd_based_change_gets_the_kernels_path_and_no_empty_claim() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/a", 5), T);
+    let mut r = record("utime", 10, 3, "");
+    r.target = Target::new();
+    r.target.insert("fd", 0);
+    r.target.insert("path_unresolved", true);
+    let mut out = j.join(vec![r], 6);
+    out.extend(j.finish(7));
+    assert_eq!(out.len(), 1);
+    assert_eq!(s(&out[0], "path"), Some("/w/a"));
+    assert_eq!(out[0].target.get("claimed_path"), None);
+    assert_eq!(out[0].target.get("path_unresolved"), None);
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
+}
