@@ -131,38 +131,57 @@ const RACE: &str = r#"
 #include <string.h>
 #include <unistd.h>
 
-static char buf[4096];
-static size_t flip_at;
-static atomic_int done;
+/* Each creator thread passes its own buffer to open(2) while a flipper
+   thread of its own flips the first letter of the name between 'a' and
+   'b'. */
+struct creator {
+    char buf[4096];
+    size_t flip_at;
+    int index, n, made;
+    atomic_int done;
+};
 
-/* Flips the first letter of the name between 'a' and 'b' while the
-   other thread passes the buffer to open(2). */
 static void *flipper(void *arg) {
-    (void)arg;
-    while (!atomic_load(&done))
-        ((volatile char *)buf)[flip_at] ^= 'a' ^ 'b';
+    struct creator *c = arg;
+    while (!atomic_load(&c->done))
+        ((volatile char *)c->buf)[c->flip_at] ^= 'a' ^ 'b';
+    return NULL;
+}
+
+static void *create(void *arg) {
+    struct creator *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d_%05d", c->index, i);
+        memcpy(c->buf + c->flip_at + 1, num, strlen(num));
+        int fd = open(c->buf, O_CREAT | O_EXCL | O_WRONLY, 0644);
+        if (fd >= 0) {
+            c->made++;
+            close(fd);
+        }
+    }
+    atomic_store(&c->done, 1);
     return NULL;
 }
 
 int main(int argc, char **argv) {
     const char *dir = argv[1];
-    int n = atoi(argv[2]), made = 0;
-    snprintf(buf, sizeof buf, "%s/a00000", dir);
-    flip_at = strlen(dir) + 1;
-    pthread_t t;
-    pthread_create(&t, NULL, flipper, NULL);
-    for (int i = 0; i < n; i++) {
-        char num[8];
-        snprintf(num, sizeof num, "%05d", i);
-        memcpy(buf + flip_at + 1, num, 5);
-        int fd = open(buf, O_CREAT | O_EXCL | O_WRONLY, 0644);
-        if (fd >= 0) {
-            made++;
-            close(fd);
-        }
+    int n = atoi(argv[2]), threads = atoi(argv[3]), made = 0;
+    static struct creator cs[8];
+    pthread_t ct[8], ft[8];
+    for (int t = 0; t < threads; t++) {
+        snprintf(cs[t].buf, sizeof cs[t].buf, "%s/a%d_00000", dir, t);
+        cs[t].flip_at = strlen(dir) + 1;
+        cs[t].index = t;
+        cs[t].n = n / threads;
+        pthread_create(&ft[t], NULL, flipper, &cs[t]);
+        pthread_create(&ct[t], NULL, create, &cs[t]);
     }
-    atomic_store(&done, 1);
-    pthread_join(t, NULL);
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ct[t], NULL);
+        pthread_join(ft[t], NULL);
+        made += cs[t].made;
+    }
     printf("made %d\n", made);
     return 0;
 }
@@ -176,8 +195,13 @@ fn racing_creates_are_logged_under_their_real_names() {
     let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
     let exe = compile(&bin, "race", RACE);
     let dir = root.path().to_str().unwrap();
+    // Two creating threads of one process, each with its own flipper.
     let n = 3000;
-    let (out, records) = run_logged(&root, &logs, &[exe.to_str().unwrap(), dir, &n.to_string()]);
+    let (out, records) = run_logged(
+        &root,
+        &logs,
+        &[exe.to_str().unwrap(), dir, &n.to_string(), "2"],
+    );
     assert!(
         stdout(&out).contains(&format!("made {n}")),
         "{}{}",
