@@ -337,6 +337,10 @@ fn in_cgroup(text: &str, cgroup: &str) -> bool {
 /// The cgroup directory relative to its cgroup v2 mount, as /proc names it.
 fn relative_cgroup(dir: &Path) -> Option<String> {
     let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    relative_cgroup_in(&mountinfo, dir)
+}
+
+fn relative_cgroup_in(mountinfo: &str, dir: &Path) -> Option<String> {
     mountinfo
         .lines()
         .filter_map(|line| {
@@ -396,6 +400,24 @@ mod tests {
         assert_eq!(display(b"/w/\xff"), "/w/\\xff");
         assert_eq!(display(b"/w/\\\xfe"), "/w/\\\\\\xfe");
         assert_ne!(display(b"/w/\xff"), display(b"/w/\xfe"));
+    }
+
+    #[test]
+    fn the_run_cgroup_is_named_relative_to_the_cgroup2_mount() {
+        let mountinfo = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+";
+        let dir = Path::new("/sys/fs/cgroup/unified/tartaros-1/sub");
+        assert_eq!(
+            relative_cgroup_in(mountinfo, dir).as_deref(),
+            Some("/tartaros-1/sub")
+        );
+        assert_eq!(
+            relative_cgroup_in(mountinfo, Path::new("/sys/fs/cgroup/pids/x")),
+            None
+        );
     }
 
     #[test]
