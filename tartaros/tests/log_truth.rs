@@ -507,6 +507,55 @@ fn a_write_through_proc_self_fd_logs_the_real_file() {
 }
 
 #[test]
+fn writes_through_an_inherited_descriptor_name_the_file() {
+    if !usable("inherited_fd") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let out_file = root.file("out.txt", "");
+    let log = logs.join("effects.jsonl");
+    // stdout is a file in the root that the launcher opened: the agent
+    // makes no open(2) for it, only write(2) calls.
+    let status = Command::new(bin())
+        .args([
+            "run",
+            "--write",
+            root.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3; do echo line$i; done",
+        ])
+        .current_dir(root.path())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .status()
+        .expect("run tartaros");
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(&out_file).unwrap(),
+        "line1\nline2\nline3\n"
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let out_s = out_file.to_str().unwrap();
+    let w = records
+        .iter()
+        .find(|r| r["kind"] == "write" && field(r, "path") == Some(out_s))
+        .unwrap_or_else(|| panic!("no write record for the inherited stdout: {records:#?}"));
+    assert_eq!(field(w, "path_source"), Some("kernel"));
+    assert_eq!(w["target"]["size"], 18);
+    let sealed = seal(&records)["files"].as_array().unwrap().clone();
+    assert_eq!(sealed.len(), 1, "{sealed:?}");
+    assert_eq!(sealed[0]["path"], out_s);
+    assert_eq!(sealed[0]["sha256"], sha256_hex(b"line1\nline2\nline3\n"));
+}
+
+#[test]
 fn the_seal_lists_what_changed_with_hashes_and_bounds_the_cost() {
     if !usable("seal_files") {
         return;
