@@ -133,6 +133,8 @@ fn dir_entry(record: &[u8]) -> Option<DirEntry> {
 pub(super) struct Group {
     fd: OwnedFd,
     mounts: Vec<([i32; 2], OwnedFd)>,
+    /// The read buffer, kept: the group is read once per batch of records.
+    buf: Vec<u8>,
 }
 
 impl Group {
@@ -149,6 +151,7 @@ impl Group {
         let mut group = Self {
             fd,
             mounts: Vec::new(),
+            buf: vec![0u8; 64 * 1024],
         };
         for root in roots {
             group.mark(root)?;
@@ -202,9 +205,9 @@ impl Group {
     }
 
     /// Reads every queued event (the group is non-blocking).
-    pub fn read_all(&self) -> Result<Vec<RawEvent>, std::io::Error> {
+    pub fn read_all(&mut self) -> Result<Vec<RawEvent>, std::io::Error> {
         let mut events = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
+        let buf = &mut self.buf;
         loop {
             // SAFETY: `buf` is a writable buffer of `buf.len()` bytes.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
