@@ -19,30 +19,24 @@
 mod content;
 mod join;
 mod notify;
+mod place;
 mod writes;
 
-use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
 use crate::effectlog::Record;
-use join::{Join, Notice, Task, bit};
-use notify::{DirEntry, Group, Handle, RawEvent};
+use join::{Join, Task};
+use notify::{Group, Handle};
+use place::{Facts, Member, Placement};
 
 pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES, trim};
 
 /// The seal's `files` are cut to this many bytes when the log's
 /// filesystem has less room than they need (plus this much again).
 pub const FULL_SEAL_FILES_BYTES: usize = 64 * 1024;
-
-/// How long a thread found outside the sandbox is not looked up again
-/// (a pid is not reused that fast; a sandbox thread is in the cgroup from
-/// its first instruction, so the verdict cannot change while it lives).
-const HOST_VERDICT_NS: u64 = 1_000_000_000;
-/// Bound of the thread-verdict and directory-path caches.
-const CACHE_ENTRIES: usize = 16_384;
 
 /// Errors of the kernel-sourced path watch.
 #[derive(Debug, thiserror::Error)]
@@ -62,27 +56,13 @@ pub enum FsWatchError {
     Cgroup(PathBuf),
 }
 
-/// Membership of a thread in the run, read from /proc.
-enum Member {
-    Sandbox(Task),
-    Host,
-    Gone,
-}
-
 /// The watch of one run: created before the agent starts, fed the
 /// capture's records by the log writer, finished after the drain.
 pub struct FsWatch {
     group: Group,
-    join: Join,
-    roots: Vec<PathBuf>,
     /// The run's cgroup as /proc/<pid>/cgroup names it (`/tartaros-...`).
     cgroup: String,
-    host: HashMap<u32, u64>,
-    dirs: HashMap<Handle, Option<PathBuf>>,
-    /// Notifications of threads that were gone before they could be
-    /// placed, in the roots: placed when a record names the thread.
-    unplaced: Vec<Notice>,
-    lost: u64,
+    place: Placement,
     /// When the last read of the group started.
     last_poll_ns: u64,
 }
@@ -102,13 +82,8 @@ impl FsWatch {
             - i128::from(crate::effectlog::mono_now_ns());
         Ok(Self {
             group,
-            join: Join::new(wall_offset),
-            roots,
             cgroup,
-            host: HashMap::new(),
-            dirs: HashMap::new(),
-            unplaced: Vec::new(),
-            lost: 0,
+            place: Placement::new(Join::new(wall_offset), roots),
             last_poll_ns: 0,
         })
     }
@@ -121,40 +96,41 @@ impl FsWatch {
     /// Joins a batch of capture records with the kernel's notifications;
     /// returns the records to write, in order.
     pub fn admit(&mut self, records: Vec<Record>) -> Vec<Record> {
-        self.join.learn(&records);
+        self.place.join.learn(&records);
         let mut out = self.poll();
-        out.extend(self.join.join(records, crate::effectlog::mono_now_ns()));
+        out.extend(
+            self.place
+                .join
+                .join(records, crate::effectlog::mono_now_ns()),
+        );
         out
     }
 
     /// Reads what is queued and settles what has waited long enough.
     pub fn tick(&mut self) -> Vec<Record> {
         let mut out = self.poll();
-        out.extend(self.join.join(Vec::new(), crate::effectlog::mono_now_ns()));
+        out.extend(
+            self.place
+                .join
+                .join(Vec::new(), crate::effectlog::mono_now_ns()),
+        );
         out
     }
 
     /// Notifications lost since the last call (queue overflow or a failed
     /// read), for a gap record.
     pub fn take_lost(&mut self) -> u64 {
-        std::mem::take(&mut self.lost)
+        std::mem::take(&mut self.place.lost)
     }
 
     /// Everything left, once the cgroup is empty and the capture drained:
     /// the last records and the seal's `files` (with `files_omitted`).
     pub fn finish(&mut self) -> (Vec<Record>, Value) {
         let mut out = self.poll();
-        for n in std::mem::take(&mut self.unplaced) {
-            let task = self.join.task(n.tid).unwrap_or(Task {
-                tgid: n.tid,
-                ppid: 0,
-                uid: 0,
-            });
-            out.extend(self.join.notice(n, task));
-        }
-        out.extend(self.join.finish(crate::effectlog::mono_now_ns()));
-        let (files, omitted) = content::seal_files(self.join.touched(), &self.roots);
-        let omitted = omitted + self.join.untracked();
+        out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
+        let join = &self.place.join;
+        let (files, omitted) = content::seal_files(join.touched(), &self.place.roots);
+        let omitted = omitted + join.untracked();
         let mut seal = serde_json::Map::new();
         seal.insert("files".into(), Value::Array(files));
         if omitted > 0 {
@@ -164,118 +140,41 @@ impl FsWatch {
     }
 
     fn poll(&mut self) -> Vec<Record> {
-        let mut out = Vec::new();
         let after = self.last_poll_ns;
         self.last_poll_ns = crate::effectlog::mono_now_ns();
         let events = match self.group.read_all() {
             Ok(events) => events,
             Err(e) => {
                 eprintln!("tartaros: failed to read file notifications: {e}");
-                self.lost += 1;
-                return out;
+                self.place.lost += 1;
+                return Vec::new();
             }
+        };
+        let facts = ProcFacts {
+            group: &self.group,
+            cgroup: &self.cgroup,
         };
         let now = crate::effectlog::mono_now_ns();
-        for event in events {
-            if event.mask & bit::OVERFLOW != 0 {
-                self.lost += 1;
-                continue;
-            }
-            if event.entry.is_none() && event.mask & !(bit::ATTRIB | bit::ONDIR) == 0 {
-                // An inode change with no directory entry: the link count
-                // of a file being linked or unlinked, whose link / unlink
-                // is reported with its entry.
-                continue;
-            }
-            let member = match self.join.task(event.tid) {
-                Some(task) => Member::Sandbox(task),
-                None if self.host.get(&event.tid).is_some_and(|&until| until > now) => {
-                    continue;
-                }
-                None => self.member(event.tid),
-            };
-            match member {
-                Member::Host => {
-                    if self.host.len() >= CACHE_ENTRIES {
-                        self.host.retain(|_, until| *until > now);
-                    }
-                    self.host.insert(event.tid, now + HOST_VERDICT_NS);
-                }
-                Member::Sandbox(task) => {
-                    self.join.add_task(event.tid, task);
-                    let n = self.notice(&event, now, after);
-                    out.extend(self.join.notice(n, task));
-                }
-                Member::Gone => {
-                    let n = self.notice(&event, now, after);
-                    let in_roots = n
-                        .path
-                        .as_deref()
-                        .is_some_and(|p| self.roots.iter().any(|r| Path::new(p).starts_with(r)));
-                    if in_roots {
-                        self.unplaced.push(n);
-                    }
-                }
-            }
-        }
-        // A thread that was gone may have been named by a record since.
-        let unplaced = std::mem::take(&mut self.unplaced);
-        for n in unplaced {
-            match self.join.task(n.tid) {
-                Some(task) => out.extend(self.join.notice(n, task)),
-                None => self.unplaced.push(n),
-            }
-        }
-        out
+        self.place.place(events, now, after, &facts)
     }
+}
 
-    fn notice(&mut self, event: &RawEvent, now: u64, after: u64) -> Notice {
-        let (raw, name) = match &event.entry {
-            Some(entry) => (self.entry_path(entry), display(&entry.name)),
-            None => (None, String::new()),
-        };
-        let new_raw = event.new_entry.as_ref().and_then(|e| self.entry_path(e));
-        if event.mask & bit::ONDIR != 0 && event.mask & (bit::RENAME | bit::DELETE) != 0 {
-            // Cached paths below a moved or removed directory are stale.
-            self.dirs.clear();
-        }
-        Notice {
-            tid: event.tid,
-            mask: event.mask,
-            claimed: 0,
-            path: raw.as_deref().map(display_path),
-            name,
-            new_path: new_raw.as_deref().map(display_path),
-            raw,
-            new_raw,
-            read_ns: now,
-            after_ns: after,
-        }
-    }
+/// The host facts, from /proc and the group's filesystems.
+struct ProcFacts<'a> {
+    group: &'a Group,
+    cgroup: &'a str,
+}
 
-    fn entry_path(&mut self, entry: &DirEntry) -> Option<PathBuf> {
-        let dir = match self.dirs.get(&entry.dir) {
-            Some(dir) => dir.clone(),
-            None => {
-                let dir = self.group.resolve(&entry.dir);
-                if self.dirs.len() >= CACHE_ENTRIES {
-                    self.dirs.clear();
-                }
-                self.dirs.insert(entry.dir.clone(), dir.clone());
-                dir
-            }
-        }?;
-        if entry.name.is_empty() || entry.name == b"." {
-            return Some(dir);
-        }
-        Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name)))
+impl Facts for ProcFacts<'_> {
+    fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+        self.group.resolve(dir)
     }
 
     fn member(&self, tid: u32) -> Member {
         let Ok(cgroups) = std::fs::read_to_string(format!("/proc/{tid}/cgroup")) else {
             return Member::Gone;
         };
-        if !in_cgroup(&cgroups, &self.cgroup) {
+        if !in_cgroup(&cgroups, self.cgroup) {
             return Member::Host;
         }
         let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
