@@ -88,11 +88,6 @@ impl FsWatch {
         })
     }
 
-    /// The descriptor to wait on (readable when notifications are queued).
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.group.raw_fd()
-    }
-
     /// Joins a batch of capture records with the kernel's notifications;
     /// returns the records to write, in order.
     pub fn admit(&mut self, records: Vec<Record>) -> Vec<Record> {

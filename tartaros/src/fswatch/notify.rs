@@ -3,7 +3,7 @@
 //! parser of its event records. The only `unsafe` of the module lives here.
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
@@ -198,10 +198,6 @@ impl Group {
         self.mounts
             .push((fsid, unsafe { OwnedFd::from_raw_fd(raw) }));
         Ok(())
-    }
-
-    pub fn raw_fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
     }
 
     /// Reads every queued event (the group is non-blocking).
