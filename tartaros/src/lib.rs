@@ -23,6 +23,7 @@ pub mod environment;
 pub mod events;
 pub mod exit;
 pub mod forward;
+pub mod fswatch;
 pub mod guarantee;
 pub mod harness;
 pub mod identity_map;

@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Seal};
 use crate::events::{Effect, EffectReceiver, EffectSender, Entry};
+use crate::fswatch::FsWatch;
 
 /// Fields every effect record has; anything else goes into `target`.
 const COMMON: &[&str] = &[
@@ -122,7 +123,18 @@ fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
 /// Drains `effects` into the log until every sender is gone; returns the
 /// writer for the seal. A record the writer refuses is a supervisor bug:
 /// it is reported and counted as lost, never silently dropped.
-pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWriter {
+pub async fn drain(writer: LogWriter, effects: EffectReceiver) -> LogWriter {
+    drain_with(writer, effects, None).await
+}
+
+/// [`drain`], with the capture's records joined to the kernel's file
+/// notifications of `truth` (kernel-sourced paths, `write` records, the
+/// seal's `files`; see [`crate::fswatch`]).
+pub async fn drain_with(
+    mut writer: LogWriter,
+    mut effects: EffectReceiver,
+    mut truth: Option<FsWatch>,
+) -> LogWriter {
     let mut refused = 0u64;
     let mut full_reported = false;
     // Buffered records reach the file when the buffer is full (in
@@ -145,8 +157,13 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
             Some(Some(effect)) => effect,
             Some(None) => break,
             None => {
+                if let Some(truth) = truth.as_mut() {
+                    refused += write_truth(&mut writer, truth.tick(), truth.take_lost());
+                }
                 flush(&mut writer);
-                flush_at = None;
+                flush_at = truth
+                    .as_ref()
+                    .map(|_| tokio::time::Instant::now() + TRUTH_INTERVAL);
                 continue;
             }
         };
@@ -157,6 +174,10 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
         for entry in batch {
             match entry {
                 Entry::Records(records) => {
+                    let records = match truth.as_mut() {
+                        Some(truth) => truth.admit(records),
+                        None => records,
+                    };
                     for mut record in records {
                         match writer.record(&mut record) {
                             Ok(_) | Err(LogError::Full { .. }) => {}
@@ -180,14 +201,43 @@ pub async fn drain(mut writer: LogWriter, mut effects: EffectReceiver) -> LogWri
             );
             full_reported = true;
         }
-        if !writer.writes_pending() {
+        if !writer.writes_pending() && truth.is_none() {
             flush_at = None;
         } else if flush_at.is_none() {
             flush_at = Some(tokio::time::Instant::now() + FLUSH_INTERVAL);
         }
     }
+    if let Some(mut truth) = truth {
+        let (records, seal) = truth.finish();
+        let refused = write_truth(&mut writer, records, truth.take_lost());
+        if refused > 0 {
+            let _ = writer.gap(refused, "refused-record");
+        }
+        writer.set_seal_files(seal);
+    }
     flush(&mut writer);
     writer
+}
+
+/// How often the kernel's notifications are read while no record comes.
+const TRUTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Writes the records of the kernel-sourced path join, and a gap for lost
+/// notifications; returns how many records the writer refused.
+fn write_truth(writer: &mut LogWriter, records: Vec<crate::effectlog::Record>, lost: u64) -> u64 {
+    let mut refused = 0;
+    for mut record in records {
+        if let Err(e) = writer.record(&mut record) {
+            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
+            refused += 1;
+        }
+    }
+    if lost > 0
+        && let Err(e) = writer.gap(lost, "file-notification")
+    {
+        eprintln!("tartaros: failed to log a gap record: {e}");
+    }
+    refused
 }
 
 /// Writes the seal: only called once the cgroup is empty (or known not to

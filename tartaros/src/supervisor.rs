@@ -137,6 +137,18 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             return Err(refusal);
         }
     };
+    let truth = match start_truth(
+        &mut run,
+        &request,
+        undo.cgroup(),
+        log.is_some() && watch.is_some(),
+    ) {
+        Ok(truth) => truth,
+        Err(refusal) => {
+            let _ = undo.unwind();
+            return Err(refusal);
+        }
+    };
     let drain = match log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
@@ -152,7 +164,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 return Err(Refusal::new(exit::START_FAILURE, e));
             }
             undo.keep_log();
-            Some(tokio::spawn(crate::runlog::drain(writer, effects_rx)))
+            Some(tokio::spawn(crate::runlog::drain_with(
+                writer, effects_rx, truth,
+            )))
         }
         None => None,
     };
@@ -360,6 +374,33 @@ fn start_watch(
             ] {
                 run.ledger.lose(guarantee, &why)?;
             }
+            print_warnings(&mut run.ledger);
+            Ok(None)
+        }
+    }
+}
+
+/// Stage 5b: watches the writable roots for kernel-sourced paths (before
+/// the init exists; see fswatch/). Without it the log's paths would only
+/// be the agent's claims: the capture is lost through the ledger (refused
+/// under `--strict`, degraded otherwise).
+fn start_truth(
+    run: &mut RunPlan,
+    request: &RunRequest,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+    capturing: bool,
+) -> Result<Option<crate::fswatch::FsWatch>, Refusal> {
+    let Some(cgroup) = cgroup.filter(|_| capturing) else {
+        return Ok(None);
+    };
+    if !run.ledger.installed(Guarantee::EbpfCapture) {
+        return Ok(None);
+    }
+    match crate::fswatch::FsWatch::start(&request.policy.writable_roots, cgroup.path()) {
+        Ok(truth) => Ok(Some(truth)),
+        Err(e) => {
+            run.ledger
+                .lose(Guarantee::EbpfCapture, format!("kernel-sourced paths: {e}"))?;
             print_warnings(&mut run.ledger);
             Ok(None)
         }

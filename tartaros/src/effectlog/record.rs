@@ -32,6 +32,13 @@ impl Target {
         }
     }
 
+    /// Removes `key` (when a kernel-sourced path replaces a flag that
+    /// said the agent's could not be resolved).
+    pub fn remove(&mut self, key: &str) -> Option<Value> {
+        let at = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(at).1)
+    }
+
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
@@ -183,6 +190,8 @@ mod tests {
         record.target.insert("path", "/b");
         assert_eq!(record.target.to_map().len(), 1);
         assert_eq!(record.target.get("path"), Some(&Value::from("/b")));
+        assert_eq!(record.target.remove("path"), Some(Value::from("/b")));
+        assert!(record.target.is_empty() && record.target.remove("path").is_none());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 pub const EFFECT_KINDS: &[&str] = &[
     "exec", "exit", "fork", "open", "create", "write", "unlink", "rename", "chmod", "truncate",
     "mkdir", "rmdir", "link", "symlink", "chown", "connect", "sendto", "proxy", "broker", "signal",
-    "mknod", "bind", "xattr", "utime", "setflags", "syscall",
+    "mknod", "bind", "xattr", "utime", "setflags", "syscall", "attrib",
 ];
 
 /// Fields the writer adds itself; a caller may not supply them.
@@ -49,6 +49,10 @@ pub(crate) const SEAL_KEYS: &[&str] = &[
     "seq",
     "wall_ns",
 ];
+
+/// Seal fields present only in some logs: the kernel-sourced `files`
+/// list (sorted by path) and how many files it left out.
+pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted"];
 
 /// The first record: what ran, on what, under which policy and guarantees.
 #[derive(Debug, Clone, PartialEq)]
@@ -253,17 +257,10 @@ pub(crate) fn check_gap(m: &Map<String, Value>) -> Result<u64, String> {
 /// Shape of the seal; its values (head, counts, lost, digest) are checked by
 /// the verifier, which knows the records before it.
 pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
-    // `files` (hashes of the files the run changed) is optional: logs
-    // written before it existed have none.
-    match m.get("files") {
-        None => exact_keys(m, SEAL_KEYS)?,
-        Some(files) => {
-            let mut keys = SEAL_KEYS.to_vec();
-            keys.push("files");
-            exact_keys(m, &keys)?;
-            check_seal_files(files)?;
-        }
-    }
+    let mut required = m.clone();
+    required.retain(|k, _| !SEAL_OPTIONAL.contains(&k.as_str()));
+    exact_keys(&required, SEAL_KEYS)?;
+    check_seal_files(m)?;
     uint(m, "lost")?;
     uint(m, "mono_ns")?;
     uint(m, "wall_ns")?;
@@ -291,19 +288,34 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
     Ok(())
 }
 
-/// `files`: `[{"path": "/abs", "size": N, "sha256": "<hex>" | null, ...}]`.
-fn check_seal_files(files: &Value) -> Result<(), String> {
-    let list = files.as_array().ok_or("`files` is not a list")?;
-    for f in list {
+/// `files`: objects with a string `path` in increasing order, a
+/// `size`, and a hex `sha256` or null with a `skipped` reason.
+fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
+    if let Some(omitted) = m.get("files_omitted")
+        && omitted.as_u64().is_none()
+    {
+        return Err("`files_omitted` is not a non-negative integer".into());
+    }
+    let Some(files) = m.get("files") else {
+        return Ok(());
+    };
+    let files = files.as_array().ok_or("`files` is not a list")?;
+    let mut last: Option<&str> = None;
+    for f in files {
         let f = f.as_object().ok_or("`files` holds a non-object")?;
-        string(f, "path").map_err(|e| format!("files: {e}"))?;
-        if f.get("size").is_some_and(|s| !s.is_u64()) {
-            return Err("files: `size` is not a non-negative integer".into());
+        let path = f
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or("a `files` entry has no string `path`")?;
+        if last.is_some_and(|l| l > path) {
+            return Err("`files` is not sorted by path".into());
         }
-        if f.get("sha256")
-            .is_some_and(|h| !(h.is_string() || h.is_null()))
-        {
-            return Err("files: `sha256` is not a string or null".into());
+        last = Some(path);
+        uint(f, "size").map_err(|e| format!("files: {e}"))?;
+        match f.get("sha256") {
+            Some(Value::String(h)) if h.len() == 64 => {}
+            Some(Value::Null) if f.get("skipped").is_some_and(Value::is_string) => {}
+            _ => return Err("a `files` entry has neither a sha256 nor a `skipped` reason".into()),
         }
     }
     Ok(())

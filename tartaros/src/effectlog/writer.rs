@@ -71,6 +71,8 @@ pub struct LogWriter {
     /// and the seal.
     full: Option<String>,
     dropped: u64,
+    // Extra seal fields (the kernel-sourced `files` list).
+    seal_extra: Map<String, Value>,
 }
 
 impl LogWriter {
@@ -110,6 +112,7 @@ impl LogWriter {
             reserved_end: 0,
             full: None,
             dropped: 0,
+            seal_extra: Map::new(),
         })
         .map(|mut writer| {
             writer.keep_reserve();
@@ -417,10 +420,11 @@ impl LogWriter {
             let dropped = std::mem::take(&mut self.dropped);
             self.gap(dropped, "log-full")?;
         }
-        let mut m = Map::new();
+        let mut m = std::mem::take(&mut self.seal_extra);
         if let Some(files) = files {
             m.insert("files".into(), Value::Array(files));
         }
+        self.fit_seal_files(&mut m);
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));
@@ -445,6 +449,34 @@ impl LogWriter {
             let _ = self.file.set_len(meta.len());
         }
         Ok(self.head())
+    }
+
+    /// Adds `files` (and `files_omitted`) to the seal: the fields of
+    /// `extra` other than those ([`crate::fswatch`] builds them).
+    pub fn set_seal_files(&mut self, extra: Value) {
+        if let Value::Object(extra) = extra {
+            for (k, v) in extra {
+                if schema::SEAL_OPTIONAL.contains(&k.as_str()) {
+                    self.seal_extra.insert(k, v);
+                }
+            }
+        }
+    }
+
+    /// On a filesystem without room for the whole `files` list, cuts it
+    /// so that the seal still fits (what is left, or the reserve).
+    fn fit_seal_files(&self, m: &mut Map<String, Value>) {
+        let Some(files) = m.get("files") else {
+            return;
+        };
+        let need = files.to_string().len();
+        let budget = crate::fswatch::FULL_SEAL_FILES_BYTES;
+        let free = nix::sys::statvfs::fstatvfs(&self.file)
+            .map(|st| st.blocks_available().saturating_mul(st.fragment_size()))
+            .unwrap_or(0);
+        if (need + budget) as u64 > free {
+            crate::fswatch::trim(m, budget);
+        }
     }
 
     fn state_error(&self, kind: &str) -> Option<LogError> {

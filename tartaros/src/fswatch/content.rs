@@ -1,0 +1,187 @@
+//! The seal's `files`: size and SHA-256 of every regular file the run
+//! created or modified in the writable roots that still exists, so a
+//! reviewer can check the tree against the log. Hashing is bounded.
+
+use std::collections::BTreeSet;
+use std::io::Read as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use sha2::{Digest as _, Sha256};
+
+/// Files larger than this are listed with their size but not hashed.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+/// At most this many bytes are hashed per run (~1-2 s of SHA-256 on one
+/// core); later files are listed with their size only.
+pub const MAX_TOTAL_BYTES: u64 = 1 << 30;
+/// At most this many files, and about this many bytes of them, are
+/// listed; the rest are counted in `files_omitted` (the seal is one line,
+/// and a line may not exceed 16 MiB).
+pub const MAX_FILES: usize = 50_000;
+pub const MAX_LIST_BYTES: usize = 8 << 20;
+
+/// The `files` list (sorted by path as shown) and how many files were
+/// left out.
+pub fn seal_files(touched: &BTreeSet<PathBuf>, roots: &[PathBuf]) -> (Vec<Value>, u64) {
+    let mut files = Vec::new();
+    let mut omitted = 0u64;
+    let mut budget = MAX_TOTAL_BYTES;
+    let mut bytes = 0usize;
+    for path in touched {
+        if !roots.iter().any(|root| path.starts_with(root)) {
+            continue;
+        }
+        let Some(entry) = entry(path, &mut budget) else {
+            continue;
+        };
+        // The JSON of an entry: the escaped path and at most ~120 bytes
+        // of keys, size and hash.
+        bytes += entry["path"].to_string().len() + 120;
+        if files.len() >= MAX_FILES || bytes > MAX_LIST_BYTES {
+            omitted += 1;
+            continue;
+        }
+        files.push(entry);
+    }
+    files.sort_by(|a, b| a["path"].as_str().cmp(&b["path"].as_str()));
+    (files, omitted)
+}
+
+/// Cuts the seal's `files` (in `extra`) to about `max_bytes` of JSON,
+/// adding what it cut to `files_omitted`: the seal must fit what is left
+/// of a full filesystem (the log's reserve), or the log ends unsealed.
+pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
+    let Some(Value::Array(files)) = extra.get_mut("files") else {
+        return;
+    };
+    let mut bytes = 0usize;
+    let keep = files
+        .iter()
+        .take_while(|f| {
+            bytes += f.to_string().len() + 1;
+            bytes <= max_bytes
+        })
+        .count();
+    let cut = (files.len() - keep) as u64;
+    files.truncate(keep);
+    if cut > 0 {
+        let omitted = extra
+            .get("files_omitted")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        extra.insert("files_omitted".into(), (omitted + cut).into());
+    }
+}
+
+/// The entry of one path, `None` when it is not a regular file (any
+/// more): a symlink is not followed, and nothing else is hashed.
+fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
+    let path = super::display_path(raw);
+    let path = path.as_str();
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(raw)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    let size = meta.len();
+    let skipped = if size > MAX_FILE_BYTES {
+        Some("too large")
+    } else if size > *budget {
+        Some("hash budget spent")
+    } else {
+        None
+    };
+    if let Some(why) = skipped {
+        return Some(json!({"path": path, "size": size, "sha256": null, "skipped": why}));
+    }
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut read = 0u64;
+    loop {
+        match file.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                hasher.update(&buf[..n]);
+                read += n as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => {
+                return Some(
+                    json!({"path": path, "size": size, "sha256": null, "skipped": "unreadable"}),
+                );
+            }
+        }
+        if read > MAX_FILE_BYTES {
+            // It grew while being read (a host process): hash no further.
+            return Some(
+                json!({"path": path, "size": read, "sha256": null, "skipped": "too large"}),
+            );
+        }
+    }
+    *budget = budget.saturating_sub(read);
+    let digest = hasher.finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Some(json!({"path": path, "size": read, "sha256": hex}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_in_the_roots_are_hashed_and_the_rest_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("a"), b"abc").unwrap();
+        std::fs::create_dir(root.join("d")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("l")).unwrap();
+        let p = |n: &str| root.join(n).to_string_lossy().into_owned();
+        let touched: BTreeSet<PathBuf> = ["a", "d", "l", "gone"]
+            .into_iter()
+            .map(|n| root.join(n))
+            .chain([PathBuf::from("/etc/hostname")])
+            .collect();
+        let (files, omitted) = seal_files(&touched, std::slice::from_ref(&root));
+        assert_eq!(omitted, 0);
+        assert_eq!(
+            files,
+            vec![json!({
+                "path": p("a"),
+                "size": 3,
+                "sha256": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+            })]
+        );
+    }
+
+    #[test]
+    fn trimming_keeps_a_prefix_and_counts_the_rest() {
+        let files: Vec<Value> = (0..100)
+            .map(|i| json!({"path": format!("/w/{i:03}"), "size": 0, "sha256": "ab".repeat(32)}))
+            .collect();
+        let one = files[0].to_string().len() + 1;
+        let mut extra = serde_json::Map::new();
+        extra.insert("files".into(), Value::Array(files));
+        extra.insert("files_omitted".into(), 5.into());
+        trim(&mut extra, one * 10);
+        assert_eq!(extra["files"].as_array().unwrap().len(), 10);
+        assert_eq!(extra["files_omitted"], 95);
+        assert_eq!(extra["files"][9]["path"], "/w/009");
+    }
+
+    #[test]
+    fn the_budget_bounds_what_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, vec![0u8; 10]).unwrap();
+        let mut budget = 5;
+        let e = entry(&path, &mut budget).unwrap();
+        assert_eq!(e["sha256"], Value::Null);
+        assert_eq!(e["skipped"], "hash budget spent");
+        assert_eq!(e["size"], 10);
+    }
+}

@@ -1,0 +1,553 @@
+//! The join of the capture's records (what the agent asked for, with the
+//! kernel's verdict) with the kernel's file notifications (what changed,
+//! named from the kernel's own objects). Pure: host facts (which thread is
+//! in the sandbox, what a handle resolves to) are settled by the caller.
+//!
+//! Why it can be exact: a notification is queued inside the syscall that
+//! caused it, before that syscall's exit record is written to the ring, and
+//! one thread's records and one thread's notifications are each in that
+//! thread's program order. So when the supervisor reads the notifications
+//! after receiving a record, the record's own notification is already
+//! there, and pairing the i-th record of a thread with the i-th
+//! notification of that thread (of the matching kind) is the kernel's own
+//! pairing. See docs/ebpf.md, "Kernel-sourced paths".
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::writes::{WriteCounts, Writes};
+use crate::effectlog::{Decision, Record, Target};
+
+/// How long a record waits for its thread to move on before it is paired
+/// by position (a thread that blocks after one create).
+const HOLD_NS: u64 = 200_000_000;
+/// How long an unclaimed notification waits for a record that claims it.
+const ORPHAN_NS: u64 = 1_000_000_000;
+/// At most this many changed files are remembered for the seal (~100
+/// bytes each); later ones are only counted.
+const MAX_TOUCHED: usize = 1_000_000;
+
+/// The notification bits, as fanotify reports them.
+pub(super) mod bit {
+    pub const MODIFY: u64 = libc::FAN_MODIFY;
+    pub const ATTRIB: u64 = libc::FAN_ATTRIB;
+    pub const CLOSE_WRITE: u64 = libc::FAN_CLOSE_WRITE;
+    pub const CREATE: u64 = libc::FAN_CREATE;
+    pub const DELETE: u64 = libc::FAN_DELETE;
+    pub const RENAME: u64 = libc::FAN_RENAME;
+    pub const ONDIR: u64 = libc::FAN_ONDIR;
+    pub const OVERFLOW: u64 = libc::FAN_Q_OVERFLOW;
+}
+
+/// A sandbox thread, as the capture or /proc describe it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Task {
+    pub tgid: u32,
+    pub ppid: u32,
+    pub uid: u32,
+}
+
+/// One notification of a sandbox thread, its directory resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Notice {
+    pub tid: u32,
+    /// What the kernel reported.
+    pub mask: u64,
+    /// Bits a record has claimed. The kernel merges identical
+    /// notifications still queued (a `utime` and a `setxattr` of one file
+    /// are one `FAN_ATTRIB`), so a claimed bit still confirms later
+    /// records with the same path; it no longer pairs by position.
+    pub claimed: u64,
+    /// The entry's path now (`None`: its directory is gone).
+    pub path: Option<String>,
+    /// The entry's name, as the kernel reported it.
+    pub name: String,
+    /// The new path of a rename.
+    pub new_path: Option<String>,
+    /// `path` and `new_path` as the kernel's bytes (they are shown
+    /// escaped when not UTF-8).
+    pub raw: Option<PathBuf>,
+    pub new_raw: Option<PathBuf>,
+    /// CLOCK_MONOTONIC when it was read.
+    pub read_ns: u64,
+    /// When the read before it started: the notification was queued
+    /// later (else that read would have returned it).
+    pub after_ns: u64,
+}
+
+impl Notice {
+    fn is_dir(&self) -> bool {
+        self.mask & bit::ONDIR != 0
+    }
+}
+
+/// The notification bit a successful record of `kind` must have caused,
+/// and whether it is about a directory (`None`: either, as the record
+/// does not say). `None` for kinds that change no directory entry or
+/// inode (an open without create) and for kinds that are no file effect.
+pub(super) fn wanted(kind: &str) -> Option<(u64, Option<bool>)> {
+    Some(match kind {
+        "create" | "link" | "symlink" | "mknod" | "bind" => (bit::CREATE, Some(false)),
+        "mkdir" => (bit::CREATE, Some(true)),
+        "unlink" => (bit::DELETE, Some(false)),
+        "rmdir" => (bit::DELETE, Some(true)),
+        "rename" => (bit::RENAME, None),
+        "truncate" => (bit::MODIFY, Some(false)),
+        // Metadata changes of files and directories alike. Not `setflags`
+        // (FS_IOC_SETFLAGS): the kernel sends no notification for it, so
+        // the record could only take another call's.
+        "chmod" | "chown" | "utime" | "xattr" => (bit::ATTRIB, None),
+        _ => return None,
+    })
+}
+
+/// Record kinds whose path is the agent's (denied, or never confirmed).
+fn is_file_kind(kind: &str) -> bool {
+    kind == "open" || wanted(kind).is_some()
+}
+
+/// The key of a record's (or claim's) main path.
+fn main_key(kind: &str) -> &'static str {
+    match kind {
+        "rename" | "link" => "to",
+        _ => "path",
+    }
+}
+
+/// The join's state for one run.
+#[derive(Debug, Default)]
+pub(super) struct Join {
+    tasks: HashMap<u32, Task>,
+    /// Sandbox notifications with bits no record has claimed, per thread.
+    pending: HashMap<u32, VecDeque<Notice>>,
+    /// Records waiting for a positional pairing, in arrival order.
+    held: Vec<(u32, Record)>,
+    /// The newest record's time, per thread.
+    last_ns: HashMap<u32, u64>,
+    /// Threads of processes that exited.
+    exited: BTreeSet<u32>,
+    writes: WriteCounts,
+    /// Regular files created or modified (for the seal), by kernel path.
+    touched: BTreeSet<PathBuf>,
+    /// Changed files not remembered (over MAX_TOUCHED).
+    untracked: u64,
+    /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
+    wall_offset: i128,
+}
+
+/// A thread id of a record (`tid` when it is not the process leader).
+pub(super) fn tid_of(r: &Record) -> u32 {
+    r.target
+        .get("tid")
+        .and_then(Value::as_u64)
+        .and_then(|t| u32::try_from(t).ok())
+        .unwrap_or(r.pid)
+}
+
+impl Join {
+    pub fn new(wall_offset: i128) -> Self {
+        Self {
+            wall_offset,
+            ..Default::default()
+        }
+    }
+
+    /// The sandbox thread `tid`, if a record named it.
+    pub fn task(&self, tid: u32) -> Option<Task> {
+        self.tasks.get(&tid).copied()
+    }
+
+    pub fn add_task(&mut self, tid: u32, task: Task) {
+        self.tasks.insert(tid, task);
+    }
+
+    /// Learns the sandbox's threads from the capture's records (before the
+    /// notifications read with them are classified).
+    pub fn learn(&mut self, records: &[Record]) {
+        for r in records {
+            let task = Task {
+                tgid: r.pid,
+                ppid: r.ppid,
+                uid: r.uid,
+            };
+            self.tasks.insert(tid_of(r), task);
+            self.tasks.entry(r.pid).or_insert(task);
+            if r.kind == "fork"
+                && let Some(child) = r.target.get("child").and_then(Value::as_u64)
+            {
+                let child = child as u32;
+                self.tasks.insert(
+                    child,
+                    Task {
+                        tgid: child,
+                        ppid: r.pid,
+                        uid: r.uid,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Takes one notification of a sandbox thread; returns the `write`
+    /// records it completes.
+    pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
+        let mut out = Vec::new();
+        if let (Some(path), Some(raw)) = (&n.path, &n.raw) {
+            if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
+                && !n.is_dir()
+            {
+                self.touch(raw);
+            }
+            if n.mask & bit::MODIFY != 0 {
+                self.writes.count(path, task, n.read_ns);
+            }
+            if n.mask & bit::CLOSE_WRITE != 0 {
+                out.extend(self.flush_writes(path, Some(task.tgid)));
+            }
+            if n.mask & bit::RENAME != 0
+                && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
+            {
+                if !n.is_dir() {
+                    self.writes.renamed(path, new);
+                }
+                self.renamed_touched(raw, new_raw, n.is_dir());
+            }
+            if n.mask & bit::DELETE != 0 && !n.is_dir() {
+                // The file is gone: its writers' counts are final.
+                out.extend(self.flush_writes(path, None));
+            }
+        }
+        // Close and modify notifications are counted, not claimed (only a
+        // truncate claims a modify).
+        let mut n = n;
+        n.mask &= !bit::CLOSE_WRITE;
+        if n.mask & !bit::ONDIR != 0 {
+            self.pending.entry(n.tid).or_default().push_back(n);
+        }
+        out
+    }
+
+    /// The `write` records of `path` (of one process, or of all).
+    fn flush_writes(&mut self, path: &str, tgid: Option<u32>) -> Vec<Record> {
+        let done = self.writes.flush(path, tgid);
+        done.iter().map(|w| self.write_record(path, w)).collect()
+    }
+
+    fn touch(&mut self, path: &Path) {
+        if self.touched.len() < MAX_TOUCHED {
+            self.touched.insert(path.to_path_buf());
+        } else if !self.touched.contains(path) {
+            self.untracked += 1;
+        }
+    }
+
+    /// Changed files the seal cannot list (over the memory bound).
+    pub fn untracked(&self) -> u64 {
+        self.untracked
+    }
+
+    /// Moves the changed files of a renamed file or directory.
+    fn renamed_touched(&mut self, from: &Path, to: &Path, dir: bool) {
+        if !dir {
+            if self.touched.remove(from) {
+                self.touch(to);
+            }
+            return;
+        }
+        // Component order keeps a directory's descendants together.
+        let moved: Vec<PathBuf> = self
+            .touched
+            .range(from.to_path_buf()..)
+            .take_while(|p| p.starts_with(from))
+            .filter(|p| p.as_path() != from)
+            .cloned()
+            .collect();
+        for p in moved {
+            self.touched.remove(&p);
+            if let Ok(rest) = p.strip_prefix(from) {
+                self.touched.insert(to.join(rest));
+            }
+        }
+    }
+
+    fn write_record(&self, path: &str, w: &Writes) -> Record {
+        let mut t = Target::new();
+        t.insert("path", path.to_string());
+        t.insert("path_source", "kernel");
+        t.insert("count", w.count);
+        if let Ok(meta) = std::fs::symlink_metadata(path) {
+            t.insert("size", meta.len());
+        }
+        self.kernel_record("write", w.task, w.first_ns, t)
+    }
+
+    fn kernel_record(
+        &self,
+        kind: &'static str,
+        task: Task,
+        mono_ns: u64,
+        target: Target,
+    ) -> Record {
+        Record {
+            kind,
+            pid: task.tgid,
+            ppid: task.ppid,
+            uid: task.uid,
+            mono_ns,
+            wall_ns: u64::try_from(i128::from(mono_ns) + self.wall_offset).unwrap_or(0),
+            decision: Decision::Allowed,
+            errno: 0,
+            target,
+        }
+    }
+
+    /// Joins a batch of capture records (in ring order) with the
+    /// notifications taken so far. Returns what to write now: records
+    /// that are settled and notifications no record claimed.
+    pub fn join(&mut self, records: Vec<Record>, now_ns: u64) -> Vec<Record> {
+        let mut out = Vec::with_capacity(records.len());
+        for mut r in records {
+            let tid = tid_of(&r);
+            let t = self.last_ns.entry(tid).or_insert(0);
+            *t = (*t).max(r.mono_ns);
+            if r.kind == "exit" {
+                self.exited.insert(r.pid);
+                for (path, w) in self.writes.flush_process(r.pid) {
+                    out.push(self.write_record(&path, &w));
+                }
+            }
+            let allowed = r.decision == Decision::Allowed;
+            match wanted(r.kind) {
+                Some((want, dir)) if allowed => {
+                    let agent = r
+                        .target
+                        .get(main_key(r.kind))
+                        .and_then(Value::as_str)
+                        .map(str::to_string);
+                    let exact = self.take(tid, want, dir, true, |n| {
+                        agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
+                    });
+                    match exact {
+                        Some(n) => {
+                            apply(&mut r, &n);
+                            out.push(r);
+                        }
+                        None => self.held.push((tid, r)),
+                    }
+                }
+                _ => {
+                    if is_file_kind(r.kind) {
+                        r.target.insert("path_source", "agent");
+                    }
+                    out.push(r);
+                }
+            }
+        }
+        self.settle(now_ns, false, &mut out);
+        out
+    }
+
+    /// Settles held records and orphaned notifications; with `all`, every
+    /// one of them (the run is over).
+    fn settle(&mut self, now_ns: u64, all: bool, out: &mut Vec<Record>) {
+        let held = std::mem::take(&mut self.held);
+        for (tid, mut r) in held {
+            let moved_on = self.last_ns.get(&tid).is_some_and(|&t| t > r.mono_ns);
+            let ready = all
+                || moved_on
+                || self.exited.contains(&r.pid)
+                || now_ns.saturating_sub(r.mono_ns) > HOLD_NS;
+            if !ready {
+                self.held.push((tid, r));
+                continue;
+            }
+            let (want, dir) = wanted(r.kind).unwrap_or((0, None));
+            // A notification queued after the record's syscall ended
+            // belongs to a later call of the thread.
+            let ended = r.mono_ns;
+            match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
+                Some(n) => apply(&mut r, &n),
+                None => {
+                    r.target.insert("path_source", "agent");
+                }
+            }
+            out.push(r);
+        }
+        let waiting: BTreeSet<u32> = self.held.iter().map(|(tid, _)| *tid).collect();
+        let tids: Vec<u32> = self.pending.keys().copied().collect();
+        for tid in tids {
+            if waiting.contains(&tid) && !all {
+                continue;
+            }
+            let last = self.last_ns.get(&tid).copied().unwrap_or(0);
+            let task = self.tasks.get(&tid).copied();
+            let exited = task.is_some_and(|t| self.exited.contains(&t.tgid));
+            let Some(queue) = self.pending.get_mut(&tid) else {
+                continue;
+            };
+            let mut orphans = Vec::new();
+            while let Some(front) = queue.front() {
+                let orphan = all
+                    || exited
+                    || last >= front.read_ns
+                    || now_ns.saturating_sub(front.read_ns) > ORPHAN_NS;
+                if !orphan {
+                    break;
+                }
+                orphans.extend(queue.pop_front());
+            }
+            if queue.is_empty() {
+                self.pending.remove(&tid);
+            }
+            let task = task.unwrap_or(Task {
+                tgid: tid,
+                ppid: 0,
+                uid: 0,
+            });
+            for n in orphans {
+                out.extend(self.uncaptured(&n, task));
+            }
+        }
+        if all {
+            let writes = self.writes.drain();
+            for (path, w) in writes {
+                out.push(self.write_record(&path, &w));
+            }
+        }
+    }
+
+    /// Everything still waiting, at the end of the run.
+    pub fn finish(&mut self, now_ns: u64) -> Vec<Record> {
+        let mut out = Vec::new();
+        self.settle(now_ns, true, &mut out);
+        out
+    }
+
+    /// Regular files created or modified, by kernel path.
+    pub fn touched(&self) -> &BTreeSet<PathBuf> {
+        &self.touched
+    }
+
+    /// The first pending notification of `tid` with `want` (for a
+    /// directory or not) that `fits`, and not yet claimed for `want`
+    /// unless `again`; its `want` bit is then claimed.
+    fn take(
+        &mut self,
+        tid: u32,
+        want: u64,
+        dir: Option<bool>,
+        again: bool,
+        fits: impl Fn(&Notice) -> bool,
+    ) -> Option<Notice> {
+        let queue = self.pending.get_mut(&tid)?;
+        let at = queue.iter().position(|n| {
+            n.mask & want != 0
+                && (again || n.claimed & want == 0)
+                && dir.is_none_or(|d| n.is_dir() == d)
+                && fits(n)
+        })?;
+        queue[at].claimed |= want;
+        Some(queue[at].clone())
+    }
+
+    /// Records for the bits of `n` no capture record claimed: effects the
+    /// capture did not see (io_uring, core files, ...), named by the kernel.
+    fn uncaptured(&self, n: &Notice, task: Task) -> Vec<Record> {
+        let dir = n.is_dir();
+        let kinds: [(u64, &'static str); 4] = [
+            (bit::CREATE, if dir { "mkdir" } else { "create" }),
+            (bit::DELETE, if dir { "rmdir" } else { "unlink" }),
+            (bit::RENAME, "rename"),
+            (bit::ATTRIB, "attrib"),
+        ];
+        let mut out = Vec::new();
+        for (b, kind) in kinds {
+            if n.mask & !n.claimed & b == 0 {
+                continue;
+            }
+            let mut t = Target::new();
+            let path = n.path.clone().unwrap_or_else(|| n.name.clone());
+            if b == bit::RENAME {
+                t.insert("from", path);
+                t.insert("to", n.new_path.clone().unwrap_or_default());
+            } else {
+                t.insert("path", path);
+            }
+            if n.path.is_none() {
+                t.insert("dir_unresolved", true);
+            }
+            if dir {
+                t.insert("dir", true);
+            }
+            t.insert("path_source", "kernel");
+            t.insert("uncaptured", true);
+            if !self.tasks.contains_key(&n.tid) {
+                t.insert("pid_unverified", true);
+            }
+            if n.tid != task.tgid {
+                t.insert("tid", n.tid);
+            }
+            out.push(self.kernel_record(kind, task, n.read_ns, t));
+        }
+        out
+    }
+}
+
+/// The path of `n` in the role of a record's main path.
+fn notice_main<'a>(n: &'a Notice, kind: &str) -> Option<&'a str> {
+    if kind == "rename" {
+        n.new_path.as_deref()
+    } else {
+        n.path.as_deref()
+    }
+}
+
+/// Names a record's file from the kernel: its path becomes the kernel's
+/// and the agent's string, where it differs, is kept as the claim.
+fn apply(r: &mut Record, n: &Notice) {
+    let pairs: &[(&'static str, &'static str, Option<&String>)] = if r.kind == "rename" {
+        &[
+            ("from", "claimed_from", n.path.as_ref()),
+            ("to", "claimed_to", n.new_path.as_ref()),
+        ]
+    } else if r.kind == "link" {
+        &[("to", "claimed_to", n.path.as_ref())]
+    } else {
+        &[("path", "claimed_path", n.path.as_ref())]
+    };
+    if pairs.iter().any(|(_, _, k)| k.is_none()) {
+        // The directory was gone before its handle could be read: only
+        // the name is the kernel's.
+        r.target.insert("path_source", "agent");
+        r.target.insert("kernel_name", n.name.clone());
+        return;
+    }
+    for (key, claim_key, kernel) in pairs {
+        let Some(kernel) = kernel else { continue };
+        let agent = r
+            .target
+            .get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        match agent {
+            Some(agent) if agent == **kernel => {}
+            // An fd-based call (fchmod, futimens, ...): the agent named
+            // no path, the kernel does.
+            None => {
+                r.target.insert(*key, kernel.to_string());
+                r.target.remove(&format!("{key}_unresolved"));
+            }
+            Some(agent) => {
+                r.target.insert(*claim_key, agent);
+                r.target.insert(*key, kernel.to_string());
+            }
+        }
+    }
+    r.target.insert("path_source", "kernel");
+}
+
+#[cfg(test)]
+#[path = "join_tests.rs"]
+mod tests;

@@ -1,0 +1,297 @@
+use super::*;
+
+const T: Task = Task {
+    tgid: 10,
+    ppid: 1,
+    uid: 65534,
+};
+
+fn record(kind: &'static str, pid: u32, mono_ns: u64, path: &str) -> Record {
+    let mut target = Target::new();
+    target.insert("path", path.to_string());
+    Record {
+        kind,
+        pid,
+        ppid: 1,
+        uid: 65534,
+        mono_ns,
+        wall_ns: mono_ns,
+        decision: Decision::Allowed,
+        errno: 0,
+        target,
+    }
+}
+
+fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
+    Notice {
+        tid,
+        mask,
+        claimed: 0,
+        path: Some(path.to_string()),
+        name: path.rsplit('/').next().unwrap_or_default().to_string(),
+        new_path: None,
+        raw: Some(PathBuf::from(path)),
+        new_raw: None,
+        read_ns,
+        after_ns: 0,
+    }
+}
+
+fn s<'a>(r: &'a Record, key: &str) -> Option<&'a str> {
+    r.target.get(key).and_then(Value::as_str)
+}
+
+#[test]
+fn an_agreeing_record_is_confirmed_by_the_kernel() {
+    let mut j = Join::new(0);
+    j.learn(&[record("exec", 10, 1, "/bin/sh")]);
+    assert!(j.notice(notice(10, bit::CREATE, "/w/a", 5), T).is_empty());
+    let out = j.join(vec![record("create", 10, 4, "/w/a")], 6);
+    assert_eq!(out.len(), 1);
+    assert_eq!(s(&out[0], "path"), Some("/w/a"));
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
+    assert_eq!(out[0].target.get("claimed_path"), None);
+    assert!(j.finish(7).is_empty(), "the notification was claimed");
+    assert!(j.touched().contains(Path::new("/w/a")));
+}
+
+#[test]
+fn rewritten_buffers_are_named_by_the_kernel_in_thread_order() {
+    // The agent's buffer said b-names; the kernel created a-names.
+    let mut j = Join::new(0);
+    for i in 0..5u64 {
+        j.notice(notice(10, bit::CREATE, &format!("/w/a{i}"), 100 + i), T);
+    }
+    let records = (0..5u64)
+        .map(|i| record("create", 10, 50 + i, &format!("/w/b{i}")))
+        .collect();
+    let mut out = j.join(records, 200);
+    out.extend(j.finish(300));
+    assert_eq!(out.len(), 5);
+    for (i, r) in out.iter().enumerate() {
+        assert_eq!(s(r, "path"), Some(format!("/w/a{i}").as_str()));
+        assert_eq!(s(r, "claimed_path"), Some(format!("/w/b{i}").as_str()));
+        assert_eq!(s(r, "path_source"), Some("kernel"));
+    }
+}
+
+#[test]
+fn a_record_without_a_notification_does_not_take_the_next_one() {
+    // open(O_CREAT) of an existing file creates nothing; the next create
+    // of the thread names its own file.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::CREATE, "/w/new", 20), T);
+    let out = j.join(
+        vec![
+            record("create", 10, 10, "/w/existing"),
+            record("create", 10, 11, "/w/new"),
+        ],
+        30,
+    );
+    assert_eq!(out.len(), 2);
+    let new = out.iter().find(|r| s(r, "path") == Some("/w/new")).unwrap();
+    assert_eq!(s(new, "path_source"), Some("kernel"));
+    let old = out
+        .iter()
+        .find(|r| s(r, "path") == Some("/w/existing"))
+        .unwrap();
+    assert_eq!(s(old, "path_source"), Some("agent"));
+}
+
+#[test]
+fn a_held_record_waits_for_its_thread_to_move_on() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::CREATE, "/w/real", 20), T);
+    assert!(
+        j.join(vec![record("create", 10, 10, "/w/claim")], 30)
+            .is_empty()
+    );
+    let out = j.join(vec![record("exit", 10, 40, "")], 50);
+    let create = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(create, "path"), Some("/w/real"));
+    assert_eq!(s(create, "claimed_path"), Some("/w/claim"));
+}
+
+#[test]
+fn denied_and_unconfirmed_records_keep_the_agents_claim() {
+    let mut j = Join::new(0);
+    let mut denied = record("unlink", 10, 1, "/etc/hosts");
+    denied.decision = Decision::Denied;
+    denied.errno = 30;
+    let out = j.join(vec![denied, record("open", 10, 2, "/w/x")], 3);
+    assert_eq!(out.len(), 2);
+    assert!(out.iter().all(|r| s(r, "path_source") == Some("agent")));
+}
+
+#[test]
+fn notifications_no_record_claims_become_uncaptured_records() {
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    j.notice(notice(10, bit::CREATE, "/w/core", 20), T);
+    j.notice(notice(10, bit::ATTRIB | bit::ONDIR, "/w/d", 21), T);
+    // A later record of the thread: the notifications were not its.
+    let out = j.join(vec![record("open", 10, 25, "/w/x")], 26);
+    let create = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(create, "path"), Some("/w/core"));
+    assert_eq!(create.target.get("uncaptured"), Some(&Value::from(true)));
+    let attrib = out.iter().find(|r| r.kind == "attrib").unwrap();
+    assert_eq!(attrib.target.get("dir"), Some(&Value::from(true)));
+    assert_eq!(attrib.pid, 10);
+}
+
+#[test]
+fn writes_are_counted_per_file_and_written_at_close() {
+    let mut j = Join::new(0);
+    for i in 0..3 {
+        assert!(j.notice(notice(10, bit::MODIFY, "/w/out", i), T).is_empty());
+    }
+    j.notice(notice(11, bit::MODIFY, "/w/other", 4), T);
+    let w = j
+        .notice(notice(10, bit::DELETE, "/w/out", 5), T)
+        .pop()
+        .expect("a write record when the file is deleted");
+    assert_eq!((w.kind, w.pid), ("write", 10));
+    assert_eq!(w.target.get("count"), Some(&Value::from(3u64)));
+    assert_eq!(s(&w, "path_source"), Some("kernel"));
+    let rest = j.finish(10);
+    let other: Vec<_> = rest.iter().filter(|r| r.kind == "write").collect();
+    assert_eq!(other.len(), 1, "a file still there is written at the end");
+    assert_eq!(s(other[0], "path"), Some("/w/other"));
+    j.notice(notice(10, bit::MODIFY, "/w/x", 11), T);
+    j.notice(notice(10, bit::MODIFY, "/w/x", 12), T);
+    let out = j.join(vec![record("exit", 10, 13, "")], 14);
+    let w = out
+        .iter()
+        .find(|r| r.kind == "write")
+        .expect("written at exit");
+    assert_eq!(w.target.get("count"), Some(&Value::from(2u64)));
+}
+
+#[test]
+fn a_truncate_claims_the_modify_and_it_still_counts_as_a_write() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::MODIFY, "/w/hooks/pre-commit", 20), T);
+    let out = j.join(vec![record("truncate", 10, 10, "/w/src/notes.txt")], 30);
+    assert!(out.is_empty(), "held until the thread moves on");
+    let out = j.finish(40);
+    let t = out.iter().find(|r| r.kind == "truncate").unwrap();
+    assert_eq!(s(t, "path"), Some("/w/hooks/pre-commit"));
+    assert_eq!(s(t, "claimed_path"), Some("/w/src/notes.txt"));
+    assert!(out.iter().any(|r| r.kind == "write"));
+}
+
+#[test]
+fn renames_move_touched_files_and_name_both_ends() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::CREATE, "/w/d/f", 1), T);
+    let mut n = notice(10, bit::RENAME | bit::ONDIR, "/w/d", 2);
+    n.new_path = Some("/w/e".into());
+    n.new_raw = Some("/w/e".into());
+    j.notice(n, T);
+    let mut r = record("rename", 10, 3, "");
+    r.target.insert("from", "/w/d");
+    r.target.insert("to", "/w/x");
+    let mut out = j.join(vec![r], 4);
+    out.extend(j.finish(5));
+    let rename = out.iter().find(|r| r.kind == "rename").unwrap();
+    assert_eq!(s(rename, "to"), Some("/w/e"));
+    assert_eq!(s(rename, "claimed_to"), Some("/w/x"));
+    assert_eq!(s(rename, "from"), Some("/w/d"));
+    assert_eq!(rename.target.get("claimed_from"), None);
+    assert!(j.touched().contains(Path::new("/w/e/f")));
+    assert!(!j.touched().contains(Path::new("/w/d/f")));
+}
+
+#[test]
+fn threads_are_paired_separately() {
+    let t2 = 11;
+    let mut j = Join::new(0);
+    j.notice(notice(t2, bit::CREATE, "/w/from-thread", 1), T);
+    j.notice(notice(10, bit::CREATE, "/w/from-leader", 2), T);
+    let mut r2 = record("create", 10, 3, "/w/claim2");
+    r2.target.insert("tid", t2);
+    let r1 = record("create", 10, 4, "/w/claim1");
+    let mut out = j.join(vec![r2, r1], 5);
+    out.extend(j.finish(6));
+    let by_claim = |c: &str| {
+        out.iter()
+            .find(|r| s(r, "claimed_path") == Some(c))
+            .and_then(|r| s(r, "path"))
+            .map(str::to_string)
+    };
+    assert_eq!(by_claim("/w/claim2").as_deref(), Some("/w/from-thread"));
+    assert_eq!(by_claim("/w/claim1").as_deref(), Some("/w/from-leader"));
+}
+
+#[test]
+fn a_notification_queued_after_a_call_ended_is_not_paired_with_it() {
+    // open(O_CREAT|O_TRUNC) of an existing file created nothing; the
+    // thread's next create, queued after it ended, is not its.
+    let mut j = Join::new(0);
+    let mut later = notice(10, bit::CREATE, "/w/next", 30);
+    later.after_ns = 15;
+    j.notice(later, T);
+    let mut out = j.join(vec![record("create", 10, 10, "/w/existing")], 31);
+    out.extend(j.join(vec![record("open", 10, 20, "/w/y")], 32));
+    let existing = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(existing, "path"), Some("/w/existing"));
+    assert_eq!(s(existing, "path_source"), Some("agent"));
+    let out = j.join(vec![record("create", 10, 40, "/w/claim")], 41);
+    out.iter()
+        .for_each(|r| assert_ne!(r.kind, "create", "held: {r:?}"));
+    let out = j.finish(50);
+    let next = out.iter().find(|r| r.kind == "create").unwrap();
+    assert_eq!(s(next, "path"), Some("/w/next"));
+}
+
+#[test]
+fn a_merged_notification_confirms_every_record_of_its_path() {
+    // utime and setxattr of one file: the kernel merged them into one
+    // FAN_ATTRIB; both records are the kernel's.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/f", 5), T);
+    let mut out = j.join(
+        vec![
+            record("utime", 10, 3, "/w/f"),
+            record("xattr", 10, 4, "/w/f"),
+        ],
+        6,
+    );
+    out.extend(j.finish(7));
+    assert_eq!(out.len(), 2, "no uncaptured attrib: {out:?}");
+    assert!(out.iter().all(|r| s(r, "path_source") == Some("kernel")));
+}
+
+#[test]
+fn a_claimed_notification_is_not_taken_again_by_position() {
+    // `echo hi > a` then `echo x >> existing`: the second open created
+    // nothing and must not be named after `a`.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::CREATE, "/w/a", 5), T);
+    let mut out = j.join(vec![record("create", 10, 3, "/w/a")], 6);
+    out.extend(j.join(vec![record("create", 10, 8, "/w/existing")], 9));
+    out.extend(j.finish(10));
+    let existing = out
+        .iter()
+        .find(|r| s(r, "path") == Some("/w/existing"))
+        .expect("the second record keeps its path");
+    assert_eq!(s(existing, "path_source"), Some("agent"));
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn an_fd_based_change_gets_the_kernels_path_and_no_empty_claim() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/a", 5), T);
+    let mut r = record("utime", 10, 3, "");
+    r.target = Target::new();
+    r.target.insert("fd", 0);
+    r.target.insert("path_unresolved", true);
+    let mut out = j.join(vec![r], 6);
+    out.extend(j.finish(7));
+    assert_eq!(out.len(), 1);
+    assert_eq!(s(&out[0], "path"), Some("/w/a"));
+    assert_eq!(out[0].target.get("claimed_path"), None);
+    assert_eq!(out[0].target.get("path_unresolved"), None);
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
+}

@@ -1,0 +1,325 @@
+//! Kernel-sourced paths for the effect log (issue 13, DESIGN.md section 5):
+//! a fanotify group with filesystem marks on the writable roots reports
+//! every change there with the kernel's own file handles, and the log's
+//! writer joins it with the capture's records before they are written.
+//!
+//! - a successful file record gets `"path_source": "kernel"`, its path
+//!   from the kernel, and the agent's string as `claimed_path` (or
+//!   `claimed_from` / `claimed_to`) where the two differ;
+//! - denied and unconfirmed records keep the agent's string with
+//!   `"path_source": "agent"`;
+//! - changes no record claims (io_uring, core files, ...) become records
+//!   of their own with `"uncaptured": true`;
+//! - writes become one `write` record per process and file (`count`
+//!   notifications, `size` at close);
+//! - the files created or modified are hashed into the seal's `files`.
+//!
+//! Design and limits: docs/ebpf.md, "Kernel-sourced paths".
+
+mod content;
+mod join;
+mod notify;
+mod place;
+mod writes;
+
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::effectlog::Record;
+use join::{Join, Task};
+use notify::{Group, Handle};
+use place::{Facts, Member, Placement};
+
+pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES, trim};
+
+/// The seal's `files` are cut to this many bytes when the log's
+/// filesystem has less room than they need (plus this much again).
+pub const FULL_SEAL_FILES_BYTES: usize = 64 * 1024;
+
+/// Errors of the kernel-sourced path watch.
+#[derive(Debug, thiserror::Error)]
+pub enum FsWatchError {
+    #[error(
+        "failed to create the fanotify group for kernel-sourced paths: {0}; it needs root (CAP_SYS_ADMIN) and Linux 5.17 (FAN_RENAME, file handles)"
+    )]
+    Init(#[source] std::io::Error),
+    #[error(
+        "failed to watch the filesystem of {path} for kernel-sourced paths: {source}; its filesystem must support file handles (ext4, xfs, btrfs, tmpfs)"
+    )]
+    Mark {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to find the run's cgroup {0} under a cgroup v2 mount")]
+    Cgroup(PathBuf),
+}
+
+/// The watch of one run: created before the agent starts, fed the
+/// capture's records by the log writer, finished after the drain.
+pub struct FsWatch {
+    group: Group,
+    /// The run's cgroup as /proc/<pid>/cgroup names it (`/tartaros-...`).
+    cgroup: String,
+    place: Placement,
+    /// When the last read of the group started.
+    last_poll_ns: u64,
+}
+
+impl FsWatch {
+    /// Marks the filesystems of `roots`; call before any process joins
+    /// `cgroup_dir`, so that no change precedes the watch.
+    pub fn start(roots: &[PathBuf], cgroup_dir: &Path) -> Result<Self, FsWatchError> {
+        let roots: Vec<PathBuf> = roots
+            .iter()
+            .map(|r| r.canonicalize().unwrap_or_else(|_| r.clone()))
+            .collect();
+        let cgroup = relative_cgroup(cgroup_dir)
+            .ok_or_else(|| FsWatchError::Cgroup(cgroup_dir.to_path_buf()))?;
+        let group = Group::new(&roots)?;
+        let wall_offset = i128::from(crate::effectlog::wall_now_ns())
+            - i128::from(crate::effectlog::mono_now_ns());
+        Ok(Self {
+            group,
+            cgroup,
+            place: Placement::new(Join::new(wall_offset), roots),
+            last_poll_ns: 0,
+        })
+    }
+
+    /// Joins a batch of capture records with the kernel's notifications;
+    /// returns the records to write, in order.
+    pub fn admit(&mut self, records: Vec<Record>) -> Vec<Record> {
+        self.place.join.learn(&records);
+        let mut out = self.poll();
+        out.extend(
+            self.place
+                .join
+                .join(records, crate::effectlog::mono_now_ns()),
+        );
+        out
+    }
+
+    /// Reads what is queued and settles what has waited long enough.
+    pub fn tick(&mut self) -> Vec<Record> {
+        let mut out = self.poll();
+        out.extend(
+            self.place
+                .join
+                .join(Vec::new(), crate::effectlog::mono_now_ns()),
+        );
+        out
+    }
+
+    /// Notifications lost since the last call (queue overflow or a failed
+    /// read), for a gap record.
+    pub fn take_lost(&mut self) -> u64 {
+        std::mem::take(&mut self.place.lost)
+    }
+
+    /// Everything left, once the cgroup is empty and the capture drained:
+    /// the last records and the seal's `files` (with `files_omitted`).
+    pub fn finish(&mut self) -> (Vec<Record>, Value) {
+        let mut out = self.poll();
+        out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
+        let join = &self.place.join;
+        let (files, omitted) = content::seal_files(join.touched(), &self.place.roots);
+        let omitted = omitted + join.untracked();
+        let mut seal = serde_json::Map::new();
+        seal.insert("files".into(), Value::Array(files));
+        if omitted > 0 {
+            seal.insert("files_omitted".into(), omitted.into());
+        }
+        (out, Value::Object(seal))
+    }
+
+    fn poll(&mut self) -> Vec<Record> {
+        let after = self.last_poll_ns;
+        self.last_poll_ns = crate::effectlog::mono_now_ns();
+        let events = match self.group.read_all() {
+            Ok(events) => events,
+            Err(e) => {
+                eprintln!("tartaros: failed to read file notifications: {e}");
+                self.place.lost += 1;
+                return Vec::new();
+            }
+        };
+        let facts = ProcFacts {
+            group: &self.group,
+            cgroup: &self.cgroup,
+        };
+        let now = crate::effectlog::mono_now_ns();
+        self.place.place(events, now, after, &facts)
+    }
+}
+
+/// The host facts, from /proc and the group's filesystems.
+struct ProcFacts<'a> {
+    group: &'a Group,
+    cgroup: &'a str,
+}
+
+impl Facts for ProcFacts<'_> {
+    fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+        self.group.resolve(dir)
+    }
+
+    fn member(&self, tid: u32) -> Member {
+        let Ok(cgroups) = std::fs::read_to_string(format!("/proc/{tid}/cgroup")) else {
+            return Member::Gone;
+        };
+        if !in_cgroup(&cgroups, self.cgroup) {
+            return Member::Host;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+            return Member::Gone;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u32>().ok())
+        };
+        Member::Sandbox(Task {
+            tgid: field("Tgid:").unwrap_or(tid),
+            ppid: field("PPid:").unwrap_or(0),
+            uid: field("Uid:").unwrap_or(0),
+        })
+    }
+}
+
+/// A kernel name as the log shows it: itself when it is UTF-8; otherwise
+/// every byte that is not part of valid UTF-8 as `\xNN` and every `\` as
+/// `\\`, so that two different names never show the same (U+FFFD would
+/// let an agent give two files one name, or hide one from the seal).
+pub fn display(bytes: &[u8]) -> String {
+    if let Ok(s) = std::str::from_utf8(bytes) {
+        return s.to_string();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// [`display`] of a path.
+pub fn display_path(path: &Path) -> String {
+    display(path.as_os_str().as_bytes())
+}
+
+/// Whether a /proc/<pid>/cgroup text puts the task in `cgroup` or below.
+fn in_cgroup(text: &str, cgroup: &str) -> bool {
+    text.lines().filter_map(|l| l.strip_prefix("0::")).any(|p| {
+        p == cgroup
+            || p.strip_prefix(cgroup)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// The cgroup directory relative to its cgroup v2 mount, as /proc names it.
+fn relative_cgroup(dir: &Path) -> Option<String> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    relative_cgroup_in(&mountinfo, dir)
+}
+
+fn relative_cgroup_in(mountinfo: &str, dir: &Path) -> Option<String> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            (right.split_whitespace().next() == Some("cgroup2"))
+                .then(|| left.split_whitespace().nth(4))
+                .flatten()
+        })
+        .filter_map(|mount| dir.strip_prefix(mount).ok())
+        .map(|rel| format!("/{}", rel.to_string_lossy()))
+        .next()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::effectlog::{ExitStatus, Genesis, LogWriter, Seal, verify_file};
+    use serde_json::json;
+
+    fn sealed_with(dir: &Path, name: &str, files: Value) -> crate::effectlog::Verdict {
+        let path = dir.join(name);
+        let mut w = LogWriter::create(&path).unwrap();
+        w.genesis(Genesis::new(json!({}), vec![], vec![], vec![]))
+            .unwrap();
+        w.set_seal_files(json!({"files": files, "ignored": 1}));
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        verify_file(&path)
+    }
+
+    #[test]
+    fn verify_accepts_the_seals_files_and_refuses_a_bad_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash = "ab".repeat(32);
+        let good = json!([
+            {"path": "/w/a", "size": 1, "sha256": hash},
+            {"path": "/w/b", "size": 99, "sha256": null, "skipped": "too large"},
+        ]);
+        let v = sealed_with(dir.path(), "good", good);
+        assert_eq!(v.code, 0, "{}", v.message);
+        let unsorted = json!([
+            {"path": "/w/b", "size": 1, "sha256": hash},
+            {"path": "/w/a", "size": 1, "sha256": hash},
+        ]);
+        let v = sealed_with(dir.path(), "unsorted", unsorted);
+        assert_eq!(v.code, 1, "{}", v.message);
+        let unhashed = json!([{"path": "/w/a", "size": 1, "sha256": null}]);
+        assert_eq!(sealed_with(dir.path(), "unhashed", unhashed).code, 1);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_shown_escaped_and_distinct() {
+        assert_eq!(display(b"/w/plain \\ name"), "/w/plain \\ name");
+        assert_eq!(display(b"/w/\xff"), "/w/\\xff");
+        assert_eq!(display(b"/w/\\\xfe"), "/w/\\\\\\xfe");
+        assert_ne!(display(b"/w/\xff"), display(b"/w/\xfe"));
+    }
+
+    #[test]
+    fn the_run_cgroup_is_named_relative_to_the_cgroup2_mount() {
+        let mountinfo = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+";
+        let dir = Path::new("/sys/fs/cgroup/unified/tartaros-1/sub");
+        assert_eq!(
+            relative_cgroup_in(mountinfo, dir).as_deref(),
+            Some("/tartaros-1/sub")
+        );
+        assert_eq!(
+            relative_cgroup_in(mountinfo, Path::new("/sys/fs/cgroup/pids/x")),
+            None
+        );
+    }
+
+    #[test]
+    fn cgroup_lines_match_the_run_and_below_only() {
+        let text = "12:pids:/x\n0::/tartaros-ab/sub\n";
+        assert!(in_cgroup(text, "/tartaros-ab"));
+        assert!(!in_cgroup(text, "/tartaros-a"));
+        assert!(in_cgroup("0::/tartaros-ab\n", "/tartaros-ab"));
+        assert!(!in_cgroup("0::/\n", "/tartaros-ab"));
+    }
+}

@@ -1,0 +1,372 @@
+//! The fanotify side of kernel-sourced paths: one notification group with
+//! file-handle reporting, filesystem marks on the writable roots, and the
+//! parser of its event records. The only `unsafe` of the module lives here.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+
+use super::FsWatchError;
+
+/// What the group reports (all of it kernel-side, at the time of the
+/// effect): the directory's handle and the entry name, and the thread (not
+/// the process) that caused it. Not the object's own handle
+/// (`FAN_REPORT_FID`, `FAN_REPORT_TARGET_FID`): nothing uses it, and
+/// encoding it costs the agent's every notified syscall.
+const INIT_FLAGS: libc::c_uint = libc::FAN_CLASS_NOTIF
+    | libc::FAN_CLOEXEC
+    | libc::FAN_NONBLOCK
+    | libc::FAN_UNLIMITED_QUEUE
+    | libc::FAN_REPORT_DFID_NAME
+    | libc::FAN_REPORT_TID;
+
+/// The events that change a writable root. Not `FAN_CLOSE_WRITE`: a
+/// process's `write` record is written when it exits or the file is
+/// deleted, which saves a notification per closed file.
+pub(super) const MARK_MASK: u64 = libc::FAN_CREATE
+    | libc::FAN_DELETE
+    | libc::FAN_RENAME
+    | libc::FAN_MODIFY
+    | libc::FAN_ATTRIB
+    | libc::FAN_ONDIR;
+
+/// A file handle as the kernel reported it, with the filesystem it is on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Handle {
+    pub fsid: [i32; 2],
+    pub handle_type: i32,
+    pub bytes: Vec<u8>,
+}
+
+/// A directory entry: the directory's handle and the name in it (`.` for
+/// an event on the directory itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct DirEntry {
+    pub dir: Handle,
+    pub name: Vec<u8>,
+}
+
+/// One fanotify event, parsed; handles not yet resolved to paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct RawEvent {
+    pub mask: u64,
+    /// Thread id in the supervisor's pid namespace (FAN_REPORT_TID).
+    pub tid: u32,
+    /// The entry the event is about (DFID_NAME; the old name of a rename).
+    pub entry: Option<DirEntry>,
+    /// The new name of a rename.
+    pub new_entry: Option<DirEntry>,
+}
+
+/// Parses a buffer returned by read(2) on the group. Records it cannot
+/// understand are skipped by their length; a length that does not fit
+/// ends the parse (the kernel never writes partial records).
+pub(super) fn parse(buf: &[u8]) -> Vec<RawEvent> {
+    let mut events = Vec::new();
+    let mut at = 0usize;
+    while let Some(meta) = buf.get(at..at + 24) {
+        let event_len = u32_at(meta, 0) as usize;
+        let metadata_len = u16::from_ne_bytes([meta[6], meta[7]]) as usize;
+        if event_len < 24 || metadata_len < 24 || at + event_len > buf.len() {
+            break;
+        }
+        let mask = u64::from_ne_bytes(meta[8..16].try_into().unwrap_or([0; 8]));
+        let pid = i32::from_ne_bytes(meta[20..24].try_into().unwrap_or([0; 4]));
+        let mut event = RawEvent {
+            mask,
+            tid: u32::try_from(pid).unwrap_or(0),
+            entry: None,
+            new_entry: None,
+        };
+        let mut info = at + metadata_len.min(event_len);
+        let end = at + event_len;
+        while info + 4 <= end {
+            let info_type = buf[info];
+            let len = u16::from_ne_bytes([buf[info + 2], buf[info + 3]]) as usize;
+            if len < 4 || info + len > end {
+                break;
+            }
+            let record = &buf[info..info + len];
+            match info_type {
+                libc::FAN_EVENT_INFO_TYPE_DFID_NAME | libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME => {
+                    event.entry = dir_entry(record);
+                }
+                libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME => event.new_entry = dir_entry(record),
+                _ => {}
+            }
+            info += len;
+        }
+        events.push(event);
+        at = end;
+    }
+    events
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map(|s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]))
+        .unwrap_or(0)
+}
+
+/// `fanotify_event_info_fid` (header, fsid, `struct file_handle`) followed
+/// by a NUL-terminated name.
+fn dir_entry(record: &[u8]) -> Option<DirEntry> {
+    let fsid = [u32_at(record, 4) as i32, u32_at(record, 8) as i32];
+    let handle_bytes = u32_at(record, 12) as usize;
+    let handle_type = u32_at(record, 16) as i32;
+    let bytes = record.get(20..20 + handle_bytes)?.to_vec();
+    let rest = record.get(20 + handle_bytes..)?;
+    let name_end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    Some(DirEntry {
+        dir: Handle {
+            fsid,
+            handle_type,
+            bytes,
+        },
+        name: rest[..name_end].to_vec(),
+    })
+}
+
+/// The notification group and one descriptor per marked filesystem (to
+/// open handles on it).
+pub(super) struct Group {
+    fd: OwnedFd,
+    mounts: Vec<([i32; 2], OwnedFd)>,
+    /// The read buffer, kept: the group is read once per batch of records.
+    buf: Vec<u8>,
+}
+
+impl Group {
+    /// Creates the group and marks the filesystem of every root.
+    pub fn new(roots: &[PathBuf]) -> Result<Self, FsWatchError> {
+        // SAFETY: fanotify_init takes two flag words and returns a new fd
+        // or -1; no memory is passed.
+        let raw = unsafe { libc::fanotify_init(INIT_FLAGS, libc::O_RDONLY as libc::c_uint) };
+        if raw < 0 {
+            return Err(FsWatchError::Init(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut group = Self {
+            fd,
+            mounts: Vec::new(),
+            buf: vec![0u8; 64 * 1024],
+        };
+        for root in roots {
+            group.mark(root)?;
+        }
+        Ok(group)
+    }
+
+    fn mark(&mut self, root: &Path) -> Result<(), FsWatchError> {
+        let err = |source| FsWatchError::Mark {
+            path: root.to_path_buf(),
+            source,
+        };
+        let c = CString::new(root.as_os_str().as_bytes())
+            .map_err(|_| err(std::io::Error::from_raw_os_error(libc::EINVAL)))?;
+        let fsid = fsid_of(&c).map_err(err)?;
+        if self.mounts.iter().any(|(id, _)| *id == fsid) {
+            return Ok(());
+        }
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        let rc = unsafe {
+            libc::fanotify_mark(
+                self.fd.as_raw_fd(),
+                libc::FAN_MARK_ADD | libc::FAN_MARK_FILESYSTEM,
+                MARK_MASK,
+                libc::AT_FDCWD,
+                c.as_ptr(),
+            )
+        };
+        if rc < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // Not O_PATH: open_by_handle_at refuses such a mount descriptor.
+        // SAFETY: `c` is a NUL-terminated path; open returns a new fd or -1.
+        let raw = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: `raw` is a new descriptor that nothing else owns.
+        self.mounts
+            .push((fsid, unsafe { OwnedFd::from_raw_fd(raw) }));
+        Ok(())
+    }
+
+    /// Reads every queued event (the group is non-blocking).
+    pub fn read_all(&mut self) -> Result<Vec<RawEvent>, std::io::Error> {
+        let mut events = Vec::new();
+        let buf = &mut self.buf;
+        loop {
+            // SAFETY: `buf` is a writable buffer of `buf.len()` bytes.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) => Ok(events),
+                    Some(libc::EINTR) => continue,
+                    _ => Err(e),
+                };
+            }
+            if n == 0 {
+                return Ok(events);
+            }
+            events.extend(parse(&buf[..n as usize]));
+        }
+    }
+
+    /// The path of a directory handle now, as the supervisor sees it.
+    /// `None` when the directory is gone (or on a filesystem not marked).
+    pub fn resolve(&self, handle: &Handle) -> Option<PathBuf> {
+        let mount = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
+        let header = 8usize;
+        let mut raw = vec![0u8; header + handle.bytes.len()];
+        raw[..4].copy_from_slice(&(handle.bytes.len() as u32).to_ne_bytes());
+        raw[4..8].copy_from_slice(&handle.handle_type.to_ne_bytes());
+        raw[8..].copy_from_slice(&handle.bytes);
+        // A u32-aligned copy: struct file_handle starts with two ints.
+        let mut aligned = vec![0u32; raw.len().div_ceil(4)];
+        for (i, chunk) in raw.chunks(4).enumerate() {
+            let mut word = [0u8; 4];
+            word[..chunk.len()].copy_from_slice(chunk);
+            aligned[i] = u32::from_ne_bytes(word);
+        }
+        // SAFETY: `aligned` holds a complete struct file_handle (header and
+        // handle_bytes bytes of handle) and outlives the call; the kernel
+        // only reads it. open_by_handle_at returns a new fd or -1.
+        let fd = unsafe {
+            libc::open_by_handle_at(
+                mount.1.as_raw_fd(),
+                aligned.as_mut_ptr().cast(),
+                libc::O_PATH | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: `fd` is a new descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+        // An unlinked directory that is still open reads "... (deleted)".
+        let deleted = path.as_os_str().as_bytes().ends_with(b" (deleted)");
+        (!deleted && path.is_absolute()).then_some(path)
+    }
+}
+
+fn fsid_of(path: &CString) -> Result<[i32; 2], std::io::Error> {
+    // SAFETY: an all-zero statfs is a valid value for the kernel to fill.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `st` is writable.
+    if unsafe { libc::statfs(path.as_ptr(), &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fsid_t is two ints; reading it as such is what the kernel's
+    // fanotify_event_info_fid.fsid holds.
+    let ids: [i32; 2] = unsafe { std::mem::transmute(st.f_fsid) };
+    Ok(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info_fid(info_type: u8, fsid: [i32; 2], handle: &[u8], name: &[u8]) -> Vec<u8> {
+        let mut r = vec![info_type, 0, 0, 0];
+        r.extend(fsid[0].to_ne_bytes());
+        r.extend(fsid[1].to_ne_bytes());
+        r.extend((handle.len() as u32).to_ne_bytes());
+        r.extend(1i32.to_ne_bytes());
+        r.extend(handle);
+        r.extend(name);
+        r.push(0);
+        while r.len() % 4 != 0 {
+            r.push(0);
+        }
+        let len = r.len() as u16;
+        r[2..4].copy_from_slice(&len.to_ne_bytes());
+        r
+    }
+
+    fn event(mask: u64, pid: i32, infos: &[Vec<u8>]) -> Vec<u8> {
+        let body: Vec<u8> = infos.concat();
+        let mut e = Vec::new();
+        e.extend(((24 + body.len()) as u32).to_ne_bytes());
+        e.extend([3u8, 0]);
+        e.extend(24u16.to_ne_bytes());
+        e.extend(mask.to_ne_bytes());
+        e.extend((-1i32).to_ne_bytes());
+        e.extend(pid.to_ne_bytes());
+        e.extend(body);
+        e
+    }
+
+    #[test]
+    fn a_create_and_a_rename_parse_with_their_entries() {
+        let mut buf = event(
+            libc::FAN_CREATE,
+            42,
+            &[
+                info_fid(
+                    libc::FAN_EVENT_INFO_TYPE_DFID_NAME,
+                    [1, 2],
+                    &[9; 8],
+                    b"a.txt",
+                ),
+                info_fid(libc::FAN_EVENT_INFO_TYPE_FID, [1, 2], &[7; 8], b""),
+            ],
+        );
+        buf.extend(event(
+            libc::FAN_RENAME,
+            43,
+            &[
+                info_fid(
+                    libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME,
+                    [1, 2],
+                    &[9; 8],
+                    b"a.txt",
+                ),
+                info_fid(
+                    libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME,
+                    [1, 2],
+                    &[8; 12],
+                    b"b",
+                ),
+            ],
+        ));
+        let events = parse(&buf);
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].tid, 42);
+        let entry = events[0].entry.as_ref().unwrap();
+        assert_eq!(entry.name, b"a.txt");
+        assert_eq!(entry.dir.bytes, vec![9; 8]);
+        assert_eq!(entry.dir.fsid, [1, 2]);
+        assert!(events[0].new_entry.is_none());
+        assert_eq!(events[1].entry.as_ref().unwrap().name, b"a.txt");
+        let new = events[1].new_entry.as_ref().unwrap();
+        assert_eq!((new.name.as_slice(), new.dir.bytes.len()), (&b"b"[..], 12));
+    }
+
+    #[test]
+    fn a_cut_or_lying_record_ends_the_parse() {
+        let buf = event(libc::FAN_CREATE, 1, &[info_fid(2, [0, 0], &[1; 8], b"x")]);
+        assert!(parse(&buf[..buf.len() - 1]).is_empty());
+        let mut lying = buf.clone();
+        lying[0..4].copy_from_slice(&1000u32.to_ne_bytes());
+        assert!(parse(&lying).is_empty());
+        let mut bad_info = buf;
+        bad_info[26..28].copy_from_slice(&500u16.to_ne_bytes());
+        let events = parse(&bad_info);
+        assert_eq!(events.len(), 1);
+        assert!(
+            events[0].entry.is_none(),
+            "an info record longer than its event is ignored"
+        );
+    }
+}

@@ -1,0 +1,332 @@
+//! Placing the kernel's notifications: which belong to the sandbox (by
+//! thread), and where their entries are (directory handle to path). Host
+//! facts come through [`Facts`], so the rules are unit-tested.
+
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::PathBuf;
+
+use super::join::{Join, Notice, Task, bit};
+use super::notify::{DirEntry, Handle, RawEvent};
+use super::{display, display_path};
+use crate::effectlog::Record;
+
+/// How long a thread found outside the sandbox is not looked up again
+/// (a pid is not reused that fast; a sandbox thread is in the cgroup from
+/// its first instruction, so the verdict cannot change while it lives).
+const HOST_VERDICT_NS: u64 = 1_000_000_000;
+/// Bound of the thread-verdict and directory-path caches.
+const CACHE_ENTRIES: usize = 16_384;
+
+/// Membership of a thread in the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Member {
+    Sandbox(Task),
+    Host,
+    /// Exited before it could be looked up.
+    Gone,
+}
+
+/// What the host says about threads and directory handles.
+pub(super) trait Facts {
+    fn member(&self, tid: u32) -> Member;
+    /// The path of a directory handle now; `None` when it is gone.
+    fn resolve(&self, dir: &Handle) -> Option<PathBuf>;
+}
+
+pub(super) struct Placement {
+    pub join: Join,
+    pub roots: Vec<PathBuf>,
+    /// Notifications lost (queue overflow, failed reads), for a gap.
+    pub lost: u64,
+    host: HashMap<u32, u64>,
+    dirs: HashMap<Handle, Option<PathBuf>>,
+    /// Notifications of threads that were gone before they could be
+    /// placed, in the roots: placed when a record names the thread.
+    unplaced: Vec<Notice>,
+}
+
+impl Placement {
+    pub fn new(join: Join, roots: Vec<PathBuf>) -> Self {
+        Self {
+            join,
+            roots,
+            lost: 0,
+            host: HashMap::new(),
+            dirs: HashMap::new(),
+            unplaced: Vec::new(),
+        }
+    }
+
+    /// Places one read of notifications (read at `now`, the read before
+    /// it started at `after`); returns the `write` records they complete.
+    pub fn place(
+        &mut self,
+        events: Vec<RawEvent>,
+        now: u64,
+        after: u64,
+        facts: &dyn Facts,
+    ) -> Vec<Record> {
+        let mut out = Vec::new();
+        for event in events {
+            if event.mask & bit::OVERFLOW != 0 {
+                self.lost += 1;
+                continue;
+            }
+            if event.entry.is_none() && event.mask & !(bit::ATTRIB | bit::ONDIR) == 0 {
+                // An inode change with no directory entry: the link count
+                // of a file being linked or unlinked, whose link / unlink
+                // is reported with its entry.
+                continue;
+            }
+            let member = match self.join.task(event.tid) {
+                Some(task) => Member::Sandbox(task),
+                None if self.host.get(&event.tid).is_some_and(|&until| until > now) => {
+                    continue;
+                }
+                None => facts.member(event.tid),
+            };
+            match member {
+                Member::Host => {
+                    if self.host.len() >= CACHE_ENTRIES {
+                        self.host.retain(|_, until| *until > now);
+                    }
+                    self.host.insert(event.tid, now + HOST_VERDICT_NS);
+                }
+                Member::Sandbox(task) => {
+                    self.join.add_task(event.tid, task);
+                    let n = self.notice(&event, now, after, facts);
+                    out.extend(self.join.notice(n, task));
+                }
+                Member::Gone => {
+                    let n = self.notice(&event, now, after, facts);
+                    let in_roots = n
+                        .raw
+                        .as_deref()
+                        .is_some_and(|p| self.roots.iter().any(|r| p.starts_with(r)));
+                    if in_roots {
+                        self.unplaced.push(n);
+                    }
+                }
+            }
+        }
+        // A thread that was gone may have been named by a record since.
+        let unplaced = std::mem::take(&mut self.unplaced);
+        for n in unplaced {
+            match self.join.task(n.tid) {
+                Some(task) => out.extend(self.join.notice(n, task)),
+                None => self.unplaced.push(n),
+            }
+        }
+        out
+    }
+
+    /// At the end: the notifications still unplaced are logged as the
+    /// thread's (`pid_unverified`), then everything the join holds.
+    pub fn finish(&mut self, now: u64) -> Vec<Record> {
+        let mut out = Vec::new();
+        for n in std::mem::take(&mut self.unplaced) {
+            let task = self.join.task(n.tid).unwrap_or(Task {
+                tgid: n.tid,
+                ppid: 0,
+                uid: 0,
+            });
+            out.extend(self.join.notice(n, task));
+        }
+        out.extend(self.join.finish(now));
+        out
+    }
+
+    fn notice(&mut self, event: &RawEvent, now: u64, after: u64, facts: &dyn Facts) -> Notice {
+        let (raw, name) = match &event.entry {
+            Some(entry) => (self.entry_path(entry, facts), display(&entry.name)),
+            None => (None, String::new()),
+        };
+        let new_raw = event
+            .new_entry
+            .as_ref()
+            .and_then(|e| self.entry_path(e, facts));
+        if event.mask & bit::ONDIR != 0 && event.mask & (bit::RENAME | bit::DELETE) != 0 {
+            // Cached paths below a moved or removed directory are stale.
+            self.dirs.clear();
+        }
+        Notice {
+            tid: event.tid,
+            mask: event.mask,
+            claimed: 0,
+            path: raw.as_deref().map(display_path),
+            name,
+            new_path: new_raw.as_deref().map(display_path),
+            raw,
+            new_raw,
+            read_ns: now,
+            after_ns: after,
+        }
+    }
+
+    fn entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
+        let dir = match self.dirs.get(&entry.dir) {
+            Some(dir) => dir.clone(),
+            None => {
+                let dir = facts.resolve(&entry.dir);
+                if self.dirs.len() >= CACHE_ENTRIES {
+                    self.dirs.clear();
+                }
+                self.dirs.insert(entry.dir.clone(), dir.clone());
+                dir
+            }
+        }?;
+        if entry.name.is_empty() || entry.name == b"." {
+            return Some(dir);
+        }
+        Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+    use std::cell::Cell;
+
+    /// tid 10: the sandbox; 20: the host; 30: gone. Handle [1]: /w, [2]:
+    /// a deleted directory.
+    struct Fake {
+        lookups: Cell<u32>,
+    }
+
+    impl Facts for Fake {
+        fn member(&self, tid: u32) -> Member {
+            self.lookups.set(self.lookups.get() + 1);
+            match tid {
+                10 => Member::Sandbox(Task {
+                    tgid: 10,
+                    ppid: 1,
+                    uid: 65534,
+                }),
+                20 => Member::Host,
+                _ => Member::Gone,
+            }
+        }
+        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+            (dir.bytes == [1]).then(|| PathBuf::from("/w"))
+        }
+    }
+
+    fn event(tid: u32, mask: u64, dir: u8, name: &str) -> RawEvent {
+        RawEvent {
+            mask,
+            tid,
+            entry: Some(DirEntry {
+                dir: Handle {
+                    fsid: [0, 0],
+                    handle_type: 1,
+                    bytes: vec![dir],
+                },
+                name: name.as_bytes().to_vec(),
+            }),
+            new_entry: None,
+        }
+    }
+
+    fn placement() -> Placement {
+        Placement::new(Join::new(0), vec![PathBuf::from("/w")])
+    }
+
+    #[test]
+    fn host_threads_are_dropped_and_looked_up_once_a_second() {
+        let facts = Fake {
+            lookups: Cell::new(0),
+        };
+        let mut p = placement();
+        let events = vec![
+            event(20, bit::CREATE, 1, "a"),
+            event(20, bit::CREATE, 1, "b"),
+        ];
+        assert!(p.place(events, 100, 0, &facts).is_empty());
+        assert_eq!(facts.lookups.get(), 1, "the verdict is cached");
+        p.place(
+            vec![event(20, bit::CREATE, 1, "c")],
+            100 + HOST_VERDICT_NS + 1,
+            0,
+            &facts,
+        );
+        assert_eq!(facts.lookups.get(), 2, "and expires");
+        assert!(p.finish(10).is_empty(), "nothing of the host is logged");
+    }
+
+    #[test]
+    fn a_gone_thread_is_placed_by_a_later_record_or_logged_unverified() {
+        let facts = Fake {
+            lookups: Cell::new(0),
+        };
+        let mut p = placement();
+        p.place(
+            vec![
+                event(30, bit::CREATE, 1, "in-root"),
+                event(31, bit::CREATE, 1, "unknown"),
+            ],
+            5,
+            0,
+            &facts,
+        );
+        // A fork record names 30 after the fact.
+        let mut fork = Record {
+            kind: "fork",
+            pid: 9,
+            ppid: 1,
+            uid: 65534,
+            mono_ns: 1,
+            wall_ns: 1,
+            decision: crate::effectlog::Decision::Allowed,
+            errno: 0,
+            target: crate::effectlog::Target::new(),
+        };
+        fork.target.insert("child", 30);
+        p.join.learn(&[fork]);
+        p.place(Vec::new(), 6, 5, &facts);
+        let out = p.finish(7);
+        let by_path = |path: &str| {
+            out.iter()
+                .find(|r| r.target.get("path").and_then(Value::as_str) == Some(path))
+                .unwrap_or_else(|| panic!("no record for {path}: {out:?}"))
+        };
+        let placed = by_path("/w/in-root");
+        assert_eq!(placed.pid, 30);
+        assert_eq!(placed.target.get("pid_unverified"), None);
+        let unknown = by_path("/w/unknown");
+        assert_eq!(
+            unknown.target.get("pid_unverified"),
+            Some(&Value::from(true))
+        );
+    }
+
+    #[test]
+    fn gone_threads_outside_the_roots_and_link_counts_are_not_logged() {
+        let facts = Fake {
+            lookups: Cell::new(0),
+        };
+        let mut p = placement();
+        let mut link_count = event(10, bit::ATTRIB, 1, "x");
+        link_count.entry = None;
+        p.place(
+            vec![event(31, bit::CREATE, 2, "elsewhere"), link_count],
+            5,
+            0,
+            &facts,
+        );
+        assert!(p.finish(6).is_empty());
+    }
+
+    #[test]
+    fn an_overflow_is_counted_as_lost() {
+        let facts = Fake {
+            lookups: Cell::new(0),
+        };
+        let mut p = placement();
+        let mut overflow = event(0, bit::OVERFLOW, 1, "");
+        overflow.entry = None;
+        p.place(vec![overflow], 1, 0, &facts);
+        assert_eq!(p.lost, 1);
+    }
+}

@@ -1,0 +1,681 @@
+//! Kernel-sourced paths (issue 13): the log names the file the kernel
+//! changed, not the string the agent's memory held. Each test runs an
+//! adversarial agent (C compiled here, or Python) under `tartaros run
+//! --log` and checks the log against the tree seen from the host.
+//! Needs root and gcc; skips with a reason otherwise (fails under CI=true).
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use serde_json::Value;
+
+/// Whether the host can run these tests (root, gcc).
+fn usable(test: &str) -> bool {
+    if !can_run(test) {
+        return false;
+    }
+    if !Path::new("/usr/bin/gcc").exists() {
+        skip(test, "/usr/bin/gcc is missing");
+        return false;
+    }
+    true
+}
+
+/// Compiles `source` into a directory the agent can read and execute.
+fn compile(bin: &Dir, name: &str, source: &str) -> PathBuf {
+    let c = bin.join(&format!("{name}.c"));
+    std::fs::write(&c, source).expect("write C source");
+    let exe = bin.join(name);
+    let out = Command::new("/usr/bin/gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    chown(&exe, NOBODY);
+    exe
+}
+
+/// Runs `argv` under `tartaros run --log` with `root` writable; returns
+/// the run's output and the log's records.
+fn run_logged(root: &Dir, logs: &Dir, argv: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let log = logs.join("effects.jsonl");
+    let mut args = vec![
+        "run",
+        "--write",
+        root.path().to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    let out = tartaros(&args, root.path());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "verify: {}\nrun stderr: {}",
+        stdout(&verify),
+        stderr(&out)
+    );
+    (out, records)
+}
+
+fn field<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
+    r["target"][key].as_str()
+}
+
+fn allowed(r: &Value) -> bool {
+    r["decision"] == "allowed"
+}
+
+/// Every `path`, `from` and `to` of allowed records (the kernel's names;
+/// `claimed_*` are the agent's).
+fn named_paths(records: &[Value]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for r in records.iter().filter(|r| allowed(r)) {
+        let kind = r["kind"].as_str().unwrap_or_default();
+        if !matches!(
+            kind,
+            "create"
+                | "write"
+                | "unlink"
+                | "rename"
+                | "chmod"
+                | "truncate"
+                | "mkdir"
+                | "rmdir"
+                | "link"
+                | "symlink"
+                | "attrib"
+                | "mknod"
+        ) {
+            continue;
+        }
+        for key in ["path", "from", "to"] {
+            if let Some(p) = field(r, key) {
+                out.push((kind.to_string(), p.to_string()));
+            }
+        }
+    }
+    out
+}
+
+fn seal(records: &[Value]) -> &Value {
+    records
+        .iter()
+        .find(|r| r["kind"] == "seal")
+        .expect("a seal record")
+}
+
+const RACE: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Each creator thread passes its own buffer to open(2) while a flipper
+   thread of its own flips the first letter of the name between 'a' and
+   'b'. */
+struct creator {
+    char buf[4096];
+    size_t flip_at;
+    int index, n, made;
+    atomic_int done;
+};
+
+static void *flipper(void *arg) {
+    struct creator *c = arg;
+    while (!atomic_load(&c->done))
+        ((volatile char *)c->buf)[c->flip_at] ^= 'a' ^ 'b';
+    return NULL;
+}
+
+static void *create(void *arg) {
+    struct creator *c = arg;
+    for (int i = 0; i < c->n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d_%05d", c->index, i);
+        memcpy(c->buf + c->flip_at + 1, num, strlen(num));
+        int fd = open(c->buf, O_CREAT | O_EXCL | O_WRONLY, 0644);
+        if (fd >= 0) {
+            c->made++;
+            close(fd);
+        }
+    }
+    atomic_store(&c->done, 1);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argv[1];
+    int n = atoi(argv[2]), threads = atoi(argv[3]), made = 0;
+    static struct creator cs[8];
+    pthread_t ct[8], ft[8];
+    for (int t = 0; t < threads; t++) {
+        snprintf(cs[t].buf, sizeof cs[t].buf, "%s/a%d_00000", dir, t);
+        cs[t].flip_at = strlen(dir) + 1;
+        cs[t].index = t;
+        cs[t].n = n / threads;
+        pthread_create(&ft[t], NULL, flipper, &cs[t]);
+        pthread_create(&ct[t], NULL, create, &cs[t]);
+    }
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ct[t], NULL);
+        pthread_join(ft[t], NULL);
+        made += cs[t].made;
+    }
+    printf("made %d\n", made);
+    return 0;
+}
+"#;
+
+#[test]
+fn racing_creates_are_logged_under_their_real_names() {
+    if !usable("racing_creates") {
+        return;
+    }
+    let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
+    let exe = compile(&bin, "race", RACE);
+    let dir = root.path().to_str().unwrap();
+    // Two creating threads of one process, each with its own flipper.
+    let n = 3000;
+    let (out, records) = run_logged(
+        &root,
+        &logs,
+        &[exe.to_str().unwrap(), dir, &n.to_string(), "2"],
+    );
+    assert!(
+        stdout(&out).contains(&format!("made {n}")),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let on_disk: BTreeSet<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .map(|e| e.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(on_disk.len(), n);
+    let creates: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "create" && allowed(r))
+        .collect();
+    let logged: BTreeSet<String> = creates
+        .iter()
+        .filter_map(|r| field(r, "path"))
+        .map(str::to_string)
+        .collect();
+    let never = logged.difference(&on_disk).take(5).collect::<Vec<_>>();
+    assert!(
+        never.is_empty(),
+        "records name files that never existed: {never:?}"
+    );
+    // Nothing was deleted: a file any record names in the root exists.
+    let prefix = format!("{dir}/");
+    let phantom: Vec<&Value> = records
+        .iter()
+        .filter(|r| field(r, "path").is_some_and(|p| p.starts_with(&prefix)))
+        .filter(|r| !on_disk.contains(field(r, "path").unwrap()))
+        .take(5)
+        .collect();
+    assert!(
+        phantom.is_empty(),
+        "records name phantom files: {phantom:?}"
+    );
+    let missing = on_disk.difference(&logged).take(5).collect::<Vec<_>>();
+    assert!(
+        missing.is_empty(),
+        "created files missing from the log: {missing:?}"
+    );
+    assert_eq!(creates.len(), n, "one create record per created file");
+    assert!(
+        creates
+            .iter()
+            .all(|r| field(r, "path_source") == Some("kernel")),
+        "every create is named by the kernel"
+    );
+    let claims = creates
+        .iter()
+        .filter(|r| field(r, "claimed_path").is_some())
+        .count();
+    eprintln!("{claims} of {n} creates had an agent string that disagreed with the kernel");
+    let sealed: BTreeSet<String> = seal(&records)["files"]
+        .as_array()
+        .expect("seal files")
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(sealed, on_disk, "the seal lists every created file");
+}
+
+const LEASE: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char buf[4096];
+static const char *decoy;
+
+static void *rewrite(void *arg) {
+    (void)arg;
+    usleep(150000);
+    strcpy(buf, decoy);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *target = argv[1];
+    decoy = argv[2];
+    int p[2];
+    if (pipe(p)) return 4;
+    pid_t holder = fork();
+    if (holder == 0) {
+        /* Holds a read lease: an open for writing blocks until it goes. */
+        signal(SIGIO, SIG_IGN);
+        int fd = open(target, O_RDONLY);
+        char ok = fcntl(fd, F_SETLEASE, F_RDLCK) == 0 ? 'k' : 'e';
+        if (ok != 'k') perror("F_SETLEASE");
+        if (write(p[1], &ok, 1) != 1) _exit(1);
+        usleep(500000);
+        fcntl(fd, F_SETLEASE, F_UNLCK);
+        _exit(0);
+    }
+    char ok = 0;
+    if (read(p[0], &ok, 1) != 1 || ok != 'k') {
+        printf("no lease\n");
+        return 2;
+    }
+    strcpy(buf, target);
+    pthread_t t;
+    pthread_create(&t, NULL, rewrite, NULL);
+    int fd = open(buf, O_WRONLY | O_TRUNC);
+    if (fd < 0) { perror("open"); return 3; }
+    if (write(fd, "evil\n", 5) != 5) return 5;
+    close(fd);
+    pthread_join(t, NULL);
+    waitpid(holder, NULL, 0);
+    printf("buffer now %s\n", buf);
+    return 0;
+}
+"#;
+
+#[test]
+fn a_blocked_open_whose_path_is_rewritten_names_the_real_file() {
+    if !usable("blocked_open") {
+        return;
+    }
+    let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
+    let exe = compile(&bin, "lease", LEASE);
+    let hook = root.file(".git/hooks/pre-commit", "#!/bin/sh\n");
+    let notes = root.file("src/notes.txt", "notes\n");
+    chown_tree(root.path());
+    let (out, records) = run_logged(
+        &root,
+        &logs,
+        &[
+            exe.to_str().unwrap(),
+            hook.to_str().unwrap(),
+            notes.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        stdout(&out).contains("buffer now"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_to_string(&hook).unwrap(), "evil\n");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "notes\n");
+    let hook_s = hook.to_str().unwrap();
+    let notes_s = notes.to_str().unwrap();
+    let truncate = records
+        .iter()
+        .find(|r| r["kind"] == "truncate" && allowed(r))
+        .unwrap_or_else(|| panic!("no truncate record: {records:#?}"));
+    assert_eq!(field(truncate, "path"), Some(hook_s), "{truncate}");
+    assert_eq!(field(truncate, "path_source"), Some("kernel"), "{truncate}");
+    let write = records
+        .iter()
+        .find(|r| r["kind"] == "write" && field(r, "path") == Some(hook_s))
+        .unwrap_or_else(|| panic!("no write record for the hook: {records:#?}"));
+    assert_eq!(field(write, "path_source"), Some("kernel"));
+    let wrong: Vec<_> = named_paths(&records)
+        .into_iter()
+        .filter(|(_, p)| p == notes_s)
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "records name the untouched decoy: {wrong:?}"
+    );
+}
+
+const CWD: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char stack[65536];
+
+static int into_hooks(void *arg) {
+    (void)arg;
+    return chdir(".git/hooks") ? 1 : 0;
+}
+
+static void make(int dirfd, const char *name) {
+    int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY, 0644);
+    if (fd < 0) { perror(name); exit(1); }
+    close(fd);
+}
+
+int main(int argc, char **argv) {
+    const char *root = argv[1];
+    /* A child sharing our fs_struct moves our cwd. */
+    pid_t c = clone(into_hooks, stack + sizeof stack, CLONE_FS | SIGCHLD, NULL);
+    if (c < 0 || waitpid(c, NULL, 0) < 0) return 2;
+    make(AT_FDCWD, "clone_fs");
+    if (chdir(root)) return 3;
+    /* fchdir to a descriptor closed right after. */
+    int d = open(".git/hooks", O_DIRECTORY | O_RDONLY);
+    if (d < 0 || fchdir(d)) return 4;
+    close(d);
+    make(AT_FDCWD, "fchdir");
+    if (chdir(root)) return 5;
+    /* A dirfd replaced by dup2, and replaced again before anyone looks. */
+    int src = open("src", O_DIRECTORY | O_RDONLY);
+    int hooks = open(".git/hooks", O_DIRECTORY | O_RDONLY);
+    if (src < 0 || hooks < 0 || dup2(hooks, src) < 0) return 6;
+    make(src, "dup2");
+    int again = open("src", O_DIRECTORY | O_RDONLY);
+    dup2(again, src);
+    /* chdir through a symlink and .. (the physical parent, not the lexical one). */
+    if (chdir("link/..")) return 7;
+    make(AT_FDCWD, "dotdot");
+    printf("done\n");
+    return 0;
+}
+"#;
+
+#[test]
+fn files_made_after_cwd_and_dirfd_tricks_are_logged_where_they_are() {
+    if !usable("cwd_tricks") {
+        return;
+    }
+    let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
+    let exe = compile(&bin, "cwd", CWD);
+    root.file(".git/hooks/sub/keep", "");
+    root.file("src/keep", "");
+    chown_tree(root.path());
+    let link = root.join("link");
+    std::os::unix::fs::symlink(".git/hooks/sub", &link).unwrap();
+    std::os::unix::fs::lchown(&link, Some(NOBODY), Some(NOBODY)).unwrap();
+    let dir = root.path().to_str().unwrap();
+    let (out, records) = run_logged(&root, &logs, &[exe.to_str().unwrap(), dir]);
+    assert!(
+        stdout(&out).contains("done"),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let named = named_paths(&records);
+    for name in ["clone_fs", "fchdir", "dup2", "dotdot"] {
+        let real = root.join(&format!(".git/hooks/{name}"));
+        assert!(real.exists(), "{name} was not made in .git/hooks");
+        let real = real.to_str().unwrap();
+        let create = records
+            .iter()
+            .find(|r| r["kind"] == "create" && allowed(r) && field(r, "path") == Some(real))
+            .unwrap_or_else(|| panic!("no create record names {real}: {named:#?}"));
+        assert_eq!(field(create, "path_source"), Some("kernel"), "{create}");
+        let elsewhere: Vec<_> = named
+            .iter()
+            .filter(|(_, p)| p.ends_with(&format!("/{name}")) && p != real)
+            .collect();
+        assert!(
+            elsewhere.is_empty(),
+            "{name} logged elsewhere: {elsewhere:?}"
+        );
+    }
+}
+
+#[test]
+fn a_write_through_proc_self_fd_logs_the_real_file() {
+    if !usable("proc_self_fd") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let real = root.join("real.txt");
+    let code = format!(
+        "import os\n\
+         fd = os.open('{r}', os.O_CREAT | os.O_WRONLY, 0o644)\n\
+         again = os.open('/proc/self/fd/%d' % fd, os.O_WRONLY)\n\
+         for _ in range(50):\n    os.write(again, b'x' * 100)\n\
+         os.close(again)\n\
+         os.close(fd)\n",
+        r = real.display()
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    assert_eq!(std::fs::metadata(&real).unwrap().len(), 5000);
+    let real_s = real.to_str().unwrap();
+    let writes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "write" && allowed(r))
+        .collect();
+    assert_eq!(
+        writes.len(),
+        1,
+        "one write record for the file: {writes:#?}"
+    );
+    let w = writes[0];
+    assert_eq!(field(w, "path"), Some(real_s), "{w}");
+    assert_eq!(field(w, "path_source"), Some("kernel"));
+    let count = w["target"]["count"].as_u64().unwrap();
+    assert!((1..=50).contains(&count), "{w}");
+    assert_eq!(w["target"]["size"], 5000, "{w}");
+    assert!(
+        !named_paths(&records)
+            .iter()
+            .any(|(k, p)| k != "open" && p.starts_with("/proc/")),
+        "no change is named by a /proc alias"
+    );
+}
+
+#[test]
+fn writes_through_an_inherited_descriptor_name_the_file() {
+    if !usable("inherited_fd") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let out_file = root.file("out.txt", "");
+    let log = logs.join("effects.jsonl");
+    // stdout is a file in the root that the launcher opened: the agent
+    // makes no open(2) for it, only write(2) calls.
+    let status = Command::new(bin())
+        .args([
+            "run",
+            "--write",
+            root.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "for i in 1 2 3; do echo line$i; done",
+        ])
+        .current_dir(root.path())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .status()
+        .expect("run tartaros");
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(&out_file).unwrap(),
+        "line1\nline2\nline3\n"
+    );
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let out_s = out_file.to_str().unwrap();
+    let w = records
+        .iter()
+        .find(|r| r["kind"] == "write" && field(r, "path") == Some(out_s))
+        .unwrap_or_else(|| panic!("no write record for the inherited stdout: {records:#?}"));
+    assert_eq!(field(w, "path_source"), Some("kernel"));
+    assert_eq!(w["target"]["size"], 18);
+    let sealed = seal(&records)["files"].as_array().unwrap().clone();
+    assert_eq!(sealed.len(), 1, "{sealed:?}");
+    assert_eq!(sealed[0]["path"], out_s);
+    assert_eq!(sealed[0]["sha256"], sha256_hex(b"line1\nline2\nline3\n"));
+}
+
+#[test]
+fn the_seal_lists_what_changed_with_hashes_and_bounds_the_cost() {
+    if !usable("seal_files") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let kept = root.file("kept.txt", "old\n");
+    let untouched = root.file("untouched.txt", "same\n");
+    let r = root.path().display();
+    let big = tartaros::fswatch::MAX_FILE_BYTES + 1;
+    let code = format!(
+        "import os\n\
+         open('{r}/kept.txt', 'a').write('new\\n')\n\
+         open('{r}/gone.txt', 'w').write('bye')\n\
+         os.unlink('{r}/gone.txt')\n\
+         os.mkdir('{r}/d')\n\
+         open('{r}/d/f', 'w').write('f')\n\
+         os.rename('{r}/d', '{r}/e')\n\
+         with open('{r}/big.bin', 'wb') as f:\n    f.truncate({big})\n\
+         os.symlink('/etc/passwd', '{r}/link')\n"
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    let files = seal(&records)["files"].as_array().expect("files").clone();
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    let want = [
+        format!("{r}/big.bin"),
+        format!("{r}/e/f"),
+        kept.display().to_string(),
+    ];
+    assert_eq!(paths, want.iter().map(String::as_str).collect::<Vec<_>>());
+    let kept_entry = &files[2];
+    assert_eq!(kept_entry["size"], 8);
+    assert_eq!(
+        kept_entry["sha256"],
+        sha256_hex(&std::fs::read(&kept).unwrap()),
+        "the hash is the file's"
+    );
+    assert_eq!(files[0]["sha256"], Value::Null);
+    assert_eq!(files[0]["skipped"], "too large");
+    assert_eq!(files[0]["size"], big);
+    assert!(!paths.contains(&untouched.to_str().unwrap()));
+}
+
+#[test]
+fn files_whose_names_are_not_utf8_stay_distinct_in_the_seal() {
+    if !usable("seal_non_utf8") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let r = root.path().display();
+    let code = format!(
+        "import os\n\
+         for name, data in ((b'\\xff', b'one'), (b'\\xfe', b'two')):\n    \
+         fd = os.open(b'{r}/' + name, os.O_CREAT | os.O_WRONLY, 0o644)\n    \
+         os.write(fd, data)\n    \
+         os.close(fd)\n"
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    let files = seal(&records)["files"].as_array().expect("files").clone();
+    let shown: Vec<(&str, &str)> = files
+        .iter()
+        .map(|f| (f["path"].as_str().unwrap(), f["sha256"].as_str().unwrap()))
+        .collect();
+    let fe = format!("{r}/\\xfe");
+    let ff = format!("{r}/\\xff");
+    assert_eq!(
+        shown,
+        vec![
+            (fe.as_str(), sha256_hex(b"two").as_str()),
+            (ff.as_str(), sha256_hex(b"one").as_str()),
+        ]
+    );
+}
+
+#[test]
+fn changes_capture_does_not_see_are_still_logged_by_the_kernel() {
+    if !usable("uncaptured") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let target = root.file("stamp", "s");
+    let r = root.path().display();
+    let code = format!(
+        "import os, stat\n\
+         os.mknod('{r}/node', stat.S_IFREG | 0o600)\n\
+         os.utime('{r}/stamp', (0, 0))\n"
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    let node = format!("{r}/node");
+    let made = records
+        .iter()
+        .find(|r| allowed(r) && field(r, "path") == Some(node.as_str()))
+        .unwrap_or_else(|| panic!("no record for the mknod: {records:#?}"));
+    assert!(
+        matches!(made["kind"].as_str(), Some("create" | "mknod")),
+        "{made}"
+    );
+    assert_eq!(field(made, "path_source"), Some("kernel"));
+    let stamp = target.to_str().unwrap();
+    let touched = records
+        .iter()
+        .find(|r| allowed(r) && field(r, "path") == Some(stamp) && r["kind"] != "open")
+        .unwrap_or_else(|| panic!("no record for the utime: {records:#?}"));
+    assert_eq!(field(touched, "path_source"), Some("kernel"), "{touched}");
+}
+
+/// Gives every directory below `dir` to the agent's uid.
+fn chown_tree(dir: &Path) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if entry.file_type().unwrap().is_dir() {
+            chown(&path, NOBODY);
+            chown_tree(&path);
+        }
+    }
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
