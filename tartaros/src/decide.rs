@@ -232,7 +232,8 @@ fn lookup_env(env: &[(String, String)], name: &str) -> Option<String> {
 /// needs root and the run's own cgroup, so `None` means no cgroup or no
 /// eBPF at all).
 fn watch_options(request: &Request, ledger: &mut Ledger) -> Result<Option<AttachOptions>, Refusal> {
-    if !ledger.installed(Guarantee::ConnectFilter) {
+    let filter = ledger.installed(Guarantee::ConnectFilter);
+    if !filter && !ledger.installed(Guarantee::UnixSocketPolicy) {
         return Ok(None);
     }
     let policy = request.policy;
@@ -241,12 +242,16 @@ fn watch_options(request: &Request, ledger: &mut Ledger) -> Result<Option<Attach
         ledger.installed(Guarantee::EbpfCapture),
         request.log_buffer,
     );
+    options.filter = filter;
     options.unix_policy &= ledger.installed(Guarantee::UnixSocketPolicy);
     if options.unix_policy
         && let Err(why) = crate::kernel_watch::unix_roots_fit(&options)
     {
         ledger.lose(Guarantee::UnixSocketPolicy, why)?;
         options.unix_policy = false;
+    }
+    if !options.filter && !options.unix_policy {
+        return Ok(None);
     }
     if !ledger.installed(Guarantee::TransparentInterception) {
         options.transparent_port = None;

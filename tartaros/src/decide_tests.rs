@@ -111,6 +111,11 @@ fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
     assert!(plan.cgroup.is_some());
     let watch = plan.watch.expect("root attaches the unix socket policy");
     assert!(watch.unix_policy && !watch.capture && watch.transparent_port.is_none());
+    assert!(
+        !watch.filter,
+        "no connect filter without --log or --allow-domain"
+    );
+    assert_eq!(watch.ring_bytes, 4096, "no capture, the smallest ring");
     assert!(plan.gateways.is_empty());
     assert!(plan.init.listeners.is_empty());
     assert!(plan.init.landlock.is_some());

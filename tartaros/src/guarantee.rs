@@ -273,15 +273,20 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
     if !wants_bpf(policy, capture, host.root) {
         return Ok(ledger);
     }
-    // eBPF needs CAP_BPF (root here) and the run's own cgroup.
+    // eBPF needs CAP_BPF (root here) and the run's own cgroup. The connect
+    // filter records every attempt (--log) and sends TCP to the
+    // transparent proxy (--allow-domain); a run with neither gets the unix
+    // policy alone.
     let bpf = host.root && cgroup;
-    ledger.request(
-        Guarantee::ConnectFilter,
-        check(
-            bpf,
-            "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
-        ),
-    )?;
+    if capture || !policy.allow_domains.is_empty() {
+        ledger.request(
+            Guarantee::ConnectFilter,
+            check(
+                bpf,
+                "the eBPF connect filter needs root (CAP_BPF) and the run's cgroup; the private network namespace still has no way out but the gateways",
+            ),
+        )?;
+    }
     if !policy.deny_unix && host.root {
         ledger.request(
             Guarantee::UnixSocketPolicy,
@@ -473,7 +478,7 @@ mod tests {
     fn root_always_attaches_the_unix_policy_and_nothing_more() {
         let ledger = requested(&Policy::default(), &root_host(), false).unwrap();
         assert!(ledger.installed(Guarantee::UnixSocketPolicy));
-        assert!(ledger.installed(Guarantee::ConnectFilter));
+        assert!(!ledger.requested(Guarantee::ConnectFilter));
         assert!(!ledger.requested(Guarantee::EbpfCapture));
         let deny_unix = Policy {
             deny_unix: true,

@@ -45,16 +45,20 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
     if policy.private_tmp {
         unix_allowed.push(PathBuf::from("/tmp"));
     }
+    let transparent = !policy.allow_domains.is_empty();
     AttachOptions {
+        // The record of every attempt, and the interception, need the
+        // connect programs; without them only the unix policy is attached.
+        filter: capture || transparent,
         grants,
         capture,
-        ring_bytes,
+        // Nothing is read from the ring without capture: the smallest one.
+        ring_bytes: if capture { ring_bytes } else { 4096 },
         unix_policy: !policy.deny_unix,
         unix_allowed,
         // With allowed domains, TCP connects to anything but loopback go to
         // the transparent proxy instead of failing with EPERM.
-        transparent_port: (!policy.allow_domains.is_empty())
-            .then_some(crate::egress::TRANSPARENT_PORT),
+        transparent_port: transparent.then_some(crate::egress::TRANSPARENT_PORT),
     }
 }
 

@@ -246,6 +246,11 @@ impl ConnectGrant {
 /// What [`attach_with`] installs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AttachOptions {
+    /// Attach the connect filter (connect4/6, sendmsg4/6, socket
+    /// creation). A run that neither records attempts nor intercepts has
+    /// no use for it: its network namespace has no way out but the
+    /// gateways, and the unix policy alone costs a fraction of the start.
+    pub filter: bool,
     /// Destinations the connect filter lets through.
     pub grants: Vec<ConnectGrant>,
     /// Attach the capture programs (exec / fork / exit, syscalls).
@@ -268,6 +273,7 @@ pub struct AttachOptions {
 impl Default for AttachOptions {
     fn default() -> Self {
         Self {
+            filter: true,
             grants: Vec::new(),
             capture: false,
             ring_bytes: DEFAULT_RING_BYTES,
@@ -430,7 +436,9 @@ pub fn attach_with(
     if transparent.is_some() || owners.is_some() {
         cgroup_programs.push(SOCK_OPS);
     }
-    cgroup_programs.extend(FILTER_PROGRAMS);
+    if options.filter || options.capture || transparent.is_some() {
+        cgroup_programs.extend(FILTER_PROGRAMS);
+    }
     if options.unix_policy {
         cgroup_programs.extend(UNIX_PROGRAMS);
     }
