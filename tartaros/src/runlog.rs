@@ -227,15 +227,20 @@ const TRUTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50)
 fn write_truth(writer: &mut LogWriter, records: Vec<crate::effectlog::Record>, lost: u64) -> u64 {
     let mut refused = 0;
     for mut record in records {
-        if let Err(e) = writer.record(&mut record) {
-            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
-            refused += 1;
+        match writer.record(&mut record) {
+            // A full filesystem is counted by the writer (a `log-full` gap).
+            Ok(_) | Err(LogError::Full { .. }) => {}
+            Err(e) => {
+                eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
+                refused += 1;
+            }
         }
     }
-    if lost > 0
-        && let Err(e) = writer.gap(lost, "file-notification")
-    {
-        eprintln!("tartaros: failed to log a gap record: {e}");
+    if lost > 0 {
+        match writer.gap(lost, "file-notification") {
+            Ok(_) | Err(LogError::Full { .. }) => {}
+            Err(e) => eprintln!("tartaros: failed to log a gap record: {e}"),
+        }
     }
     refused
 }
