@@ -428,89 +428,6 @@ impl Decoder {
         Some(self.effect(kind, h, errno, t))
     }
 
-    fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
-        if matches!(
-            s.nr,
-            nr::RT_SIGQUEUEINFO | nr::RT_TGSIGQUEUEINFO | nr::PIDFD_SEND_SIGNAL
-        ) {
-            t.insert(
-                "call",
-                tartaros_common::syscalls::name_of(s.nr).unwrap_or(""),
-            );
-        }
-        if s.nr == nr::PIDFD_SEND_SIGNAL {
-            // The target is a pidfd: its process, as the fd says now.
-            t.insert("pidfd", s.fd);
-            t.insert("signal", s.args[1] as u32 as i32);
-            match super::targets::pidfd_pid(&self.proc_root, s.header.tgid, s.fd) {
-                Some(pid) => {
-                    t.insert("to_host_pid", pid);
-                    t.insert("outside", !self.known.contains(&pid));
-                }
-                None => {
-                    t.insert("to_unresolved", true);
-                }
-            }
-            return;
-        }
-        let to = s.args[0] as u32 as i32;
-        t.insert("to", to);
-        t.insert("signal", s.args[1] as u32 as i32);
-        match s.nr {
-            nr::TKILL => {
-                t.insert("thread", true);
-            }
-            nr::TGKILL | nr::RT_TGSIGQUEUEINFO => {
-                t.insert("tid", s.args[2] as u32 as i32);
-            }
-            _ => {}
-        }
-        if to <= 0 {
-            // 0: the caller's process group, -1: every process it may
-            // signal, -N: process group N (all inside the pid namespace).
-            t.insert("group", true);
-        } else if let Some(outside) = self.target_outside(s.header.tgid, to) {
-            t.insert("outside", outside);
-        }
-    }
-
-    /// Whether pid `to`, as the sender `sender` names it, is a process not
-    /// known to be in the sandbox. The sender may live in a pid namespace:
-    /// its `NSpid` line says so, and the target is then matched against the
-    /// innermost pids of the known sandbox processes.
-    fn target_outside(&mut self, sender: u32, to: i32) -> Option<bool> {
-        let sender_ns = self.nspid(sender)?;
-        if sender_ns.len() <= 1 {
-            return Some(!self.known.contains(&(to as u32)));
-        }
-        let known: Vec<u32> = self.known.iter().copied().collect();
-        for pid in known {
-            if let Some(ns) = self.nspid(pid)
-                && ns.last() == Some(&i64::from(to))
-            {
-                return Some(false);
-            }
-        }
-        Some(true)
-    }
-
-    fn nspid(&mut self, pid: u32) -> Option<Vec<i64>> {
-        let root = self.proc_root.clone();
-        self.nspids
-            .entry(pid)
-            .or_insert_with(|| {
-                let status = std::fs::read_to_string(format!("{root}/{pid}/status")).ok()?;
-                let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
-                Some(
-                    line[6..]
-                        .split_whitespace()
-                        .filter_map(|v| v.parse().ok())
-                        .collect(),
-                )
-            })
-            .clone()
-    }
-
     /// Sets `key` (and its flags) from a path buffer, resolving a relative
     /// path against the process's cwd or `dirfd`.
     #[allow(clippy::too_many_arguments)]
@@ -605,132 +522,6 @@ impl Decoder {
             .ok()
             .map(|p| p.to_string_lossy().into_owned())
     }
-
-    fn put_sockaddr(&mut self, t: &mut Target, tgid: u32, a: &[u8], len: i32, flags: u32) {
-        if flags & flag::ADDR_UNREADABLE != 0 || len < 2 {
-            t.insert("family", "unknown");
-            t.insert("addr_unreadable", true);
-            return;
-        }
-        if flags & flag::ADDR_TRUNCATED != 0 {
-            t.insert("addr_truncated", true);
-        }
-        let a = &a[..(len as usize).min(a.len())];
-        let family = u16::from_ne_bytes([a[0], a[1]]);
-        let port = |a: &[u8]| a.get(2..4).map(|p| u16::from_be_bytes([p[0], p[1]]));
-        match family {
-            AF_INET if a.len() >= 8 => {
-                t.insert("family", "inet");
-                t.insert(
-                    "addr",
-                    std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7]).to_string(),
-                );
-                t.insert("port", port(a).unwrap_or(0));
-            }
-            AF_INET6 if a.len() >= 24 => {
-                let mut ip = [0u8; 16];
-                ip.copy_from_slice(&a[8..24]);
-                t.insert("family", "inet6");
-                t.insert("addr", std::net::Ipv6Addr::from(ip).to_string());
-                t.insert("port", port(a).unwrap_or(0));
-            }
-            AF_UNIX => {
-                t.insert("family", "unix");
-                let name = &a[2..];
-                if name.first() == Some(&0) {
-                    // Abstract: the whole name, NULs included, is the address.
-                    t.insert("path", format!("@{}", lossy(&name[1..])));
-                    t.insert("abstract", true);
-                } else {
-                    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-                    let mut buf = name[..end].to_vec();
-                    buf.push(0);
-                    self.put_path(
-                        t,
-                        "path",
-                        tgid,
-                        AT_FDCWD,
-                        &buf,
-                        buf.len() as i32,
-                        false,
-                        false,
-                    );
-                }
-            }
-            0 => {
-                t.insert("family", "unspec");
-            }
-            other => {
-                t.insert("family", other);
-            }
-        }
-    }
-
-    fn unix(&mut self, e: &UnixEvent) -> Record {
-        let kind = if e.hook == unix_hook::SENDMSG {
-            "sendto"
-        } else {
-            "connect"
-        };
-        let mut t = Target::new();
-        t.insert("family", "unix");
-        let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
-        let name = &e.path[..len];
-        let end = name.iter().position(|&b| b == 0).unwrap_or(len);
-        t.insert("path", lossy(&name[..end]));
-        let reason = match e.verdict {
-            unix_verdict::DENY => "outside the allowed socket directories",
-            unix_verdict::DENY_RELATIVE => "relative socket path",
-            unix_verdict::DENY_DOTDOT => "socket path with ..",
-            _ => "socket address unreadable",
-        };
-        t.insert("reason", reason);
-        self.effect(kind, &e.header, EPERM, t)
-    }
-
-    fn connect_event(&mut self, e: &ConnectEvent) -> Record {
-        let kind = match e.kind {
-            kind::SENDMSG4 | kind::SENDMSG6 => "sendto",
-            _ => "connect",
-        };
-        let mut t = Target::new();
-        if e.kind == kind::SOCK_CREATE {
-            t.insert("socket", true);
-            t.insert("family", e.family);
-            t.insert("type", e.sock_type);
-            t.insert("protocol", e.protocol);
-        } else if let Some(dest) = super::event_destination(e) {
-            t.insert("family", if dest.is_ipv4() { "inet" } else { "inet6" });
-            t.insert("addr", dest.ip().to_string());
-            t.insert("port", dest.port());
-        } else {
-            t.insert("family", e.family);
-        }
-        if e.verdict == verdict::ALLOW_MONITOR {
-            t.insert("monitor", true);
-        }
-        if e.verdict == verdict::REDIRECT {
-            // Sent to the transparent proxy, which logs its own decision.
-            t.insert("transparent", true);
-        }
-        let errno = if verdict::is_denied(e.verdict) {
-            EPERM
-        } else {
-            0
-        };
-        let header = EventHeader {
-            ktime_ns: e.ktime_ns,
-            cgroup_id: e.cgroup_id,
-            pid: e.pid,
-            tgid: e.tgid,
-            uid: e.uid,
-            record: 0,
-            effect: 0,
-            ppid: self.ppids.get(&e.tgid).copied().unwrap_or(0),
-            flags: 0,
-        };
-        self.effect(kind, &header, errno, t)
-    }
 }
 
 /// The errno of a syscall result (0 on success). The kernel's internal
@@ -784,6 +575,11 @@ fn join(base: &str, rel: &str) -> String {
     }
     out
 }
+
+#[path = "decode_net.rs"]
+mod net;
+#[path = "decode_proc.rs"]
+mod proc_info;
 
 #[cfg(test)]
 #[path = "decode_tests.rs"]

@@ -30,8 +30,12 @@
 //! them into effect-log records.
 
 mod decode;
+pub use error::EbpfError;
 mod early_ring;
 mod elf;
+mod error;
+mod options;
+pub use options::{AttachOptions, ConnectGrant};
 mod forward;
 mod kbtf;
 mod load;
@@ -47,7 +51,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aya::maps::{MapError, PerCpuArray, RingBuf};
+use aya::maps::{PerCpuArray, RingBuf};
 use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
@@ -137,152 +141,6 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 const MIN_KERNEL: (u8, u8) = (5, 8);
 /// First kernel with the unix sock_addr hooks.
 const UNIX_KERNEL: (u8, u8) = (6, 7);
-
-/// Errors of the eBPF programs.
-#[derive(Debug, thiserror::Error)]
-pub enum EbpfError {
-    #[error(
-        "failed to open the cgroup directory {path}: {source}; pass an existing cgroup v2 directory (e.g. under /sys/fs/cgroup/unified on hybrid hosts)"
-    )]
-    OpenCgroup {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("failed to determine the kernel version: {0}; is /proc/sys/kernel/osrelease readable?")]
-    KernelVersion(String),
-    #[error(
-        "failed to attach the network filter: kernel {found} is older than {}.{}, which cgroup BPF links and ring buffers need; upgrade the kernel or run without the eBPF filter",
-        MIN_KERNEL.0, MIN_KERNEL.1
-    )]
-    KernelTooOld { found: String },
-    #[error(
-        "failed to size the event ring buffer: {0} bytes is not a power of two of at least 4096"
-    )]
-    RingSize(u32),
-    #[error(
-        "failed to prepare event capture: {0}; capture needs x86_64 and the kernel BTF (/sys/kernel/btf/vmlinux, CONFIG_DEBUG_INFO_BTF)"
-    )]
-    CaptureUnsupported(String),
-    #[error(
-        "failed to install the unix socket policy: {reason}; the kernel needs the cgroup connect_unix / sendmsg_unix hooks (Linux {}.{}); run without the unix policy or upgrade",
-        UNIX_KERNEL.0, UNIX_KERNEL.1
-    )]
-    UnixHooksUnsupported { reason: String },
-    #[error(
-        "failed to set up transparent interception: {0}; it needs cgroup sock_ops programs (Linux 4.13), writable connect addresses (4.17) and bpf_get_socket_cookie in sock_addr / sock_ops programs (4.19); run without allowed domains (the explicit proxy on 127.0.0.1:3128 still works)"
-    )]
-    Transparent(#[source] Box<EbpfError>),
-    #[error("failed to use {path} as an allowed unix socket prefix: {reason}")]
-    UnixPrefix { path: PathBuf, reason: String },
-    #[error(
-        "failed to load the embedded eBPF object: {0}; run as root (or with CAP_BPF), and if it persists rebuild tartaros (or check TARTAROS_EBPF_OBJECT points to an object built from this tree)"
-    )]
-    LoadObject(#[source] rawprog::RawError),
-    #[error(
-        "failed to find {what} in the eBPF object; it was built from another version of tartaros-ebpf: rebuild, or fix TARTAROS_EBPF_OBJECT"
-    )]
-    MissingInObject { what: String },
-    #[error(
-        "failed to use the eBPF map {map}: {source}; rebuild tartaros so the object and the supervisor agree"
-    )]
-    Map {
-        map: &'static str,
-        #[source]
-        source: MapError,
-    },
-    #[error(
-        "failed to load the eBPF program {program} into the kernel: {source}; run as root (or with CAP_BPF and CAP_NET_ADMIN) and check `tartaros doctor`"
-    )]
-    LoadProgram {
-        program: &'static str,
-        #[source]
-        source: rawprog::RawError,
-    },
-    #[error(
-        "failed to attach the eBPF program {program} to the cgroup {path}: {source}; the directory must be a cgroup v2 directory and the process needs CAP_NET_ADMIN"
-    )]
-    AttachProgram {
-        program: &'static str,
-        path: PathBuf,
-        #[source]
-        source: rawprog::RawError,
-    },
-    #[error(
-        "failed to install the capture program {program}: {source}; the host must allow tp_btf and raw_tracepoint programs (see `tartaros doctor`)"
-    )]
-    AttachTracing {
-        program: &'static str,
-        #[source]
-        source: rawprog::RawError,
-    },
-    #[error(
-        "failed to prepare the eBPF program from the embedded object: {0}; rebuild tartaros (or fix TARTAROS_EBPF_OBJECT)"
-    )]
-    RawProgram(#[from] rawprog::RawError),
-}
-
-/// A destination the sandboxed processes may connect or send to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConnectGrant {
-    pub addr: IpAddr,
-    pub port: u16,
-}
-
-impl ConnectGrant {
-    /// The allow-map key for this grant. An IPv4-mapped IPv6 address is
-    /// stored as the IPv4 address it maps to, matching how the programs
-    /// judge `::ffff:a.b.c.d`.
-    pub fn key(&self) -> AllowKey {
-        match self.addr {
-            IpAddr::V4(a) => AllowKey::v4(a.octets(), self.port),
-            IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => AllowKey::v4(v4.octets(), self.port),
-                None => AllowKey::v6(a.octets(), self.port),
-            },
-        }
-    }
-}
-
-/// What [`attach_with`] installs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttachOptions {
-    /// Attach the connect filter (connect4/6, sendmsg4/6, socket
-    /// creation). A run that neither records attempts nor intercepts has
-    /// no use for it: its network namespace has no way out but the
-    /// gateways, and the unix policy alone costs a fraction of the start.
-    pub filter: bool,
-    /// Destinations the connect filter lets through.
-    pub grants: Vec<ConnectGrant>,
-    /// Attach the capture programs (exec / fork / exit, syscalls).
-    pub capture: bool,
-    /// Size of the event ring buffer: a power of two, >= 4096.
-    pub ring_bytes: u32,
-    /// Install the unix-socket path policy.
-    pub unix_policy: bool,
-    /// With `unix_policy`: pathname sockets are reachable only under these
-    /// directories (at most 8, absolute, shorter than 107 bytes). Empty
-    /// means no pathname socket at all.
-    pub unix_allowed: Vec<PathBuf>,
-    /// Transparent interception: TCP connects to destinations that are not
-    /// granted go to this port on loopback (127.0.0.1, ::ffff:127.0.0.1 or
-    /// ::1, after the destination's family) instead of being refused. UDP
-    /// stays refused. `None`: refuse them.
-    pub transparent_port: Option<u16>,
-}
-
-impl Default for AttachOptions {
-    fn default() -> Self {
-        Self {
-            filter: true,
-            grants: Vec::new(),
-            capture: false,
-            ring_bytes: DEFAULT_RING_BYTES,
-            unix_policy: false,
-            unix_allowed: Vec::new(),
-            transparent_port: None,
-        }
-    }
-}
 
 /// The programs attached for one cgroup. Dropping it detaches them.
 pub struct CgroupPrograms {
@@ -713,72 +571,5 @@ fn check_kernel() -> Result<KernelVersion, EbpfError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mapped_v6_grant_is_an_ipv4_key() {
-        let g = ConnectGrant {
-            addr: "::ffff:127.0.0.1".parse().unwrap(),
-            port: 80,
-        };
-        assert_eq!(g.key(), AllowKey::v4([127, 0, 0, 1], 80));
-        let g = ConnectGrant {
-            addr: "::1".parse().unwrap(),
-            port: 80,
-        };
-        assert_eq!(g.key().family, tartaros_common::AF_INET6);
-    }
-
-    #[test]
-    fn parse_event_roundtrip() {
-        let mut ev = ConnectEvent::ZERO;
-        ev.kind = kind::CONNECT4;
-        ev.family = tartaros_common::AF_INET;
-        ev.port = 8080;
-        ev.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
-        // SAFETY: ConnectEvent is plain data without padding.
-        let bytes = unsafe {
-            std::slice::from_raw_parts((&raw const ev).cast::<u8>(), size_of::<ConnectEvent>())
-        };
-        let back = parse_event(bytes).unwrap();
-        assert_eq!(back, ev);
-        assert_eq!(
-            event_destination(&back),
-            Some("127.0.0.1:8080".parse().unwrap())
-        );
-        assert!(parse_event(&bytes[..10]).is_none());
-        let mut capture = bytes.to_vec();
-        capture[28..30].copy_from_slice(&tartaros_common::capture::record::EXEC.to_ne_bytes());
-        assert!(
-            parse_event(&capture).is_none(),
-            "capture records are not connect events"
-        );
-    }
-
-    #[test]
-    fn embedded_object_has_all_programs() {
-        let text = String::from_utf8_lossy(EBPF_OBJECT);
-        let sections = SOCK_ADDR_PROGRAMS
-            .iter()
-            .map(|n| format!("cgroup/{n}"))
-            .chain([format!("cgroup/{SOCK_CREATE_PROGRAM}"), "sockops".into()])
-            .chain(TP_BTF_PROGRAMS.iter().map(|n| format!("tp_btf/{n}")))
-            .chain(
-                UNIX_PROGRAMS
-                    .iter()
-                    .map(|p| format!("cgroup/connect4/{}", p.name)),
-            );
-        for section in sections {
-            assert!(text.contains(&section), "{section} missing from the object");
-        }
-    }
-
-    #[test]
-    fn default_options_capture_nothing_and_use_a_big_ring() {
-        let o = AttachOptions::default();
-        assert!(o.transparent_port.is_none());
-        assert!(!o.capture && !o.unix_policy && o.grants.is_empty());
-        assert!(o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096);
-    }
-}
+#[path = "mod_tests.rs"]
+mod tests;

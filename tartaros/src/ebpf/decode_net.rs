@@ -1,0 +1,139 @@
+//! The network side of decoding: socket addresses and the records of the
+//! unix and connect programs.
+
+use super::*;
+
+impl Decoder {
+    pub(super) fn put_sockaddr(
+        &mut self,
+        t: &mut Target,
+        tgid: u32,
+        a: &[u8],
+        len: i32,
+        flags: u32,
+    ) {
+        if flags & flag::ADDR_UNREADABLE != 0 || len < 2 {
+            t.insert("family", "unknown");
+            t.insert("addr_unreadable", true);
+            return;
+        }
+        if flags & flag::ADDR_TRUNCATED != 0 {
+            t.insert("addr_truncated", true);
+        }
+        let a = &a[..(len as usize).min(a.len())];
+        let family = u16::from_ne_bytes([a[0], a[1]]);
+        let port = |a: &[u8]| a.get(2..4).map(|p| u16::from_be_bytes([p[0], p[1]]));
+        match family {
+            AF_INET if a.len() >= 8 => {
+                t.insert("family", "inet");
+                t.insert(
+                    "addr",
+                    std::net::Ipv4Addr::new(a[4], a[5], a[6], a[7]).to_string(),
+                );
+                t.insert("port", port(a).unwrap_or(0));
+            }
+            AF_INET6 if a.len() >= 24 => {
+                let mut ip = [0u8; 16];
+                ip.copy_from_slice(&a[8..24]);
+                t.insert("family", "inet6");
+                t.insert("addr", std::net::Ipv6Addr::from(ip).to_string());
+                t.insert("port", port(a).unwrap_or(0));
+            }
+            AF_UNIX => {
+                t.insert("family", "unix");
+                let name = &a[2..];
+                if name.first() == Some(&0) {
+                    // Abstract: the whole name, NULs included, is the address.
+                    t.insert("path", format!("@{}", lossy(&name[1..])));
+                    t.insert("abstract", true);
+                } else {
+                    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                    let mut buf = name[..end].to_vec();
+                    buf.push(0);
+                    self.put_path(
+                        t,
+                        "path",
+                        tgid,
+                        AT_FDCWD,
+                        &buf,
+                        buf.len() as i32,
+                        false,
+                        false,
+                    );
+                }
+            }
+            0 => {
+                t.insert("family", "unspec");
+            }
+            other => {
+                t.insert("family", other);
+            }
+        }
+    }
+
+    pub(super) fn unix(&mut self, e: &UnixEvent) -> Record {
+        let kind = if e.hook == unix_hook::SENDMSG {
+            "sendto"
+        } else {
+            "connect"
+        };
+        let mut t = Target::new();
+        t.insert("family", "unix");
+        let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
+        let name = &e.path[..len];
+        let end = name.iter().position(|&b| b == 0).unwrap_or(len);
+        t.insert("path", lossy(&name[..end]));
+        let reason = match e.verdict {
+            unix_verdict::DENY => "outside the allowed socket directories",
+            unix_verdict::DENY_RELATIVE => "relative socket path",
+            unix_verdict::DENY_DOTDOT => "socket path with ..",
+            _ => "socket address unreadable",
+        };
+        t.insert("reason", reason);
+        self.effect(kind, &e.header, EPERM, t)
+    }
+
+    pub(super) fn connect_event(&mut self, e: &ConnectEvent) -> Record {
+        let kind = match e.kind {
+            kind::SENDMSG4 | kind::SENDMSG6 => "sendto",
+            _ => "connect",
+        };
+        let mut t = Target::new();
+        if e.kind == kind::SOCK_CREATE {
+            t.insert("socket", true);
+            t.insert("family", e.family);
+            t.insert("type", e.sock_type);
+            t.insert("protocol", e.protocol);
+        } else if let Some(dest) = super::super::event_destination(e) {
+            t.insert("family", if dest.is_ipv4() { "inet" } else { "inet6" });
+            t.insert("addr", dest.ip().to_string());
+            t.insert("port", dest.port());
+        } else {
+            t.insert("family", e.family);
+        }
+        if e.verdict == verdict::ALLOW_MONITOR {
+            t.insert("monitor", true);
+        }
+        if e.verdict == verdict::REDIRECT {
+            // Sent to the transparent proxy, which logs its own decision.
+            t.insert("transparent", true);
+        }
+        let errno = if verdict::is_denied(e.verdict) {
+            EPERM
+        } else {
+            0
+        };
+        let header = EventHeader {
+            ktime_ns: e.ktime_ns,
+            cgroup_id: e.cgroup_id,
+            pid: e.pid,
+            tgid: e.tgid,
+            uid: e.uid,
+            record: 0,
+            effect: 0,
+            ppid: self.ppids.get(&e.tgid).copied().unwrap_or(0),
+            flags: 0,
+        };
+        self.effect(kind, &header, errno, t)
+    }
+}

@@ -1,0 +1,69 @@
+//! What to attach: the connect grants and the attach options.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::*;
+
+/// A destination the sandboxed processes may connect or send to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnectGrant {
+    pub addr: IpAddr,
+    pub port: u16,
+}
+
+impl ConnectGrant {
+    /// The allow-map key for this grant. An IPv4-mapped IPv6 address is
+    /// stored as the IPv4 address it maps to, matching how the programs
+    /// judge `::ffff:a.b.c.d`.
+    pub fn key(&self) -> AllowKey {
+        match self.addr {
+            IpAddr::V4(a) => AllowKey::v4(a.octets(), self.port),
+            IpAddr::V6(a) => match a.to_ipv4_mapped() {
+                Some(v4) => AllowKey::v4(v4.octets(), self.port),
+                None => AllowKey::v6(a.octets(), self.port),
+            },
+        }
+    }
+}
+
+/// What [`attach_with`] installs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AttachOptions {
+    /// Attach the connect filter (connect4/6, sendmsg4/6, socket
+    /// creation). A run that neither records attempts nor intercepts has
+    /// no use for it: its network namespace has no way out but the
+    /// gateways, and the unix policy alone costs a fraction of the start.
+    pub filter: bool,
+    /// Destinations the connect filter lets through.
+    pub grants: Vec<ConnectGrant>,
+    /// Attach the capture programs (exec / fork / exit, syscalls).
+    pub capture: bool,
+    /// Size of the event ring buffer: a power of two, >= 4096.
+    pub ring_bytes: u32,
+    /// Install the unix-socket path policy.
+    pub unix_policy: bool,
+    /// With `unix_policy`: pathname sockets are reachable only under these
+    /// directories (at most 8, absolute, shorter than 107 bytes). Empty
+    /// means no pathname socket at all.
+    pub unix_allowed: Vec<PathBuf>,
+    /// Transparent interception: TCP connects to destinations that are not
+    /// granted go to this port on loopback (127.0.0.1, ::ffff:127.0.0.1 or
+    /// ::1, after the destination's family) instead of being refused. UDP
+    /// stays refused. `None`: refuse them.
+    pub transparent_port: Option<u16>,
+}
+
+impl Default for AttachOptions {
+    fn default() -> Self {
+        Self {
+            filter: true,
+            grants: Vec::new(),
+            capture: false,
+            ring_bytes: DEFAULT_RING_BYTES,
+            unix_policy: false,
+            unix_allowed: Vec::new(),
+            transparent_port: None,
+        }
+    }
+}

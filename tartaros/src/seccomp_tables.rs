@@ -1,0 +1,61 @@
+//! The seccomp filter's tables: what is denied whatever the arguments, on
+//! every run and under `--seccomp-strict`, and why (for docs/seccomp.md and
+//! the refusal records).
+
+/// Denied whatever the arguments, on every run: (syscalls, reason).
+// One entry per line reads as the table it is; rustfmt would spread it out.
+#[rustfmt::skip]
+pub(super) const DEFAULT_ALWAYS: &[(&[&str], &str)] = &[
+    (&["process_vm_readv", "process_vm_writev", "process_madvise"], WHY_VM),
+    (&["pidfd_getfd"], "copies a file descriptor out of another process (e.g. the init)"),
+    (&["bpf"], "loads kernel programs and maps: large attack surface, reaches our own maps"),
+    (&["perf_event_open"], "kernel/CPU profiling: side channels, a long history of bugs"),
+    (&["kexec_load", "kexec_file_load"], "replaces the running kernel"),
+    (&["init_module", "finit_module", "delete_module"], "loads or unloads kernel code"),
+    (&["mount", "umount2", "pivot_root", "move_mount", "open_tree", "open_tree_attr"], WHY_MOUNT),
+    (&["fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr"], WHY_MOUNT),
+    (&["setns"], "joins another namespace (e.g. the host's) and leaves the sandbox's"),
+    (&["keyctl", "add_key", "request_key"], WHY_KEYS),
+    (&["userfaultfd"], "stalls kernel page faults: the standard tool to win kernel races"),
+    (&["io_uring_setup", "io_uring_enter", "io_uring_register"], WHY_URING),
+    (&["acct"], "host-wide process accounting"),
+    (&["swapon", "swapoff"], "host-wide swap configuration"),
+    (&["reboot"], "reboots or halts the host"),
+    (&["syslog"], "reads the kernel log: kernel addresses, other users' messages"),
+    (&["quotactl", "quotactl_fd"], "host filesystem quota administration"),
+    (&["open_by_handle_at"], "opens any file by handle, past every path wall (container escape)"),
+    (&["name_to_handle_at"], "makes the handles open_by_handle_at consumes"),
+    (&["lookup_dcookie"], "kernel profiling internals (gone from recent kernels)"),
+    (&["settimeofday", "clock_settime", "clock_adjtime", "adjtimex"], WHY_CLOCK),
+    (&["sethostname", "setdomainname"], "renames the host"),
+    (&["iopl", "ioperm"], "direct hardware I/O port access"),
+    (&["modify_ldt"], "x86 segment descriptors: old attack surface, only 16-bit code needs it"),
+    (&["uselib"], "obsolete a.out library loader"),
+];
+/// Denied whatever the arguments under `--seccomp-strict`.
+#[rustfmt::skip]
+pub(super) const STRICT_ALWAYS: &[(&[&str], &str)] = &[
+    (&["ptrace"], "no tracing at all, not even PTRACE_TRACEME: gdb and strace stop working"),
+    (&["chroot"], "changes the root directory (needs a capability anyway; refused outright)"),
+    (&["fanotify_init"], "filesystem-wide event monitoring"),
+    (&["kcmp"], "compares kernel objects of other processes (checkpoint/restore only)"),
+    (&["migrate_pages", "move_pages"], "moves another process's memory between NUMA nodes"),
+];
+pub(super) const WHY_VM: &str =
+    "reads, writes or advises another process's memory (ptrace-attach check)";
+pub(super) const WHY_MOUNT: &str =
+    "changes the mount tree: could uncover what the mount plan hid or remount paths writable";
+pub(super) const WHY_KEYS: &str =
+    "keyrings are per user, not per sandbox: could read or plant the launching user's keys";
+pub(super) const WHY_URING: &str =
+    "does I/O through no syscall seccomp sees, frequent kernel bugs; tools fall back to syscalls";
+pub(super) const WHY_CLOCK: &str =
+    "sets the host clock (skewing the log's wall time); adjtimex's read-only mode is in a struct";
+pub(super) const WHY_NS: &str = "new namespaces: a user namespace grants capabilities and a large kernel \
+    attack surface; the others need capabilities the agent lacks";
+pub(super) const WHY_CLONE3: &str = "its flags sit in a struct seccomp cannot read; ENOSYS makes glibc and \
+    others fall back to clone, whose flags are filtered";
+pub(super) const WHY_FAMILY: &str = "only the families coding tools use: no AF_PACKET (raw frames past the \
+    connect filters), AF_VSOCK (the host/hypervisor) or rarely-used, bug-prone families";
+pub(super) const WHY_UNIX: &str =
+    "--deny-unix: AF_UNIX reaches local daemons (docker.sock, ssh-agent, D-Bus) no wall sees";

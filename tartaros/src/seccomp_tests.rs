@@ -1,0 +1,180 @@
+use super::*;
+
+fn opts(strict: bool, deny_unix: bool) -> SeccompOptions {
+    SeccompOptions { strict, deny_unix }
+}
+
+fn has(rules: &[Rule], text: &str) -> bool {
+    rules.iter().any(|r| r.to_string() == text)
+}
+
+#[test]
+fn constants_match_libc() {
+    use libc as c;
+    let pairs: [(Named, i64); 17] = [
+        (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
+        (CLONE_NEWNS, c::CLONE_NEWNS.into()),
+        (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
+        (CLONE_NEWUTS, c::CLONE_NEWUTS.into()),
+        (CLONE_NEWIPC, c::CLONE_NEWIPC.into()),
+        (CLONE_NEWUSER, c::CLONE_NEWUSER.into()),
+        (CLONE_NEWPID, c::CLONE_NEWPID.into()),
+        (CLONE_NEWNET, c::CLONE_NEWNET.into()),
+        (TIOCSTI, c::TIOCSTI as i64),
+        (AF_UNIX, c::AF_UNIX.into()),
+        (AF_INET, c::AF_INET.into()),
+        (AF_INET6, c::AF_INET6.into()),
+        (AF_NETLINK, c::AF_NETLINK.into()),
+        (SOCK_RAW, c::SOCK_RAW.into()),
+        (MMAP_PAGE_ZERO, c::MMAP_PAGE_ZERO.into()),
+        (READ_IMPLIES_EXEC, c::READ_IMPLIES_EXEC.into()),
+        (PR_SET_MM, c::PR_SET_MM.into()),
+    ];
+    for (named, libc_value) in pairs {
+        assert_eq!(i64::from(named.value), libc_value, "{}", named.name);
+    }
+    assert_eq!(i64::from(MFD_EXEC.value), i64::from(c::MFD_EXEC));
+    assert_eq!(
+        SOCK_TYPE_MASK & (c::SOCK_CLOEXEC | c::SOCK_NONBLOCK) as u32,
+        0
+    );
+    assert_eq!(MAX_INSNS, c::BPF_MAXINSNS as usize);
+}
+
+#[test]
+fn default_set_denies_what_breaks_the_walls() {
+    let rules = rules(&SeccompOptions::default());
+    #[rustfmt::skip]
+    let always = [
+        "process_vm_readv",
+        "process_vm_writev",
+        "bpf",
+        "perf_event_open",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "move_mount",
+        "open_tree",
+        "fsopen",
+        "fsmount",
+        "fsconfig",
+        "fspick",
+        "mount_setattr",
+        "setns",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "userfaultfd",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "acct",
+        "swapon",
+        "swapoff",
+        "reboot",
+        "syslog",
+        "quotactl",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "lookup_dcookie",
+        "settimeofday",
+        "clock_settime",
+        "adjtimex",
+        "pidfd_getfd",
+    ];
+    for name in always {
+        assert!(has(&rules, &format!("{name} -> EPERM")), "{name} missing");
+    }
+    for text in [
+        "unshare if flags has CLONE_NEWUSER -> EPERM",
+        "unshare if flags has CLONE_NEWTIME -> EPERM",
+        "clone if flags has CLONE_NEWUSER -> EPERM",
+        "clone if flags has CLONE_NEWNET -> EPERM",
+        "ioctl if cmd == TIOCSTI -> EPERM",
+        "ioctl if cmd == TIOCLINUX -> EPERM",
+        "socket if domain not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK} -> EPERM",
+        "socket if domain == AF_INET and type & 0xf == SOCK_RAW -> EPERM",
+        "socket if domain == AF_INET6 and type & 0xf == SOCK_RAW -> EPERM",
+        "clone3 -> ENOSYS",
+    ] {
+        assert!(has(&rules, text), "{text} missing");
+    }
+    // The exit signal shares CLONE_NEWTIME's bit in clone's flags.
+    assert!(!has(&rules, "clone if flags has CLONE_NEWTIME -> EPERM"));
+    assert!(
+        !rules
+            .iter()
+            .any(|r| r.syscall == "socketpair" || r.syscall == "chroot")
+    );
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.tier == Tier::Default && !r.reason.is_empty())
+    );
+    assert!(
+        rules
+            .iter()
+            .all(|r| r.errno == libc::EPERM || r.syscall == "clone3")
+    );
+}
+
+#[test]
+fn options_only_add_rules() {
+    let base = rules(&opts(false, false));
+    let unix = rules(&opts(false, true));
+    let strict = rules(&opts(true, false));
+    let both = rules(&opts(true, true));
+    for set in [&unix, &strict, &both] {
+        assert!(base.iter().all(|r| set.contains(r)));
+    }
+    assert!(unix.iter().chain(&strict).all(|r| both.contains(r)));
+    assert!(has(&unix, "socket if domain == AF_UNIX -> EPERM"));
+    assert!(!unix.iter().any(|r| r.syscall == "socketpair"));
+    assert!(!has(&strict, "socket if domain == AF_UNIX -> EPERM"));
+    for text in [
+        "ptrace -> EPERM",
+        "chroot -> EPERM",
+        "personality if persona not in {PER_LINUX, PERSONALITY_QUERY} -> EPERM",
+        "memfd_create if flags has MFD_EXEC -> EPERM",
+        "socket if domain == AF_NETLINK -> EPERM",
+        "prctl if option == PR_SET_MM -> EPERM",
+    ] {
+        assert!(has(&strict, text) && !has(&base, text), "{text}");
+    }
+}
+
+#[test]
+fn every_rule_has_a_number_here() {
+    for rule in rules(&opts(true, true)) {
+        assert!(syscall_nr(rule.syscall).is_some(), "{}", rule.syscall);
+    }
+    assert_eq!(syscall_nr("no_such_call"), None);
+    assert_eq!(syscall_nr("clone3"), Some(libc::SYS_clone3));
+}
+
+#[test]
+fn program_builds_for_every_option_combination() {
+    let (_, audit_arch, _) = arch().expect("supported test architecture");
+    for (strict, deny_unix) in [(false, false), (false, true), (true, false), (true, true)] {
+        let program = build_program(&opts(strict, deny_unix)).expect("program");
+        assert!(program.len() < MAX_INSNS);
+        assert_eq!(program[0], stmt(BPF_LD_W_ABS, DATA_ARCH));
+        assert_eq!(program[1], jump(BPF_JMP_JEQ_K, audit_arch, 1, 0));
+        assert_eq!(program[2], ret_errno(libc::EPERM));
+    }
+}
+
+#[test]
+fn install_refuses_a_bad_length_before_any_syscall() {
+    assert!(matches!(
+        install(&Vec::new()),
+        Err(SeccompError::BadLength(0))
+    ));
+    let long = vec![ret_errno(libc::EPERM); MAX_INSNS + 1];
+    assert!(matches!(install(&long), Err(SeccompError::BadLength(_))));
+}
