@@ -43,6 +43,8 @@ pub struct Extras<'a> {
     pub signals: crate::stop::Signals,
     pub announce: &'a crate::harness::Announce,
     pub pty: Option<crate::pty::Channel>,
+    /// Told the init's pid as soon as it exists (see runlog::InitPid).
+    pub init_pid: crate::runlog::InitPid,
 }
 
 /// Starts the init (straight into `cgroup` and new namespaces), gives it
@@ -62,6 +64,7 @@ pub async fn start_and_wait(
         signals,
         announce,
         mut pty,
+        init_pid,
     } = extras;
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
@@ -100,6 +103,8 @@ pub async fn start_and_wait(
         },
     )
     .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    // Before the init gets its plan, so before any of its setup.
+    init_pid.set(init.pid as u32);
     // Only the init may hold its end: EOF then means it is gone.
     let pty = pty.take().map(|p| p.ours);
     let pty = pty.as_ref();

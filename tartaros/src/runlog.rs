@@ -124,7 +124,27 @@ fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
 /// writer for the seal. A record the writer refuses is a supervisor bug:
 /// it is reported and counted as lost, never silently dropped.
 pub async fn drain(writer: LogWriter, effects: EffectReceiver) -> LogWriter {
-    drain_with(writer, effects, None).await
+    drain_with(writer, effects, None, InitPid::default()).await
+}
+
+/// The sandbox init's host pid, once it exists. The init is TartarOS's own
+/// code (PID 1 of the sandbox, outside the agent's Landlock domain, so the
+/// agent cannot trace it): its setup before the agent exists (mounts, the
+/// private /dev's nodes, the hostname) is not the agent's doing and is left
+/// out of the log, all but its `exec`, `fork` and `exit`, which say when
+/// the sandbox started and the agent was born.
+#[derive(Debug, Clone, Default)]
+pub struct InitPid(std::sync::Arc<std::sync::atomic::AtomicU32>);
+
+impl InitPid {
+    pub fn set(&self, pid: u32) {
+        self.0.store(pid, std::sync::atomic::Ordering::Release);
+    }
+
+    fn is_setup(&self, record: &crate::effectlog::Record) -> bool {
+        let init = self.0.load(std::sync::atomic::Ordering::Acquire);
+        init != 0 && record.pid == init && !matches!(record.kind, "exec" | "fork" | "exit")
+    }
 }
 
 /// [`drain`], with the capture's records joined to the kernel's file
@@ -134,6 +154,7 @@ pub async fn drain_with(
     mut writer: LogWriter,
     mut effects: EffectReceiver,
     mut truth: Option<FsWatch>,
+    init: InitPid,
 ) -> LogWriter {
     let mut refused = 0u64;
     let mut full_reported = false;
@@ -173,7 +194,8 @@ pub async fn drain_with(
         }
         for entry in batch {
             match entry {
-                Entry::Records(records) => {
+                Entry::Records(mut records) => {
+                    records.retain(|r| !init.is_setup(r));
                     let records = match truth.as_mut() {
                         Some(truth) => truth.admit(records),
                         None => records,

@@ -149,6 +149,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             return Err(refusal);
         }
     };
+    let init_pid = crate::runlog::InitPid::default();
     let drain = match log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
@@ -165,7 +166,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             }
             undo.keep_log();
             Some(tokio::spawn(crate::runlog::drain_with(
-                writer, effects_rx, truth,
+                writer,
+                effects_rx,
+                truth,
+                init_pid.clone(),
             )))
         }
         None => None,
@@ -188,6 +192,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             owner,
             signals,
             announce: &announce,
+            init_pid,
             pty,
         },
         &effects,
