@@ -86,21 +86,33 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
 /// Whether the service's caller may create entries in `dir` (true outside a
 /// service worker): the kernel's own check, with the caller's file access.
 pub fn may_create_in(dir: &std::path::Path) -> bool {
+    access(dir, libc::W_OK | libc::X_OK)
+}
+
+/// Whether the service's caller may read `path` itself (true outside a
+/// service worker): reach it through every directory on the way, and read
+/// it (a directory: read and search it). A bind of it into the sandbox must
+/// not show the caller what the caller could not see.
+pub fn may_read(path: &std::path::Path) -> bool {
+    let mode = if path.is_dir() {
+        libc::R_OK | libc::X_OK
+    } else {
+        libc::R_OK
+    };
+    access(path, mode)
+}
+
+fn access(path: &std::path::Path, mode: libc::c_int) -> bool {
     if caller().is_none() {
         return true;
     }
-    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(dir.as_os_str()))
+    let Ok(path) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
     else {
         return false;
     };
     // SAFETY: a NUL-terminated path we own; AT_EACCESS checks with the
     // current (here: the caller's) file access.
     as_caller(|| unsafe {
-        libc::faccessat(
-            libc::AT_FDCWD,
-            path.as_ptr(),
-            libc::W_OK | libc::X_OK,
-            libc::AT_EACCESS,
-        ) == 0
+        libc::faccessat(libc::AT_FDCWD, path.as_ptr(), mode, libc::AT_EACCESS) == 0
     })
 }

@@ -263,6 +263,34 @@ fn the_service_never_does_more_than_the_caller_could() {
     std::fs::write(&secret, "root-only-marker = [\n").unwrap();
     let private_log = private.join("log.jsonl").to_string_lossy().into_owned();
     let private_made = private.join("made").to_string_lossy().into_owned();
+    // A world-readable file in a root-only directory: the caller cannot
+    // reach it, and a bind must not show it.
+    let hidden_dir = private.join("inner");
+    std::fs::create_dir(&hidden_dir).unwrap();
+    std::fs::write(hidden_dir.join("seen.txt"), "root-only-marker\n").unwrap();
+    std::fs::set_permissions(
+        &hidden_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let bind_target = work.join("view");
+    std::fs::create_dir(&bind_target).unwrap();
+    let bind_arg = format!("{}", hidden_dir.display());
+    let bind_out = service.run(
+        ALICE,
+        &[
+            "run",
+            "--bind",
+            &bind_arg,
+            bind_target.to_str().unwrap(),
+            "--",
+            "cat",
+            &format!("{}/seen.txt", bind_target.display()),
+        ],
+        work.path(),
+    );
+    assert_eq!(bind_out.status.code(), Some(78), "{}", stderr(&bind_out));
+    assert!(!stdout(&bind_out).contains("root-only-marker"));
     let cases: [&[&str]; 5] = [
         &["run", "--log", &private_log, "--", "true"],
         &["run", "--config", secret.to_str().unwrap(), "--", "true"],
@@ -300,7 +328,15 @@ fn the_service_never_does_more_than_the_caller_could() {
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
-    assert_eq!(left, vec![std::ffi::OsString::from("secret.toml")]);
+    let mut left = left;
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            std::ffi::OsString::from("inner"),
+            std::ffi::OsString::from("secret.toml")
+        ]
+    );
     drop(service);
 }
 
