@@ -408,7 +408,7 @@ fn every_captured_syscall_decodes_to_its_table_kind() {
 #[test]
 fn every_syscall_the_capture_classifies_passes_the_prefilter() {
     let capture = include_str!("../../../tartaros-ebpf/src/syscalls.rs");
-    let common = include_str!("../../../tartaros-common/src/capture.rs");
+    let common = include_str!("../../../tartaros-common/src/capture/syscall_numbers.rs");
     let start = common.find("pub const fn is_effect").unwrap();
     let prefilter = &common[start..];
     let prefilter = &prefilter[..prefilter.find("\n    }\n").unwrap()];
