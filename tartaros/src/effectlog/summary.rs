@@ -291,7 +291,7 @@ impl Collector {
         let str_of = |k: &str| t.get(k).and_then(Value::as_str);
         let num = |k: &str| t.get(k).and_then(Value::as_u64);
         let (via, dest) = match kind {
-            "connect" | "sendto" | "sendmmsg" => {
+            "connect" | "sendto" => {
                 if let Some(d) = str_of("dest") {
                     ("relay".to_string(), d.to_string())
                 } else if t.get("socket").is_some() {

@@ -5,31 +5,16 @@
 
 use serde_json::{Map, Value};
 
-/// File effect kinds (the `file` group of `--kind`), including kinds the
-/// capture may add later for metadata changes.
+/// File effect kinds (the `file` group of `--kind`): `open`, then every
+/// kind that changes a file.
 pub(crate) const FILE_KINDS: &[&str] = &[
-    "open",
-    "create",
-    "write",
-    "unlink",
-    "rename",
-    "chmod",
-    "truncate",
-    "mkdir",
-    "rmdir",
-    "link",
-    "symlink",
-    "chown",
-    "mknod",
-    "setxattr",
-    "removexattr",
-    "xattr",
-    "utimes",
-    "utime",
-    "setflags",
+    "open", "create", "write", "unlink", "rename", "chmod", "truncate", "mkdir", "rmdir", "link",
+    "symlink", "chown", "mknod", "xattr", "utime", "setflags", "attrib",
 ];
+/// The kinds that change a file (all file kinds but `open`).
+pub(crate) const CHANGE_KINDS: &[&str] = FILE_KINDS.split_at(1).1;
 /// Network effect kinds (the `net` group).
-pub(crate) const NET_KINDS: &[&str] = &["connect", "sendto", "sendmmsg", "bind", "proxy", "broker"];
+pub(crate) const NET_KINDS: &[&str] = &["connect", "sendto", "bind", "proxy", "broker"];
 /// Process kinds (the `proc` group).
 pub(crate) const PROC_KINDS: &[&str] = &["exec", "fork", "exit", "signal"];
 
@@ -258,6 +243,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn every_group_names_only_kinds_the_writer_knows() {
+        for kind in FILE_KINDS.iter().chain(NET_KINDS).chain(PROC_KINDS) {
+            assert!(crate::effectlog::EFFECT_KINDS.contains(kind), "{kind}");
+        }
+        assert!(!CHANGE_KINDS.contains(&"open"));
+    }
 
     fn rec(v: Value) -> Map<String, Value> {
         v.as_object().cloned().unwrap()

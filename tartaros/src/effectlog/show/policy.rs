@@ -7,8 +7,8 @@
 
 use serde_json::{Map, Value};
 
-use super::names::opens_for_write;
 use super::names::text;
+use super::names::{CHANGE_KINDS, opens_for_write};
 
 /// Bases readable under `read_scope = "granted"` (DESIGN.md section 2).
 const GRANTED_BASES: &[&str] = &[
@@ -48,27 +48,6 @@ fn under(path: &str, root: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-const WRITE_KINDS: &[&str] = &[
-    "create",
-    "write",
-    "unlink",
-    "rename",
-    "chmod",
-    "truncate",
-    "mkdir",
-    "rmdir",
-    "link",
-    "symlink",
-    "chown",
-    "mknod",
-    "setxattr",
-    "removexattr",
-    "xattr",
-    "utimes",
-    "utime",
-    "setflags",
-];
-
 impl PolicyView {
     /// The policy of a genesis record.
     pub(crate) fn from_genesis(rec: &Map<String, Value>) -> Option<Self> {
@@ -88,7 +67,7 @@ impl PolicyView {
         const EROFS: u64 = 30;
         let flags = target.get("flags").and_then(Value::as_u64);
         let writes =
-            WRITE_KINDS.contains(&kind) || (kind == "open" && flags.is_some_and(opens_for_write));
+            CHANGE_KINDS.contains(&kind) || (kind == "open" && flags.is_some_and(opens_for_write));
         let paths: Vec<&str> = ["path", "from", "to"]
             .iter()
             .filter_map(|k| target.get(*k).and_then(Value::as_str))

@@ -61,8 +61,9 @@ impl Files {
                 "create" => ("create".to_string(), true, false),
                 a => (a.to_string(), false, false),
             },
-            "write" | "truncate" | "chown" | "setxattr" | "removexattr" | "xattr" | "utimes"
-            | "utime" | "setflags" => (kind.to_string(), false, false),
+            "write" | "truncate" | "chown" | "xattr" | "utime" | "setflags" | "attrib" => {
+                (kind.to_string(), false, false)
+            }
             "chmod" => match t.get("mode").and_then(Value::as_u64) {
                 Some(m) => (format!("chmod {}", names::mode(m)), false, false),
                 None => ("chmod".to_string(), false, false),
