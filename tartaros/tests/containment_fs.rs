@@ -846,20 +846,7 @@ fn without_root_the_genesis_and_doctor_say_the_unix_policy_is_missing() {
     let work = Dir::new();
     chown(work.path(), uid);
     let log = work.join("effects.jsonl");
-    let as_user = |args: &[&str]| {
-        std::process::Command::new("setpriv")
-            .args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                "--clear-groups",
-                bin(),
-            ])
-            .args(args)
-            .current_dir(work.path())
-            .env_remove("SUDO_UID")
-            .output()
-            .unwrap()
-    };
+    let as_user = |args: &[&str]| run_as(uid, args, work.path());
     let run = as_user(&["run", "--log", log.to_str().unwrap(), "--", "true"]);
     // Without root the capture is degraded, so the log cannot be complete.
     assert_eq!(run.status.code(), Some(122), "{}", stderr(&run));

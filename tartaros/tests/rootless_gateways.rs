@@ -6,7 +6,6 @@
 mod common;
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -15,19 +14,8 @@ use common::*;
 /// A uid with no passwd entry: nothing to create or remove on the host.
 const TEST_UID: u32 = 47_000 + 124;
 
-fn as_user(args: &[&str], cwd: &std::path::Path) -> Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={TEST_UID}"),
-            &format!("--regid={TEST_UID}"),
-            "--clear-groups",
-            bin(),
-        ])
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("SUDO_UID")
-        .output()
-        .expect("setpriv")
+fn as_user(args: &[&str], cwd: &std::path::Path) -> std::process::Output {
+    run_as(TEST_UID, args, cwd)
 }
 
 /// A host listener on 127.0.0.1 that answers `host-ok` and counts

@@ -51,18 +51,8 @@ impl Service {
 
     /// `tartaros ARGS` as `uid`, through this service.
     fn command(&self, uid: u32, args: &[&str], cwd: &Path) -> Command {
-        let mut command = Command::new("setpriv");
-        command
-            .args([
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                "--clear-groups",
-                bin(),
-            ])
-            .args(args)
-            .current_dir(cwd)
-            .env("TARTAROS_SERVICE", &self.socket)
-            .env_remove("SUDO_UID");
+        let mut command = tartaros_as(uid, args, cwd);
+        command.env("TARTAROS_SERVICE", &self.socket);
         command
     }
 

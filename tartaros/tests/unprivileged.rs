@@ -4,7 +4,6 @@
 //! warning (or are refused under --strict).
 
 mod common;
-use std::process::Command;
 
 use common::*;
 
@@ -12,18 +11,7 @@ use common::*;
 const TEST_UID: u32 = 47_000 + 123;
 
 fn as_user(args: &[&str], cwd: &std::path::Path) -> std::process::Output {
-    Command::new("setpriv")
-        .args([
-            &format!("--reuid={TEST_UID}"),
-            &format!("--regid={TEST_UID}"),
-            "--clear-groups",
-            bin(),
-        ])
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("SUDO_UID")
-        .output()
-        .expect("setpriv")
+    run_as(TEST_UID, args, cwd)
 }
 
 #[test]

@@ -181,6 +181,28 @@ pub fn eventually(secs: u64, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// `tartaros args...` in `cwd` as the ordinary user `uid` (no groups, no
+/// `SUDO_UID`): uids with no passwd entry leave nothing on the host.
+pub fn tartaros_as(uid: u32, args: &[&str], cwd: &Path) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args([
+            &format!("--reuid={uid}"),
+            &format!("--regid={uid}"),
+            "--clear-groups",
+            bin(),
+        ])
+        .args(args)
+        .current_dir(cwd)
+        .env_remove("SUDO_UID");
+    command
+}
+
+/// [`tartaros_as`], run to its end.
+pub fn run_as(uid: u32, args: &[&str], cwd: &Path) -> Output {
+    tartaros_as(uid, args, cwd).output().expect("setpriv")
+}
+
 /// Starts `tartaros args...` in `cwd` with its output discarded, killed
 /// when the returned guard drops.
 pub fn spawn_quiet(args: &[&str], cwd: &Path) -> KillOnDrop {
