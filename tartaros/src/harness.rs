@@ -3,7 +3,6 @@
 
 use std::io::BufRead;
 use std::os::fd::OwnedFd;
-use std::path::Path;
 use std::sync::Arc;
 
 use crate::credentials::Identity;
@@ -49,26 +48,24 @@ pub fn read_reports(
 }
 
 /// How a started run ended.
-pub struct Exit<'a> {
+pub struct Exit {
     pub code: Option<i32>,
     pub signal: Option<i32>,
     pub status: i32,
     pub started_at: std::time::Instant,
-    pub log: Option<&'a Path>,
     pub log_head: Option<String>,
+    /// With `--log`: whether the log is sealed and complete, as the writer
+    /// knows it when it seals (no loss, cgroup empty, capture installed):
+    /// what `tartaros log verify` will say, without reading the log again.
+    pub log_complete: Option<bool>,
 }
 
-/// Sends `exited`. `log_complete` is what `tartaros log verify` would say
-/// (0 = complete), so a harness need not run it to know.
-pub fn announce_exit(announce: &Announce, exit: Exit<'_>) {
+/// Sends `exited`.
+pub fn announce_exit(announce: &Announce, exit: Exit) {
     let Some(status) = announce.status.as_deref() else {
         return;
     };
-    let log_complete = match (exit.log, &exit.log_head) {
-        (Some(path), Some(_)) => Some(crate::effectlog::verify_file(path).code == 0),
-        (Some(_), None) => Some(false),
-        (None, _) => None,
-    };
+    let log_complete = exit.log_complete;
     status.send(&Event::Exited {
         code: exit.code,
         signal: exit.signal,

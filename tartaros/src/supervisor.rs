@@ -298,7 +298,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 signal: end.signal,
                 status,
                 started_at: request.started_at,
-                log: request.log.as_deref(),
+                log_complete: request
+                    .log
+                    .as_ref()
+                    .map(|_| log_head.is_some() && log_complete),
                 log_head,
             },
         );
