@@ -164,7 +164,30 @@ pub mod unix_verdict {
     pub const DENY_DOTDOT: u16 = 5;
     /// The address or the configuration could not be read (fail closed).
     pub const DENY_ERROR: u16 = 6;
+    /// Allowed, but its name rewritten under [`super::UNIX_MIRROR`] would
+    /// not fit in `sun_path`, or the kernel refused the rewrite.
+    pub const DENY_UNPINNED: u16 = 7;
 }
+
+/// Where the sandbox shows each allowed unix prefix again, on a mount that
+/// follows no symlink (`MOUNT_ATTR_NOSYMFOLLOW`): slot `N` of
+/// [`UnixAllow`] is `/dev/.u/N/`. The unix programs rewrite every allowed
+/// name to it, so a symlink planted under a root cannot lead the kernel's
+/// lookup to a socket outside (the hook sees the name before the lookup).
+pub const UNIX_MIRROR: &[u8; 8] = b"/dev/.u/";
+/// Bytes of a slot's mirror prefix: [`UNIX_MIRROR`], the slot digit, `/`.
+pub const UNIX_MIRROR_LEN: usize = UNIX_MIRROR.len() + 2;
+const _: () = assert!(UNIX_PREFIXES <= 10, "one digit per mirror slot");
+
+/// The call the unix programs make to the kfunc
+/// `bpf_sock_addr_set_sun_path` (Linux 6.7) is compiled as a call to this
+/// helper number, which no kernel has; the loader turns it into a kfunc
+/// call with the kernel's BTF id of the function.
+pub const KFUNC_SET_SUN_PATH: u32 = 0x7e57_0001;
+/// The same for `bpf_cast_to_kern_ctx` (Linux 6.2), which gives the
+/// `struct bpf_sock_addr_kern *` that `bpf_sock_addr_set_sun_path` takes
+/// (the verifier does not accept the program's context pointer there).
+pub const KFUNC_CAST_TO_KERN_CTX: u32 = 0x7e57_0002;
 
 /// Common head of every capture record. 40 bytes, alignment 8, no padding.
 #[repr(C)]

@@ -6,8 +6,11 @@
 //! writable roots, each ending in `/`); abstract names pass (Landlock scopes
 //! them); relative names and names with a `..` component are refused, as is
 //! anything that cannot be read (fail closed). The comparison is textual,
-//! on what the caller passed: see docs/ebpf.md for what that cannot see
-//! (symlinks planted inside an allowed root).
+//! on the kernel's copy of what the caller passed, and the hook runs before
+//! the kernel looks the name up, so a symlink planted under a root could
+//! still lead that lookup outside: an allowed name is therefore rewritten
+//! (`bpf_sock_addr_set_sun_path`) to the same place under the root's
+//! mirror, a mount that follows no symlink (`UNIX_MIRROR`, docs/ebpf.md).
 //!
 //! Prefixes are compared 8 bytes at a time against precomputed words and
 //! masks (`UnixPrefix`), all slots in one map value. The `..` scan (per
@@ -29,8 +32,9 @@ use core::{ffi::c_void, mem::MaybeUninit};
 
 use aya_ebpf::{bindings::bpf_sock_addr, helpers::generated::bpf_loop};
 use tartaros_common::capture::{
-    SUN_PATH_MAX, UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixAllow, UnixEvent, effect, record,
-    unix_hook, unix_verdict,
+    KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, SUN_PATH_MAX, UNIX_MIRROR, UNIX_MIRROR_LEN,
+    UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixAllow, UnixEvent, effect, record, unix_hook,
+    unix_verdict,
 };
 
 use crate::filter::{PASS, REFUSE};
@@ -57,7 +61,10 @@ pub fn unix_sendmsg(ctx: *mut bpf_sock_addr) -> i32 {
 #[inline(always)]
 fn decide(ctx: *mut bpf_sock_addr, hook: u16) -> i32 {
     let mut scan = MaybeUninit::<Scan>::uninit();
-    let (verdict, addr_len) = judge(ctx as u64, scan.as_mut_ptr());
+    let (mut verdict, addr_len) = judge(ctx as u64, scan.as_mut_ptr());
+    if verdict == unix_verdict::ALLOW && !pin(ctx, scan.as_mut_ptr()) {
+        verdict = unix_verdict::DENY_UNPINNED;
+    }
     if verdict >= unix_verdict::DENY {
         // SAFETY: `judge` zeroes the path words before anything can fail.
         let path = unsafe { (&raw mut (*scan.as_mut_ptr()).words).cast::<u8>() };
@@ -76,9 +83,13 @@ struct Scan {
     words: [u64; BUF_WORDS],
     /// 0x80 in each byte that starts a `..` component.
     dotdot: u64,
-    /// Non-zero once a prefix matched.
+    /// The matching slot plus one; 0 while none matched.
     allowed: u64,
     allow: *const UnixAllow,
+    /// The kernel's copy of the address (`sockaddr_un`).
+    uaddr: u64,
+    /// The name rewritten under the slot's mirror.
+    pinned: [u64; UNIX_WORDS],
 }
 
 /// The path buffer: the 112 compared bytes plus one zero word, so that the
@@ -131,6 +142,8 @@ fn judge(ctx: u64, scan: *mut Scan) -> (u16, u32) {
     let Some(uaddr) = read_kernel::<u64>(ctx + KERN_UADDR) else {
         return (unix_verdict::DENY_ERROR, 0);
     };
+    // SAFETY: the caller's buffer.
+    unsafe { (*scan).uaddr = uaddr };
     let Some(addr_len) = read_kernel::<u32>(ctx + KERN_UADDRLEN) else {
         return (unix_verdict::DENY_ERROR, 0);
     };
@@ -240,11 +253,95 @@ extern "C" fn prefix_matches(index: u64, ctx: *mut c_void) -> i64 {
             w += 1;
         }
         if diff == 0 {
-            (*scan).allowed = 1;
+            (*scan).allowed = index + 1;
             return 1;
         }
     }
     0
+}
+
+/// Rewrites an allowed name `<prefix><rest>` to `/dev/.u/<slot>/<rest>`,
+/// the same object seen through a mount that follows no symlink (see
+/// `UNIX_MIRROR`): the kernel then looks up a name in which no symlink,
+/// planted by the agent or not, can lead outside the root. Whether it fits
+/// and was written; a name that does not is refused (fail closed).
+#[inline(always)]
+fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
+    // SAFETY: `judge` filled the words, the matching slot and `uaddr`,
+    // and `allow` points into the UNIX_ALLOW map value.
+    let (slot, prefix_len, uaddr) = unsafe {
+        let slot = (*scan).allowed.wrapping_sub(1);
+        if slot >= UNIX_PREFIXES as u64 {
+            return false;
+        }
+        let prefix = &(*(*scan).allow).prefixes[slot as usize];
+        (slot, prefix.len as u64, (*scan).uaddr)
+    };
+    // The name ends at its first NUL (the kernel's `strlen`), which may
+    // come before the end of the address the caller passed.
+    // SAFETY: the words are initialised.
+    let len = name_len(unsafe { &(*scan).words });
+    // The prefix matched, so the name is at least that long.
+    let rest = len.wrapping_sub(prefix_len);
+    if rest > (SUN_PATH_MAX - UNIX_MIRROR_LEN) as u64 {
+        return false;
+    }
+    // SAFETY: the caller's buffer; `rest` bytes fit after the mirror
+    // prefix (checked above), and the copy reads the kernel's own copy of
+    // the address, which the caller cannot change any more.
+    unsafe {
+        let out = &raw mut (*scan).pinned;
+        let mut w = 0;
+        while w < UNIX_WORDS {
+            core::ptr::write_volatile(out.cast::<u64>().add(w), 0);
+            w += 1;
+        }
+        let head = u64::from_le_bytes(*UNIX_MIRROR);
+        core::ptr::write_volatile(out.cast::<u64>(), head);
+        let tail = (b'0' as u64 + slot) | ((b'/' as u64) << 8);
+        core::ptr::write_volatile(out.cast::<u64>().add(1), tail);
+        if rest > 0
+            && copy_kernel(
+                out.cast::<u8>().add(UNIX_MIRROR_LEN),
+                rest as u32,
+                uaddr + 2 + prefix_len,
+            ) < 0
+        {
+            return false;
+        }
+        let total = (UNIX_MIRROR_LEN as u64 + rest) as u32;
+        // `bpf_sock_addr_set_sun_path(struct bpf_sock_addr_kern *, const
+        // u8 *, u32)` on `bpf_cast_to_kern_ctx(ctx)`: compiled as calls to
+        // helper numbers the loader replaces with the kfuncs (see
+        // `KFUNC_SET_SUN_PATH`).
+        let cast_to_kern_ctx: unsafe extern "C" fn(*mut bpf_sock_addr) -> *mut c_void =
+            core::mem::transmute(KFUNC_CAST_TO_KERN_CTX as usize);
+        let set_sun_path: unsafe extern "C" fn(*mut c_void, *const u8, u32) -> i32 =
+            core::mem::transmute(KFUNC_SET_SUN_PATH as usize);
+        set_sun_path(cast_to_kern_ctx(ctx), out.cast::<u8>(), total) == 0
+    }
+}
+
+/// Bytes before the first zero byte of `words` (whose last bytes are zero).
+/// Branch-free, word by word: the lowest flagged zero byte of a word gives
+/// the count of bytes before it as a byte sum.
+#[inline(always)]
+fn name_len(words: &[u64; BUF_WORDS]) -> u64 {
+    let mut len = 0u64;
+    let mut done = 0u64;
+    let mut w = 0;
+    while w < UNIX_WORDS {
+        let z = zero_bytes(words[w]);
+        let low = z & z.wrapping_neg();
+        // 0x01 in each byte before the first zero one (all 8 without one).
+        let before = (low >> 7).wrapping_sub(1) & ONES;
+        let count = before.wrapping_mul(ONES) >> 56;
+        len += count & !done;
+        // All ones once a word had a zero byte.
+        done |= 0u64.wrapping_sub((low | low.wrapping_neg()) >> 63);
+        w += 1;
+    }
+    len
 }
 
 /// Writes a denial to the ring buffer unless syscall capture reports it.

@@ -114,6 +114,20 @@ pub struct RunPlan {
     /// The gateways (`--port`, proxy, broker), in the order of
     /// `init.listeners`.
     pub gateways: Vec<crate::egress::Gateway>,
+    /// What hides the host's listening sockets if the eBPF unix policy,
+    /// planned in `watch`, fails to attach (see [`RunPlan::unix_policy_lost`]).
+    pub unattached_unix_hiding: Vec<crate::mounts::MountOp>,
+}
+
+impl RunPlan {
+    /// The unix policy did not attach: no mirrors, and hide what the host
+    /// has listening now, as in a run that never planned the policy.
+    pub fn unix_policy_lost(&mut self) {
+        self.init.unix_mirrors.clear();
+        self.init
+            .mounts
+            .extend(std::mem::take(&mut self.unattached_unix_hiding));
+    }
 }
 
 /// Decides the whole run, or refuses it.
@@ -178,13 +192,32 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             .stat(path, true)
             .map(|s| s.kind == PathKind::Dir)
     };
+    let watch = watch_options(request, &mut ledger)?;
+    let unix_mirrors = match &watch {
+        Some(w) if w.unix_policy => w.unix_allowed.clone(),
+        _ => Vec::new(),
+    };
+    let mut mounts =
+        crate::mounts::plan_with_mirrors(&mount_policy, request.cwd, &exists, unix_mirrors.len());
+    // With the eBPF unix policy every allowed socket name is looked up
+    // through a mirror that follows no symlink, and every other name is
+    // refused: hiding the host's sockets would add nothing but start-up
+    // time. Without it, hiding those listening now is what is left; and
+    // should the policy fail to attach, the stage adds the same hiding.
+    let hiding = crate::mounts::hide_sockets(&mounts, &mount_policy, facts.host_sockets);
+    let unattached_unix_hiding = if unix_mirrors.is_empty() {
+        mounts.extend(hiding);
+        Vec::new()
+    } else {
+        hiding
+    };
     let init = Plan {
         argv: request.argv.to_vec(),
         env: crate::environment::agent_env_with(policy, request.launcher_env, request.setenv),
         cwd: request.cwd.to_path_buf(),
         identity,
         user_namespace,
-        mounts: crate::mounts::plan_hiding(&mount_policy, request.cwd, &exists, facts.host_sockets),
+        mounts,
         listeners: Vec::new(),
         landlock: host
             .landlock_abi
@@ -199,13 +232,13 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         scope: crate::scope::ScopeMounts::of(policy, identity),
         // The agent keeps the launcher's own ids (identity_map.rs).
         map_user: user_namespace.then_some(facts.current),
+        unix_mirrors,
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {
         max_procs: policy.max_processes,
         max_memory: policy.max_memory,
     });
-    let watch = watch_options(request, &mut ledger)?;
     let gateways = if ledger.installed(Guarantee::Gateways) {
         let transparent = watch.as_ref().is_some_and(|w| w.transparent_port.is_some());
         crate::egress::plan(policy, transparent)
@@ -221,6 +254,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         cgroup,
         watch,
         gateways,
+        unattached_unix_hiding,
     })
 }
 

@@ -77,6 +77,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::unix_mirror::apply(&plan.unix_mirrors).map_err(|e| failure(exit::START_FAILURE, e))?;
     if plan.pty {
         // After the mounts: the pty comes from the sandbox's own devpts
         // when it has one.

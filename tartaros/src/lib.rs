@@ -53,4 +53,5 @@ pub mod status;
 pub mod stop;
 pub mod supervisor;
 pub mod undo;
+pub mod unix_mirror;
 pub mod warn;

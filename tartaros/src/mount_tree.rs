@@ -22,6 +22,8 @@ pub const READ_ONLY: u64 = 0x1;
 pub const NO_SUID: u64 = 0x2;
 pub const NO_DEV: u64 = 0x4;
 pub const NO_EXEC: u64 = 0x8;
+/// `MOUNT_ATTR_NOSYMFOLLOW` (Linux 5.14 for `mount_setattr`).
+pub const NO_SYMFOLLOW: u64 = 0x0020_0000;
 
 #[repr(C)]
 struct MountAttr {

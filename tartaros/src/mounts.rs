@@ -164,15 +164,27 @@ fn visible_in_sandbox(policy: &Policy, held: &[(PathBuf, bool)], path: &Path) ->
     !private || held.iter().any(|(h, _)| path.starts_with(h))
 }
 
-/// [`plan`], then hiding each host socket in `sockets` (resolved paths,
-/// see [`host_sockets`]) that the sandbox shows.
-pub fn plan_hiding(
+/// [`plan`], with the mount points of `unix_mirrors` mirrors in the
+/// private /dev (see `unix_mirror.rs`).
+pub fn plan_with_mirrors(
     policy: &Policy,
     cwd: &Path,
     exists: &dyn Fn(&Path) -> Option<bool>,
-    sockets: &[PathBuf],
+    unix_mirrors: usize,
 ) -> Vec<MountOp> {
     let mut ops = plan(policy, cwd, exists);
+    for op in &mut ops {
+        if let MountOp::PrivateDev { mount_points } = op {
+            mount_points.extend(crate::unix_mirror::points(unix_mirrors));
+        }
+    }
+    ops
+}
+
+/// What hides each host socket in `sockets` (resolved paths, see
+/// [`host_sockets`]) that the sandbox planned by `ops` shows; to run after
+/// `ops`.
+pub fn hide_sockets(ops: &[MountOp], policy: &Policy, sockets: &[PathBuf]) -> Vec<MountOp> {
     let held: Vec<(PathBuf, bool)> = ops
         .iter()
         .filter_map(|op| match op {
@@ -180,14 +192,12 @@ pub fn plan_hiding(
             _ => None,
         })
         .collect();
-    ops.extend(
-        sockets
-            .iter()
-            .filter(|p| visible_in_sandbox(policy, &held, p))
-            .filter(|p| !policy.read_denies.iter().any(|d| p.starts_with(d)))
-            .map(|p| MountOp::HideSocket(p.clone())),
-    );
-    ops
+    sockets
+        .iter()
+        .filter(|p| visible_in_sandbox(policy, &held, p))
+        .filter(|p| !policy.read_denies.iter().any(|d| p.starts_with(d)))
+        .map(|p| MountOp::HideSocket(p.clone()))
+        .collect()
 }
 
 /// The host's listening unix sockets (`/proc/net/unix` of the host's
@@ -514,20 +524,27 @@ mod tests {
                 .any(|op| matches!(op, MountOp::DenyReadDir(_) | MountOp::DenyReadFile(_))),
             "nothing of the host to hide in the private /tmp and /dev: {ops:?}"
         );
-        let hiding = plan_hiding(
+        let mut hiding = plan_with_mirrors(&policy, Path::new("/"), &dirs_only, 2);
+        let hide = hide_sockets(
+            &hiding,
             &policy,
-            Path::new("/"),
-            &dirs_only,
             &[
                 "/run/docker.sock".into(),
                 "/dev/log".into(),
                 "/tmp/x.sock".into(),
             ],
         );
+        hiding.extend(hide);
         let hidden: Vec<&MountOp> = hiding
             .iter()
             .filter(|op| matches!(op, MountOp::HideSocket(_)))
             .collect();
+        assert!(
+            hiding
+                .iter()
+                .any(|op| matches!(op, MountOp::PrivateDev { mount_points }
+            if mount_points.ends_with(&["/dev/.u/0".into(), "/dev/.u/1".into()])))
+        );
         assert_eq!(
             hidden,
             vec![&MountOp::HideSocket("/run/docker.sock".into())]

@@ -56,6 +56,10 @@ pub struct Plan {
     /// (see identity_map.rs).
     #[serde(default)]
     pub map_user: Option<Identity>,
+    /// The unix policy's directories, in slot order, mirrored after the
+    /// scope (`unix_mirror.rs`); empty without the eBPF unix policy.
+    #[serde(default)]
+    pub unix_mirrors: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -131,6 +135,7 @@ mod tests {
             pty: false,
             scope: Default::default(),
             map_user: None,
+            unix_mirrors: Vec::new(),
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();

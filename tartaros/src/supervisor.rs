@@ -403,6 +403,7 @@ fn start_watch(
             ] {
                 run.ledger.lose(guarantee, &why)?;
             }
+            run.unix_policy_lost();
             print_warnings(&mut run.ledger);
             Ok(None)
         }

@@ -87,6 +87,7 @@ impl Decoder {
             unix_verdict::DENY => "outside the allowed socket directories",
             unix_verdict::DENY_RELATIVE => "relative socket path",
             unix_verdict::DENY_DOTDOT => "socket path with ..",
+            unix_verdict::DENY_UNPINNED => "socket path too long to look up without symlinks",
             _ => "socket address unreadable",
         };
         t.insert("reason", reason);

@@ -10,7 +10,9 @@
 
 use std::collections::HashMap;
 
-/// Offsets the capture programs need.
+/// Offsets the capture programs need. Cached as JSON in /run/tartaros
+/// (`load.rs`) under a versioned name: a missing `Option` field reads as
+/// `None`, so change that version with the fields.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct KernelLayout {
     pub task_pid: u32,
@@ -29,6 +31,11 @@ pub struct KernelLayout {
     /// `(uaddr, uaddrlen)` offsets in `struct bpf_sock_addr_kern`; `None`
     /// before 6.7 (no `uaddrlen`, no unix hooks).
     pub sock_addr_kern: Option<(u32, u32)>,
+    /// BTF id of the kfunc `bpf_sock_addr_set_sun_path` (Linux 6.7), which
+    /// the unix programs call to pin an allowed name (`rawprog::link_kfunc`).
+    pub set_sun_path: Option<u32>,
+    /// BTF id of the kfunc `bpf_cast_to_kern_ctx` (Linux 6.2).
+    pub cast_to_kern_ctx: Option<u32>,
     /// BTF ids of the `btf_trace_<tracepoint>` typedefs that `tp_btf`
     /// programs attach to, in the order of [`TP_BTF`].
     pub tp_btf_ids: [u32; 5],
@@ -56,6 +63,7 @@ const KIND_TYPEDEF: u32 = 8;
 const KIND_VOLATILE: u32 = 9;
 const KIND_CONST: u32 = 10;
 const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC: u32 = 12;
 const KIND_FUNC_PROTO: u32 = 13;
 const KIND_VAR: u32 = 14;
 const KIND_DATASEC: u32 = 15;
@@ -255,6 +263,8 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
         ("mm_struct", KIND_STRUCT),
         ("linux_binprm", KIND_STRUCT),
         ("bpf_sock_addr_kern", KIND_STRUCT),
+        ("bpf_sock_addr_set_sun_path", KIND_FUNC),
+        ("bpf_cast_to_kern_ctx", KIND_FUNC),
         ("btf_trace_sched_process_exec", KIND_TYPEDEF),
         ("btf_trace_sched_process_fork", KIND_TYPEDEF),
         ("btf_trace_sched_process_exit", KIND_TYPEDEF),
@@ -295,6 +305,8 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
         // (void *ctx, struct task_struct *p, bool group_dead)
         exit_group_dead: exit_params >= 3,
         sock_addr_kern,
+        set_sun_path: id("bpf_sock_addr_set_sun_path", KIND_FUNC).ok(),
+        cast_to_kern_ctx: id("bpf_cast_to_kern_ctx", KIND_FUNC).ok(),
         tp_btf_ids: [
             id("btf_trace_sched_process_exec", KIND_TYPEDEF)?,
             id("btf_trace_sched_process_fork", KIND_TYPEDEF)?,

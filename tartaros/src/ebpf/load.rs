@@ -10,7 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use aya::maps::{Array, HashMap, Map, MapData, RingBuf};
 use tartaros_common::capture::{
-    CaptureConfig, LEVEL_UNKNOWN, UNIX_PREFIXES, UnixAllow, UnixPrefix,
+    CaptureConfig, KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, LEVEL_UNKNOWN, UNIX_PREFIXES,
+    UnixAllow, UnixPrefix,
 };
 
 use super::kbtf::{self, KernelLayout};
@@ -178,7 +179,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-v2-{}.json",
+        "/run/tartaros/kernel-layout-v4-{}.json",
         &hex::encode(digest)[..16]
     )))
 }
@@ -439,6 +440,29 @@ pub(super) struct TracingProgram {
     pub spec: ProgSpec<'static>,
 }
 
+/// A kernel function the programs call through a placeholder helper number.
+pub(super) struct Kfunc {
+    pub name: &'static str,
+    pub placeholder: u32,
+    pub btf_id: Option<u32>,
+}
+
+/// The kfuncs of our programs, with their ids in the running kernel.
+pub(super) fn kfuncs(layout: Option<&KernelLayout>) -> [Kfunc; 2] {
+    [
+        Kfunc {
+            name: "bpf_sock_addr_set_sun_path",
+            placeholder: KFUNC_SET_SUN_PATH,
+            btf_id: layout.and_then(|l| l.set_sun_path),
+        },
+        Kfunc {
+            name: "bpf_cast_to_kern_ctx",
+            placeholder: KFUNC_CAST_TO_KERN_CTX,
+            btf_id: layout.and_then(|l| l.cast_to_kern_ctx),
+        },
+    ]
+}
+
 /// Programs loaded (verified) into the kernel, not attached yet, in the
 /// order they were asked for.
 pub(super) struct Loaded {
@@ -460,10 +484,13 @@ type JobResult = (usize, Result<OwnedFd, (&'static str, RawError)>);
 /// queue, largest first: `sys_exit` alone costs about as much as all the
 /// others together, and starting it first keeps it off the end of the
 /// critical path. Without a helper thread, this one loads everything.
+/// `kfuncs`: the kernel's BTF ids of the kfuncs the programs may call (see
+/// [`kfuncs`]); a program that calls one the kernel lacks cannot load.
 pub(super) fn load_programs(
     object: &Object,
     cgroup: &[CgroupProgram],
     tracing: &[TracingProgram],
+    kfuncs: &[Kfunc],
 ) -> Result<Loaded, (&'static str, RawError)> {
     let specs = cgroup
         .iter()
@@ -487,7 +514,19 @@ pub(super) fn load_programs(
         while let Some(job) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
             let loaded = object
                 .relocated(job.spec.name)
-                .and_then(|code| rawprog::load(job.spec, &code.insns, &code.functions))
+                .and_then(|mut code| {
+                    for kfunc in kfuncs {
+                        let id = kfunc.btf_id.unwrap_or(0);
+                        let calls = rawprog::link_kfunc(&mut code.insns, kfunc.placeholder, id);
+                        if calls > 0 && kfunc.btf_id.is_none() {
+                            return Err(RawError::NoKfunc {
+                                program: job.spec.name.to_owned(),
+                                kfunc: kfunc.name,
+                            });
+                        }
+                    }
+                    rawprog::load(job.spec, &code.insns, &code.functions)
+                })
                 .map_err(|e| (job.spec.name, e));
             done.push((job.index, loaded));
         }

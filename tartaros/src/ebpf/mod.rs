@@ -231,6 +231,15 @@ pub fn attach_with(
                 ),
             });
         }
+        // They pin every allowed name with two kfuncs (unix.rs).
+        if let Some(kfunc) = load::kfuncs(layout.as_ref())
+            .into_iter()
+            .find(|k| k.btf_id.is_none())
+        {
+            return Err(EbpfError::UnixHooksUnsupported {
+                reason: format!("the kernel BTF has no {}", kfunc.name),
+            });
+        }
     }
 
     let cgroup = std::fs::OpenOptions::new()
@@ -315,7 +324,8 @@ pub fn attach_with(
             .collect(),
         _ => Vec::new(),
     };
-    let loaded = load::load_programs(&object, &cgroup_programs, &tracing_programs)
+    let kfuncs = load::kfuncs(layout.as_ref());
+    let loaded = load::load_programs(&object, &cgroup_programs, &tracing_programs, &kfuncs)
         .map_err(|(name, source)| load_error(name, source))?;
 
     let mut links = Vec::with_capacity(12);

@@ -76,6 +76,13 @@ pub enum RawError {
     },
     #[error("failed to load the tracing programs: their loading thread panicked")]
     Panicked,
+    #[error(
+        "failed to load {program}: it calls {kfunc}, which this kernel does not have (Linux 6.7+ has it); pass --deny-unix"
+    )]
+    NoKfunc {
+        program: String,
+        kfunc: &'static str,
+    },
     #[error("failed to create the eBPF map {map}: {source}")]
     Map { map: String, source: std::io::Error },
 }
@@ -181,6 +188,32 @@ pub fn load(spec: ProgSpec<'_>, insns: &[u8], functions: &[u32]) -> Result<Owned
             log,
         }
     })
+}
+
+/// `BPF_PSEUDO_KFUNC_CALL` in a call's source register: its `imm` is the
+/// BTF id of a kernel function in vmlinux (Linux 5.13).
+const PSEUDO_KFUNC_CALL: u8 = 2;
+/// `BPF_JMP | BPF_CALL`.
+const OP_CALL: u8 = 0x85;
+
+/// Turns every call of helper number `placeholder` in `insns` into a call
+/// of the kernel function with BTF id `btf_id`, and returns how many there
+/// were. Our eBPF toolchain cannot name a kfunc, so the programs call a
+/// helper number no kernel has (`tartaros_common::capture::KFUNC_*`),
+/// and a program whose placeholder is left fails to load.
+pub fn link_kfunc(insns: &mut [u8], placeholder: u32, btf_id: u32) -> usize {
+    let mut linked = 0;
+    for insn in insns.chunks_exact_mut(8) {
+        let imm = u32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
+        // A helper call has source register 0.
+        if insn[0] == OP_CALL && insn[1] >> 4 == 0 && imm == placeholder {
+            insn[1] = PSEUDO_KFUNC_CALL << 4;
+            insn[2..4].copy_from_slice(&0u16.to_le_bytes());
+            insn[4..8].copy_from_slice(&btf_id.to_le_bytes());
+            linked += 1;
+        }
+    }
+    linked
 }
 
 /// The one function type every `func_info` record names.
