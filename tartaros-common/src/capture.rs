@@ -119,7 +119,15 @@ pub mod flag {
     pub const ADDR_TRUNCATED: u32 = 1 << 7;
     /// The parent's pid could not be read.
     pub const PPID_UNREADABLE: u32 = 1 << 8;
+    /// A `syscall` record of the 32-bit entry (`int 0x80`, `TS_COMPAT`):
+    /// its number is of the i386 table.
+    pub const ABI_IA32: u32 = 1 << 9;
+    /// A `syscall` record of a number with the x32 bit (or beyond it).
+    pub const ABI_X32: u32 = 1 << 10;
 }
+
+/// The x32 ABI bit of x86_64 syscall numbers (`__X32_SYSCALL_BIT`).
+pub const X32_SYSCALL_BIT: u64 = 0x4000_0000;
 
 /// Size of a path buffer (including the final NUL).
 pub const PATH_BYTES: usize = 256;

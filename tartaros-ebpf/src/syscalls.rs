@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use tartaros_common::capture::{
     ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, SysAddrEvent,
-    SysEvent, SysPath2Event, SysPathEvent, effect, flag, ioctl, nr, oflag, record,
+    SysEvent, SysPath2Event, SysPathEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, oflag, record,
 };
 
 use crate::maps::{
@@ -327,7 +327,13 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
 /// `sys_exit(struct pt_regs *regs, long ret)`.
 fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     let regs: *const u64 = ctx.arg(0);
-    if !nr::is_captured(reg(regs, REGS_ORIG_AX)) {
+    let ret: i64 = ctx.arg(1);
+    let captured = nr::is_captured(reg(regs, REGS_ORIG_AX));
+    // The seccomp filter refuses every call of another ABI with EPERM
+    // (docs/seccomp.md); their numbers are of other tables, so they are
+    // recorded as attempts of their ABI. EPERM is tested first: cheap, and
+    // rare on the host.
+    if !captured && ret != -EPERM {
         return None;
     }
     let cfg = config()?;
@@ -335,11 +341,10 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
         return None;
     }
     let number = reg(regs, REGS_ORIG_AX);
-    let ret: i64 = ctx.arg(1);
     let key = bpf_get_current_pid_tgid();
-    // One `emit` for both cases below: inlined twice, it doubled the
+    // One `emit` for every case below: inlined twice, it doubled the
     // verifier's work on this program.
-    let (p, pending) = match PENDING.get_ptr(&key) {
+    let (p, pending) = match PENDING.get_ptr(&key).filter(|_| captured) {
         // SAFETY: the entry of this task; only this task inserts or
         // removes it, so it is not reused while it is read.
         Some(p) => unsafe {
@@ -350,23 +355,37 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             (p, true)
         },
         // No entry: the call was refused by seccomp before `sys_enter`, or
-        // `sys_enter` chose not to record it (or counted it lost).
+        // `sys_enter` chose not to record it (or counted it lost), or it is
+        // of another ABI.
         None => {
             let a = args_of(regs);
+            let abi = if ret != -EPERM {
+                0
+            } else if compat(cfg) {
+                flag::ABI_IA32
+            } else if number & X32_SYSCALL_BIT != 0 {
+                flag::ABI_X32
+            } else {
+                0
+            };
             // Refused whatever the arguments, or the terminal ioctls the
             // filter refuses (input injection).
-            let refused = number <= u32::MAX as u64
+            let refused = captured
+                && number <= u32::MAX as u64
                 && (nr::is_refused(number as u32)
                     || (number == u64::from(nr::IOCTL)
                         && ret == -EPERM
                         && ioctl::refused_tty(a[1])));
-            if !refused || compat(cfg) {
+            if abi == 0 && (!refused || compat(cfg)) {
                 return None;
             }
+            // Another ABI's registers mean other arguments: none are kept.
+            let args = if abi == 0 { [a[0], a[1], a[2]] } else { [0; 3] };
             let slot = SYS_CALL.get_ptr_mut(0)?;
             // SAFETY: as in `try_sys_enter`.
             unsafe {
-                (*slot).call = Call::plain(effect::SYSCALL, -1, [a[0], a[1], a[2]]);
+                (*slot).call = Call::plain(effect::SYSCALL, -1, args);
+                (*slot).call.flags = abi;
                 (*slot).nr = number;
                 (*slot).len = 0;
                 (*slot).len2 = 0;
@@ -374,6 +393,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             (slot as *const Pending, false)
         }
     };
+    // Numbers beyond 32 bits (-1, bogus ones) keep their low half.
     emit(cfg, p, number as u32, ret);
     if pending {
         let _ = PENDING.remove(&key);

@@ -2,7 +2,7 @@
 //! setflags, refused syscalls), kept out of `decode.rs`, which walks the
 //! common shape of every record.
 
-use tartaros_common::capture::{SysEvent, effect, ioctl, nr};
+use tartaros_common::capture::{SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr};
 use tartaros_common::syscalls;
 
 use crate::effectlog::Target;
@@ -65,6 +65,24 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
             } else if cmd == "FS_IOC_SETFLAGS" {
                 t.insert("flags", s.args[1]);
             }
+        }
+        effect::SYSCALL if s.header.flags & flag::ABI_IA32 != 0 => {
+            // The i386 table: no names kept here, the number says it.
+            t.insert("syscall", format!("ia32 #{}", s.nr));
+            t.insert("abi", "ia32");
+            t.insert("nr", s.nr);
+            t.insert("refused_by", "seccomp");
+        }
+        effect::SYSCALL if s.header.flags & flag::ABI_X32 != 0 => {
+            let native = u64::from(s.nr) & !X32_SYSCALL_BIT;
+            let name = u32::try_from(native)
+                .ok()
+                .and_then(syscalls::name_of)
+                .map_or_else(|| format!("x32 #{native}"), |n| format!("x32 {n}"));
+            t.insert("syscall", name);
+            t.insert("abi", "x32");
+            t.insert("nr", s.nr);
+            t.insert("refused_by", "seccomp");
         }
         effect::SYSCALL => {
             t.insert("syscall", syscalls::name_of(s.nr).unwrap_or("unknown"));
