@@ -1,8 +1,10 @@
 //! `cargo xtask bench log`: what the effect log costs, side by side in one
 //! invocation: (1) a syscall-heavy workload under `tartaros run` with and
 //! without `--log`, and under `strace -f -o` for comparison; (2) the event
-//! rate that reaches a verifying log with no loss; (3) the start-up time
-//! `--log` adds.
+//! rate that reaches a verifying log with no loss, from one generator and
+//! from one generator per core at once; (3) the start-up time `--log`
+//! adds, as root and as a throwaway ordinary user with and without
+//! `tartaros service`, side by side with bwrap.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,10 +12,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::bench_user::{self, Callers};
+
 /// The workload, in C so that the program itself costs next to nothing:
 /// `cycles N` creates, writes, closes and unlinks N files; `execs N` runs
 /// /bin/true N times; `flood N` opens one file for writing N times and
-/// prints how long that took. Last, `cpu S`: the CPU time (user + system)
+/// prints how long that took; `procs P pflood N` does the same in P
+/// processes at once, each with a file of its own (`gen-K.tmp`), started
+/// together, and prints the total of opens and the time until the last
+/// one ended. Last, `cpu S`: the CPU time (user + system)
 /// of the workload and its children, which the supervisor's own work does
 /// not count in. `stamp` alone prints the CLOCK_MONOTONIC time at which the
 /// program started: the end of the sandbox's start-up.
@@ -29,8 +36,10 @@ const WORKLOAD: &str = r#"
 static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + t.tv_nsec / 1e9; }
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "stamp")) { printf("started %.9f\n", now()); return 0; }
+    long procs = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         long n = atol(argv[i + 1]);
+        if (!strcmp(argv[i], "procs")) { procs = n; continue; }
         double start = now();
         if (!strcmp(argv[i], "cycles")) {
             char name[64];
@@ -52,6 +61,34 @@ int main(int argc, char **argv) {
             int fd0 = open("flood.tmp", O_WRONLY | O_CREAT, 0644); close(fd0);
             for (long k = 0; k < n; k++) { int fd = open("flood.tmp", O_WRONLY); close(fd); }
             unlink("flood.tmp");
+        } else if (!strcmp(argv[i], "pflood")) {
+            char name[64];
+            int go[2];
+            if (pipe(go)) return 4;
+            for (long g = 0; g < procs; g++) {
+                snprintf(name, sizeof name, "gen-%ld.tmp", g);
+                int fd0 = open(name, O_WRONLY | O_CREAT, 0644); close(fd0);
+            }
+            for (long g = 0; g < procs; g++) {
+                pid_t pid = fork();
+                if (pid < 0) return 5;
+                if (pid == 0) {
+                    char c;
+                    close(go[1]);
+                    if (read(go[0], &c, 1) < 0) _exit(6); /* the start: EOF */
+                    snprintf(name, sizeof name, "gen-%ld.tmp", g);
+                    for (long k = 0; k < n; k++) { int fd = open(name, O_WRONLY); close(fd); }
+                    _exit(0);
+                }
+            }
+            close(go[0]);
+            start = now();
+            close(go[1]);
+            int failed = 0;
+            for (long g = 0; g < procs; g++) { int status; wait(&status); failed |= !WIFEXITED(status) || WEXITSTATUS(status); }
+            for (long g = 0; g < procs; g++) { snprintf(name, sizeof name, "gen-%ld.tmp", g); unlink(name); }
+            if (failed) return 7;
+            n *= procs;
         }
         printf("%s %ld %.6f\n", argv[i], n, now() - start);
     }
@@ -193,6 +230,13 @@ pub fn run(root: &Path, runs: usize) -> Result<()> {
     startup(&setup)
 }
 
+/// Part (2) alone.
+pub fn run_flood(root: &Path, runs: usize) -> Result<()> {
+    let setup = Setup::new(root, runs)?;
+    println!("log: event rate, floods of opens under --log with a 256 MiB ring");
+    event_rate(&setup)
+}
+
 /// Part (3) alone.
 pub fn run_startup(root: &Path, runs: usize) -> Result<()> {
     startup(&Setup::new(root, runs)?)
@@ -280,8 +324,33 @@ fn overhead(setup: &Setup) -> Result<()> {
     Ok(())
 }
 
-/// (2) The event rate: a flood of opens into a large ring buffer.
-fn event_rate(setup: &Setup) -> Result<()> {
+/// One flood under `tartaros run --log` and what reached the log.
+struct Flood {
+    /// Opens the generators made, and the seconds they took.
+    generated: u64,
+    seconds: f64,
+    /// Open records of the flood's files (the creates before the timed
+    /// loop are `create` records, not counted), and events lost by the
+    /// gap records' count.
+    logged: u64,
+    lost: u64,
+    verify: i32,
+}
+
+impl Flood {
+    fn rate(&self) -> f64 {
+        self.generated as f64 / self.seconds
+    }
+
+    fn zero_loss(&self) -> bool {
+        self.lost == 0 && self.logged == self.generated && self.verify == 0
+    }
+}
+
+/// Runs the workload with `args` (its last pair the flood `mode N`) under
+/// `tartaros run --log` with a 256 MiB ring, and counts the open records
+/// whose text contains `marker`.
+fn flood(setup: &Setup, args: &[String], marker: &str) -> Result<Flood> {
     let Setup {
         tartaros,
         workload: w,
@@ -289,103 +358,367 @@ fn event_rate(setup: &Setup) -> Result<()> {
         cwd: d,
         ..
     } = setup;
-    for n in [200_000u64, 1_000_000] {
-        let log = dir.path().join(format!("flood-{n}.jsonl"));
-        let out = Command::new(tartaros)
-            .args(["run", "--write", d, "--log-buffer", "256M", "--log"])
-            .arg(&log)
-            .arg("--")
-            .arg(w)
-            .args(["flood", &n.to_string()])
-            .current_dir(d)
-            .stderr(Stdio::null())
-            .output()?;
-        let seconds: f64 = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .nth(2)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(f64::NAN);
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let opens = text
-            .lines()
-            .filter(|l| l.contains("\"kind\":\"open\"") && l.contains("flood.tmp"))
-            .count() as u64;
-        let lost: u64 = text
-            .lines()
-            .filter(|l| l.contains("\"kind\":\"gap\""))
-            .filter_map(|l| {
-                l.split("\"count\":")
-                    .nth(1)?
-                    .split(|c: char| !c.is_ascii_digit())
-                    .next()?
-                    .parse::<u64>()
-                    .ok()
-            })
-            .sum();
-        let verify = Command::new(tartaros)
-            .args(["log", "verify"])
-            .arg(&log)
-            .output()?;
-        println!(
-            "  flood of {n} opens: {:.0} events/s generated, {opens} logged, {lost} lost (gap records), verify exit {}",
-            n as f64 / seconds,
-            verify.status.code().unwrap_or(-1)
-        );
-        let _ = std::fs::remove_file(&log);
-    }
+    let log = dir.path().join("flood.jsonl");
+    let out = Command::new(tartaros)
+        .args(["run", "--write", d, "--log-buffer", "256M", "--log"])
+        .arg(&log)
+        .arg("--")
+        .arg(w)
+        .args(args)
+        .current_dir(d)
+        .stderr(Stdio::null())
+        .output()?;
+    let mode = &args[args.len() - 2];
+    let (generated, seconds) = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| {
+            let mut fields = l.split_whitespace();
+            if fields.next()? != mode {
+                return None;
+            }
+            Some((fields.next()?.parse().ok()?, fields.next()?.parse().ok()?))
+        })
+        .unwrap_or((0, f64::NAN));
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let opens = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"open\"") && l.contains(marker))
+        .count() as u64;
+    let lost: u64 = text
+        .lines()
+        .filter(|l| l.contains("\"kind\":\"gap\""))
+        .filter_map(|l| {
+            l.split("\"count\":")
+                .nth(1)?
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    let verify = Command::new(tartaros)
+        .args(["log", "verify"])
+        .arg(&log)
+        .output()?;
+    let _ = std::fs::remove_file(&log);
+    Ok(Flood {
+        generated,
+        seconds,
+        logged: opens,
+        lost,
+        verify: verify.status.code().unwrap_or(-1),
+    })
+}
 
+/// (2) The event rate: floods of opens into a large ring buffer, from one
+/// generator, then from one generator per core at once.
+fn event_rate(setup: &Setup) -> Result<()> {
+    for n in [200_000u64, 1_000_000] {
+        let f = flood(setup, &["flood".into(), n.to_string()], "flood.tmp")?;
+        println!(
+            "  flood of {n} opens: {:.0} events/s generated, {} logged, {} lost (gap records), verify exit {}",
+            f.rate(),
+            f.logged,
+            f.lost,
+            f.verify
+        );
+    }
+    // One generator per core: a total rate no single process reaches.
+    // 500,000 opens each take 2-3 s on this host; when that loses events
+    // the size is halved (twice at most) for the largest zero-loss one.
+    let procs = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    let mut zero_loss = None;
+    for each in [500_000u64, 250_000, 125_000] {
+        let args = [
+            "procs".to_string(),
+            procs.to_string(),
+            "pflood".into(),
+            each.to_string(),
+        ];
+        let f = flood(setup, &args, "gen-")?;
+        println!(
+            "  flood of {} opens, one generator per core ({procs} processes x {each}): {:.2} s, {:.0} events/s generated, {} logged, {} lost (gap records), verify exit {}: {}",
+            f.generated,
+            f.seconds,
+            f.rate(),
+            f.logged,
+            f.lost,
+            f.verify,
+            if f.zero_loss() {
+                "zero loss"
+            } else {
+                "NOT zero loss"
+            }
+        );
+        if f.zero_loss() {
+            zero_loss = Some((f, each));
+            break;
+        }
+    }
+    match zero_loss {
+        Some((f, each)) => println!(
+            "  zero-loss rate with one generator per core: {:.0} events/s ({procs} x {each} opens)",
+            f.rate()
+        ),
+        None => println!(
+            "  no zero-loss size with one generator per core down to {procs} x 125000 opens"
+        ),
+    }
     Ok(())
+}
+
+/// Who runs a start-up row, and how.
+#[derive(Clone, Copy, PartialEq)]
+enum Who {
+    /// `bwrap --unshare-all --ro-bind / /`, as root: the baseline.
+    Bwrap,
+    Root,
+    /// The bench's ordinary user, through the service or not.
+    User {
+        service: bool,
+    },
+}
+
+struct Row {
+    name: String,
+    who: Who,
+    logged: bool,
+    /// Start-up and whole-run samples, or why the row cannot run.
+    samples: Result<[Vec<Duration>; 2], String>,
 }
 
 /// (3) The start-up `--log` adds: until the agent's first instruction (it
 /// prints CLOCK_MONOTONIC, which the sandbox does not offset), and the
-/// whole run of a program that does nothing, teardown included.
+/// whole run of a program that does nothing, teardown included; as root,
+/// and as an ordinary user with and without the service, side by side
+/// with bwrap.
 fn startup(setup: &Setup) -> Result<()> {
+    let callers = Callers::new(&setup.tartaros);
+    let result = startup_rows(setup, &callers);
+    callers.finish();
+    result
+}
+
+fn startup_rows(setup: &Setup, callers: &Callers) -> Result<()> {
     let Setup {
         tartaros,
-        workload: w,
+        workload,
         dir,
         cwd: d,
         runs,
     } = setup;
-    let runs = *runs;
-    let mut startup: [Vec<Duration>; 2] = Default::default();
-    let mut whole: [Vec<Duration>; 2] = Default::default();
-    for i in 0..runs.max(21) {
-        for logged in [false, true] {
-            let log = dir.path().join(format!("start-{i}.jsonl"));
-            let mut cmd = Command::new(tartaros);
-            cmd.arg("run");
-            if logged {
-                cmd.arg("--log").arg(&log);
+    let runs = (*runs).max(21);
+    let bwrap = crate::bench::which("bwrap").ok();
+    let user = callers.user.as_ref().ok();
+    let service = callers.service.as_ref().ok();
+    // The user's copy of the workload, in its own directory.
+    let user_workload = match user {
+        Some(user) => {
+            let copy = user.dir().join("workload");
+            std::fs::copy(workload, &copy)?;
+            Some(copy)
+        }
+        None => None,
+    };
+    let name = bench_user::NAME;
+    let mut rows = Vec::new();
+    let mut row = |name: String, who: Who, logged: bool, why_not: Option<&String>| {
+        rows.push(Row {
+            name,
+            who,
+            logged,
+            samples: match why_not {
+                Some(why) => Err(why.clone()),
+                None => Ok(Default::default()),
+            },
+        });
+    };
+    let no_bwrap = "bwrap is not installed".to_string();
+    row(
+        "bwrap --unshare-all --ro-bind / /".into(),
+        Who::Bwrap,
+        false,
+        bwrap.is_none().then_some(&no_bwrap),
+    );
+    row("tartaros run (root)".into(), Who::Root, false, None);
+    row("tartaros run --log (root)".into(), Who::Root, true, None);
+    let user_why = callers.user.as_ref().err();
+    let service_why = callers.service.as_ref().err();
+    for logged in [false, true] {
+        let flag = if logged { " --log" } else { "" };
+        row(
+            format!("tartaros run{flag} ({name}, no service)"),
+            Who::User { service: false },
+            logged,
+            user_why,
+        );
+    }
+    for logged in [false, true] {
+        let flag = if logged { " --log" } else { "" };
+        row(
+            format!("tartaros run{flag} ({name}, through the service)"),
+            Who::User { service: true },
+            logged,
+            service_why,
+        );
+    }
+    let command = |who: Who, logged: bool, i: usize| -> Command {
+        let stamp = |cmd: &mut Command, w: &Path| {
+            cmd.arg("--").arg(w).arg("stamp");
+        };
+        match who {
+            Who::Bwrap => {
+                let mut cmd = Command::new(bwrap.as_deref().unwrap_or("bwrap"));
+                cmd.args(["--unshare-all", "--ro-bind", "/", "/"])
+                    .arg(workload)
+                    .arg("stamp")
+                    .current_dir(d);
+                cmd
             }
-            cmd.arg("--").arg(w).arg("stamp").current_dir(d);
-            let begin = monotonic();
-            let out = cmd.stderr(Stdio::null()).output()?;
-            let end = monotonic();
-            let started = String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .find_map(|l| l.strip_prefix("started ")?.trim().parse::<f64>().ok())
-                .context("the sandboxed program printed no start time")?;
-            let slot = usize::from(logged);
-            startup[slot].push(Duration::from_secs_f64((started - begin).max(0.0)));
-            whole[slot].push(Duration::from_secs_f64(end - begin));
-            let _ = std::fs::remove_file(&log);
+            Who::Root => {
+                let mut cmd = Command::new(tartaros);
+                cmd.arg("run").current_dir(d);
+                if logged {
+                    cmd.arg("--log")
+                        .arg(dir.path().join(format!("start-{i}.jsonl")));
+                }
+                stamp(&mut cmd, Path::new(workload));
+                cmd
+            }
+            Who::User { service: via } => {
+                // Rows with `who` User exist only with a user (and a
+                // service for `via`): the others carry their reason.
+                let user = user.expect("a user row without a user");
+                let mut cmd = user.command(
+                    tartaros.to_str().unwrap_or("tartaros"),
+                    if via { service } else { None },
+                );
+                cmd.arg("run");
+                if logged {
+                    cmd.arg("--log")
+                        .arg(user.dir().join(format!("start-{i}.jsonl")));
+                }
+                stamp(
+                    &mut cmd,
+                    user_workload.as_deref().unwrap_or(Path::new(workload)),
+                );
+                cmd
+            }
+        }
+    };
+    let remove_log = |who: Who, i: usize| {
+        let log = match (who, user) {
+            (Who::User { .. }, Some(user)) => user.dir().join(format!("start-{i}.jsonl")),
+            _ => dir.path().join(format!("start-{i}.jsonl")),
+        };
+        let _ = std::fs::remove_file(log);
+    };
+    // One run of a row: (start-up, whole run), or why it failed. The
+    // warm-up (`i` none) keeps stderr for the reason.
+    let once = |who: Who, logged: bool, i: Option<usize>| -> Result<[Duration; 2], String> {
+        let mut cmd = command(who, logged, i.unwrap_or(0));
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        cmd.stderr(if i.is_some() {
+            Stdio::null()
+        } else {
+            Stdio::piped()
+        });
+        let begin = monotonic();
+        let out = cmd.output().map_err(|e| format!("failed to start: {e}"))?;
+        let end = monotonic();
+        remove_log(who, i.unwrap_or(0));
+        let started = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("started ")?.trim().parse::<f64>().ok());
+        match started {
+            Some(started) if out.status.success() => Ok([
+                Duration::from_secs_f64((started - begin).max(0.0)),
+                Duration::from_secs_f64(end - begin),
+            ]),
+            _ => {
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                let last = stderr.lines().last().unwrap_or("").trim().to_string();
+                Err(format!("{}: {last}", out.status))
+            }
+        }
+    };
+    for row in &mut rows {
+        if row.samples.is_ok()
+            && let Err(why) = once(row.who, row.logged, None)
+        {
+            row.samples = Err(why);
         }
     }
-    let [start_plain, start_logged] = startup.map(median);
-    let [whole_plain, whole_logged] = whole.map(median);
+    for i in 0..runs {
+        for row in &mut rows {
+            bench_user::check_interrupt()?;
+            let Ok(samples) = &mut row.samples else {
+                continue;
+            };
+            match once(row.who, row.logged, Some(i)) {
+                Ok([start, whole]) => {
+                    samples[0].push(start);
+                    samples[1].push(whole);
+                }
+                Err(why) if row.who == Who::Root => bail!("{} failed: {why}", row.name),
+                Err(why) => row.samples = Err(format!("failed on run {i}: {why}")),
+            }
+        }
+    }
+    let medians: Vec<Result<[Duration; 2], &String>> = rows
+        .iter()
+        .map(|r| {
+            r.samples
+                .as_ref()
+                .map(|[start, whole]| [median(start.clone()), median(whole.clone())])
+        })
+        .collect();
+    let (Ok([start_plain, whole_plain]), Ok([start_logged, whole_logged])) =
+        (&medians[1], &medians[2])
+    else {
+        bail!("the root rows did not run");
+    };
     println!(
         "  start-up (to the agent's first instruction): tartaros run {:.2} ms, with --log {:.2} ms: +{:.2} ms",
-        ms(start_plain),
-        ms(start_logged),
-        ms(start_logged) - ms(start_plain)
+        ms(*start_plain),
+        ms(*start_logged),
+        ms(*start_logged) - ms(*start_plain)
     );
     println!(
         "  whole run of a program that does nothing (start-up and teardown): {:.2} ms, with --log {:.2} ms: +{:.2} ms",
-        ms(whole_plain),
-        ms(whole_logged),
-        ms(whole_logged) - ms(whole_plain)
+        ms(*whole_plain),
+        ms(*whole_logged),
+        ms(*whole_logged) - ms(*whole_plain)
     );
+    println!(
+        "  per caller, medians of {runs} alternating runs of the workload's `stamp`{}:",
+        match user {
+            Some(user) => format!(" ({name}: the bench's throwaway user, uid {})", user.uid),
+            None => String::new(),
+        }
+    );
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let base = medians[0].as_ref().ok();
+    for (row, m) in rows.iter().zip(&medians) {
+        match m {
+            Ok([start, whole]) => {
+                let ratios = match base {
+                    Some([bstart, bwhole]) => format!(
+                        "   ratio vs bwrap {:.2}, {:.2}",
+                        start.as_secs_f64() / bstart.as_secs_f64(),
+                        whole.as_secs_f64() / bwhole.as_secs_f64()
+                    ),
+                    None => String::new(),
+                };
+                println!(
+                    "    {:<width$} start-up {:>7.2} ms   whole run {:>7.2} ms{ratios}",
+                    row.name,
+                    ms(*start),
+                    ms(*whole)
+                );
+            }
+            Err(why) => println!("    {:<width$} not run: {why}", row.name),
+        }
+    }
     Ok(())
 }

@@ -4,13 +4,16 @@
 //!   command under `tartaros run --log`), verify the log.
 //! - `ci`: install prerequisites, build, run the whole test suite.
 //! - `deps`: only install prerequisites (idempotent).
-//! - `bench startup|log|log-start|proxy`: side-by-side benchmarks
-//!   (`log-start` is the start-up part of `log` alone).
+//! - `bench startup|log|log-start|log-flood|proxy`: side-by-side
+//!   benchmarks (`log-start` and `log-flood` are the start-up and event
+//!   rate parts of `log` alone; `startup` and `log-start` add rows for a
+//!   throwaway ordinary user, with and without `tartaros service`).
 //! - `lab`: install the peer sandboxes and run the contract lab.
 //! - `package`: a Debian package (binary, man page, completions).
 mod bench;
 mod bench_log;
 mod bench_proxy;
+mod bench_user;
 mod deps;
 mod lab;
 mod package;
@@ -42,7 +45,7 @@ enum Task {
     },
     /// Benchmarks, side by side with baselines.
     Bench {
-        /// startup, log or proxy
+        /// startup, log, log-start, log-flood or proxy
         which: String,
         #[arg(long, default_value_t = 31)]
         runs: usize,
