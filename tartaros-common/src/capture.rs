@@ -29,10 +29,13 @@ pub mod record {
     pub const SYS_ADDR: u16 = 0x16;
     /// [`super::UnixEvent`]: a decision of the unix-socket path policy.
     pub const UNIX: u16 = 0x17;
+    /// [`super::SysFileEvent`]: a call on a descriptor, with the file the
+    /// kernel had behind it (the inode-flag ioctls).
+    pub const SYS_FILE: u16 = 0x18;
 
     /// Whether `r` (the `u16` at offset 28) is a capture record.
     pub const fn is_capture(r: u16) -> bool {
-        r >= EXEC && r <= UNIX
+        r >= EXEC && r <= SYS_FILE
     }
 }
 
@@ -433,7 +436,12 @@ impl UnixAllow {
     };
 }
 
+mod file;
 mod syscall_numbers;
+pub use file::{
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FileLayout, MAP_FILE_LAYOUT, SysFileEvent,
+    file_status,
+};
 pub use syscall_numbers::{AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag};
 
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);

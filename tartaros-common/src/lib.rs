@@ -261,6 +261,8 @@ mod user {
     unsafe impl aya::Pod for super::capture::CaptureConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::capture::UnixAllow {}
+    // SAFETY: as above: `repr(C)`, `Copy`, 20 `u32`s (size asserted).
+    unsafe impl aya::Pod for super::capture::FileLayout {}
     // SAFETY: as above: `repr(C)`, `Copy`, no padding (asserted), integers.
     unsafe impl aya::Pod for super::SavedDst {}
     // SAFETY: as above.

@@ -25,7 +25,8 @@
 //! Event capture (`capture.rs`), filtered to the sandbox cgroup:
 //! `sched_process_exec` / `sched_process_fork` / `sched_process_exit`
 //! (`tp_btf`, Linux >= 5.5); `sys_enter` / `sys_exit` (`tp_btf` as well,
-//! `syscalls.rs`).
+//! `syscalls.rs`); the file behind the descriptor of an inode-flag ioctl
+//! is read from the kernel at its exit (`fdpath.rs`).
 //!
 //! Every record goes to the `EVENTS` ring buffer (Linux >= 5.8); failed
 //! reservations are counted per effect kind in the per-CPU `EVENTS_LOST`
@@ -39,6 +40,8 @@
 #[cfg(target_arch = "bpf")]
 mod capture;
 #[cfg(target_arch = "bpf")]
+mod fdpath;
+#[cfg(target_arch = "bpf")]
 mod filter;
 #[cfg(target_arch = "bpf")]
 mod maps;
@@ -46,6 +49,8 @@ mod maps;
 mod probes;
 #[cfg(target_arch = "bpf")]
 mod syscalls;
+#[cfg(target_arch = "bpf")]
+mod sysemit;
 #[cfg(target_arch = "bpf")]
 mod unix;
 

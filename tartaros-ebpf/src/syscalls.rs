@@ -28,13 +28,12 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
-    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, SysAddrEvent,
-    SysEvent, SysPath2Event, SysPathEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, oflag, record,
+    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, X32_SYSCALL_BIT,
+    effect, flag, ioctl, nr, oflag, record,
 };
 
-use crate::maps::{
-    EVENTS, config, copy_kernel, count_lost, fill_header, in_sandbox, read_kernel, wake_flags,
-};
+use crate::maps::{config, count_lost, in_sandbox, read_kernel};
+use crate::sysemit::emit;
 
 /// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry.
 const TS_COMPAT: u32 = 0x0002;
@@ -70,12 +69,12 @@ const XATTR_REMOVE: u64 = 1;
 /// What to record for one syscall. 64 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Call {
-    effect: u16,
-    record: u16,
-    fd: i32,
-    fd2: i32,
-    flags: u32,
+pub(crate) struct Call {
+    pub(crate) effect: u16,
+    pub(crate) record: u16,
+    pub(crate) fd: i32,
+    pub(crate) fd2: i32,
+    pub(crate) flags: u32,
     /// User pointer of the (first) path or of the socket address.
     ptr: u64,
     /// User pointer of the second string.
@@ -84,7 +83,7 @@ struct Call {
     len: u32,
     /// One of [`when`].
     when: u32,
-    args: [u64; 3],
+    pub(crate) args: [u64; 3],
 }
 
 const _: () = assert!(size_of::<Call>() == 64);
@@ -93,13 +92,13 @@ const _: () = assert!(size_of::<Call>() == 64);
 /// read at entry. The socket address of a `SYS_ADDR` call is in `path`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Pending {
-    call: Call,
+pub(crate) struct Pending {
+    pub(crate) call: Call,
     nr: u64,
-    len: i32,
-    len2: i32,
-    path: [u8; PATH_BYTES],
-    path2: [u8; PATH_BYTES],
+    pub(crate) len: i32,
+    pub(crate) len2: i32,
+    pub(crate) path: [u8; PATH_BYTES],
+    pub(crate) path2: [u8; PATH_BYTES],
 }
 
 const _: () = assert!(size_of::<Pending>() == 592);
@@ -487,9 +486,13 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
         // utimensat(fd, NULL, ...) is futimens(fd).
         nr::UTIMENSAT if a[1] == 0 => Call::plain(e, fd(a[0]), [a[3], 0, 0]),
         nr::UTIMENSAT => Call::path(e, fd(a[0]), a[1], [a[3], 0, 0]),
+        // The fd's file now, to compare with the one named at exit.
         nr::IOCTL if ioctl::sets_flags(a[1]) => {
             let value = read_user::<u32>(a[2]).map(u64::from).unwrap_or(u64::MAX);
-            Call::plain(e, fd(a[0]), [a[1], value, 0])
+            let file = crate::fdpath::file_at_entry(fd(a[0]));
+            let mut c = Call::plain(e, fd(a[0]), [a[1], value, file]);
+            c.record = record::SYS_FILE;
+            c
         }
         nr::IOCTL => return None,
         nr::FILE_SETATTR => Call::path(e, fd(a[0]), a[1], [a[4], 0, 0]),
@@ -585,86 +588,4 @@ fn read_path(dst: *mut [u8; PATH_BYTES], src: u64, unreadable: u32, truncated: u
         return (n, truncated);
     }
     (n, 0)
-}
-
-/// Fills the fixed part of a syscall record.
-#[inline(always)]
-fn fill_sys(s: *mut SysEvent, cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
-    // SAFETY: `s` points to a reserved record, `p` to a map entry.
-    unsafe {
-        let call = &(*p).call;
-        fill_header(&raw mut (*s).header, cfg, call.record, call.effect);
-        (*s).header.flags |= call.flags;
-        (*s).nr = nr;
-        (*s).fd = call.fd;
-        (*s).fd2 = call.fd2;
-        (*s).len = (*p).len;
-        (*s).len2 = (*p).len2;
-        (*s)._pad = 0;
-        (*s).ret = ret;
-        (*s).args = call.args;
-    }
-}
-
-/// Writes the record of the call in `p` (a map entry) with result `ret`.
-#[inline(always)]
-fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
-    // SAFETY: `p` is a map entry; the copies stay inside it and inside
-    // the reserved records, whose sizes the helpers are told.
-    unsafe {
-        let kind = (*p).call.effect;
-        match (*p).call.record {
-            record::SYS_PATH => {
-                let Some(mut entry) = EVENTS.reserve::<SysPathEvent>(0) else {
-                    return count_lost(kind);
-                };
-                let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
-                copy_kernel(
-                    (&raw mut (*ev).path).cast::<u8>(),
-                    PATH_BYTES as u32,
-                    (&raw const (*p).path) as u64,
-                );
-                entry.submit(wake_flags(cfg, size_of::<SysPathEvent>()));
-            }
-            record::SYS_PATH2 => {
-                let Some(mut entry) = EVENTS.reserve::<SysPath2Event>(0) else {
-                    return count_lost(kind);
-                };
-                let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
-                copy_kernel(
-                    (&raw mut (*ev).path).cast::<u8>(),
-                    PATH_BYTES as u32,
-                    (&raw const (*p).path) as u64,
-                );
-                copy_kernel(
-                    (&raw mut (*ev).path2).cast::<u8>(),
-                    PATH_BYTES as u32,
-                    (&raw const (*p).path2) as u64,
-                );
-                entry.submit(wake_flags(cfg, size_of::<SysPath2Event>()));
-            }
-            record::SYS_ADDR => {
-                let Some(mut entry) = EVENTS.reserve::<SysAddrEvent>(0) else {
-                    return count_lost(kind);
-                };
-                let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
-                copy_kernel(
-                    (&raw mut (*ev).addr).cast::<u8>(),
-                    ADDR_BYTES as u32,
-                    (&raw const (*p).path) as u64,
-                );
-                entry.submit(wake_flags(cfg, size_of::<SysAddrEvent>()));
-            }
-            _ => {
-                let Some(mut entry) = EVENTS.reserve::<SysEvent>(0) else {
-                    return count_lost(kind);
-                };
-                fill_sys(entry.as_mut_ptr(), cfg, p, nr, ret);
-                entry.submit(wake_flags(cfg, size_of::<SysEvent>()));
-            }
-        }
-    }
 }

@@ -245,15 +245,11 @@ fn ci(no_peers: bool) -> Result<()> {
     // Asserted: every attack mitigated, every control passing. A few
     // contracts race short sleeps on a loaded host, so a failing lab run is
     // repeated once before it fails CI.
-    // Known gaps the lab still shows, each with a contract of its own
-    // (see runner/README.md): the path of an FS_IOC_SETFLAGS change.
     let tartaros_lab = [
         "--sandbox".to_string(),
         "tartaros".into(),
         "--fail-on".into(),
         "tartaros".into(),
-        "--not-asserted".into(),
-        "13.setflags-path".into(),
     ];
     if let Err(first) = lab::run_lab(&tartaros_lab) {
         eprintln!("xtask: the lab failed against TartarOS ({first:#}); running it once more");

@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 use tartaros_common::capture::{
     AT_FDCWD, EventHeader, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, SUN_PATH_MAX, SysAddrEvent,
-    SysEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record, unix_hook,
-    unix_verdict,
+    SysEvent, SysFileEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record,
+    unix_hook, unix_verdict,
 };
 use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, verdict};
 
@@ -52,6 +52,8 @@ unsafe impl Plain for SysPathEvent {}
 unsafe impl Plain for SysPath2Event {}
 // SAFETY: as above.
 unsafe impl Plain for SysAddrEvent {}
+// SAFETY: as above.
+unsafe impl Plain for SysFileEvent {}
 // SAFETY: as above.
 unsafe impl Plain for UnixEvent {}
 // SAFETY: as above.
@@ -143,6 +145,7 @@ impl Decoder {
                     .map(|e| self.sys(&e.sys, Some(&e.path[..]), Some(&e.path2[..]), None)),
                 record::SYS_ADDR => read::<SysAddrEvent>(bytes)
                     .map(|e| self.sys(&e.sys, None, None, Some(&e.addr[..]))),
+                record::SYS_FILE => read::<SysFileEvent>(bytes).map(|e| self.sys_file(&e)),
                 record::UNIX => read::<UnixEvent>(bytes).map(|e| Some(self.unix(&e))),
                 k if (kind::CONNECT4..=kind::SOCK_CREATE).contains(&k) => {
                     read::<ConnectEvent>(bytes).map(|e| Some(self.connect_event(&e)))
@@ -352,8 +355,10 @@ impl Decoder {
             }
             _ => {}
         }
+        // A `SYS_FILE` record names its file from the kernel (`decode_file.rs`).
         let fd_target = path.is_none()
             && addr.is_none()
+            && h.record != record::SYS_FILE
             && h.effect != effect::SIGNAL
             && h.effect != effect::SYSCALL;
         if fd_target {
@@ -576,6 +581,8 @@ fn join(base: &str, rel: &str) -> String {
     out
 }
 
+#[path = "decode_file.rs"]
+mod file;
 #[path = "decode_net.rs"]
 mod net;
 #[path = "decode_proc.rs"]

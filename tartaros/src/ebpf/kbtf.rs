@@ -39,7 +39,14 @@ pub struct KernelLayout {
     /// BTF ids of the `btf_trace_<tracepoint>` typedefs that `tp_btf`
     /// programs attach to, in the order of [`TP_BTF`].
     pub tp_btf_ids: [u32; 5],
+    /// What `fdpath.rs` walks from a descriptor to its file's names, or
+    /// why it cannot (records then fall back to `/proc`, and say so).
+    pub file: Result<FileOffsets, String>,
 }
+
+#[path = "kbtf_file.rs"]
+mod file;
+pub use file::FileOffsets;
 
 /// The tracepoints of the `tp_btf` capture programs, in attach order:
 /// process events first, so that no exec can slip between them and the
@@ -314,6 +321,7 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
             id("btf_trace_sys_enter", KIND_TYPEDEF)?,
             id("btf_trace_sys_exit", KIND_TYPEDEF)?,
         ],
+        file: file::offsets(&btf),
     })
 }
 

@@ -179,7 +179,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-v4-{}.json",
+        "/run/tartaros/kernel-layout-v5-{}.json",
         &hex::encode(digest)[..16]
     )))
 }
@@ -260,6 +260,26 @@ pub(super) fn set_config(object: &mut Object, config: CaptureConfig) -> Result<(
         .map_err(|source| EbpfError::Map { map: name, source })?;
     array
         .set(0, config, 0)
+        .map_err(|source| EbpfError::Map { map: name, source })
+}
+
+/// Fills `FILE_LAYOUT` when the kernel BTF had every offset; otherwise the
+/// map stays zero and the program reads no file (its records say so).
+pub(super) fn set_file_layout(
+    object: &mut Object,
+    layout: Option<&KernelLayout>,
+) -> Result<(), EbpfError> {
+    let Some(Ok(offsets)) = layout.map(|l| &l.file) else {
+        return Ok(());
+    };
+    let name = tartaros_common::capture::MAP_FILE_LAYOUT;
+    let map = object
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array = Array::<_, tartaros_common::capture::FileLayout>::try_from(map)
+        .map_err(|source| EbpfError::Map { map: name, source })?;
+    array
+        .set(0, offsets.to_map(), 0)
         .map_err(|source| EbpfError::Map { map: name, source })
 }
 

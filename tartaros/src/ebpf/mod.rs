@@ -269,6 +269,7 @@ pub fn attach_with(
     load::set_unix_prefixes(&mut object, &unix_prefixes)?;
     if options.capture {
         load::set_syscall_kinds(&mut object)?;
+        load::set_file_layout(&mut object, layout.as_ref())?;
     }
     let transparent = match options.transparent_port {
         Some(0) => {

@@ -1,0 +1,109 @@
+//! The file behind a descriptor, read from the kernel at the syscall's
+//! exit (`tartaros-ebpf/src/fdpath.rs`): inode, device and the names up the
+//! dentry chain, so the record names the file the call acted on without a
+//! `/proc` lookup that races the process's exit. See docs/ebpf.md,
+//! "Kernel-sourced paths".
+
+use super::SysEvent;
+
+/// Name of the map holding the one [`FileLayout`].
+pub const MAP_FILE_LAYOUT: &str = "FILE_LAYOUT";
+
+/// Bytes of [`SysFileEvent::names`].
+pub const FILE_NAMES_BYTES: usize = 1024;
+/// Longest name read at once (`NAME_MAX` + NUL).
+pub const FILE_NAME_MAX: usize = 256;
+/// Steps of the walk: one per path component or mount crossing.
+pub const FILE_WALK_STEPS: u32 = 128;
+
+/// Bits of [`SysFileEvent::status`].
+pub mod file_status {
+    /// [`super::FileLayout`] was not filled (offsets missing from the BTF):
+    /// nothing was read.
+    pub const NO_LAYOUT: u32 = 1 << 0;
+    /// The fd was not open at the syscall's exit.
+    pub const NO_FILE: u32 = 1 << 1;
+    /// The fd named another `struct file` at entry than at exit (another
+    /// thread sharing the table swapped it during the call).
+    pub const FD_CHANGED: u32 = 1 << 2;
+    /// The walk reached the root of the caller's mount namespace: `names`
+    /// is the whole path.
+    pub const COMPLETE: u32 = 1 << 3;
+    /// The walk stopped at its step or byte limit; `names` is the tail.
+    pub const TRUNCATED: u32 = 1 << 4;
+    /// A name or a pointer of the chain could not be read.
+    pub const UNREADABLE: u32 = 1 << 5;
+    /// A dentry that is its own parent but no mount's root (a disconnected
+    /// dentry): the path above it is unknown.
+    pub const DISCONNECTED: u32 = 1 << 6;
+}
+
+/// Offsets of the kernel structures the walk reads, from the kernel BTF
+/// (`tartaros/src/ebpf/kbtf_file.rs`). `valid == 0` (a fresh map) makes the
+/// program read nothing. 80 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FileLayout {
+    pub valid: u32,
+    /// `task_struct.files`.
+    pub task_files: u32,
+    /// `files_struct.fdt`.
+    pub files_fdt: u32,
+    /// `fdtable.max_fds`, `fdtable.fd`.
+    pub fdt_max_fds: u32,
+    pub fdt_fd: u32,
+    /// `file.f_path.mnt`, `file.f_path.dentry`, `file.f_inode`.
+    pub file_mnt: u32,
+    pub file_dentry: u32,
+    pub file_inode: u32,
+    /// `inode.i_ino`, `inode.i_sb`, `inode.i_nlink`.
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub inode_nlink: u32,
+    /// `super_block.s_dev`.
+    pub sb_dev: u32,
+    /// `dentry.d_parent`, `dentry.d_name.name`.
+    pub dentry_parent: u32,
+    pub dentry_name: u32,
+    /// `mount.mnt` (the `struct vfsmount` a `struct path` points to),
+    /// `mount.mnt_parent`, `mount.mnt_mountpoint`, `mount.mnt_id`.
+    pub mount_mnt: u32,
+    pub mount_parent: u32,
+    pub mount_mountpoint: u32,
+    pub mount_id: u32,
+    /// `vfsmount.mnt_root`.
+    pub vfsmount_root: u32,
+    pub _pad: u32,
+}
+
+/// [`SysEvent`] of a call on a descriptor, with the file behind it.
+/// 1152 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SysFileEvent {
+    pub sys: SysEvent,
+    /// `inode.i_ino`.
+    pub ino: u64,
+    /// `super_block.s_dev` (kernel encoding: major << 20 | minor).
+    pub dev: u32,
+    /// `mount.mnt_id` of the fd's mount (-1 when unread).
+    pub mnt_id: i32,
+    /// `inode.i_nlink` (0: the file was deleted).
+    pub nlink: u32,
+    /// [`file_status`] bits.
+    pub status: u32,
+    /// Names in `names`.
+    pub depth: u32,
+    /// Bytes of `names` used.
+    pub names_len: u32,
+    /// The names from the file up, each NUL-terminated: `leaf\0dir\0...`.
+    /// Mount crossings add no name (a mount's root has the mount point's).
+    pub names: [u8; FILE_NAMES_BYTES],
+}
+
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 80);
+const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1152);
+const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);
+// Room for a name at any offset the walk writes at.
+const _: () = assert!(FILE_NAMES_BYTES >= 2 * FILE_NAME_MAX);
+const _: () = assert!(FILE_NAMES_BYTES.is_power_of_two());

@@ -1,0 +1,244 @@
+//! The file behind a descriptor, from the kernel's own objects, for the
+//! records of calls that name no path (the inode-flag ioctls): at
+//! `sys_exit`, `current->files->fdt->fd[fd]` gives the `struct file`; its
+//! inode gives (device, inode number), and its `f_path` the names up to the
+//! root of the caller's mount namespace, walked over `d_parent` and the
+//! mounts' `mnt_mountpoint` as `d_path` would (which these hosts allow
+//! only in LSM / fentry programs, both refused).
+//!
+//! The names are read while the kernel holds them: nothing in user space
+//! looks the file up afterwards, so a process that has exited (or closed
+//! the fd) by the time the record is read is still named. The offsets come
+//! from the kernel BTF (`FILE_LAYOUT`, filled by the supervisor); without
+//! them nothing is read and the record says so.
+
+use core::ffi::c_void;
+
+use aya_ebpf::{helpers::generated, macros::map, maps::Array};
+use tartaros_common::capture::{
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FileLayout, SysFileEvent, file_status,
+};
+
+use crate::maps::read_kernel;
+
+#[map(name = "FILE_LAYOUT")]
+static FILE_LAYOUT: Array<FileLayout> = Array::with_max_entries(1, 0);
+
+/// Highest offset in `names` a name is read at: a whole name fits after it.
+const LAST_OFFSET: u32 = (FILE_NAMES_BYTES - FILE_NAME_MAX) as u32;
+/// The mask that proves to the verifier an offset is inside `names`.
+const OFFSET_MASK: u32 = FILE_NAMES_BYTES as u32 - 1;
+
+#[inline(always)]
+fn layout() -> Option<&'static FileLayout> {
+    FILE_LAYOUT.get(0).filter(|l| l.valid != 0)
+}
+
+#[inline(always)]
+fn at(base: u64, offset: u32) -> Option<u64> {
+    if base == 0 {
+        return None;
+    }
+    read_kernel::<u64>(base + offset as u64)
+}
+
+/// The `struct file *` at `fd` in the current task's table (0: none).
+#[inline(always)]
+fn file_of(l: &FileLayout, fd: i32) -> u64 {
+    if fd < 0 {
+        return 0;
+    }
+    // SAFETY: helper without arguments; used as an address only.
+    let task = unsafe { generated::bpf_get_current_task() };
+    let Some(fdt) = at(task, l.task_files).and_then(|files| at(files, l.files_fdt)) else {
+        return 0;
+    };
+    let max = read_kernel::<u32>(fdt + l.fdt_max_fds as u64).unwrap_or(0);
+    if fd as u32 >= max {
+        return 0;
+    }
+    at(fdt, l.fdt_fd)
+        .and_then(|fds| at(fds, fd as u32 * 8))
+        .unwrap_or(0)
+}
+
+/// The file at `fd` when the call starts, compared at exit (0 when the
+/// offsets are unknown or the fd is not open).
+#[inline(always)]
+pub fn file_at_entry(fd: i32) -> u64 {
+    layout().map_or(0, |l| file_of(l, fd))
+}
+
+/// Fills the file part of the reserved record `ev` for `fd`, which held
+/// `entry` (from [`file_at_entry`]) when the call started.
+#[inline(always)]
+pub fn fill(ev: *mut SysFileEvent, fd: i32, entry: u64) {
+    // SAFETY: `ev` is a reserved ring-buffer record of this size; every
+    // write stays inside it (names at offsets masked and bounded below).
+    unsafe {
+        (*ev).ino = 0;
+        (*ev).dev = 0;
+        (*ev).mnt_id = -1;
+        (*ev).nlink = 0;
+        (*ev).depth = 0;
+        (*ev).names_len = 0;
+        (*ev).status = walk(ev, fd, entry);
+    }
+}
+
+/// Reads the file and its names into `ev`; returns the status bits.
+///
+/// # Safety
+/// `ev` points to a reserved record of `size_of::<SysFileEvent>()` bytes.
+#[inline(always)]
+unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
+    let Some(l) = layout() else {
+        return file_status::NO_LAYOUT;
+    };
+    let file = file_of(l, fd);
+    if file == 0 {
+        return file_status::NO_FILE;
+    }
+    let mut status = 0;
+    if file != entry {
+        status |= file_status::FD_CHANGED;
+    }
+    let inode = at(file, l.file_inode).unwrap_or(0);
+    let sb = at(inode, l.inode_sb).unwrap_or(0);
+    let (Some(vfsmnt), Some(dentry)) = (at(file, l.file_mnt), at(file, l.file_dentry)) else {
+        return status | file_status::UNREADABLE;
+    };
+    // SAFETY: as promised by the caller; plain stores of integers.
+    unsafe {
+        (*ev).ino = at(inode, l.inode_ino).unwrap_or(0);
+        if sb != 0 {
+            (*ev).dev = read_kernel::<u32>(sb + l.sb_dev as u64).unwrap_or(0);
+        }
+        if inode != 0 {
+            (*ev).nlink = read_kernel::<u32>(inode + l.inode_nlink as u64).unwrap_or(0);
+        }
+    }
+    // A `struct path` points to the `struct vfsmount` inside a `struct mount`.
+    let mnt = vfsmnt.wrapping_sub(l.mount_mnt as u64);
+    // SAFETY: as above.
+    unsafe {
+        (*ev).mnt_id = read_kernel::<i32>(mnt + l.mount_id as u64).unwrap_or(-1);
+    }
+    let mut walk = Walk {
+        // SAFETY: the record's own bytes; `step` masks offsets into them.
+        names: unsafe { (&raw mut (*ev).names).cast::<u8>() },
+        layout: l,
+        mnt,
+        dentry,
+        off: 0,
+        depth: 0,
+        end: file_status::TRUNCATED,
+        _pad: 0,
+    };
+    // SAFETY: `walk` outlives the call and `step` only touches it (and the
+    // record it points into); bpf_loop fails only on bad arguments.
+    let r = unsafe {
+        generated::bpf_loop(
+            FILE_WALK_STEPS,
+            step as *mut c_void,
+            (&raw mut walk).cast::<c_void>(),
+            0,
+        )
+    };
+    if r < 0 {
+        walk.end = file_status::UNREADABLE;
+    }
+    // SAFETY: as above.
+    unsafe {
+        (*ev).depth = walk.depth;
+        (*ev).names_len = walk.off;
+    }
+    status | walk.end
+}
+
+/// The state of a walk, shared with the `bpf_loop` callback: the verifier
+/// walks a callback until its state repeats, where an unrolled walk cost
+/// 59,000 verified instructions (45 ms more per start) instead of a few
+/// thousand.
+#[repr(C)]
+struct Walk {
+    names: *mut u8,
+    layout: *const FileLayout,
+    /// The `struct mount` and the dentry the next step looks at.
+    mnt: u64,
+    dentry: u64,
+    /// Bytes of names written, names written.
+    off: u32,
+    depth: u32,
+    /// The status to report when the walk stops.
+    end: u32,
+    _pad: u32,
+}
+
+/// `bpf_loop` callback: one step up, writing one name or crossing one
+/// mount; returns 1 to stop.
+extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
+    let w = ctx.cast::<Walk>();
+    // SAFETY: `ctx` is the caller's `Walk`; `layout` points into the
+    // FILE_LAYOUT map value and `names` into the reserved record.
+    unsafe {
+        let l = &*(*w).layout;
+        let (mnt, dentry) = ((*w).mnt, (*w).dentry);
+        let root = at(mnt.wrapping_add(l.mount_mnt as u64), l.vfsmount_root);
+        let parent = at(dentry, l.dentry_parent);
+        let (Some(root), Some(parent)) = (root, parent) else {
+            return stop(w, file_status::UNREADABLE);
+        };
+        if dentry == root || dentry == parent {
+            if dentry != root {
+                // Its own parent but no mount's root: nothing above it.
+                return stop(w, file_status::DISCONNECTED);
+            }
+            let Some(up) = at(mnt, l.mount_parent) else {
+                return stop(w, file_status::UNREADABLE);
+            };
+            if up == mnt {
+                return stop(w, file_status::COMPLETE);
+            }
+            // A mount's root has the name of the dentry it is mounted on.
+            let Some(point) = at(mnt, l.mount_mountpoint) else {
+                return stop(w, file_status::UNREADABLE);
+            };
+            (*w).dentry = point;
+            (*w).mnt = up;
+            return 0;
+        }
+        let o = (*w).off & OFFSET_MASK;
+        if o > LAST_OFFSET {
+            return stop(w, file_status::TRUNCATED);
+        }
+        let Some(name) = at(dentry, l.dentry_name) else {
+            return stop(w, file_status::UNREADABLE);
+        };
+        // `o <= LAST_OFFSET`: FILE_NAME_MAX bytes from it stay inside
+        // `names`; the helper checks `name`.
+        let n = generated::bpf_probe_read_kernel_str(
+            (*w).names.add(o as usize).cast::<c_void>(),
+            FILE_NAME_MAX as u32,
+            name as *const c_void,
+        );
+        if n <= 0 {
+            return stop(w, file_status::UNREADABLE);
+        }
+        (*w).off = o + n as u32;
+        (*w).depth += 1;
+        (*w).dentry = parent;
+    }
+    0
+}
+
+/// Ends the walk with `end`.
+///
+/// # Safety
+/// `w` is the walk's state.
+#[inline(always)]
+unsafe fn stop(w: *mut Walk, end: u32) -> i64 {
+    // SAFETY: as promised by the caller.
+    unsafe { (*w).end = end };
+    1
+}

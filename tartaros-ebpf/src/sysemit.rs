@@ -1,0 +1,104 @@
+//! Writing a syscall record: the call noted at `sys_enter` (a `PENDING`
+//! entry) and the kernel's result, into a ring-buffer record of the call's
+//! type. Kept apart from `syscalls.rs`, which decides what is recorded.
+
+use tartaros_common::capture::{
+    ADDR_BYTES, CaptureConfig, PATH_BYTES, SysAddrEvent, SysEvent, SysFileEvent, SysPath2Event,
+    SysPathEvent, record,
+};
+
+use crate::maps::{EVENTS, copy_kernel, count_lost, fill_header, wake_flags};
+use crate::syscalls::Pending;
+
+/// Fills the fixed part of a syscall record.
+#[inline(always)]
+fn fill_sys(s: *mut SysEvent, cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+    // SAFETY: `s` points to a reserved record, `p` to a map entry.
+    unsafe {
+        let call = &(*p).call;
+        fill_header(&raw mut (*s).header, cfg, call.record, call.effect);
+        (*s).header.flags |= call.flags;
+        (*s).nr = nr;
+        (*s).fd = call.fd;
+        (*s).fd2 = call.fd2;
+        (*s).len = (*p).len;
+        (*s).len2 = (*p).len2;
+        (*s)._pad = 0;
+        (*s).ret = ret;
+        (*s).args = call.args;
+    }
+}
+
+/// Writes the record of the call in `p` (a map entry) with result `ret`.
+#[inline(always)]
+pub(crate) fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+    // SAFETY: `p` is a map entry; the copies stay inside it and inside
+    // the reserved records, whose sizes the helpers are told.
+    unsafe {
+        let kind = (*p).call.effect;
+        match (*p).call.record {
+            record::SYS_PATH => {
+                let Some(mut entry) = EVENTS.reserve::<SysPathEvent>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).path).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysPathEvent>()));
+            }
+            record::SYS_PATH2 => {
+                let Some(mut entry) = EVENTS.reserve::<SysPath2Event>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).path).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                copy_kernel(
+                    (&raw mut (*ev).path2).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path2) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysPath2Event>()));
+            }
+            record::SYS_ADDR => {
+                let Some(mut entry) = EVENTS.reserve::<SysAddrEvent>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                copy_kernel(
+                    (&raw mut (*ev).addr).cast::<u8>(),
+                    ADDR_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                entry.submit(wake_flags(cfg, size_of::<SysAddrEvent>()));
+            }
+            record::SYS_FILE => {
+                let Some(mut entry) = EVENTS.reserve::<SysFileEvent>(0) else {
+                    return count_lost(kind);
+                };
+                let ev = entry.as_mut_ptr();
+                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                // A kernel address, for the comparison only.
+                (*ev).sys.args[2] = 0;
+                crate::fdpath::fill(ev, (*p).call.fd, (*p).call.args[2]);
+                entry.submit(wake_flags(cfg, size_of::<SysFileEvent>()));
+            }
+            _ => {
+                let Some(mut entry) = EVENTS.reserve::<SysEvent>(0) else {
+                    return count_lost(kind);
+                };
+                fill_sys(entry.as_mut_ptr(), cfg, p, nr, ret);
+                entry.submit(wake_flags(cfg, size_of::<SysEvent>()));
+            }
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! Records of calls on a descriptor that carry the file the kernel had
+//! behind it ([`SysFileEvent`], the inode-flag ioctls): the path is the
+//! kernel's names at the syscall's exit, not a `/proc/<pid>/fd` lookup made
+//! when the record is read (by then the process may be gone, or the fd
+//! closed or reused). See docs/ebpf.md, "Kernel-sourced paths".
+
+use std::os::unix::fs::MetadataExt;
+
+use tartaros_common::capture::{FILE_NAMES_BYTES, SysFileEvent, file_status};
+
+use super::*;
+
+impl Decoder {
+    pub(super) fn sys_file(&mut self, e: &SysFileEvent) -> Option<Record> {
+        let mut r = self.sys(&e.sys, None, None, None)?;
+        let t = &mut r.target;
+        t.insert("fd", e.sys.fd);
+        let status = e.status;
+        if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
+            t.insert("ino", e.ino);
+            t.insert("dev", user_dev(e.dev));
+            if e.nlink == 0 {
+                // Named as it was before its last link went.
+                t.insert("deleted", true);
+            }
+        }
+        if status & file_status::FD_CHANGED != 0 {
+            // Another thread sharing the fd table put another file at
+            // this number during the call: the file named is the one
+            // there at exit, which may not be the one the call changed.
+            t.insert("fd_changed", true);
+        }
+        let names = names_of(e);
+        if status & file_status::COMPLETE != 0
+            && let Some(names) = names
+        {
+            t.insert("path", path_of(&names));
+            t.insert("path_source", "kernel");
+            return Some(r);
+        }
+        let why = if status & file_status::NO_LAYOUT != 0 {
+            "no file offsets in the kernel BTF"
+        } else if status & file_status::NO_FILE != 0 {
+            "fd not open at exit"
+        } else if status & file_status::DISCONNECTED != 0 {
+            "disconnected dentry"
+        } else if status & file_status::UNREADABLE != 0 {
+            "unreadable"
+        } else {
+            "too deep"
+        };
+        t.insert("kernel_path_incomplete", why);
+        if let Some(names) = names.filter(|n| !n.is_empty()) {
+            // The leaf side, which the kernel did name.
+            t.insert("kernel_tail", path_of(&names).trim_start_matches('/'));
+        }
+        // Last resort, racy: the fd of a process that is still there, and
+        // only if it still holds the inode the kernel named.
+        let known = (status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0)
+            .then_some((user_dev(e.dev), e.ino));
+        match self.fd_path_checked(e.sys.header.tgid, e.sys.fd, known) {
+            Some(p) => {
+                t.insert("path", p);
+                t.insert("resolved_from", "fd");
+                t.insert("path_source", "proc");
+            }
+            None => {
+                t.insert("path_unresolved", true);
+            }
+        }
+        Some(r)
+    }
+
+    /// `/proc/<tgid>/fd/<fd>`, if it still names `(dev, ino)` when known.
+    fn fd_path_checked(&self, tgid: u32, fd: i32, known: Option<(u64, u64)>) -> Option<String> {
+        if fd < 0 {
+            return None;
+        }
+        let link = format!("{}/{tgid}/fd/{fd}", self.proc_root);
+        if let Some((dev, ino)) = known {
+            let meta = std::fs::metadata(&link).ok()?;
+            if (meta.dev(), meta.ino()) != (dev, ino) {
+                return None;
+            }
+        }
+        self.fd_path(tgid, fd)
+    }
+}
+
+/// The names of `e`, leaf first (`None` when the buffer is inconsistent).
+fn names_of(e: &SysFileEvent) -> Option<Vec<&[u8]>> {
+    let len = usize::try_from(e.names_len).ok()?;
+    if len > FILE_NAMES_BYTES {
+        return None;
+    }
+    let raw = &e.names[..len];
+    let raw = raw.strip_suffix(&[0]).unwrap_or(raw);
+    if raw.is_empty() {
+        return (e.depth == 0).then(Vec::new);
+    }
+    let names: Vec<&[u8]> = raw.split(|&b| b == 0).collect();
+    // Every name was read whole, and a name never holds a `/` or a NUL.
+    let sane = names.len() == e.depth as usize
+        && names
+            .iter()
+            .all(|n| !n.is_empty() && !n.contains(&b'/') && *n != b"." && *n != b"..");
+    sane.then_some(names)
+}
+
+/// `/` + the names root first, shown as the log shows kernel names.
+fn path_of(names: &[&[u8]]) -> String {
+    if names.is_empty() {
+        return "/".into();
+    }
+    let mut bytes = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum());
+    for n in names.iter().rev() {
+        bytes.push(b'/');
+        bytes.extend_from_slice(n);
+    }
+    crate::fswatch::display(&bytes)
+}
+
+/// The kernel's `dev_t` (major << 20 | minor) as `stat` reports it.
+fn user_dev(dev: u32) -> u64 {
+    libc::makedev(dev >> 20, dev & 0xf_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(names: &[&str], status: u32) -> SysFileEvent {
+        let mut buf = [0u8; FILE_NAMES_BYTES];
+        let mut off = 0;
+        for n in names {
+            buf[off..off + n.len()].copy_from_slice(n.as_bytes());
+            off += n.len() + 1;
+        }
+        // SAFETY: plain data; every bit pattern is valid.
+        let mut e: SysFileEvent = unsafe { std::mem::zeroed() };
+        e.names = buf;
+        e.names_len = off as u32;
+        e.depth = names.len() as u32;
+        e.status = status;
+        e.dev = (8 << 20) | 1;
+        e.ino = 42;
+        e.nlink = 1;
+        e
+    }
+
+    #[test]
+    fn names_are_joined_root_first() {
+        let e = event(&["flagged", "work", "lab"], file_status::COMPLETE);
+        let names = names_of(&e).unwrap();
+        assert_eq!(path_of(&names), "/lab/work/flagged");
+        assert_eq!(path_of(&[]), "/");
+        assert_eq!(user_dev(e.dev), libc::makedev(8, 1));
+    }
+
+    #[test]
+    fn inconsistent_buffers_are_refused() {
+        let mut e = event(&["a", "b"], file_status::COMPLETE);
+        e.depth = 3;
+        assert!(names_of(&e).is_none());
+        let e = event(&["a/b"], file_status::COMPLETE);
+        assert!(names_of(&e).is_none());
+        let mut e = event(&["a"], file_status::COMPLETE);
+        e.names_len = FILE_NAMES_BYTES as u32 + 1;
+        assert!(names_of(&e).is_none());
+    }
+}
