@@ -30,7 +30,10 @@
 
 use core::{ffi::c_void, mem::MaybeUninit};
 
-use aya_ebpf::{bindings::bpf_sock_addr, helpers::generated::bpf_loop};
+use aya_ebpf::{
+    bindings::bpf_sock_addr,
+    helpers::generated::{bpf_loop, bpf_probe_read_kernel_str},
+};
 use tartaros_common::capture::{
     KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, SUN_PATH_MAX, UNIX_MIRROR, UNIX_MIRROR_LEN,
     UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixAllow, UnixEvent, effect, record, unix_hook,
@@ -88,9 +91,15 @@ struct Scan {
     allow: *const UnixAllow,
     /// The kernel's copy of the address (`sockaddr_un`).
     uaddr: u64,
+    /// Bytes of the name the caller passed (at most `SUN_PATH_MAX`).
+    plen: u64,
     /// The name rewritten under the slot's mirror.
     pinned: [u64; UNIX_WORDS],
 }
+
+/// The most bytes a name keeps after its prefix once it is rewritten under
+/// its mirror (`/dev/.u/N/` + rest must fit in `sun_path`).
+const MAX_REST: u64 = (SUN_PATH_MAX - UNIX_MIRROR_LEN) as u64;
 
 /// The path buffer: the 112 compared bytes plus one zero word, so that the
 /// look-ahead of the `..` scan needs no bounds branch.
@@ -156,6 +165,8 @@ fn judge(ctx: u64, scan: *mut Scan) -> (u16, u32) {
     if plen == 0 {
         return (unix_verdict::DENY_ERROR, addr_len);
     }
+    // SAFETY: the caller's buffer.
+    unsafe { (*scan).plen = plen as u64 };
     // sun_path follows the 2-byte family; only the caller's `plen` bytes.
     if copy_kernel(path.cast::<u8>(), plen, uaddr + 2) < 0 {
         return (unix_verdict::DENY_ERROR, addr_len);
@@ -277,18 +288,17 @@ fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
         let prefix = &(*(*scan).allow).prefixes[slot as usize];
         (slot, prefix.len as u64, (*scan).uaddr)
     };
-    // The name ends at its first NUL (the kernel's `strlen`), which may
-    // come before the end of the address the caller passed.
-    // SAFETY: the words are initialised.
-    let len = name_len(unsafe { &(*scan).words });
+    // SAFETY: written by `judge` before any prefix could match.
+    let plen = unsafe { (*scan).plen };
     // The prefix matched, so the name is at least that long.
-    let rest = len.wrapping_sub(prefix_len);
-    if rest > (SUN_PATH_MAX - UNIX_MIRROR_LEN) as u64 {
+    let avail = plen.wrapping_sub(prefix_len);
+    if avail > SUN_PATH_MAX as u64 {
         return false;
     }
-    // SAFETY: the caller's buffer; `rest` bytes fit after the mirror
-    // prefix (checked above), and the copy reads the kernel's own copy of
-    // the address, which the caller cannot change any more.
+    // SAFETY: the caller's buffer; the copy is at most `MAX_REST + 1`
+    // bytes after the mirror prefix, inside `pinned`, and reads the
+    // kernel's own copy of the address, which the caller cannot change
+    // any more.
     unsafe {
         let out = &raw mut (*scan).pinned;
         let mut w = 0;
@@ -300,13 +310,25 @@ fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
         core::ptr::write_volatile(out.cast::<u64>(), head);
         let tail = (b'0' as u64 + slot) | ((b'/' as u64) << 8);
         core::ptr::write_volatile(out.cast::<u64>().add(1), tail);
-        if rest > 0
-            && copy_kernel(
-                out.cast::<u8>().add(UNIX_MIRROR_LEN),
-                rest as u32,
-                uaddr + 2 + prefix_len,
-            ) < 0
-        {
+        // The rest of the name ends at its first NUL or at the caller's
+        // length, as the kernel's lookup will take it; the helper stops
+        // at the NUL (a loop here multiplied the verifier's work by 14).
+        // One byte more than fits, to tell a name that is too long.
+        let size = if avail > MAX_REST {
+            MAX_REST + 1
+        } else {
+            avail
+        } + 1;
+        let copied = bpf_probe_read_kernel_str(
+            out.cast::<u8>().add(UNIX_MIRROR_LEN).cast::<c_void>(),
+            size as u32,
+            (uaddr + 2 + prefix_len) as *const c_void,
+        );
+        if copied <= 0 {
+            return false;
+        }
+        let rest = copied as u64 - 1;
+        if rest > MAX_REST {
             return false;
         }
         let total = (UNIX_MIRROR_LEN as u64 + rest) as u32;
@@ -320,28 +342,6 @@ fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
             core::mem::transmute(KFUNC_SET_SUN_PATH as usize);
         set_sun_path(cast_to_kern_ctx(ctx), out.cast::<u8>(), total) == 0
     }
-}
-
-/// Bytes before the first zero byte of `words` (whose last bytes are zero).
-/// Branch-free, word by word: the lowest flagged zero byte of a word gives
-/// the count of bytes before it as a byte sum.
-#[inline(always)]
-fn name_len(words: &[u64; BUF_WORDS]) -> u64 {
-    let mut len = 0u64;
-    let mut done = 0u64;
-    let mut w = 0;
-    while w < UNIX_WORDS {
-        let z = zero_bytes(words[w]);
-        let low = z & z.wrapping_neg();
-        // 0x01 in each byte before the first zero one (all 8 without one).
-        let before = (low >> 7).wrapping_sub(1) & ONES;
-        let count = before.wrapping_mul(ONES) >> 56;
-        len += count & !done;
-        // All ones once a word had a zero byte.
-        done |= 0u64.wrapping_sub((low | low.wrapping_neg()) >> 63);
-        w += 1;
-    }
-    len
 }
 
 /// Writes a denial to the ring buffer unless syscall capture reports it.

@@ -251,14 +251,7 @@ impl RunCgroup {
 
     /// Moves `pid` (the init, before it forks) into the v1 limit cgroups.
     pub fn join_v1(&self, pid: i32) -> Result<(), CgroupError> {
-        for dir in &self.v1 {
-            write_limit(
-                &dir.join("cgroup.procs"),
-                &pid.to_string(),
-                "cgroup membership",
-            )?;
-        }
-        Ok(())
+        join_v1(&self.v1, pid)
     }
 
     pub fn path(&self) -> &Path {
@@ -289,6 +282,19 @@ impl RunCgroup {
     pub fn v1_paths(&self) -> &[PathBuf] {
         &self.v1
     }
+}
+
+/// Moves `pid` into each v1 cgroup of `dirs`. Each move waits for an RCU
+/// grace period (the kernel's `cgroup_threadgroup_rwsem`), 4–5 ms here.
+pub fn join_v1(dirs: &[PathBuf], pid: i32) -> Result<(), CgroupError> {
+    for dir in dirs {
+        write_limit(
+            &dir.join("cgroup.procs"),
+            &pid.to_string(),
+            "cgroup membership",
+        )?;
+    }
+    Ok(())
 }
 
 fn write_limit(file: &Path, value: &str, what: &'static str) -> Result<(), CgroupError> {

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 use crate::cgroup::RunCgroup;
 use crate::decide::RunPlan;
 use crate::exit::{self, Refusal};
-use crate::plan::Report;
+use crate::plan::{Plan, Report};
 use crate::policy::Policy;
 
 /// How the agent ended.
@@ -34,7 +34,7 @@ impl Drop for AbortOnDrop {
 }
 
 /// What the start needs besides the plan: the gateways' parts, the
-/// signals taken at the start of the run, the status channel, the pty.
+/// signals taken at the start of the run, the status channel.
 pub struct Extras<'a> {
     pub broker: Option<&'a crate::egress::BrokerSetup>,
     pub original_dst: Option<crate::proxy::OriginalDst>,
@@ -42,30 +42,50 @@ pub struct Extras<'a> {
     pub owner: Option<crate::events::ConnectionOwner>,
     pub signals: crate::stop::Signals,
     pub announce: &'a crate::harness::Announce,
-    pub pty: Option<crate::pty::Channel>,
-    /// Told the init's pid as soon as it exists (see runlog::InitPid).
-    pub init_pid: crate::runlog::InitPid,
 }
 
-/// Starts the init (straight into `cgroup` and new namespaces), gives it
-/// its identity mapping and the gateways, sends it the plan, relays the
-/// pty, forwards signals until it exits, and reads how the agent ended.
-pub async fn start_and_wait(
+/// The init, spawned and waiting for its plan ([`spawn`]). Dropped before
+/// [`start_and_wait`] took it (a later stage refused the run), it kills
+/// the init.
+pub struct Spawned {
+    init: crate::spawn::InitProcess,
+    plan_write: Option<OwnedFd>,
+    report_read: Option<OwnedFd>,
+    gateway_read: Option<OwnedFd>,
+    /// Our end of the pty channel.
+    pty: Option<OwnedFd>,
+    /// Joining the v1 limit cgroups: a thread, since each join waits for an
+    /// RCU grace period (4–5 ms on the 2-core VM) that the eBPF loading of
+    /// the next stage can use.
+    joining: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// The id map and the start gate (user namespace), done at spawn.
+    mapped: Result<(), String>,
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if self.plan_write.is_some() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.init.pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        if let Some(joining) = self.joining.take() {
+            let _ = joining.join();
+        }
+    }
+}
+
+/// Starts the init, straight into `cgroup` and new namespaces, and gives
+/// it its identity mapping (user namespace). It then waits for its plan,
+/// so later stages may still change the plan (and attach the eBPF programs
+/// to the cgroup it is in) while it is joined to the v1 limit cgroups.
+pub fn spawn(
     cgroup: Option<&RunCgroup>,
     run: &RunPlan,
-    policy: &Policy,
-    extras: Extras<'_>,
-    effects: &crate::events::EffectSender,
-) -> Result<(AgentEnd, Option<crate::pty::Relay>), Refusal> {
-    let Extras {
-        broker,
-        original_dst,
-        owner,
-        signals,
-        announce,
-        mut pty,
-        init_pid,
-    } = extras;
+    pty: Option<crate::pty::Channel>,
+    init_pid: &crate::runlog::InitPid,
+) -> Result<Spawned, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
     };
@@ -106,19 +126,15 @@ pub async fn start_and_wait(
     // Before the init gets its plan, so before any of its setup.
     init_pid.set(init.pid as u32);
     // Only the init may hold its end: EOF then means it is gone.
-    let pty = pty.take().map(|p| p.ours);
-    let pty = pty.as_ref();
+    let pty = pty.map(|p| p.ours);
     drop(plan_read);
     drop(report_write);
     drop(gateway_write);
-    // Read as they come, so `started` goes out while the agent runs.
-    let reports = crate::harness::read_reports(report_read, announce.clone(), init.pid);
-    // The init waits for its plan before it forks, so joining the v1 limit
-    // cgroups now covers every process of the agent.
-    let joined = match cgroup {
-        Some(cgroup) => cgroup.join_v1(init.pid).map_err(|e| e.to_string()),
-        None => Ok(()),
-    };
+    let pid = init.pid;
+    let joining = cgroup.map(|cgroup| {
+        let v1 = cgroup.v1_paths().to_vec();
+        std::thread::spawn(move || crate::cgroup::join_v1(&v1, pid).map_err(|e| e.to_string()))
+    });
     let mapped = if run.init.user_namespace {
         crate::spawn::map_root_to(
             init.pid,
@@ -140,10 +156,67 @@ pub async fn start_and_wait(
     });
     drop(gate_write);
     drop(gate_read);
-    let sent = joined.and(mapped).and_then(|()| {
-        let mut plan_pipe = std::fs::File::from(plan_write);
-        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
+    Ok(Spawned {
+        init,
+        plan_write: Some(plan_write),
+        report_read: Some(report_read),
+        gateway_read: Some(gateway_read),
+        pty,
+        joining,
+        mapped,
+    })
+}
+
+/// Sends the spawned init its plan, tells it once it is in every cgroup,
+/// serves the gateways, relays the pty, forwards signals until it exits,
+/// and reads how the agent ended.
+pub async fn start_and_wait(
+    mut spawned: Spawned,
+    cgroup: Option<&RunCgroup>,
+    run: &RunPlan,
+    policy: &Policy,
+    extras: Extras<'_>,
+    effects: &crate::events::EffectSender,
+) -> Result<(AgentEnd, Option<crate::pty::Relay>), Refusal> {
+    let Extras {
+        broker,
+        original_dst,
+        owner,
+        signals,
+        announce,
+    } = extras;
+    let pty = spawned.pty.take();
+    let pty = pty.as_ref();
+    // Read as they come, so `started` goes out while the agent runs.
+    let report_read = spawned.report_read.take().ok_or_else(|| {
+        Refusal::new(
+            exit::START_FAILURE,
+            "failed to start: the init was already started",
+        )
+    })?;
+    let reports = crate::harness::read_reports(report_read, announce.clone(), spawned.init.pid);
+    // The plan first, so the init sets up while the v1 join ends; it waits
+    // for `placed` before it forks, so the cgroups cover every process of
+    // the agent.
+    let mapped = std::mem::replace(&mut spawned.mapped, Ok(()));
+    let plan_write = spawned.plan_write.take();
+    let joining = spawned.joining.take();
+    let sent = mapped.and_then(|()| {
+        let mut plan_pipe =
+            std::fs::File::from(plan_write.ok_or_else(|| "the plan was already sent".to_string())?);
+        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())?;
+        if let Some(joining) = joining {
+            joining
+                .join()
+                .map_err(|_| "the cgroup join panicked".to_string())??;
+        }
+        Plan::placed(&mut plan_pipe).map_err(|e| e.to_string())
     });
+    let gateway_read = spawned
+        .gateway_read
+        .take()
+        .ok_or_else(|| Refusal::new(exit::START_FAILURE, "failed to start: no gateway socket"))?;
+    let init = &spawned.init;
     let gateways = match sent {
         Ok(()) => {
             let parts = GatewayParts {

@@ -150,10 +150,22 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
     };
 
+    // The init first: it waits for its plan while it is joined to the v1
+    // limit cgroups, and that wait overlaps with the eBPF loading.
+    let init_pid = crate::runlog::InitPid::default();
+    let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid) {
+        Ok(spawned) => spawned,
+        Err(refusal) => {
+            let _ = undo.unwind();
+            return Err(refusal);
+        }
+    };
     let (effects, effects_rx) = crate::runlog::channel();
     let watch = match start_watch(&mut run, undo.cgroup(), &effects) {
         Ok(watch) => watch,
         Err(refusal) => {
+            // Killed and its cgroup join ended before the cgroups go.
+            drop(spawned);
             let _ = undo.unwind();
             return Err(refusal);
         }
@@ -166,11 +178,11 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     ) {
         Ok(truth) => truth,
         Err(refusal) => {
+            drop(spawned);
             let _ = undo.unwind();
             return Err(refusal);
         }
     };
-    let init_pid = crate::runlog::InitPid::default();
     let drain = match log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
@@ -182,6 +194,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             writer.set_secrets(crate::egress::secret_values(&request.policy));
             writer.set_run(&id, request.label.as_deref());
             if let Err(e) = writer.genesis(genesis).and_then(|_| writer.flush()) {
+                drop(spawned);
                 let _ = undo.unwind();
                 return Err(Refusal::new(exit::START_FAILURE, e));
             }
@@ -204,6 +217,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         label: request.label.clone(),
     };
     let outcome = crate::launch::start_and_wait(
+        spawned,
         undo.cgroup(),
         &run,
         &request.policy,
@@ -213,8 +227,6 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             owner,
             signals,
             announce: &announce,
-            init_pid,
-            pty,
         },
         &effects,
     )

@@ -70,7 +70,7 @@ impl Object {
 
     /// The code of program `name`, its map references pointing at our
     /// maps.
-    fn relocated(&self, name: &str) -> Result<elf::Relocated, RawError> {
+    pub(super) fn relocated(&self, name: &str) -> Result<elf::Relocated, RawError> {
         elf::relocated(EBPF_OBJECT, name, &|map| self.map_fd(map))
     }
 }

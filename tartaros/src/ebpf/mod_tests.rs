@@ -65,3 +65,39 @@ fn default_options_capture_nothing_and_use_a_big_ring() {
     assert!(!o.capture && !o.unix_policy && o.grants.is_empty());
     assert!(o.ring_bytes.is_power_of_two() && o.ring_bytes >= 4096);
 }
+
+/// The verifier's work on the unix programs, which every root run pays at
+/// start (docs/ebpf.md "Unix-socket path policy"): it grew from 634 to tens
+/// of thousands of instructions once, unseen by any functional test.
+#[test]
+fn the_unix_programs_verify_in_a_few_thousand_instructions() {
+    if !nix::unistd::geteuid().is_root() {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "needs root");
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let layout = load::kernel_layout().expect("kernel layout");
+    let object = load::load_object(4096).expect("object");
+    let kfuncs = load::kfuncs(Some(&layout));
+    for program in UNIX_PROGRAMS {
+        let mut code = object.relocated(program.name).expect("relocate");
+        for kfunc in &kfuncs {
+            rawprog::link_kfunc(&mut code.insns, kfunc.placeholder, kfunc.btf_id.unwrap());
+        }
+        let spec = rawprog::ProgSpec {
+            name: program.name,
+            prog_type: program.prog_type,
+            expected_attach_type: program.attach_type,
+            attach_btf_id: 0,
+        };
+        let stats = rawprog::verifier_stats(spec, &code.insns, &code.functions).expect("load");
+        let processed: u64 = stats
+            .split_whitespace()
+            .skip_while(|w| *w != "processed")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {stats:?}"));
+        eprintln!("{}: {}", program.name, stats.trim());
+        assert!(processed < 3_000, "{}: {stats}", program.name);
+    }
+}

@@ -129,6 +129,29 @@ pub struct ProgSpec<'a> {
 /// `BPF_PROG_LOAD`. `functions`: where each function starts, for a
 /// program with callbacks (see `elf::Relocated`), else empty.
 pub fn load(spec: ProgSpec<'_>, insns: &[u8], functions: &[u32]) -> Result<OwnedFd, RawError> {
+    load_logged(spec, insns, functions, None)
+}
+
+/// [`load`] with the verifier's statistics (`BPF_LOG_STATS`: "processed N
+/// insns ..."), for tests that hold the verification cost down.
+#[cfg(test)]
+pub fn verifier_stats(
+    spec: ProgSpec<'_>,
+    insns: &[u8],
+    functions: &[u32],
+) -> Result<String, RawError> {
+    let mut buf = vec![0u8; 4096];
+    load_logged(spec, insns, functions, Some(&mut buf))?;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
+}
+
+fn load_logged(
+    spec: ProgSpec<'_>,
+    insns: &[u8],
+    functions: &[u32],
+    stats: Option<&mut Vec<u8>>,
+) -> Result<OwnedFd, RawError> {
     const LICENSE: &CStr = c"Dual MIT/GPL";
     let func_info = if functions.is_empty() {
         None
@@ -146,14 +169,15 @@ pub fn load(spec: ProgSpec<'_>, insns: &[u8], functions: &[u32]) -> Result<Owned
             .collect();
         Some((btf, records))
     };
-    let attempt = |log: Option<&mut Vec<u8>>| {
+    // `BPF_LOG_LEVEL1`, `BPF_LOG_STATS`.
+    let attempt = |log: Option<&mut Vec<u8>>, level: u32| {
         let mut attr = [0u8; ATTR_BYTES];
         put(&mut attr, 0, &spec.prog_type.to_le_bytes());
         put(&mut attr, 4, &((insns.len() / 8) as u32).to_le_bytes());
         put(&mut attr, 8, &(insns.as_ptr() as u64).to_le_bytes());
         put(&mut attr, 16, &(LICENSE.as_ptr() as u64).to_le_bytes());
         if let Some(buf) = log {
-            put(&mut attr, 24, &1u32.to_le_bytes());
+            put(&mut attr, 24, &level.to_le_bytes());
             put(&mut attr, 28, &(buf.len() as u32).to_le_bytes());
             put(&mut attr, 32, &(buf.as_mut_ptr() as u64).to_le_bytes());
         }
@@ -169,10 +193,10 @@ pub fn load(spec: ProgSpec<'_>, insns: &[u8], functions: &[u32]) -> Result<Owned
         put(&mut attr, 108, &spec.attach_btf_id.to_le_bytes());
         bpf(BPF_PROG_LOAD, &mut attr).map(owned)
     };
-    attempt(None).map_err(|source| {
+    attempt(stats, 4).map_err(|source| {
         // Load again with the verifier log to say why.
         let mut buf = vec![0u8; 256 * 1024];
-        let _ = attempt(Some(&mut buf));
+        let _ = attempt(Some(&mut buf), 1);
         let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
         let text = String::from_utf8_lossy(&buf[..end]);
         let tail: Vec<&str> = text.lines().rev().take(12).collect();
