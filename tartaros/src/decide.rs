@@ -9,9 +9,9 @@ use crate::credentials::Identity;
 use crate::ebpf::AttachOptions;
 use crate::exit::{self, Refusal};
 use crate::guarantee::{Guarantee, Ledger};
+use crate::host_facts::Host;
 use crate::plan::{Plan, SeccompPlan};
 use crate::policy::Policy;
-use crate::probe::Host;
 
 /// What a path is, as far as the decisions need to know.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

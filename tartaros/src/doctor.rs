@@ -1,6 +1,6 @@
 //! `tartaros doctor`: what this host can enforce.
 
-use crate::probe::Host;
+use crate::host_facts::Host;
 
 /// Prints one line per mechanism; exits 0 when a strict run with the
 /// default policy could start, 1 otherwise. With `clean`, first removes the
@@ -51,20 +51,20 @@ pub fn print(clean: bool) -> i32 {
     // The read-only base and the private /dev need the fd mount API.
     println!(
         "read-only base       {}",
-        if crate::probe::kernel_at_least(&host.kernel, 5, 12) {
+        if crate::host_facts::kernel_at_least(&host.kernel, 5, 12) {
             "yes (mount_setattr): nothing outside the writable roots can change"
         } else {
             "no (needs Linux 5.12+ for mount_setattr); runs fail to start"
         }
     );
-    let unix_hooks = crate::probe::kernel_at_least(&host.kernel, 6, 7);
+    let unix_hooks = crate::host_facts::kernel_at_least(&host.kernel, 6, 7);
     println!(
         "unix sockets         {}",
         match (host.root, unix_hooks) {
             (true, true) => "eBPF policy (as root) refuses every socket path outside the roots; those listening at start are hidden too".to_string(),
             (true, false) =>
                 "no eBPF unix hooks (Linux 6.7+): only sockets listening at start are hidden; use --deny-unix".to_string(),
-            (false, _) => crate::probe::UNIX_WITHOUT_BPF.to_string(),
+            (false, _) => crate::host_facts::UNIX_WITHOUT_BPF.to_string(),
         }
     );
     for (program, loads) in crate::ebpf::probe_program_types() {

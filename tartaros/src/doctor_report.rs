@@ -3,8 +3,8 @@
 
 use serde_json::{Value, json};
 
+use crate::host_facts::Host;
 use crate::policy::Policy;
-use crate::probe::Host;
 
 /// A policy that asks for everything a run can ask for (network gateways,
 /// limits, capture), so that the report lists every missing piece.

@@ -172,7 +172,7 @@ pub fn serve(
         let listener = tokio::net::TcpListener::from_std(listener).map_err(EgressError::Serve)?;
         let effects = effects.clone();
         let task = match gateway.kind {
-            GatewayKind::Relay(upstream) => tokio::spawn(crate::forward::relay(
+            GatewayKind::Relay(upstream) => tokio::spawn(crate::port_relay::relay(
                 listener,
                 upstream,
                 effects,

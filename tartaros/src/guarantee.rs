@@ -7,8 +7,8 @@
 //! stages call [`Ledger::lose`] when one fails while it is carried out.
 
 use crate::exit::{self, Refusal};
+use crate::host_facts::{Host, kernel_at_least};
 use crate::policy::Policy;
-use crate::probe::{Host, kernel_at_least};
 
 /// One promise a run can make. Its name is what the genesis and the
 /// warnings call it.
@@ -267,7 +267,7 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
     if !host.root && !policy.deny_unix {
         ledger.request(
             Guarantee::UnixSocketPolicy,
-            Err(crate::probe::UNIX_WITHOUT_BPF.to_string()),
+            Err(crate::host_facts::UNIX_WITHOUT_BPF.to_string()),
         )?;
     }
     if !wants_bpf(policy, capture, host.root) {

@@ -16,8 +16,8 @@
 //! can enable the controller at all): a default never makes a run fail or
 //! a `--strict` run refuse.
 
+use crate::host_facts::Host;
 use crate::policy::Policy;
-use crate::probe::Host;
 
 /// Fewest processes a default allows, whatever `pid_max` says.
 pub const MIN_DEFAULT_PROCS: u64 = 256;

@@ -21,9 +21,9 @@ use crate::decide::{HostFacts, Request, RunPlan};
 use crate::effectlog::{Genesis, LogWriter};
 use crate::exit::{self, Refusal};
 use crate::guarantee::{Guarantee, print_warnings};
+use crate::host_facts::Host;
 use crate::kernel_watch::KernelWatch;
 use crate::policy::Policy;
-use crate::probe::Host;
 use crate::undo::{Undo, UndoStack};
 
 /// What to run and how.

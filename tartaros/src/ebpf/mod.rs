@@ -36,12 +36,12 @@ mod elf;
 mod error;
 mod options;
 pub use options::{AttachOptions, ConnectGrant};
-mod forward;
 mod kbtf;
 mod load;
 mod original_dst;
-mod probe;
+mod program_types;
 mod rawprog;
+mod ring_reader;
 mod targets;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -55,9 +55,9 @@ use aya::maps::{PerCpuArray, RingBuf};
 use aya::util::KernelVersion;
 use tartaros_common::capture::LOST_SLOTS;
 
-pub use forward::{CaptureStats, EventSource, forward, forward_events};
 use original_dst::{OriginalDstMap, OwnerMap};
-pub use probe::probe_program_types;
+pub use program_types::probe_program_types;
+pub use ring_reader::{CaptureStats, EventSource, forward, forward_events};
 pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind, verdict};
 
 /// The eBPF object, embedded at build time.
@@ -141,6 +141,10 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 const MIN_KERNEL: (u8, u8) = (5, 8);
 /// First kernel with the unix sock_addr hooks.
 const UNIX_KERNEL: (u8, u8) = (6, 7);
+
+/// Where a connection the transparent proxy accepted was originally going
+/// (see [`CgroupPrograms::original_dst`]); `None` refuses the connection.
+pub type OriginalDst = Arc<dyn Fn(&tokio::net::TcpStream) -> Option<SocketAddr> + Send + Sync>;
 
 /// The programs attached for one cgroup. Dropping it detaches them.
 pub struct CgroupPrograms {
@@ -451,7 +455,7 @@ impl CgroupPrograms {
     /// the entry aged out) makes the proxy refuse the connection. The
     /// closure keeps its own handle on the map, so it stays usable after
     /// the programs are detached (it then finds nothing new).
-    pub fn original_dst(&self) -> Option<crate::proxy::OriginalDst> {
+    pub fn original_dst(&self) -> Option<OriginalDst> {
         let map = self.transparent.clone()?;
         Some(Arc::new(move |stream: &tokio::net::TcpStream| {
             map.take(stream.peer_addr().ok()?)
@@ -528,7 +532,7 @@ impl CgroupPrograms {
     /// summed over kinds and CPUs. Monotonic over the life of the programs.
     pub fn lost_events(&self) -> Result<u64, EbpfError> {
         let counters = self.lost_counters()?;
-        let by_kind = forward::read_lost(&counters).map_err(|source| EbpfError::Map {
+        let by_kind = ring_reader::read_lost(&counters).map_err(|source| EbpfError::Map {
             map: tartaros_common::MAP_EVENTS_LOST,
             source,
         })?;

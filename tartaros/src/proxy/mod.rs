@@ -240,9 +240,9 @@ impl std::fmt::Debug for ProxyConfig {
     }
 }
 
-/// Looks up where a redirected connection was originally going (the
-/// supervisor's map keyed by socket cookie). `None` refuses the connection.
-pub type OriginalDst = Arc<dyn Fn(&TcpStream) -> Option<SocketAddr> + Send + Sync>;
+/// Looks up where a redirected connection was originally going; defined by
+/// the eBPF layer that keeps the map, below the proxy.
+pub use crate::ebpf::OriginalDst;
 
 /// Serves the explicit proxy on `listener` until the returned future is
 /// dropped or aborted; dropping it also ends every connection it serves.
