@@ -121,7 +121,14 @@ impl FsWatch {
     /// Everything left, once the cgroup is empty and the capture drained:
     /// the last records and the seal's `files` (with `files_omitted`).
     pub fn finish(&mut self) -> (Vec<Record>, Value) {
-        let mut out = self.poll();
+        let mut out = Vec::new();
+        loop {
+            let (records, more) = self.poll_batch();
+            out.extend(records);
+            if !more {
+                break;
+            }
+        }
         out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
         let join = &self.place.join;
         let (files, omitted) = content::seal_files(join.touched(), &self.place.roots);
@@ -134,15 +141,21 @@ impl FsWatch {
         (out, Value::Object(seal))
     }
 
+    /// Reads one batch of notifications (the rest waits for the next tick).
     fn poll(&mut self) -> Vec<Record> {
+        self.poll_batch().0
+    }
+
+    /// [`Self::poll`], and whether another batch may be waiting.
+    fn poll_batch(&mut self) -> (Vec<Record>, bool) {
         let after = self.last_poll_ns;
         self.last_poll_ns = crate::effectlog::mono_now_ns();
-        let events = match self.group.read_all() {
-            Ok(events) => events,
+        let (events, more) = match self.group.read_all() {
+            Ok(read) => read,
             Err(e) => {
                 eprintln!("tartaros: failed to read file notifications: {e}");
                 self.place.lost += 1;
-                return Vec::new();
+                return (Vec::new(), false);
             }
         };
         let facts = ProcFacts {
@@ -150,7 +163,7 @@ impl FsWatch {
             cgroup: &self.cgroup,
         };
         let now = crate::effectlog::mono_now_ns();
-        self.place.place(events, now, after, &facts)
+        (self.place.place(events, now, after, &facts), more)
     }
 }
 

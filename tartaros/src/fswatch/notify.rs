@@ -31,6 +31,10 @@ pub(super) const MARK_MASK: u64 = libc::FAN_CREATE
     | libc::FAN_ATTRIB
     | libc::FAN_ONDIR;
 
+/// The most notification bytes one [`Group::read_all`] takes (about
+/// 30,000 notifications).
+pub(super) const READ_BATCH_BYTES: usize = 4 << 20;
+
 /// A file handle as the kernel reported it, with the filesystem it is on.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Handle {
@@ -201,23 +205,32 @@ impl Group {
     }
 
     /// Reads every queued event (the group is non-blocking).
-    pub fn read_all(&mut self) -> Result<Vec<RawEvent>, std::io::Error> {
+    /// What is queued, up to [`READ_BATCH_BYTES`] of it: a busy host
+    /// writing on a marked filesystem (its notifications are read to be
+    /// dropped) must not make one read hold its whole backlog in memory.
+    /// The flag says whether more may be waiting.
+    pub fn read_all(&mut self) -> Result<(Vec<RawEvent>, bool), std::io::Error> {
         let mut events = Vec::new();
+        let mut read = 0usize;
         let buf = &mut self.buf;
         loop {
+            if read >= READ_BATCH_BYTES {
+                return Ok((events, true));
+            }
             // SAFETY: `buf` is a writable buffer of `buf.len()` bytes.
             let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
             if n < 0 {
                 let e = std::io::Error::last_os_error();
                 return match e.raw_os_error() {
-                    Some(libc::EAGAIN) => Ok(events),
+                    Some(libc::EAGAIN) => Ok((events, false)),
                     Some(libc::EINTR) => continue,
                     _ => Err(e),
                 };
             }
             if n == 0 {
-                return Ok(events);
+                return Ok((events, false));
             }
+            read += n as usize;
             events.extend(parse(&buf[..n as usize]));
         }
     }
