@@ -77,20 +77,54 @@ pub fn find_controller(name: &str) -> Option<Controller> {
     if v2_has {
         return Some(Controller::V2);
     }
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        let mut right = right.split_whitespace();
-        if right.next()? != "cgroup" {
-            return None;
-        }
-        let options = right.nth(1)?;
-        options.split(',').any(|o| o == name).then(|| {
-            left.split_whitespace()
-                .nth(4)
-                .map(|p| Controller::V1(PathBuf::from(p)))
-        })?
+    mounts()
+        .v1
+        .iter()
+        .find(|(options, _)| options.iter().any(|o| o == name))
+        .map(|(_, path)| Controller::V1(path.clone()))
+}
+
+/// The cgroup hierarchies' mount points.
+#[derive(Debug, Default)]
+struct CgroupMounts {
+    v2: Option<PathBuf>,
+    /// Each v1 hierarchy: its super options (the controllers) and where.
+    v1: Vec<(Vec<String>, PathBuf)>,
+}
+
+/// Read from /proc/self/mountinfo once per process: a run looked them up a
+/// dozen times (half a millisecond of a 10 ms start), and cgroup
+/// hierarchies are not remounted under a running supervisor.
+fn mounts() -> &'static CgroupMounts {
+    static MOUNTS: std::sync::OnceLock<CgroupMounts> = std::sync::OnceLock::new();
+    MOUNTS.get_or_init(|| {
+        let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        parse_mounts(&info)
     })
+}
+
+fn parse_mounts(info: &str) -> CgroupMounts {
+    let mut mounts = CgroupMounts::default();
+    for line in info.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let Some(point) = left.split_whitespace().nth(4).map(PathBuf::from) else {
+            continue;
+        };
+        let mut right = right.split_whitespace();
+        match right.next() {
+            Some("cgroup2") if mounts.v2.is_none() => mounts.v2 = Some(point),
+            Some("cgroup") => {
+                let options = right.nth(1).unwrap_or_default();
+                mounts
+                    .v1
+                    .push((options.split(',').map(str::to_owned).collect(), point));
+            }
+            _ => {}
+        }
+    }
+    mounts
 }
 
 /// Whether a run could set a `controller` limit on this host without
@@ -115,14 +149,7 @@ pub fn can_limit(controller: &str) -> bool {
 
 /// Finds the cgroup2 mount point.
 pub fn v2_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (left, right) = line.split_once(" - ")?;
-        if right.split_whitespace().next()? != "cgroup2" {
-            return None;
-        }
-        left.split_whitespace().nth(4).map(PathBuf::from)
-    })
+    mounts().v2.clone()
 }
 
 /// The calling process's own cgroup v2 path, relative to the mount.
@@ -425,6 +452,23 @@ mod tests {
             own_v1_path("5:pids:/a:b\n", "pids"),
             Some(PathBuf::from("a:b"))
         );
+    }
+
+    #[test]
+    fn mountinfo_gives_the_v2_mount_and_each_v1_hierarchys_controllers() {
+        let info = "\
+25 30 0:22 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+26 25 0:23 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+27 25 0:24 / /sys/fs/cgroup/pids rw,nosuid - cgroup cgroup rw,pids
+28 25 0:25 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct
+";
+        let m = parse_mounts(info);
+        assert_eq!(m.v2, Some(PathBuf::from("/sys/fs/cgroup/unified")));
+        assert_eq!(m.v1.len(), 2);
+        assert!(m.v1[0].0.contains(&"pids".to_string()));
+        assert_eq!(m.v1[1].1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"));
+        assert!(m.v1[1].0.contains(&"cpuacct".to_string()));
+        assert!(parse_mounts("garbage\n").v2.is_none());
     }
 
     #[test]
