@@ -41,10 +41,14 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
             ]
         })
         .collect();
+    // Every place the agent may create a socket: the roots, the private
+    // /tmp and the fresh `--tmpfs` directories (none holds a host socket
+    // the agent could not make itself).
     let mut unix_allowed: Vec<PathBuf> = policy.writable_roots.clone();
     if policy.private_tmp {
         unix_allowed.push(PathBuf::from("/tmp"));
     }
+    unix_allowed.extend(policy.tmpfs.iter().cloned());
     let transparent = !policy.allow_domains.is_empty();
     AttachOptions {
         // The record of every attempt, and the interception, need the

@@ -210,3 +210,36 @@ attempt('control-write-in-root', lambda: open('{w}/new', 'w'))"
     expect(&out, "mirror-by-its-own-name", "EPERM");
     expect(&out, "control-write-in-root", "OK");
 }
+
+#[test]
+fn the_agents_own_socket_in_a_fresh_tmpfs_works_and_a_planted_link_there_does_not() {
+    if !can_run("unix_tmpfs") {
+        return;
+    }
+    let work = Dir::new();
+    let scratch = work.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let outside = Dir::open_to_all();
+    let host_path = outside.join("host.sock");
+    let host = UnixListener::bind(&host_path).unwrap();
+    open_to_all(&host_path);
+    host.set_nonblocking(true).unwrap();
+    let (s, h) = (scratch.display(), host_path.display());
+    let code = format!(
+        "{ATTEMPT}{WAIT_FOR_HOST}
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind('{s}/own.sock')
+srv.listen()
+attempt('control-own-in-tmpfs', lambda: connect('{s}/own.sock'))
+os.symlink('{h}', '{s}/planted.sock')
+attempt('planted-in-tmpfs', lambda: connect('{s}/planted.sock'))"
+    );
+    let out = python(
+        &["--strict", "--tmpfs", scratch.to_str().unwrap()],
+        work.path(),
+        &code,
+    );
+    expect(&out, "control-own-in-tmpfs", "OK");
+    expect(&out, "planted-in-tmpfs", "ELOOP");
+    assert!(host.accept().is_err(), "the host socket got a connection");
+}
