@@ -37,6 +37,7 @@ mod error;
 mod options;
 pub use options::{AttachOptions, ConnectGrant};
 mod kbtf;
+mod layout_cache;
 mod load;
 mod original_dst;
 mod program_types;
