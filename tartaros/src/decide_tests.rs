@@ -362,3 +362,66 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
             .contains("not available through the service")
     );
 }
+
+#[test]
+fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_lost() {
+    let policy = Policy {
+        writable_roots: vec!["/w".into()],
+        tmpfs: vec!["/scratch".into()],
+        ..Policy::default()
+    };
+    let argv = vec!["true".to_string()];
+    let request = Request {
+        policy: &policy,
+        argv: &argv,
+        cwd: Path::new("/w"),
+        log: None,
+        log_buffer: 1 << 20,
+        launcher_env: &[],
+        setenv: &[],
+        pty: false,
+    };
+    let sockets = [PathBuf::from("/run/docker.sock")];
+    let host = root_host();
+    let files = project();
+    let facts = HostFacts {
+        host: &host,
+        current: Identity { uid: 0, gid: 0 },
+        on_behalf: false,
+        host_sockets: &sockets,
+        files: &files,
+    };
+    let mut plan = decide(&request, &facts).unwrap();
+    let hides = |plan: &RunPlan| {
+        plan.init
+            .mounts
+            .iter()
+            .any(|op| matches!(op, MountOp::HideSocket(p) if p == Path::new("/run/docker.sock")))
+    };
+    // Mirrored in the slot order of the unix programs' prefixes.
+    let watch = plan.watch.as_ref().unwrap();
+    assert_eq!(plan.init.unix_mirrors, watch.unix_allowed);
+    assert_eq!(
+        plan.init.unix_mirrors,
+        vec![PathBuf::from("/w"), PathBuf::from("/scratch")]
+    );
+    assert!(plan.init.mounts.iter().any(|op| matches!(op,
+        MountOp::PrivateDev { mount_points } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
+    assert!(!hides(&plan), "nothing to hide: the hook refuses the name");
+    plan.unix_policy_lost();
+    assert!(plan.init.unix_mirrors.is_empty());
+    assert!(hides(&plan), "without the hook, hide what listens now");
+
+    // A run without the policy hides from the start.
+    let denied = Policy {
+        deny_unix: true,
+        ..policy.clone()
+    };
+    let request = Request {
+        policy: &denied,
+        ..request
+    };
+    let plan = decide(&request, &facts).unwrap();
+    assert!(plan.init.unix_mirrors.is_empty());
+    assert!(hides(&plan));
+}
