@@ -57,9 +57,41 @@ pub struct Spawned {
     /// Joining the v1 limit cgroups: a thread, since each join waits for an
     /// RCU grace period (4–5 ms on the 2-core VM) that the eBPF loading of
     /// the next stage can use.
-    joining: Option<std::thread::JoinHandle<Result<(), String>>>,
+    joining: Option<Joining>,
     /// The id map and the start gate (user namespace), done at spawn.
     mapped: Result<(), String>,
+}
+
+/// The init's join of the v1 limit cgroups, on a thread of its own when
+/// one can be made, else done at once.
+enum Joining {
+    Thread(std::thread::JoinHandle<Result<(), String>>),
+    Done(Result<(), String>),
+}
+
+impl Joining {
+    fn start(v1: Vec<std::path::PathBuf>, pid: i32) -> Self {
+        let join = move |v1: &[std::path::PathBuf]| {
+            crate::cgroup::join_v1(v1, pid).map_err(|e| e.to_string())
+        };
+        let on_thread = v1.clone();
+        match std::thread::Builder::new()
+            .name("cgroup-join".into())
+            .spawn(move || join(&on_thread))
+        {
+            Ok(thread) => Self::Thread(thread),
+            Err(_) => Self::Done(join(&v1)),
+        }
+    }
+
+    fn wait(self) -> Result<(), String> {
+        match self {
+            Self::Thread(thread) => thread
+                .join()
+                .map_err(|_| "failed to join the run's cgroups: the thread panicked".to_string())?,
+            Self::Done(result) => result,
+        }
+    }
 }
 
 impl Drop for Spawned {
@@ -71,7 +103,7 @@ impl Drop for Spawned {
             );
         }
         if let Some(joining) = self.joining.take() {
-            let _ = joining.join();
+            let _ = joining.wait();
         }
     }
 }
@@ -131,10 +163,7 @@ pub fn spawn(
     drop(report_write);
     drop(gateway_write);
     let pid = init.pid;
-    let joining = cgroup.map(|cgroup| {
-        let v1 = cgroup.v1_paths().to_vec();
-        std::thread::spawn(move || crate::cgroup::join_v1(&v1, pid).map_err(|e| e.to_string()))
-    });
+    let joining = cgroup.map(|cgroup| Joining::start(cgroup.v1_paths().to_vec(), pid));
     let mapped = if run.init.user_namespace {
         crate::spawn::map_root_to(
             init.pid,
@@ -206,9 +235,7 @@ pub async fn start_and_wait(
             std::fs::File::from(plan_write.ok_or_else(|| "the plan was already sent".to_string())?);
         run.init.send(&mut plan_pipe).map_err(|e| e.to_string())?;
         if let Some(joining) = joining {
-            joining
-                .join()
-                .map_err(|_| "the cgroup join panicked".to_string())??;
+            joining.wait()?;
         }
         Plan::placed(&mut plan_pipe).map_err(|e| e.to_string())
     });
