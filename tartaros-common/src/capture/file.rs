@@ -43,6 +43,7 @@ pub mod file_status {
 /// program read nothing. 80 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct FileLayout {
     pub valid: u32,
     /// `task_struct.files`.

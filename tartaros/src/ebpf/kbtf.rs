@@ -41,12 +41,11 @@ pub struct KernelLayout {
     pub tp_btf_ids: [u32; 5],
     /// What `fdpath.rs` walks from a descriptor to its file's names, or
     /// why it cannot (records then fall back to `/proc`, and say so).
-    pub file: Result<FileOffsets, String>,
+    pub file: Result<tartaros_common::capture::FileLayout, String>,
 }
 
 #[path = "kbtf_file.rs"]
 mod file;
-pub use file::FileOffsets;
 
 /// The tracepoints of the `tp_btf` capture programs, in attach order:
 /// process events first, so that no exec can slip between them and the

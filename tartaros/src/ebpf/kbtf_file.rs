@@ -8,59 +8,10 @@ use tartaros_common::capture::FileLayout;
 
 use super::{Btf, KIND_STRUCT};
 
-/// The offsets, as cached with the rest of the layout.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct FileOffsets {
-    pub task_files: u32,
-    pub files_fdt: u32,
-    pub fdt_max_fds: u32,
-    pub fdt_fd: u32,
-    pub file_mnt: u32,
-    pub file_dentry: u32,
-    pub file_inode: u32,
-    pub inode_ino: u32,
-    pub inode_sb: u32,
-    pub inode_nlink: u32,
-    pub sb_dev: u32,
-    pub dentry_parent: u32,
-    pub dentry_name: u32,
-    pub mount_mnt: u32,
-    pub mount_parent: u32,
-    pub mount_mountpoint: u32,
-    pub mount_id: u32,
-    pub vfsmount_root: u32,
-}
-
-impl FileOffsets {
-    /// The map value the program reads.
-    pub fn to_map(&self) -> FileLayout {
-        FileLayout {
-            valid: 1,
-            task_files: self.task_files,
-            files_fdt: self.files_fdt,
-            fdt_max_fds: self.fdt_max_fds,
-            fdt_fd: self.fdt_fd,
-            file_mnt: self.file_mnt,
-            file_dentry: self.file_dentry,
-            file_inode: self.file_inode,
-            inode_ino: self.inode_ino,
-            inode_sb: self.inode_sb,
-            inode_nlink: self.inode_nlink,
-            sb_dev: self.sb_dev,
-            dentry_parent: self.dentry_parent,
-            dentry_name: self.dentry_name,
-            mount_mnt: self.mount_mnt,
-            mount_parent: self.mount_parent,
-            mount_mountpoint: self.mount_mountpoint,
-            mount_id: self.mount_id,
-            vfsmount_root: self.vfsmount_root,
-            _pad: 0,
-        }
-    }
-}
-
 /// The offsets from parsed kernel BTF, or which one is missing.
-pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileOffsets, String> {
+/// The map value the program reads, as cached with the rest of the
+/// layout.
+pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
     const STRUCTS: [&str; 9] = [
         "task_struct",
         "files_struct",
@@ -81,7 +32,8 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileOffsets, String> {
         btf.offset(*id, path)
             .ok_or_else(|| format!("no member {path} in struct {st} of the kernel BTF"))
     };
-    Ok(FileOffsets {
+    Ok(FileLayout {
+        valid: 1,
         task_files: off("task_struct", "files")?,
         files_fdt: off("files_struct", "fdt")?,
         fdt_max_fds: off("fdtable", "max_fds")?,
@@ -100,6 +52,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileOffsets, String> {
         mount_mountpoint: off("mount", "mnt_mountpoint")?,
         mount_id: off("mount", "mnt_id")?,
         vfsmount_root: off("vfsmount", "mnt_root")?,
+        _pad: 0,
     })
 }
 

@@ -196,7 +196,7 @@ pub(super) fn set_file_layout(
     object: &mut Object,
     layout: Option<&KernelLayout>,
 ) -> Result<(), EbpfError> {
-    let Some(Ok(offsets)) = layout.map(|l| &l.file) else {
+    let Some(Ok(file)) = layout.map(|l| &l.file) else {
         return Ok(());
     };
     let name = tartaros_common::capture::MAP_FILE_LAYOUT;
@@ -206,7 +206,7 @@ pub(super) fn set_file_layout(
     let mut array = Array::<_, tartaros_common::capture::FileLayout>::try_from(map)
         .map_err(|source| EbpfError::Map { map: name, source })?;
     array
-        .set(0, offsets.to_map(), 0)
+        .set(0, *file, 0)
         .map_err(|source| EbpfError::Map { map: name, source })
 }
 
