@@ -17,14 +17,6 @@ fn verify(log: &Path) -> (i32, String) {
     (out.status.code().unwrap_or(-1), stdout(&out))
 }
 
-fn records(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .expect("read log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
 fn t<'a>(r: &'a Value, key: &str) -> &'a Value {
     &r["target"][key]
 }

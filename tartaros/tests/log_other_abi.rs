@@ -11,14 +11,6 @@ use std::path::Path;
 use common::*;
 use serde_json::Value;
 
-fn records(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .expect("read log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
 #[track_caller]
 fn syscall_record<'a>(log: &'a [Value], what: &str, p: impl Fn(&Value) -> bool) -> &'a Value {
     log.iter()

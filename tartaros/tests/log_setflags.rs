@@ -39,14 +39,6 @@ os.wait()
 print('done OK')
 "#;
 
-fn records(log: &Path) -> Vec<Value> {
-    std::fs::read_to_string(log)
-        .expect("read log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
-}
-
 #[track_caller]
 fn assert_names(flags: &[&Value], file: &Path) {
     let path = file.to_str().unwrap();

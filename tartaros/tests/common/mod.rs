@@ -290,3 +290,12 @@ impl Drop for CgroupGuard {
         }
     }
 }
+
+/// Every record of the effect log at `log`, parsed.
+pub fn records(log: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log)
+        .expect("read log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
