@@ -149,7 +149,7 @@ pub const UNIX_PREFIXES: u32 = 8;
 /// Slots of the per-CPU loss counters (>= [`effect::COUNT`]).
 pub const LOST_SLOTS: usize = 32;
 
-/// `CaptureConfig::cgroup_level` value meaning "match the cgroup itself
+/// `RunConfig::cgroup_level` value meaning "match the cgroup itself
 /// only" (the level of the cgroup in the hierarchy is not known).
 pub const LEVEL_UNKNOWN: u32 = u32::MAX;
 
@@ -329,14 +329,18 @@ pub struct UnixEvent {
     pub path: [u8; UNIX_PATH_BYTES],
 }
 
-/// Run-time configuration of all programs (one entry of
-/// [`crate::MAP_CONFIG`]): the sandbox cgroup and the kernel structure
-/// offsets read from the kernel's BTF (the programs are not CO-RE).
-/// 64 bytes, alignment 8, no padding.
+/// One run's configuration (an entry of [`crate::MAP_RUNS`], keyed by the
+/// run id): what is installed for it, and the kernel structure offsets read
+/// from the kernel's BTF (the programs are not CO-RE). The programs find a
+/// task's run as the id of its ancestor cgroup at the level in
+/// [`crate::MAP_RUN_LEVEL`] (its own cgroup with [`LEVEL_UNKNOWN`]); a task
+/// whose run has no entry is not a sandbox task for capture, and is
+/// refused by the filters attached above it (fail closed).
+/// 80 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CaptureConfig {
-    /// Inode of the run's cgroup v2 directory.
+pub struct RunConfig {
+    /// Inode of the run's cgroup v2 directory: the run id.
     pub cgroup_id: u64,
     /// Level of that cgroup (root = 0) for `bpf_get_current_ancestor_cgroup_id`,
     /// or [`LEVEL_UNKNOWN`].
@@ -369,6 +373,29 @@ pub struct CaptureConfig {
     /// timer): one wake-up per batch instead of one per event. 0: wake up
     /// for every record.
     pub wake_bytes: u32,
+    /// [`feature`] bits: the parts installed for this run. A part that is
+    /// off lets everything through, as if its programs were not attached.
+    pub features: u32,
+    /// `FILTER_ENFORCE` or `FILTER_MONITOR` (any other value enforces).
+    pub filter_mode: u32,
+    /// Port of the transparent proxy (host order) that refused TCP connects
+    /// are rewritten to; 0: refused.
+    pub transparent_port: u32,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Bits of [`RunConfig::features`].
+pub mod feature {
+    /// The connect filter (`connect4/6`, `sendmsg4/6`, `sock_create`).
+    pub const FILTER: u32 = 1 << 0;
+    /// The unix socket path policy.
+    pub const UNIX: u32 = 1 << 1;
+    /// Syscall and process capture.
+    pub const CAPTURE: u32 = 1 << 2;
+    /// `sock_ops`: who opened each TCP connection, and the destinations of
+    /// intercepted connects.
+    pub const SOCK_OPS: u32 = 1 << 3;
 }
 
 /// One allowed unix path prefix, compared 8 bytes at a time:
@@ -453,7 +480,7 @@ const _: () = assert!(core::mem::size_of::<SysPathEvent>() == 352);
 const _: () = assert!(core::mem::size_of::<SysPath2Event>() == 608);
 const _: () = assert!(core::mem::size_of::<SysAddrEvent>() == 224);
 const _: () = assert!(core::mem::size_of::<UnixEvent>() == 160);
-const _: () = assert!(core::mem::size_of::<CaptureConfig>() == 64);
+const _: () = assert!(core::mem::size_of::<RunConfig>() == 80);
 const _: () = assert!(core::mem::size_of::<UnixPrefix>() == 232);
 const _: () = assert!(core::mem::size_of::<UnixAllow>() == 1856);
 const _: () = assert!(core::mem::align_of::<ExecEvent>() == 8);

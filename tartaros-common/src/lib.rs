@@ -31,16 +31,19 @@ pub const IPPROTO_UDP: u16 = 17;
 
 /// Name of the allow map (`HashMap<AllowKey, u32>`).
 pub const MAP_ALLOW: &str = "ALLOW";
-/// Name of the filter-mode map (`Array<u32>`, one entry, index [`FILTER_MODE_INDEX`]).
-pub const MAP_FILTER: &str = "FILTER";
-/// Name of the event ring buffer (records are [`ConnectEvent`]).
+/// Name of every run's ring buffer, by run id (declared as a hash map of
+/// `u32`, created by the loader as `BPF_MAP_TYPE_HASH_OF_MAPS` whose values
+/// are ring buffers, Linux 5.10 for rings in maps).
 pub const MAP_EVENTS: &str = "EVENTS";
-/// Name of the per-CPU lost-event counters (`PerCpuArray<[u64; LOST_SLOTS]>`,
-/// one entry, indexed by `capture::effect` kind).
+/// Name of the per-CPU lost-event counters (`PerCpuHashMap<u64, [u64;
+/// LOST_SLOTS]>` by run id, indexed by `capture::effect` kind).
 pub const MAP_EVENTS_LOST: &str = "EVENTS_LOST";
-/// Name of the configuration map (`Array<capture::CaptureConfig>`, one entry).
-pub const MAP_CONFIG: &str = "CONFIG";
-/// Name of the unix policy (`Array<capture::UnixAllow>`, one entry).
+/// Name of the runs' configurations (`HashMap<u64, capture::RunConfig>`,
+/// by run id).
+pub const MAP_RUNS: &str = "RUNS";
+/// Name of the level of every run's cgroup (`Array<u32>`, one entry).
+pub const MAP_RUN_LEVEL: &str = "RUN_LEVEL";
+/// Name of the unix policy (`HashMap<u64, capture::UnixAllow>`, by run id).
 pub const MAP_UNIX_ALLOW: &str = "UNIX_ALLOW";
 /// Name of the transparent-interception map filled by `connect4` /
 /// `connect6` (`LruHashMap<u64, SavedDst>`, keyed by socket cookie).
@@ -53,19 +56,15 @@ pub const MAP_TPROXY_PORT: &str = "TPROXY_PORT";
 /// connections that never reached the proxy age out).
 pub const TPROXY_MAX_ENTRIES: u32 = 4096;
 
-/// Capacity of the allow map.
-pub const ALLOW_MAX_ENTRIES: u32 = 1024;
+/// Capacity of the allow map (every run's grants).
+pub const ALLOW_MAX_ENTRIES: u32 = 16384;
+/// Runs one loaded object can hold at once: capacity of the maps keyed by
+/// run id. A run is one cgroup (see `capture::RunConfig`).
+pub const MAX_RUNS: u32 = 1024;
 /// Size of the event ring buffer in bytes as compiled (power of two, page
 /// multiple); the supervisor resizes it at load time.
 pub const EVENTS_BYTES: u32 = 256 * 1024;
 
-/// Index of the filter mode in [`MAP_FILTER`].
-pub const FILTER_MODE_INDEX: u32 = 0;
-/// Index of the transparent proxy port in [`MAP_FILTER`] (host order; 0 =
-/// no transparent interception: non-granted TCP connects are refused).
-pub const FILTER_TRANSPARENT_INDEX: u32 = 1;
-/// Entries of [`MAP_FILTER`].
-pub const FILTER_ENTRIES: u32 = 2;
 /// Filter mode: only destinations in the allow map pass. Any value other
 /// than [`FILTER_MONITOR`] (including an unset `0` and a failed lookup) is
 /// treated as enforcing, so a half-initialised filter fails closed.
@@ -76,12 +75,14 @@ pub const FILTER_MONITOR: u32 = 2;
 /// Value stored in the allow map for a granted destination.
 pub const ALLOW_VALUE: u32 = 1;
 
-/// Key of the allow map: one granted destination.
+/// Key of the allow map: one destination granted to one run.
 ///
-/// 20 bytes, alignment 2, no padding.
+/// 32 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct AllowKey {
+    /// The run (its cgroup id, see `capture::RunConfig`).
+    pub run: u64,
     /// `AF_INET` or `AF_INET6`.
     pub family: u16,
     /// Destination port, host byte order.
@@ -89,39 +90,47 @@ pub struct AllowKey {
     /// Network-order address bytes; IPv4 uses `addr[0..4]`, the rest is zero.
     /// IPv4-mapped IPv6 destinations are looked up as `AF_INET` keys.
     pub addr: [u8; 16],
+    /// Zero.
+    pub _pad: u32,
 }
 
 impl AllowKey {
     /// Key for an IPv4 destination (`octets` as in `Ipv4Addr::octets`).
-    pub const fn v4(octets: [u8; 4], port: u16) -> Self {
+    pub const fn v4(run: u64, octets: [u8; 4], port: u16) -> Self {
         let mut addr = [0u8; 16];
         addr[0] = octets[0];
         addr[1] = octets[1];
         addr[2] = octets[2];
         addr[3] = octets[3];
         Self {
+            run,
             family: AF_INET,
             port,
             addr,
+            _pad: 0,
         }
     }
 
     /// Key for an IPv6 destination (`octets` as in `Ipv6Addr::octets`).
-    pub const fn v6(octets: [u8; 16], port: u16) -> Self {
+    pub const fn v6(run: u64, octets: [u8; 16], port: u16) -> Self {
         Self {
+            run,
             family: AF_INET6,
             port,
             addr: octets,
+            _pad: 0,
         }
     }
 }
 
 /// The original destination of an intercepted TCP connect.
 ///
-/// 24 bytes, alignment 2, no padding.
+/// 32 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SavedDst {
+    /// The run of the connecting task (`sock_ops` keys the port map by it).
+    pub run: u64,
     /// `AF_INET` or `AF_INET6` (an IPv4-mapped IPv6 destination is saved
     /// as the `AF_INET` address it maps to).
     pub family: u16,
@@ -141,14 +150,36 @@ pub struct SavedDst {
 /// proxy sees it (the accepted connection's peer port), and the family of
 /// the loopback address it connected to.
 ///
-/// 4 bytes, alignment 2, no padding.
+/// Runs have network namespaces of their own, so the same port can be in
+/// use in two of them: the key names the run too.
+///
+/// 16 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TransparentKey {
+    /// The run (see [`SavedDst::run`]).
+    pub run: u64,
     /// [`SavedDst::listener_family`].
     pub family: u16,
     /// Client's local port, host byte order.
     pub port: u16,
+    /// Zero.
+    pub _pad: u32,
+}
+
+/// Who opened a TCP connection, by socket cookie (`OWNER_COOKIE`), until
+/// `sock_ops` keys it by the local port.
+///
+/// 16 bytes, alignment 8, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnOwner {
+    /// The run of the connecting task.
+    pub run: u64,
+    /// Its thread-group id.
+    pub tgid: u32,
+    /// Zero.
+    pub _pad: u32,
 }
 
 /// Hook that produced an event ([`ConnectEvent::kind`]).
@@ -241,13 +272,14 @@ impl ConnectEvent {
 
 // Layout checks: both sides must agree, and there must be no padding (the
 // kernel does not zero padding of ring-buffer records or map keys).
-const _: () = assert!(core::mem::size_of::<AllowKey>() == 20);
-const _: () = assert!(core::mem::align_of::<AllowKey>() == 2);
+const _: () = assert!(core::mem::size_of::<AllowKey>() == 32);
+const _: () = assert!(core::mem::align_of::<AllowKey>() == 8);
 const _: () = assert!(core::mem::size_of::<ConnectEvent>() == 56);
 const _: () = assert!(core::mem::align_of::<ConnectEvent>() == 8);
-const _: () = assert!(core::mem::size_of::<SavedDst>() == 24);
-const _: () = assert!(core::mem::align_of::<SavedDst>() == 2);
-const _: () = assert!(core::mem::size_of::<TransparentKey>() == 4);
+const _: () = assert!(core::mem::size_of::<SavedDst>() == 32);
+const _: () = assert!(core::mem::align_of::<SavedDst>() == 8);
+const _: () = assert!(core::mem::size_of::<TransparentKey>() == 16);
+const _: () = assert!(core::mem::size_of::<ConnOwner>() == 16);
 
 #[cfg(feature = "user")]
 mod user {
@@ -258,7 +290,8 @@ mod user {
     unsafe impl aya::Pod for super::ConnectEvent {}
     // SAFETY: as above: `repr(C)`, `Copy`, no padding (size asserts in
     // `capture`), integers only.
-    unsafe impl aya::Pod for super::capture::CaptureConfig {}
+    unsafe impl aya::Pod for super::capture::RunConfig {}
+    unsafe impl aya::Pod for super::ConnOwner {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::capture::UnixAllow {}
     // SAFETY: as above: `repr(C)`, `Copy`, 20 `u32`s (size asserted).

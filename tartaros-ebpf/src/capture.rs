@@ -15,7 +15,7 @@ use tartaros_common::capture::{
     ARGV_BYTES, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, effect, flag, record,
 };
 
-use crate::maps::{EVENTS, config, count_lost, fill_header, in_sandbox, read_kernel, wake_flags};
+use crate::maps::{captured_run, fill_header, read_kernel, wake_flags};
 
 // ---- processes ---------------------------------------------------------------
 
@@ -28,15 +28,10 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 /// `sched_process_exec(struct task_struct *p, pid_t old_pid, struct
 /// linux_binprm *bprm)`, called in the new image with the new credentials.
 fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Option<()> {
-    let cfg = config()?;
-    if !in_sandbox(cfg) {
-        return None;
-    }
+    let run = captured_run()?;
+    let cfg = run.cfg;
     let bprm: u64 = ctx.arg(2);
-    let Some(mut entry) = EVENTS.reserve::<ExecEvent>(0) else {
-        count_lost(effect::EXEC);
-        return None;
-    };
+    let (ring, mut entry) = run.reserve::<ExecEvent>(effect::EXEC)?;
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is the reserved record; every helper below is given a
     // destination inside it of the size it is told.
@@ -87,7 +82,7 @@ fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Option<()> {
         }
         (*ev).header.flags = flags;
     }
-    entry.submit(wake_flags(cfg, size_of::<ExecEvent>()));
+    entry.submit(wake_flags(&ring, cfg, size_of::<ExecEvent>()));
     Some(())
 }
 
@@ -101,20 +96,15 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 /// *child)`, run by the parent. Threads (child pid != child tgid) are not
 /// processes and are skipped.
 fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Option<()> {
-    let cfg = config()?;
-    if !in_sandbox(cfg) {
-        return None;
-    }
+    let run = captured_run()?;
+    let cfg = run.cfg;
     let child: u64 = ctx.arg(1);
     let pid: u32 = read_kernel(child + cfg.task_pid as u64)?;
     let tgid: u32 = read_kernel(child + cfg.task_tgid as u64)?;
     if pid != tgid {
         return None;
     }
-    let Some(mut entry) = EVENTS.reserve::<ForkEvent>(0) else {
-        count_lost(effect::FORK);
-        return None;
-    };
+    let (ring, mut entry) = run.reserve::<ForkEvent>(effect::FORK)?;
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is the reserved record.
     unsafe {
@@ -122,7 +112,7 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Option<()> {
         (*ev).child = tgid;
         (*ev)._pad = 0;
     }
-    entry.submit(wake_flags(cfg, size_of::<ForkEvent>()));
+    entry.submit(wake_flags(&ring, cfg, size_of::<ForkEvent>()));
     Some(())
 }
 
@@ -137,10 +127,8 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 /// exits (`group_dead`, in recent kernels), or, without that argument, when the
 /// thread-group leader exits.
 fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
-    let cfg = config()?;
-    if !in_sandbox(cfg) {
-        return None;
-    }
+    let run = captured_run()?;
+    let cfg = run.cfg;
     if cfg.exit_group_dead != 0 {
         let group_dead: u64 = ctx.arg(1);
         if group_dead & 0xff == 0 {
@@ -155,10 +143,7 @@ fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
     // SAFETY: helper without arguments; used as an address only.
     let task = unsafe { generated::bpf_get_current_task() };
     let status: u32 = read_kernel(task + cfg.task_exit_code as u64).unwrap_or(0);
-    let Some(mut entry) = EVENTS.reserve::<ExitEvent>(0) else {
-        count_lost(effect::EXIT);
-        return None;
-    };
+    let (ring, mut entry) = run.reserve::<ExitEvent>(effect::EXIT)?;
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is the reserved record.
     unsafe {
@@ -166,6 +151,6 @@ fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
         (*ev).status = status;
         (*ev)._pad = 0;
     }
-    entry.submit(wake_flags(cfg, size_of::<ExitEvent>()));
+    entry.submit(wake_flags(&ring, cfg, size_of::<ExitEvent>()));
     Some(())
 }

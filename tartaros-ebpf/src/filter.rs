@@ -1,7 +1,12 @@
 //! The cgroup connect filter: `connect4` / `connect6` (Linux 4.17),
 //! `sendmsg4` / `sendmsg6` (4.18) and `sock_create` (4.10). See main.rs.
 //!
-//! Transparent interception: with a port in `FILTER[FILTER_TRANSPARENT_INDEX]`,
+//! Each program judges by the configuration of the calling task's run
+//! (`maps::run`); a task of no registered run is refused (these programs
+//! are only attached above run cgroups), and a run without the filter
+//! passes, as if the programs were not attached.
+//!
+//! Transparent interception: with a port in the run's `transparent_port`,
 //! a TCP connect to a destination that is not granted is rewritten to that
 //! port on loopback (writing `user_ip4` / `user_ip6` / `user_port`, Linux
 //! 4.17) instead of refused. The original destination is saved under the
@@ -22,14 +27,13 @@ use aya_ebpf::{
 };
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use tartaros_common::{
-    AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, AllowKey, ConnectEvent, FILTER_MODE_INDEX,
-    FILTER_MONITOR, FILTER_TRANSPARENT_INDEX, IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM,
-    SavedDst, TransparentKey, capture::effect, kind, verdict,
+    AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, AllowKey, ConnOwner, ConnectEvent, FILTER_MONITOR,
+    IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM, SavedDst, TransparentKey,
+    capture::{effect, feature},
+    kind, verdict,
 };
 
-use crate::maps::{
-    ALLOW, EVENTS, FILTER, OWNER_COOKIE, OWNER_PORT, TPROXY_COOKIE, TPROXY_PORT, config, count_lost,
-};
+use crate::maps::{ALLOW, OWNER_COOKIE, OWNER_PORT, Run, TPROXY_COOKIE, TPROXY_PORT, run};
 
 /// Return value of a cgroup program that lets the operation proceed.
 pub const PASS: i32 = 1;
@@ -43,8 +47,8 @@ pub fn connect4(ctx: SockAddrContext) -> i32 {
     decide(kind::CONNECT4, &ctx, try_connect4)
 }
 
-fn try_connect4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v4(ctx, ev, true)
+fn try_connect4(ctx: &SockAddrContext, run: &Run, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v4(ctx, run, ev, true)
 }
 
 #[cgroup_sock_addr(connect6)]
@@ -52,8 +56,8 @@ pub fn connect6(ctx: SockAddrContext) -> i32 {
     decide(kind::CONNECT6, &ctx, try_connect6)
 }
 
-fn try_connect6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v6(ctx, ev, true)
+fn try_connect6(ctx: &SockAddrContext, run: &Run, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v6(ctx, run, ev, true)
 }
 
 #[cgroup_sock_addr(sendmsg4)]
@@ -61,8 +65,8 @@ pub fn sendmsg4(ctx: SockAddrContext) -> i32 {
     decide(kind::SENDMSG4, &ctx, try_sendmsg4)
 }
 
-fn try_sendmsg4(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v4(ctx, ev, false)
+fn try_sendmsg4(ctx: &SockAddrContext, run: &Run, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v4(ctx, run, ev, false)
 }
 
 #[cgroup_sock_addr(sendmsg6)]
@@ -70,8 +74,8 @@ pub fn sendmsg6(ctx: SockAddrContext) -> i32 {
     decide(kind::SENDMSG6, &ctx, try_sendmsg6)
 }
 
-fn try_sendmsg6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16> {
-    check_v6(ctx, ev, false)
+fn try_sendmsg6(ctx: &SockAddrContext, run: &Run, ev: &mut ConnectEvent) -> Result<u16, u16> {
+    check_v6(ctx, run, ev, false)
 }
 
 /// Runs `check`, records the event and turns the verdict into the
@@ -80,15 +84,21 @@ fn try_sendmsg6(ctx: &SockAddrContext, ev: &mut ConnectEvent) -> Result<u16, u16
 fn decide(
     kind: u16,
     ctx: &SockAddrContext,
-    check: impl Fn(&SockAddrContext, &mut ConnectEvent) -> Result<u16, u16>,
+    check: impl Fn(&SockAddrContext, &Run, &mut ConnectEvent) -> Result<u16, u16>,
 ) -> i32 {
+    let Some(run) = run() else {
+        return REFUSE;
+    };
+    if !run.has(feature::FILTER) {
+        return PASS;
+    }
     let mut ev = new_event(kind);
-    let v = match check(ctx, &mut ev) {
+    let v = match check(ctx, &run, &mut ev) {
         Ok(v) => v,
         Err(v) => v,
     };
     ev.verdict = v;
-    emit(&ev);
+    emit(&run, &ev);
     if verdict::is_denied(v) {
         return REFUSE;
     }
@@ -97,7 +107,12 @@ fn decide(
         // connection, race-free, whatever happens to the socket later.
         // SAFETY: the helper takes the context pointer the kernel passed in.
         let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-        let _ = OWNER_COOKIE.insert(&cookie, &ev.tgid, 0);
+        let owner = ConnOwner {
+            run: run.id,
+            tgid: ev.tgid,
+            _pad: 0,
+        };
+        let _ = OWNER_COOKIE.insert(&cookie, &owner, 0);
     }
     PASS
 }
@@ -125,7 +140,12 @@ fn read_common(sa: *const bpf_sock_addr, ev: &mut ConnectEvent) -> u32 {
 }
 
 #[inline(always)]
-fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Result<u16, u16> {
+fn check_v4(
+    ctx: &SockAddrContext,
+    run: &Run,
+    ev: &mut ConnectEvent,
+    connect: bool,
+) -> Result<u16, u16> {
     let sa = ctx.sock_addr;
     let family = read_common(sa, ev);
     // SAFETY: as in `read_common`.
@@ -145,15 +165,21 @@ fn check_v4(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Resu
     if family != AF_INET as u32 {
         return Err(verdict::DENY_FAMILY);
     }
-    let v = lookup(&AllowKey::v4(ip, ev.port))?;
+    let key = AllowKey::v4(run.id, ip, ev.port);
+    let v = lookup(run, &key)?;
     if connect && v == verdict::DENY {
-        return redirect(ctx, ev, AllowKey::v4(ip, ev.port), Listener::V4);
+        return redirect(ctx, run, ev, key, Listener::V4);
     }
     Ok(v)
 }
 
 #[inline(always)]
-fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Result<u16, u16> {
+fn check_v6(
+    ctx: &SockAddrContext,
+    run: &Run,
+    ev: &mut ConnectEvent,
+    connect: bool,
+) -> Result<u16, u16> {
     let sa = ctx.sock_addr;
     let family = read_common(sa, ev);
     // SAFETY: as in `read_common`; `user_ip6` is read one 32-bit word at
@@ -185,17 +211,17 @@ fn check_v6(ctx: &SockAddrContext, ev: &mut ConnectEvent, connect: bool) -> Resu
     // ::ffff:a.b.c.d reaches IPv4 a.b.c.d through a dual-stack socket
     // without passing connect4/sendmsg4: judge it as that IPv4 pair.
     if w0 == 0 && w1 == 0 && words[2] == [0, 0, 0xff, 0xff] {
-        let key = AllowKey::v4(words[3], ev.port);
-        let v = lookup(&key)?;
+        let key = AllowKey::v4(run.id, words[3], ev.port);
+        let v = lookup(run, &key)?;
         if connect && v == verdict::DENY {
-            return redirect(ctx, ev, key, Listener::Mapped);
+            return redirect(ctx, run, ev, key, Listener::Mapped);
         }
         return Ok(v);
     }
-    let key = AllowKey::v6(ev.addr, ev.port);
-    let v = lookup(&key)?;
+    let key = AllowKey::v6(run.id, ev.addr, ev.port);
+    let v = lookup(run, &key)?;
     if connect && v == verdict::DENY {
-        return redirect(ctx, ev, key, Listener::V6);
+        return redirect(ctx, run, ev, key, Listener::V6);
     }
     Ok(v)
 }
@@ -219,12 +245,13 @@ enum Listener {
 #[inline(always)]
 fn redirect(
     ctx: &SockAddrContext,
+    run: &Run,
     ev: &ConnectEvent,
     dst: AllowKey,
     listener: Listener,
 ) -> Result<u16, u16> {
-    let port = match FILTER.get(FILTER_TRANSPARENT_INDEX) {
-        Some(&p) if p != 0 && p <= 0xffff => p as u16,
+    let port = match run.cfg.transparent_port {
+        p if p != 0 && p <= 0xffff => p as u16,
         _ => return Ok(verdict::DENY),
     };
     if ev.sock_type != SOCK_STREAM || ev.protocol != IPPROTO_TCP {
@@ -234,6 +261,7 @@ fn redirect(
     // (`bpf_get_socket_cookie_sock_addr`).
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     let saved = SavedDst {
+        run: run.id,
         family: dst.family,
         port: dst.port,
         addr: dst.addr,
@@ -306,7 +334,7 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
     // SAFETY: copied out right away; written by the connect programs of
     // the same socket, which run before this.
-    if let Some(tgid) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
+    if let Some(owner) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
         let _ = OWNER_COOKIE.remove(&cookie);
         let family = if ctx.family() == u32::from(AF_INET6) {
             AF_INET6
@@ -314,10 +342,12 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
             AF_INET
         };
         let key = TransparentKey {
+            run: owner.run,
             family,
             port: ctx.local_port() as u16,
+            _pad: 0,
         };
-        let _ = OWNER_PORT.insert(&key, &tgid, 0);
+        let _ = OWNER_PORT.insert(&key, &owner.tgid, 0);
     }
     // SAFETY: the value is copied out right away; entries are only written
     // by the connect programs of the same socket, which run before this.
@@ -327,9 +357,11 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     };
     let _ = TPROXY_COOKIE.remove(&cookie);
     let key = TransparentKey {
+        run: saved.run,
         family: saved.listener_family,
         // `local_port` is in host byte order.
         port: ctx.local_port() as u16,
+        _pad: 0,
     };
     TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
 }
@@ -338,17 +370,17 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
 /// address); otherwise allowed only in monitor mode. A failed lookup of the
 /// mode, or any mode value but `FILTER_MONITOR`, enforces.
 #[inline(always)]
-fn lookup(key: &AllowKey) -> Result<u16, u16> {
+fn lookup(run: &Run, key: &AllowKey) -> Result<u16, u16> {
     let any_port = AllowKey { port: 0, ..*key };
     // SAFETY: the value is a plain `u32` that we only read; concurrent
     // updates from user space can at worst give us a stale value.
     if unsafe { ALLOW.get(key) }.is_some() || unsafe { ALLOW.get(&any_port) }.is_some() {
         return Ok(verdict::ALLOW);
     }
-    match FILTER.get(FILTER_MODE_INDEX) {
-        Some(&FILTER_MONITOR) => Ok(verdict::ALLOW_MONITOR),
-        Some(_) => Ok(verdict::DENY),
-        None => Err(verdict::DENY_ERROR),
+    if run.cfg.filter_mode == FILTER_MONITOR {
+        Ok(verdict::ALLOW_MONITOR)
+    } else {
+        Ok(verdict::DENY)
     }
 }
 
@@ -356,10 +388,16 @@ fn lookup(key: &AllowKey) -> Result<u16, u16> {
 
 #[cgroup_sock(sock_create)]
 pub fn sock_create(ctx: SockContext) -> i32 {
+    let Some(run) = run() else {
+        return REFUSE;
+    };
+    if !run.has(feature::FILTER) {
+        return PASS;
+    }
     match try_sock_create(&ctx) {
         Ok(()) => PASS,
         Err(ev) => {
-            emit(&ev);
+            emit(&run, &ev);
             REFUSE
         }
     }
@@ -426,19 +464,16 @@ fn new_event(kind: u16) -> ConnectEvent {
 /// (`policy_quiet`), except refused socket creations, which no captured
 /// syscall describes.
 #[inline(always)]
-fn emit(ev: &ConnectEvent) {
-    let quiet = config().is_some_and(|c| c.policy_quiet != 0);
-    if quiet && ev.kind != kind::SOCK_CREATE {
+fn emit(run: &Run, ev: &ConnectEvent) {
+    if run.cfg.policy_quiet != 0 && ev.kind != kind::SOCK_CREATE {
         return;
     }
-    match EVENTS.reserve::<ConnectEvent>(0) {
-        Some(mut entry) => {
-            entry.write(*ev);
-            entry.submit(0);
-        }
-        None => count_lost(match ev.kind {
-            kind::SENDMSG4 | kind::SENDMSG6 => effect::SENDTO,
-            _ => effect::CONNECT,
-        }),
+    let lost = match ev.kind {
+        kind::SENDMSG4 | kind::SENDMSG6 => effect::SENDTO,
+        _ => effect::CONNECT,
+    };
+    if let Some((_, mut entry)) = run.reserve::<ConnectEvent>(lost) {
+        entry.write(*ev);
+        entry.submit(0);
     }
 }

@@ -7,23 +7,21 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
         generated::{
             bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_task,
-            bpf_ktime_get_ns,
+            bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_ringbuf_query, bpf_ringbuf_reserve,
+            bpf_ringbuf_submit,
         },
     },
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuArray, RingBuf},
+    maps::{Array, HashMap, LruHashMap, PerCpuHashMap},
 };
 use tartaros_common::{
-    ALLOW_MAX_ENTRIES, AllowKey, EVENTS_BYTES, FILTER_ENTRIES, SavedDst, TPROXY_MAX_ENTRIES,
-    TransparentKey,
-    capture::{CaptureConfig, EventHeader, LEVEL_UNKNOWN, LOST_SLOTS, UnixAllow, flag},
+    ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAX_RUNS, SavedDst, TPROXY_MAX_ENTRIES, TransparentKey,
+    capture::{EventHeader, LEVEL_UNKNOWN, LOST_SLOTS, RunConfig, UnixAllow, feature, flag},
 };
 
+/// Every run's granted destinations (the key names the run).
 #[map(name = "ALLOW")]
 pub static ALLOW: HashMap<AllowKey, u32> = HashMap::with_max_entries(ALLOW_MAX_ENTRIES, 0);
-
-#[map(name = "FILTER")]
-pub static FILTER: Array<u32> = Array::with_max_entries(FILTER_ENTRIES, 0);
 
 /// Original destinations of intercepted connects, by socket cookie
 /// (written by `connect4` / `connect6`, moved by `sock_ops`).
@@ -31,75 +29,191 @@ pub static FILTER: Array<u32> = Array::with_max_entries(FILTER_ENTRIES, 0);
 pub static TPROXY_COOKIE: LruHashMap<u64, SavedDst> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// The same, by the client's local port (read and deleted by the proxy).
+/// The same, by run and the client's local port (read and deleted by the
+/// proxy).
 #[map(name = "TPROXY_PORT")]
 pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
 /// Who opened each TCP connection the connect programs let through:
-/// socket cookie to thread-group id (written by `connect4` / `connect6` in
-/// the caller's context, moved by `sock_ops`).
+/// socket cookie to run and thread-group id (written by `connect4` /
+/// `connect6` in the caller's context, moved by `sock_ops`).
 #[map(name = "OWNER_COOKIE")]
-pub static OWNER_COOKIE: LruHashMap<u64, u32> = LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+pub static OWNER_COOKIE: LruHashMap<u64, ConnOwner> =
+    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// The same by the client's local port (and family), which the relays,
-/// the proxy and the broker see as the peer of an accepted connection.
+/// The same by run and the client's local port (and family), which the
+/// relays, the proxy and the broker see as the peer of an accepted
+/// connection.
 #[map(name = "OWNER_PORT")]
 pub static OWNER_PORT: LruHashMap<TransparentKey, u32> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// One ring buffer for every record (Linux 5.8); resized at load time.
+/// Every run's ring buffer (Linux 5.8), by run id. Declared as a hash map
+/// of `u32` because the toolchain has no map-in-map type: the loader
+/// creates it as `BPF_MAP_TYPE_HASH_OF_MAPS` of ring buffers (Linux 5.10),
+/// so a lookup gives the inner ring (see [`Ring`]).
 #[map(name = "EVENTS")]
-pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_BYTES, 0);
+pub static EVENTS: HashMap<u64, u32> = HashMap::with_max_entries(MAX_RUNS, 0);
 
-/// Failed reservations per effect kind: the kernel keeps no drop counter
-/// for ring buffers. One per-CPU slot array, so user space reads every
-/// kind of every CPU with one lookup.
+/// Failed reservations per run and effect kind: the kernel keeps no drop
+/// counter for ring buffers. Per-CPU slot arrays, so user space reads
+/// every kind of every CPU with one lookup; the loader inserts a run's
+/// zeroed entry before the run starts.
 #[map(name = "EVENTS_LOST")]
-pub static EVENTS_LOST: PerCpuArray<[u64; LOST_SLOTS]> = PerCpuArray::with_max_entries(1, 0);
+pub static EVENTS_LOST: PerCpuHashMap<u64, [u64; LOST_SLOTS]> =
+    PerCpuHashMap::with_max_entries(MAX_RUNS, 0);
 
-#[map(name = "CONFIG")]
-pub static CONFIG: Array<CaptureConfig> = Array::with_max_entries(1, 0);
+/// Every run's configuration, by run id.
+#[map(name = "RUNS")]
+pub static RUNS: HashMap<u64, RunConfig> = HashMap::with_max_entries(MAX_RUNS, 0);
 
+/// The level of every run's cgroup in the v2 hierarchy, or
+/// `LEVEL_UNKNOWN` (a run is then the task's own cgroup).
+#[map(name = "RUN_LEVEL")]
+pub static RUN_LEVEL: Array<u32> = Array::with_max_entries(1, 0);
+
+/// Every run's unix socket policy, by run id.
 #[map(name = "UNIX_ALLOW")]
-pub static UNIX_ALLOW: Array<UnixAllow> = Array::with_max_entries(1, 0);
+pub static UNIX_ALLOW: HashMap<u64, UnixAllow> = HashMap::with_max_entries(MAX_RUNS, 0);
 
-/// Counts one event of `effect` that found no room in the ring buffer.
+/// The run the current task belongs to: its id and configuration.
+#[derive(Clone, Copy)]
+pub struct Run {
+    pub id: u64,
+    pub cfg: &'static RunConfig,
+}
+
+impl Run {
+    /// Whether `feature` (a `capture::feature` bit) is installed.
+    #[inline(always)]
+    pub fn has(&self, feature: u32) -> bool {
+        self.cfg.features & feature != 0
+    }
+
+    /// Reserves a record of `effect` in this run's ring; counted as lost
+    /// when there is no room (or no ring).
+    #[inline(always)]
+    pub fn reserve<T>(&self, effect: u16) -> Option<(Ring, Entry<T>)> {
+        let Some(ring) = Ring::of(self.id) else {
+            count_lost(self.id, effect);
+            return None;
+        };
+        match ring.reserve::<T>() {
+            Some(entry) => Some((ring, entry)),
+            None => {
+                count_lost(self.id, effect);
+                None
+            }
+        }
+    }
+}
+
+/// The current task's run, if it is in one that is captured.
 #[inline(always)]
-pub fn count_lost(effect: u16) {
+pub fn captured_run() -> Option<Run> {
+    run().filter(|r| r.has(feature::CAPTURE))
+}
+
+/// The id of the current task's run: its ancestor cgroup at the runs'
+/// level (the cgroup itself when the level is unknown). 0 when unreadable.
+#[inline(always)]
+pub fn run_id() -> u64 {
+    let level = RUN_LEVEL.get(0).copied().unwrap_or(LEVEL_UNKNOWN);
+    // SAFETY: helpers without pointer arguments.
+    unsafe {
+        if level == LEVEL_UNKNOWN {
+            bpf_get_current_cgroup_id()
+        } else {
+            bpf_get_current_ancestor_cgroup_id(level as i32)
+        }
+    }
+}
+
+/// The current task's run, if it is in one.
+#[inline(always)]
+pub fn run() -> Option<Run> {
+    let id = run_id();
+    if id == 0 {
+        return None;
+    }
+    // SAFETY: the value is plain data the program only reads; user space
+    // replaces whole entries.
+    let cfg = unsafe { RUNS.get(&id) }?;
+    Some(Run { id, cfg })
+}
+
+/// Counts one event of `effect` of run `run` that found no room in its
+/// ring buffer.
+#[inline(always)]
+pub fn count_lost(run: u64, effect: u16) {
     let i = effect as usize;
     if i >= LOST_SLOTS {
         return;
     }
-    if let Some(slots) = EVENTS_LOST.get_ptr_mut(0) {
+    if let Some(slots) = EVENTS_LOST.get_ptr_mut(&run) {
         // SAFETY: this CPU's slot array; a program is not migrated while it
         // runs, so nothing else writes it concurrently. `i` is in bounds.
         unsafe { (*slots)[i] += 1 };
     }
 }
 
-/// The run-time configuration (array lookups with a constant key are
-/// inlined by the verifier).
-#[inline(always)]
-pub fn config() -> Option<&'static CaptureConfig> {
-    CONFIG.get(0)
+/// A run's ring buffer (the inner map of [`EVENTS`]).
+#[derive(Clone, Copy)]
+pub struct Ring(*mut c_void);
+
+/// A reserved record of a [`Ring`]: submitted with [`Entry::submit`]
+/// (the verifier makes sure every path does).
+pub struct Entry<T>(*mut T);
+
+impl Ring {
+    /// The ring of run `run`.
+    #[inline(always)]
+    pub fn of(run: u64) -> Option<Ring> {
+        // SAFETY: the outer map's definition, whose address the loader
+        // relocates to the map; the key is a live u64 on the stack.
+        let inner = unsafe {
+            bpf_map_lookup_elem(
+                (&raw const EVENTS).cast_mut().cast::<c_void>(),
+                (&raw const run).cast::<c_void>(),
+            )
+        };
+        (!inner.is_null()).then_some(Ring(inner))
+    }
+
+    /// Reserves room for one `T`.
+    #[inline(always)]
+    pub fn reserve<T>(&self) -> Option<Entry<T>> {
+        // SAFETY: `self.0` is a ring buffer map pointer from the lookup.
+        let p = unsafe { bpf_ringbuf_reserve(self.0, size_of::<T>() as u64, 0) };
+        (!p.is_null()).then_some(Entry(p.cast::<T>()))
+    }
+
+    /// Bytes not yet consumed.
+    #[inline(always)]
+    fn waiting(&self) -> u64 {
+        // SAFETY: as in `reserve`.
+        unsafe { bpf_ringbuf_query(self.0, BPF_RB_AVAIL_DATA) }
+    }
 }
 
-/// Whether the current task is in the sandbox cgroup or below it.
-#[inline(always)]
-pub fn in_sandbox(cfg: &CaptureConfig) -> bool {
-    if cfg.cgroup_id == 0 {
-        return false;
+impl<T> Entry<T> {
+    #[inline(always)]
+    pub fn as_mut_ptr(&mut self) -> *mut T {
+        self.0
     }
-    // SAFETY: helpers without pointer arguments.
-    let id = unsafe {
-        if cfg.cgroup_level == LEVEL_UNKNOWN {
-            bpf_get_current_cgroup_id()
-        } else {
-            bpf_get_current_ancestor_cgroup_id(cfg.cgroup_level as i32)
-        }
-    };
-    id == cfg.cgroup_id
+
+    #[inline(always)]
+    pub fn write(&mut self, value: T) {
+        // SAFETY: the reservation holds `size_of::<T>()` bytes.
+        unsafe { self.0.write_unaligned(value) }
+    }
+
+    #[inline(always)]
+    pub fn submit(self, flags: u64) {
+        // SAFETY: a record reserved by `Ring::reserve`, submitted once.
+        unsafe { bpf_ringbuf_submit(self.0.cast::<c_void>(), flags) }
+    }
 }
 
 /// Reads a `T` at kernel address `addr`.
@@ -125,7 +239,7 @@ pub fn copy_kernel(dst: *mut u8, len: u32, src: u64) -> i64 {
 
 /// Thread-group id of the current task's real parent.
 #[inline(always)]
-pub fn current_ppid(cfg: &CaptureConfig) -> Option<u32> {
+pub fn current_ppid(cfg: &RunConfig) -> Option<u32> {
     // SAFETY: helper without arguments; the result is only used as an
     // address for bpf_probe_read_kernel.
     let task = unsafe { bpf_get_current_task() };
@@ -135,7 +249,7 @@ pub fn current_ppid(cfg: &CaptureConfig) -> Option<u32> {
 
 /// Fills the header of a record written by the current task.
 #[inline(always)]
-pub fn fill_header(h: *mut EventHeader, cfg: &CaptureConfig, record: u16, effect: u16) {
+pub fn fill_header(h: *mut EventHeader, cfg: &RunConfig, record: u16, effect: u16) {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (ppid, flags) = match current_ppid(cfg) {
         Some(p) => (p, 0),
@@ -169,11 +283,11 @@ const BPF_RB_FORCE_WAKEUP: u64 = 2;
 /// slowed a syscall-heavy workload by a quarter; waking it for every event
 /// once the threshold is passed costs as much when nobody reads.
 #[inline(always)]
-pub fn wake_flags(cfg: &CaptureConfig, size: usize) -> u64 {
+pub fn wake_flags(ring: &Ring, cfg: &RunConfig, size: usize) -> u64 {
     if cfg.wake_bytes == 0 {
         return 0;
     }
-    let waiting = EVENTS.query(BPF_RB_AVAIL_DATA);
+    let waiting = ring.waiting();
     let wake = cfg.wake_bytes as u64;
     // Each record takes an 8-byte header in the ring.
     if waiting >= wake && waiting < wake + size as u64 + 8 {

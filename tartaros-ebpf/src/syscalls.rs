@@ -28,11 +28,11 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
-    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, CaptureConfig, PATH_BYTES, SYSCALL_KINDS, X32_SYSCALL_BIT,
+    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT,
     effect, flag, ioctl, nr, oflag, record,
 };
 
-use crate::maps::{config, count_lost, in_sandbox, read_kernel};
+use crate::maps::{captured_run, count_lost, read_kernel};
 use crate::sysemit::emit;
 
 /// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry.
@@ -213,7 +213,7 @@ fn args_of(regs: *const u64) -> [u64; 6] {
 /// Whether the current syscall came through the 32-bit entry: its number
 /// and registers mean something else (the seccomp filter refuses them).
 #[inline(always)]
-fn compat(cfg: &CaptureConfig) -> bool {
+fn compat(cfg: &RunConfig) -> bool {
     if cfg.task_ti_status == u32::MAX {
         return false;
     }
@@ -236,8 +236,9 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     if !nr::is_captured(id) {
         return None;
     }
-    let cfg = config()?;
-    if !in_sandbox(cfg) || compat(cfg) {
+    let run = captured_run()?;
+    let cfg = run.cfg;
+    if compat(cfg) {
         return None;
     }
     // Read again rather than reused: the verifier has narrowed the first
@@ -248,7 +249,7 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     if call.effect == effect::OTHER {
         // A captured number without a kind: the kind map was not filled.
         // Counted, so the log says it is incomplete.
-        count_lost(effect::OTHER);
+        count_lost(run.id, effect::OTHER);
         return None;
     }
     let slot = SYS_CALL.get_ptr_mut(0)?;
@@ -311,7 +312,7 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         let key = bpf_get_current_pid_tgid();
         if PENDING.insert(&key, &*slot, 0).is_err() {
             // Too many calls in flight: the loss is counted, never silent.
-            count_lost((*slot).call.effect);
+            count_lost(run.id, (*slot).call.effect);
         }
     }
     Some(())
@@ -335,10 +336,8 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     if !captured && ret != -EPERM {
         return None;
     }
-    let cfg = config()?;
-    if !in_sandbox(cfg) {
-        return None;
-    }
+    let run = captured_run()?;
+    let cfg = run.cfg;
     let number = reg(regs, REGS_ORIG_AX);
     let key = bpf_get_current_pid_tgid();
     // One `emit` for every case below: inlined twice, it doubled the
@@ -393,7 +392,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
         }
     };
     // Numbers beyond 32 bits (-1, bogus ones) keep their low half.
-    emit(cfg, p, number as u32, ret);
+    emit(&run, p, number as u32, ret);
     if pending {
         let _ = PENDING.remove(&key);
     }

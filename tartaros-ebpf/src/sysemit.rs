@@ -3,16 +3,16 @@
 //! type. Kept apart from `syscalls.rs`, which decides what is recorded.
 
 use tartaros_common::capture::{
-    ADDR_BYTES, CaptureConfig, PATH_BYTES, SysAddrEvent, SysEvent, SysFileEvent, SysPath2Event,
+    ADDR_BYTES, PATH_BYTES, RunConfig, SysAddrEvent, SysEvent, SysFileEvent, SysPath2Event,
     SysPathEvent, record,
 };
 
-use crate::maps::{EVENTS, copy_kernel, count_lost, fill_header, wake_flags};
+use crate::maps::{Run, copy_kernel, fill_header, wake_flags};
 use crate::syscalls::Pending;
 
 /// Fills the fixed part of a syscall record.
 #[inline(always)]
-fn fill_sys(s: *mut SysEvent, cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+fn fill_sys(s: *mut SysEvent, cfg: &RunConfig, p: *const Pending, nr: u32, ret: i64) {
     // SAFETY: `s` points to a reserved record, `p` to a map entry.
     unsafe {
         let call = &(*p).call;
@@ -31,15 +31,16 @@ fn fill_sys(s: *mut SysEvent, cfg: &CaptureConfig, p: *const Pending, nr: u32, r
 
 /// Writes the record of the call in `p` (a map entry) with result `ret`.
 #[inline(always)]
-pub(crate) fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
+pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
+    let cfg = run.cfg;
     // SAFETY: `p` is a map entry; the copies stay inside it and inside
     // the reserved records, whose sizes the helpers are told.
     unsafe {
         let kind = (*p).call.effect;
         match (*p).call.record {
             record::SYS_PATH => {
-                let Some(mut entry) = EVENTS.reserve::<SysPathEvent>(0) else {
-                    return count_lost(kind);
+                let Some((ring, mut entry)) = run.reserve::<SysPathEvent>(kind) else {
+                    return;
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
@@ -48,11 +49,11 @@ pub(crate) fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
                     PATH_BYTES as u32,
                     (&raw const (*p).path) as u64,
                 );
-                entry.submit(wake_flags(cfg, size_of::<SysPathEvent>()));
+                entry.submit(wake_flags(&ring, cfg, size_of::<SysPathEvent>()));
             }
             record::SYS_PATH2 => {
-                let Some(mut entry) = EVENTS.reserve::<SysPath2Event>(0) else {
-                    return count_lost(kind);
+                let Some((ring, mut entry)) = run.reserve::<SysPath2Event>(kind) else {
+                    return;
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
@@ -66,11 +67,11 @@ pub(crate) fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
                     PATH_BYTES as u32,
                     (&raw const (*p).path2) as u64,
                 );
-                entry.submit(wake_flags(cfg, size_of::<SysPath2Event>()));
+                entry.submit(wake_flags(&ring, cfg, size_of::<SysPath2Event>()));
             }
             record::SYS_ADDR => {
-                let Some(mut entry) = EVENTS.reserve::<SysAddrEvent>(0) else {
-                    return count_lost(kind);
+                let Some((ring, mut entry)) = run.reserve::<SysAddrEvent>(kind) else {
+                    return;
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
@@ -79,25 +80,25 @@ pub(crate) fn emit(cfg: &CaptureConfig, p: *const Pending, nr: u32, ret: i64) {
                     ADDR_BYTES as u32,
                     (&raw const (*p).path) as u64,
                 );
-                entry.submit(wake_flags(cfg, size_of::<SysAddrEvent>()));
+                entry.submit(wake_flags(&ring, cfg, size_of::<SysAddrEvent>()));
             }
             record::SYS_FILE => {
-                let Some(mut entry) = EVENTS.reserve::<SysFileEvent>(0) else {
-                    return count_lost(kind);
+                let Some((ring, mut entry)) = run.reserve::<SysFileEvent>(kind) else {
+                    return;
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
                 // A kernel address, for the comparison only.
                 (*ev).sys.args[2] = 0;
                 crate::fdpath::fill(ev, (*p).call.fd, (*p).call.args[2]);
-                entry.submit(wake_flags(cfg, size_of::<SysFileEvent>()));
+                entry.submit(wake_flags(&ring, cfg, size_of::<SysFileEvent>()));
             }
             _ => {
-                let Some(mut entry) = EVENTS.reserve::<SysEvent>(0) else {
-                    return count_lost(kind);
+                let Some((ring, mut entry)) = run.reserve::<SysEvent>(kind) else {
+                    return;
                 };
                 fill_sys(entry.as_mut_ptr(), cfg, p, nr, ret);
-                entry.submit(wake_flags(cfg, size_of::<SysEvent>()));
+                entry.submit(wake_flags(&ring, cfg, size_of::<SysEvent>()));
             }
         }
     }

@@ -36,12 +36,12 @@ use aya_ebpf::{
 };
 use tartaros_common::capture::{
     KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, SUN_PATH_MAX, UNIX_MIRROR, UNIX_MIRROR_LEN,
-    UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixAllow, UnixEvent, effect, record, unix_hook,
-    unix_verdict,
+    UNIX_PATH_BYTES, UNIX_PREFIXES, UNIX_WORDS, UnixAllow, UnixEvent, effect, feature, record,
+    unix_hook, unix_verdict,
 };
 
 use crate::filter::{PASS, REFUSE};
-use crate::maps::{EVENTS, UNIX_ALLOW, config, copy_kernel, count_lost, fill_header, read_kernel};
+use crate::maps::{Run, UNIX_ALLOW, copy_kernel, fill_header, read_kernel, run};
 
 /// `offsetof(struct bpf_sock_addr_kern, uaddr)`, the same since 4.17.
 const KERN_UADDR: u64 = 8;
@@ -63,15 +63,23 @@ pub fn unix_sendmsg(ctx: *mut bpf_sock_addr) -> i32 {
 
 #[inline(always)]
 fn decide(ctx: *mut bpf_sock_addr, hook: u16) -> i32 {
+    // Attached only above run cgroups: a task of no registered run is
+    // refused; a run without the policy passes (as if not attached).
+    let Some(run) = run() else {
+        return REFUSE;
+    };
+    if !run.has(feature::UNIX) {
+        return PASS;
+    }
     let mut scan = MaybeUninit::<Scan>::uninit();
-    let (mut verdict, addr_len) = judge(ctx as u64, scan.as_mut_ptr());
+    let (mut verdict, addr_len) = judge(ctx as u64, run.id, scan.as_mut_ptr());
     if verdict == unix_verdict::ALLOW && !pin(ctx, scan.as_mut_ptr()) {
         verdict = unix_verdict::DENY_UNPINNED;
     }
     if verdict >= unix_verdict::DENY {
         // SAFETY: `judge` zeroes the path words before anything can fail.
         let path = unsafe { (&raw mut (*scan.as_mut_ptr()).words).cast::<u8>() };
-        report(hook, verdict, addr_len, path);
+        report(&run, hook, verdict, addr_len, path);
         REFUSE
     } else {
         PASS
@@ -134,7 +142,7 @@ fn ahead(cur: u64, next: u64, k: u32) -> u64 {
 /// state machine made cost ~90 ms per program load. `bpf_loop` fails only
 /// on bad arguments; should it, the name is refused.
 #[inline(always)]
-fn judge(ctx: u64, scan: *mut Scan) -> (u16, u32) {
+fn judge(ctx: u64, run: u64, scan: *mut Scan) -> (u16, u32) {
     // SAFETY: the caller's buffer; only its words are addressed here.
     let path = unsafe { &raw mut (*scan).words };
     // Zero the buffer first: bytes past the name must not be stale stack.
@@ -202,7 +210,8 @@ fn judge(ctx: u64, scan: *mut Scan) -> (u16, u32) {
     if dotdot & HIGH != 0 {
         return (unix_verdict::DENY_DOTDOT, addr_len);
     }
-    let Some(allow) = UNIX_ALLOW.get(0) else {
+    // SAFETY: plain data the program only reads.
+    let Some(allow) = (unsafe { UNIX_ALLOW.get(&run) }) else {
         return (unix_verdict::DENY_ERROR, addr_len);
     };
     // A map never filled has no mask on byte 0 of slot 0 (every configured
@@ -346,13 +355,12 @@ fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
 
 /// Writes a denial to the ring buffer unless syscall capture reports it.
 #[inline(always)]
-fn report(hook: u16, verdict: u16, addr_len: u32, path: *mut u8) {
-    let Some(cfg) = config() else { return };
+fn report(run: &Run, hook: u16, verdict: u16, addr_len: u32, path: *mut u8) {
+    let cfg = run.cfg;
     if cfg.policy_quiet != 0 {
         return;
     }
-    let Some(mut entry) = EVENTS.reserve::<UnixEvent>(0) else {
-        count_lost(effect::CONNECT);
+    let Some((_, mut entry)) = run.reserve::<UnixEvent>(effect::CONNECT) else {
         return;
     };
     let ev = entry.as_mut_ptr();

@@ -354,8 +354,12 @@ fn create_on_host(
         None => None,
     };
     if let Some(limits) = run.cgroup {
-        let mut cgroup = crate::cgroup::RunCgroup::create(id)
-            .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+        // Under the service's parent cgroup when its programs are shared.
+        let created = match crate::ebpf::shared::adopted_parent() {
+            Some(parent) => crate::cgroup::RunCgroup::create_in(&parent, id),
+            None => crate::cgroup::RunCgroup::create(id),
+        };
+        let mut cgroup = created.map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
         let limited = cgroup.set_limits(limits);
         undo.push(Undo::Cgroup(cgroup));
         if let Err(e) = limited {

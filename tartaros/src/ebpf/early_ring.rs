@@ -63,12 +63,46 @@ fn create(bytes: u32, created: SyncSender<OwnedFd>) -> Option<RingBuf<MapData>> 
         value_size: 0,
         max_entries: bytes,
         flags: 0,
+        inner_map: None,
     })
     .ok()?;
     let second = fd.as_fd().try_clone_to_owned().ok()?;
     created.send(fd).ok()?;
     let data = MapData::from_fd(second).ok()?;
     RingBuf::try_from(Map::RingBuf(data)).ok()
+}
+
+/// A run's ring buffer of `bytes`: the prepared one if it has that size,
+/// else one made now (mapped on this thread).
+pub(super) fn take_or_create(bytes: u32) -> Result<(OwnedFd, RingBuf<MapData>), rawprog::RawError> {
+    if let Some(ring) = take(bytes)
+        && let Ok(Some(reader)) = ring.reader.join()
+    {
+        return Ok((ring.fd, reader));
+    }
+    let fd = rawprog::create_map(MapSpec {
+        name: tartaros_common::MAP_EVENTS,
+        map_type: MAP_TYPE_RINGBUF,
+        key_size: 0,
+        value_size: 0,
+        max_entries: bytes,
+        flags: 0,
+        inner_map: None,
+    })?;
+    let wrap = |source| rawprog::RawError::Wrap {
+        map: tartaros_common::MAP_EVENTS.to_owned(),
+        source: Box::new(source),
+    };
+    let second = fd
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|source| rawprog::RawError::Map {
+            map: tartaros_common::MAP_EVENTS.to_owned(),
+            source,
+        })?;
+    let data = MapData::from_fd(second).map_err(wrap)?;
+    let reader = RingBuf::try_from(Map::RingBuf(data)).map_err(wrap)?;
+    Ok((fd, reader))
 }
 
 /// The prepared ring buffer if there is one of `bytes`, waiting until it

@@ -463,14 +463,14 @@ mod tests {
     fn fds(name: &str) -> Option<RawFd> {
         [
             "ALLOW",
-            "CONFIG",
             "EVENTS",
             "EVENTS_LOST",
             "FILE_LAYOUT",
-            "FILTER",
             "OWNER_COOKIE",
             "OWNER_PORT",
             "PENDING",
+            "RUNS",
+            "RUN_LEVEL",
             "SYSCALL_KIND",
             "SYS_CALL",
             "TPROXY_COOKIE",
@@ -551,7 +551,12 @@ mod tests {
         let elf = Elf::parse(super::super::EBPF_OBJECT).unwrap();
         let maps = elf.map_defs().unwrap();
         let events = maps.iter().find(|m| m.name == "EVENTS").unwrap();
-        assert_eq!(events.map_type, 27, "BPF_MAP_TYPE_RINGBUF");
+        // Declared as a hash (the loader makes it a hash of ring buffers).
+        assert_eq!(
+            (events.map_type, events.key_size, events.value_size),
+            (1, 8, 4),
+            "BPF_MAP_TYPE_HASH of u64 -> u32"
+        );
         let allow = maps.iter().find(|m| m.name == "ALLOW").unwrap();
         assert_eq!(
             (allow.key_size, allow.value_size),

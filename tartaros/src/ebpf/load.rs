@@ -3,67 +3,81 @@
 
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aya::maps::{Array, HashMap, Map, MapData, RingBuf};
-use tartaros_common::capture::{
-    CaptureConfig, KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, LEVEL_UNKNOWN, UNIX_PREFIXES,
-    UnixAllow, UnixPrefix,
-};
+use aya::maps::{Array, Map, MapData};
+use tartaros_common::capture::{KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, LEVEL_UNKNOWN};
 
 use super::kbtf::KernelLayout;
 use super::rawprog::{self, ProgSpec, RawError};
-use super::{ConnectGrant, EBPF_OBJECT, EbpfError, early_ring, elf};
+use super::{EBPF_OBJECT, EbpfError, early_ring, elf};
 
 /// The maps of the embedded object, created by us (see `elf.rs` for why
-/// not through aya's loader), each wrapped in aya's typed handle.
+/// not through aya's loader), each wrapped in aya's typed handle. Shared by
+/// every run registered in it (`register.rs`).
 pub(super) struct Object {
     maps: Vec<ObjectMap>,
     /// The frozen `.rodata` array, referenced by the programs that use it.
     rodata: Option<OwnedFd>,
-    /// The ring buffer's reader, when it is mapped ahead of the attach
-    /// ([`early_ring`]).
-    events_reader: Option<early_ring::Reader>,
 }
 
 struct ObjectMap {
     name: String,
-    /// The map's descriptor, owned by `map` (or by whoever took it), for
-    /// relocating programs before anything is taken.
+    /// The map's descriptor, owned by `map`, for relocating programs and
+    /// for handing the map to a service worker.
     fd: RawFd,
-    map: Option<Map>,
+    map: Map,
 }
 
 impl Object {
-    pub(super) fn map(&self, name: &str) -> Option<&Map> {
-        self.maps.iter().find(|m| m.name == name)?.map.as_ref()
-    }
-
     pub(super) fn map_mut(&mut self, name: &str) -> Option<&mut Map> {
-        self.maps.iter_mut().find(|m| m.name == name)?.map.as_mut()
+        self.maps
+            .iter_mut()
+            .find(|m| m.name == name)
+            .map(|m| &mut m.map)
     }
 
-    /// The reader of the ring buffer mapped ahead of the attach, if it
-    /// was (waiting for the mapping to finish).
-    pub(super) fn take_events_reader(&mut self) -> Option<RingBuf<MapData>> {
-        self.events_reader.take()?.join().ok()?
+    pub(super) fn map(&self, name: &str) -> Option<&Map> {
+        self.maps.iter().find(|m| m.name == name).map(|m| &m.map)
     }
 
-    pub(super) fn take_map(&mut self, name: &str) -> Option<Map> {
-        self.maps.iter_mut().find(|m| m.name == name)?.map.take()
-    }
-
-    /// Descriptor of map `name` ([`elf::RODATA`] for the read-only data)
-    /// while the map is still held here.
+    /// Descriptor of map `name` ([`elf::RODATA`] for the read-only data).
     fn map_fd(&self, name: &str) -> Option<RawFd> {
         if name == elf::RODATA {
             return self.rodata.as_ref().map(|fd| fd.as_raw_fd());
         }
-        self.maps
-            .iter()
-            .find(|m| m.name == name && m.map.is_some())
-            .map(|m| m.fd)
+        self.maps.iter().find(|m| m.name == name).map(|m| m.fd)
+    }
+
+    /// Every map's name and descriptor (what a service worker is given).
+    pub(super) fn map_fds(&self) -> impl Iterator<Item = (&str, RawFd)> {
+        self.maps.iter().map(|m| (m.name.as_str(), m.fd))
+    }
+
+    /// The maps of an object loaded by another process, from their
+    /// descriptors (each checked to be a map of that name).
+    pub(super) fn from_fds(fds: Vec<(String, OwnedFd)>) -> Result<Self, EbpfError> {
+        let mut maps = Vec::with_capacity(fds.len());
+        for (name, fd) in fds {
+            let raw = fd.as_raw_fd();
+            let wrap = |source| {
+                EbpfError::LoadObject(RawError::Wrap {
+                    map: name.clone(),
+                    source: Box::new(source),
+                })
+            };
+            let data = MapData::from_fd(fd).map_err(wrap)?;
+            let actual = data.info().map_err(wrap)?.name_as_str().map(str::to_owned);
+            if actual.as_deref() != Some(short_name(&name).as_str()) {
+                return Err(missing(format!(
+                    "map {name} (the descriptor is {actual:?})"
+                )));
+            }
+            let map = Map::from_map_data(data).map_err(wrap)?;
+            maps.push(ObjectMap { name, fd: raw, map });
+        }
+        Ok(Self { maps, rodata: None })
     }
 
     /// The code of program `name`, its map references pointing at our
@@ -73,36 +87,50 @@ impl Object {
     }
 }
 
-/// Creates the maps the embedded object declares, the ring buffer sized
-/// `ring_bytes`, and the frozen `.rodata`.
-pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
+/// The name the kernel keeps for a map (see `rawprog::create_map`).
+fn short_name(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+        .take(15)
+        .collect()
+}
+
+/// `BPF_MAP_TYPE_HASH_OF_MAPS` (Linux 4.12; ring buffers inside, 5.10).
+const MAP_TYPE_HASH_OF_MAPS: u32 = 13;
+
+/// Creates the maps the embedded object declares and the frozen
+/// `.rodata`. `EVENTS` becomes the map of every run's ring buffer.
+pub(super) fn load_object() -> Result<Object, EbpfError> {
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
-    let mut events_reader = None;
+    // What the rings inside `EVENTS` are like (any size will do).
+    let template = rawprog::create_map(rawprog::MapSpec {
+        name: "EVENTS_INNER",
+        map_type: early_ring::MAP_TYPE_RINGBUF,
+        key_size: 0,
+        value_size: 0,
+        max_entries: 4096,
+        flags: 0,
+        inner_map: None,
+    })
+    .map_err(EbpfError::LoadObject)?;
     for def in &defs {
         let events = def.name == tartaros_common::MAP_EVENTS;
-        let max_entries = if events { ring_bytes } else { def.max_entries };
         let spec = rawprog::MapSpec {
             name: &def.name,
-            map_type: def.map_type,
+            map_type: if events {
+                MAP_TYPE_HASH_OF_MAPS
+            } else {
+                def.map_type
+            },
             key_size: def.key_size,
             value_size: def.value_size,
-            max_entries,
+            max_entries: def.max_entries,
             flags: def.flags,
+            inner_map: events.then(|| template.as_fd()),
         };
-        let early = (events
-            && (def.map_type, def.key_size, def.value_size, def.flags)
-                == (early_ring::MAP_TYPE_RINGBUF, 0, 0, 0))
-            .then(|| early_ring::take(ring_bytes))
-            .flatten();
-        let fd = match early {
-            Some(ring) => {
-                events_reader = Some(ring.reader);
-                ring.fd
-            }
-            None => rawprog::create_map(spec).map_err(EbpfError::LoadObject)?,
-        };
+        let fd = rawprog::create_map(spec).map_err(EbpfError::LoadObject)?;
         let raw = fd.as_raw_fd();
         let wrap = |source| {
             EbpfError::LoadObject(RawError::Wrap {
@@ -114,7 +142,7 @@ pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
         maps.push(ObjectMap {
             name: def.name.clone(),
             fd: raw,
-            map: Some(map),
+            map,
         });
     }
     let rodata = match elf.rodata().map_err(EbpfError::LoadObject)? {
@@ -127,6 +155,7 @@ pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
                 value_size,
                 max_entries: 1,
                 flags: rawprog::MAP_F_RDONLY_PROG,
+                inner_map: None,
             })
             .map_err(EbpfError::LoadObject)?;
             rawprog::fill_and_freeze(elf::RODATA, fd.as_fd(), bytes)
@@ -135,11 +164,7 @@ pub(super) fn load_object(ring_bytes: u32) -> Result<Object, EbpfError> {
         }
         _ => None,
     };
-    Ok(Object {
-        maps,
-        rodata,
-        events_reader,
-    })
+    Ok(Object { maps, rodata })
 }
 
 /// `BPF_MAP_TYPE_ARRAY`.
@@ -147,46 +172,21 @@ const MAP_TYPE_ARRAY: u32 = 2;
 
 pub(super) use super::layout_cache::{kernel_layout, kernel_layout_ready};
 
-fn missing(what: String) -> EbpfError {
+pub(super) fn missing(what: String) -> EbpfError {
     EbpfError::MissingInObject { what }
 }
 
-pub(super) fn insert_grants(object: &mut Object, grants: &[ConnectGrant]) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_ALLOW;
+/// Sets the level of every run's cgroup (`LEVEL_UNKNOWN`: a run is the
+/// task's own cgroup).
+pub(super) fn set_run_level(object: &mut Object, level: u32) -> Result<(), EbpfError> {
+    let name = tartaros_common::MAP_RUN_LEVEL;
     let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut allow = HashMap::<_, tartaros_common::AllowKey, u32>::try_from(map)
-        .map_err(|source| EbpfError::Map { map: name, source })?;
-    for grant in grants {
-        allow
-            .insert(grant.key(), tartaros_common::ALLOW_VALUE, 0)
-            .map_err(|source| EbpfError::Map { map: name, source })?;
-    }
-    Ok(())
-}
-
-pub(super) fn set_filter_mode(object: &mut Object, mode: u32) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_FILTER;
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut filter =
+    let mut array =
         Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
-    filter
-        .set(tartaros_common::FILTER_MODE_INDEX, mode, 0)
-        .map_err(|source| EbpfError::Map { map: name, source })
-}
-
-pub(super) fn set_config(object: &mut Object, config: CaptureConfig) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_CONFIG;
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut array = Array::<_, CaptureConfig>::try_from(map)
-        .map_err(|source| EbpfError::Map { map: name, source })?;
     array
-        .set(0, config, 0)
+        .set(0, level, 0)
         .map_err(|source| EbpfError::Map { map: name, source })
 }
 
@@ -230,99 +230,6 @@ pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
     Ok(())
 }
 
-/// The configuration for a cgroup, with the offsets of `layout` if given.
-pub(super) fn config_for(
-    cgroup_id: u64,
-    cgroup_level: u32,
-    capture: bool,
-    ring_bytes: u32,
-    layout: Option<&KernelLayout>,
-) -> CaptureConfig {
-    let mut c = CaptureConfig {
-        cgroup_id,
-        cgroup_level,
-        policy_quiet: u32::from(capture),
-        task_ti_status: u32::MAX,
-        // Capture wakes the reader per quarter ring (at most 1 MiB); the
-        // reader's 10 ms timer picks up the rest.
-        wake_bytes: if capture {
-            (ring_bytes / 4).min(1 << 20)
-        } else {
-            0
-        },
-        ..CaptureConfig::default()
-    };
-    if let Some(l) = layout {
-        c.exit_group_dead = u32::from(l.exit_group_dead);
-        c.task_pid = l.task_pid;
-        c.task_tgid = l.task_tgid;
-        c.task_real_parent = l.task_real_parent;
-        c.task_mm = l.task_mm;
-        c.task_exit_code = l.task_exit_code;
-        c.task_ti_status = l.task_ti_status.unwrap_or(u32::MAX);
-        c.mm_arg_start = l.mm_arg_start;
-        c.mm_arg_end = l.mm_arg_end;
-        c.bprm_filename = l.bprm_filename;
-        c.bprm_argc = l.bprm_argc;
-    }
-    c
-}
-
-/// The unix prefix slots for `allowed`: each made absolute-looking and
-/// ending in `/`, so `/a/b` admits `/a/b/sock` but not `/a/bc/sock`.
-pub(super) fn unix_prefixes(allowed: &[PathBuf]) -> Result<Vec<UnixPrefix>, EbpfError> {
-    if allowed.len() > UNIX_PREFIXES as usize {
-        return Err(EbpfError::UnixPrefix {
-            path: allowed[UNIX_PREFIXES as usize].clone(),
-            reason: format!("more than {UNIX_PREFIXES} prefixes"),
-        });
-    }
-    allowed
-        .iter()
-        .map(|path| {
-            let bad = |reason: &str| EbpfError::UnixPrefix {
-                path: path.clone(),
-                reason: reason.to_owned(),
-            };
-            let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
-            if bytes.first() != Some(&b'/') {
-                return Err(bad("not an absolute path"));
-            }
-            if path
-                .components()
-                .any(|c| matches!(c, std::path::Component::ParentDir))
-            {
-                return Err(bad("contains `..`"));
-            }
-            if bytes.last() != Some(&b'/') {
-                bytes.push(b'/');
-            }
-            UnixPrefix::new(&bytes).ok_or_else(|| {
-                bad("longer than a unix socket path can be (107 bytes); no socket under it could be reached by its absolute name")
-            })
-        })
-        .collect()
-}
-
-pub(super) fn set_unix_prefixes(
-    object: &mut Object,
-    prefixes: &[UnixPrefix],
-) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_UNIX_ALLOW;
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut array = Array::<_, UnixAllow>::try_from(map)
-        .map_err(|source| EbpfError::Map { map: name, source })?;
-    let mut allow = UnixAllow::NONE;
-    for (slot, p) in allow.prefixes.iter_mut().zip(prefixes) {
-        *slot = *p;
-    }
-    array
-        .set(0, allow, 0)
-        .map_err(|source| EbpfError::Map { map: name, source })
-}
-
 /// The kernel-side data of a map, for its fd.
 pub(super) fn map_data<'a>(object: &'a Object, name: &str) -> Option<&'a MapData> {
     match object.map(name)? {
@@ -330,7 +237,9 @@ pub(super) fn map_data<'a>(object: &'a Object, name: &str) -> Option<&'a MapData
         | Map::HashMap(d)
         | Map::LruHashMap(d)
         | Map::PerCpuArray(d)
+        | Map::PerCpuHashMap(d)
         | Map::RingBuf(d) => Some(d),
+        Map::HashOfMaps(d) => Some(d),
         _ => None,
     }
 }
@@ -509,44 +418,9 @@ pub(super) fn load_programs(
     })
 }
 
-/// Sets the transparent proxy port the connect programs rewrite refused
-/// TCP connects to (0 = off).
-pub(super) fn set_transparent_port(object: &mut Object, port: u16) -> Result<(), EbpfError> {
-    let name = tartaros_common::MAP_FILTER;
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut array =
-        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
-    array
-        .set(
-            tartaros_common::FILTER_TRANSPARENT_INDEX,
-            u32::from(port),
-            0,
-        )
-        .map_err(|source| EbpfError::Map { map: name, source })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn unix_prefixes_end_in_a_slash_and_refuse_what_cannot_match() {
-        let p = unix_prefixes(&[PathBuf::from("/tmp/root")]).unwrap();
-        assert_eq!(p[0].len, 10, "/tmp/root/");
-        assert_eq!(
-            p[0].words[1] & 0xffff,
-            u64::from(b't') | (u64::from(b'/') << 8)
-        );
-        let p = unix_prefixes(&[PathBuf::from("/tmp/root/")]).unwrap();
-        assert_eq!(p[0].len, 10);
-        assert!(unix_prefixes(&[PathBuf::from("relative")]).is_err());
-        assert!(unix_prefixes(&[PathBuf::from("/a/../b")]).is_err());
-        assert!(unix_prefixes(&[PathBuf::from(format!("/{}", "x".repeat(120)))]).is_err());
-        let many: Vec<PathBuf> = (0..9).map(|i| PathBuf::from(format!("/r{i}"))).collect();
-        assert!(unix_prefixes(&many).is_err());
-    }
 
     #[test]
     fn cgroup_level_of_a_non_cgroup_is_unknown() {

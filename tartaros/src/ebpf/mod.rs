@@ -36,25 +36,26 @@ mod elf;
 mod error;
 mod options;
 pub use options::{AttachOptions, ConnectGrant};
+mod attach_steps;
 mod kbtf;
 mod layout_cache;
 mod load;
 mod original_dst;
 mod program_types;
 mod rawprog;
+mod register;
 mod ring_reader;
+pub mod shared;
 mod targets;
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::os::fd::{AsFd as _, OwnedFd};
-use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aya::maps::{PerCpuArray, RingBuf};
+use aya::maps::{PerCpuHashMap, RingBuf};
 use aya::util::KernelVersion;
-use tartaros_common::capture::LOST_SLOTS;
 
 use original_dst::{OriginalDstMap, OwnerMap};
 pub use program_types::probe_program_types;
@@ -147,10 +148,13 @@ const UNIX_KERNEL: (u8, u8) = (6, 7);
 /// (see [`CgroupPrograms::original_dst`]); `None` refuses the connection.
 pub type OriginalDst = Arc<dyn Fn(&tokio::net::TcpStream) -> Option<SocketAddr> + Send + Sync>;
 
-/// The programs attached for one cgroup. Dropping it detaches them.
+/// One run's programs: its entries in the maps, and (for a run that loaded
+/// its own object) the programs attached to its cgroup. Dropping it
+/// detaches them and removes the entries.
 pub struct CgroupPrograms {
-    // Field order matters: links are dropped (detached) before the object.
-    /// BPF link descriptors: closing one detaches its program.
+    /// BPF link descriptors: closing one detaches its program. Empty for a
+    /// run registered with programs another process attached
+    /// ([`shared`]).
     links: Vec<(&'static str, OwnedFd)>,
     /// The port-keyed map of intercepted connects (own fd), with
     /// `transparent_port`.
@@ -158,11 +162,21 @@ pub struct CgroupPrograms {
     /// Who opened each accepted TCP connection (own fd), with capture.
     owners: Option<Arc<OwnerMap>>,
     object: load::Object,
+    run: register::Registered,
+    /// The run's ring buffer until it is taken.
+    ring: Option<RingBuf<aya::maps::MapData>>,
     cgroup: PathBuf,
-    cgroup_id: u64,
     capture: bool,
     tags: Vec<String>,
     attach_time: Duration,
+}
+
+impl Drop for CgroupPrograms {
+    fn drop(&mut self) {
+        // Programs first, then the entries they read.
+        self.links.clear();
+        register::unregister(&mut self.object, &self.run);
+    }
 }
 
 impl std::fmt::Debug for CgroupPrograms {
@@ -190,214 +204,48 @@ pub fn attach(cgroup_dir: &Path, grants: &[ConnectGrant]) -> Result<CgroupProgra
     )
 }
 
-/// Loads the object and attaches what `options` asks for to the cgroup v2
-/// directory `cgroup_dir`. Fails (attaching nothing) if any part cannot be
-/// installed; [`EbpfError::UnixHooksUnsupported`] and
-/// [`EbpfError::CaptureUnsupported`] / [`EbpfError::AttachTracing`] let
-/// the caller retry without that part and report it as degraded.
+/// Installs what `options` asks for for the run whose cgroup v2 directory
+/// is `cgroup_dir`: registered with the programs the service keeps
+/// attached, when this process was handed them ([`shared::adopt`]);
+/// otherwise the object is loaded and its programs attached to the
+/// cgroup. Fails (installing nothing) if any part cannot be installed;
+/// [`EbpfError::UnixHooksUnsupported`] and [`EbpfError::CaptureUnsupported`]
+/// / [`EbpfError::AttachTracing`] let the caller retry without that part
+/// and report it as degraded.
 pub fn attach_with(
     cgroup_dir: &Path,
     options: &AttachOptions,
 ) -> Result<CgroupPrograms, EbpfError> {
     let started = Instant::now();
-    let kernel = check_kernel()?;
-    let ring = options.ring_bytes;
-    if !ring.is_power_of_two() || ring < 4096 {
-        return Err(EbpfError::RingSize(ring));
+    if let Some(result) = shared::register_adopted(cgroup_dir, options, started) {
+        return result;
     }
-    let unix_prefixes = if options.unix_policy {
-        if kernel < KernelVersion::new(UNIX_KERNEL.0, UNIX_KERNEL.1, 0) {
-            return Err(EbpfError::UnixHooksUnsupported {
-                reason: format!("kernel {kernel:?}"),
-            });
-        }
-        load::unix_prefixes(&options.unix_allowed)?
-    } else {
-        Vec::new()
-    };
-    if options.capture && !cfg!(target_arch = "x86_64") {
-        return Err(EbpfError::CaptureUnsupported(
-            "the syscall capture decodes x86_64 registers and syscall numbers".into(),
-        ));
-    }
-    let layout = if options.capture || options.unix_policy {
-        Some(load::kernel_layout().map_err(EbpfError::CaptureUnsupported)?)
-    } else {
-        None
-    };
-    if options.unix_policy {
-        // The unix programs read `struct bpf_sock_addr_kern` at fixed
-        // offsets (see tartaros-ebpf/src/unix.rs).
-        let found = layout.as_ref().and_then(|l| l.sock_addr_kern);
-        if found != Some((8, 32)) {
-            return Err(EbpfError::UnixHooksUnsupported {
-                reason: format!(
-                    "struct bpf_sock_addr_kern has (uaddr, uaddrlen) at {found:?}, expected (8, 32)"
-                ),
-            });
-        }
-        // They pin every allowed name with two kfuncs (unix.rs).
-        if let Some(kfunc) = load::kfuncs(layout.as_ref())
-            .into_iter()
-            .find(|k| k.btf_id.is_none())
-        {
-            return Err(EbpfError::UnixHooksUnsupported {
-                reason: format!("the kernel BTF has no {}", kfunc.name),
-            });
-        }
-    }
-
-    let cgroup = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(cgroup_dir)
-        .map_err(|source| EbpfError::OpenCgroup {
-            path: cgroup_dir.to_path_buf(),
-            source,
-        })?;
-    let cgroup_id = cgroup
-        .metadata()
-        .map_err(|source| EbpfError::OpenCgroup {
-            path: cgroup_dir.to_path_buf(),
-            source,
-        })?
-        .ino();
-    let level = load::cgroup_level(cgroup_dir);
-
-    let mut object = load::load_object(ring)?;
-    load::insert_grants(&mut object, &options.grants)?;
-    load::set_filter_mode(&mut object, tartaros_common::FILTER_ENFORCE)?;
-    load::set_config(
-        &mut object,
-        load::config_for(cgroup_id, level, options.capture, ring, layout.as_ref()),
-    )?;
-    load::set_unix_prefixes(&mut object, &unix_prefixes)?;
+    let layout = attach_steps::check(options)?;
+    let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
+    let mut object = load::load_object()?;
+    load::set_run_level(&mut object, load::cgroup_level(cgroup_dir))?;
     if options.capture {
         load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
     }
-    let transparent = match options.transparent_port {
-        Some(0) => {
-            return Err(EbpfError::Transparent(Box::new(
-                EbpfError::MissingInObject {
-                    what: "a transparent port (0 given)".into(),
-                },
-            )));
+    // Registered before the programs are attached: the init already waits
+    // in the cgroup, and must meet its configuration, never the refusal
+    // the programs give a task of no run.
+    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
+    let attached = attach_steps::attach_programs(
+        &object,
+        (&cgroup, cgroup_dir),
+        (options.features(), options.transparent_port.is_some()),
+        layout.as_ref(),
+    );
+    let attached = match attached {
+        Ok(attached) => attached,
+        Err(e) => {
+            register::unregister(&mut object, &run);
+            return Err(e);
         }
-        Some(port) => {
-            load::set_transparent_port(&mut object, port)
-                .map_err(|e| EbpfError::Transparent(Box::new(e)))?;
-            let lookup =
-                OriginalDstMap::open(&object).map_err(|e| EbpfError::Transparent(Box::new(e)))?;
-            Some(Arc::new(lookup))
-        }
-        None => None,
     };
-
-    // What to attach, in order: sock_ops before the connect programs, so
-    // that no intercepted connect can miss it; then socket creation, the
-    // destination checks and the unix policy; then the process events, so
-    // that no exec can slip between them and the syscall capture.
-    let mut cgroup_programs = Vec::with_capacity(8);
-    // sock_ops also names the process behind every TCP connection the
-    // relays, the proxy and the broker accept (`connection_owner`).
-    let owners = if options.capture {
-        Some(Arc::new(OwnerMap::open(&object)?))
-    } else {
-        None
-    };
-    if transparent.is_some() || owners.is_some() {
-        cgroup_programs.push(SOCK_OPS);
-    }
-    if options.filter || options.capture || transparent.is_some() {
-        cgroup_programs.extend(FILTER_PROGRAMS);
-    }
-    if options.unix_policy {
-        cgroup_programs.extend(UNIX_PROGRAMS);
-    }
-    let tracing_programs: Vec<load::TracingProgram> = match &layout {
-        Some(layout) if options.capture => TP_BTF_PROGRAMS
-            .into_iter()
-            .zip(layout.tp_btf_ids)
-            .map(|(name, btf_id)| load::TracingProgram {
-                spec: rawprog::ProgSpec {
-                    name,
-                    prog_type: rawprog::PROG_TYPE_TRACING,
-                    expected_attach_type: rawprog::ATTACH_TRACE_RAW_TP,
-                    attach_btf_id: btf_id,
-                },
-            })
-            .collect(),
-        _ => Vec::new(),
-    };
-    let kfuncs = load::kfuncs(layout.as_ref());
-    let loaded = load::load_programs(&object, &cgroup_programs, &tracing_programs, &kfuncs)
-        .map_err(|(name, source)| load_error(name, source))?;
-
-    let mut links = Vec::with_capacity(12);
-    let mut tags = Vec::with_capacity(12);
-    for (program, prog) in &loaded.cgroup {
-        let name = program.name;
-        let link = rawprog::link_cgroup(name, prog, cgroup.as_fd(), program.attach_type).map_err(
-            |source| EbpfError::AttachProgram {
-                program: name,
-                path: cgroup_dir.to_path_buf(),
-                source,
-            },
-        );
-        let link = if name == SOCK_OPS_PROGRAM && transparent.is_some() {
-            link.map_err(|e| EbpfError::Transparent(Box::new(e)))?
-        } else {
-            link?
-        };
-        links.push((name, link));
-        tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
-    }
-    for (program, prog) in &loaded.tracing {
-        let name = program.spec.name;
-        let link =
-            rawprog::open_tracepoint(name, prog).map_err(|source| EbpfError::AttachTracing {
-                program: name,
-                source,
-            })?;
-        links.push((name, link));
-        tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
-    }
-    Ok(CgroupPrograms {
-        links,
-        transparent,
-        owners,
-        object,
-        cgroup: cgroup_dir.to_path_buf(),
-        cgroup_id,
-        capture: options.capture,
-        tags,
-        attach_time: started.elapsed(),
-    })
-}
-
-/// The error for a program the kernel refused to load, by which part of
-/// the attach it belongs to (so the caller can degrade just that part).
-fn load_error(program: &'static str, source: rawprog::RawError) -> EbpfError {
-    let unix = UNIX_PROGRAMS.iter().any(|p| p.name == program);
-    match source {
-        // A kernel without the unix hooks refuses their attach type at load
-        // time, before the verifier runs.
-        rawprog::RawError::Load { source, log, .. }
-            if unix && source.raw_os_error() == Some(libc::EINVAL) && log.is_empty() =>
-        {
-            EbpfError::UnixHooksUnsupported {
-                reason: format!("loading {program}: {source}"),
-            }
-        }
-        source if program == SOCK_OPS_PROGRAM => {
-            EbpfError::Transparent(Box::new(EbpfError::LoadProgram { program, source }))
-        }
-        source if TP_BTF_PROGRAMS.contains(&program) => {
-            EbpfError::AttachTracing { program, source }
-        }
-        source => EbpfError::LoadProgram { program, source },
-    }
+    attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)
 }
 
 pub use early_ring::prepare as prepare_ring;
@@ -424,7 +272,7 @@ impl CgroupPrograms {
 
     /// The cgroup's id (inode of its directory), as events carry it.
     pub fn cgroup_id(&self) -> u64 {
-        self.cgroup_id
+        self.run.id
     }
 
     /// How long the attach took (object load, verification, attachment).
@@ -475,7 +323,7 @@ impl CgroupPrograms {
 
     /// Allows one more destination, effective for the next connect / send.
     pub fn allow(&mut self, grant: ConnectGrant) -> Result<(), EbpfError> {
-        load::insert_grants(&mut self.object, &[grant])
+        register::insert_grant(&mut self.object, &mut self.run, grant)
     }
 
     /// Switches between enforcing (the default after [`attach`]) and
@@ -487,19 +335,14 @@ impl CgroupPrograms {
         } else {
             tartaros_common::FILTER_MONITOR
         };
-        load::set_filter_mode(&mut self.object, mode)
+        register::set_filter_mode(&mut self.object, &mut self.run, mode)
     }
 
     /// Takes the event ring buffer (records are [`ConnectEvent`] when
     /// capture is off; decode them with [`parse_event`]). `None` when it was
     /// taken already.
     pub fn take_events(&mut self) -> Option<RingBuf<aya::maps::MapData>> {
-        let map = self.object.take_map(tartaros_common::MAP_EVENTS)?;
-        match self.object.take_events_reader() {
-            // Mapped ahead: the object's own handle is not needed any more.
-            Some(reader) => Some(reader),
-            None => RingBuf::try_from(map).ok(),
-        }
+        self.ring.take()
     }
 
     /// Takes the ring buffer together with a handle on the loss counters,
@@ -514,10 +357,8 @@ impl CgroupPrograms {
         Ok(EventSource::new(ring, lost, self.capture))
     }
 
-    /// A second handle (own fd) on the loss counters.
-    fn lost_counters(
-        &self,
-    ) -> Result<PerCpuArray<aya::maps::MapData, [u64; LOST_SLOTS]>, EbpfError> {
+    /// A second handle (own fd) on the run's loss counters.
+    fn lost_counters(&self) -> Result<ring_reader::LostCounters, EbpfError> {
         let name = tartaros_common::MAP_EVENTS_LOST;
         let err = |source| EbpfError::Map { map: name, source };
         let data =
@@ -526,7 +367,11 @@ impl CgroupPrograms {
             })?;
         let id = data.info().map_err(err)?.id();
         let data = aya::maps::MapData::from_id(id).map_err(err)?;
-        PerCpuArray::try_from(aya::maps::Map::PerCpuArray(data)).map_err(err)
+        let map = PerCpuHashMap::try_from(aya::maps::Map::PerCpuHashMap(data)).map_err(err)?;
+        Ok(ring_reader::LostCounters {
+            map,
+            run: self.run.id,
+        })
     }
 
     /// Total number of events dropped because the ring buffer was full,
@@ -540,10 +385,10 @@ impl CgroupPrograms {
         Ok(by_kind.iter().sum())
     }
 
-    /// Detaches every program now (dropping detaches too).
-    pub fn detach(mut self) {
-        // Closing a link's descriptor detaches its program.
-        self.links.clear();
+    /// Detaches every program and removes the run's entries now (dropping
+    /// does the same).
+    pub fn detach(self) {
+        drop(self);
     }
 }
 

@@ -6,12 +6,12 @@ fn mapped_v6_grant_is_an_ipv4_key() {
         addr: "::ffff:127.0.0.1".parse().unwrap(),
         port: 80,
     };
-    assert_eq!(g.key(), AllowKey::v4([127, 0, 0, 1], 80));
+    assert_eq!(g.key(7), AllowKey::v4(7, [127, 0, 0, 1], 80));
     let g = ConnectGrant {
         addr: "::1".parse().unwrap(),
         port: 80,
     };
-    assert_eq!(g.key().family, tartaros_common::AF_INET6);
+    assert_eq!(g.key(7).family, tartaros_common::AF_INET6);
 }
 
 #[test]
@@ -77,7 +77,7 @@ fn the_unix_programs_verify_in_a_few_thousand_instructions() {
         return;
     }
     let layout = load::kernel_layout().expect("kernel layout");
-    let object = load::load_object(4096).expect("object");
+    let object = load::load_object().expect("object");
     let kfuncs = load::kfuncs(Some(&layout));
     for program in UNIX_PROGRAMS {
         let mut code = object.relocated(program.name).expect("relocate");

@@ -16,12 +16,12 @@ impl ConnectGrant {
     /// The allow-map key for this grant. An IPv4-mapped IPv6 address is
     /// stored as the IPv4 address it maps to, matching how the programs
     /// judge `::ffff:a.b.c.d`.
-    pub fn key(&self) -> AllowKey {
+    pub fn key(&self, run: u64) -> AllowKey {
         match self.addr {
-            IpAddr::V4(a) => AllowKey::v4(a.octets(), self.port),
+            IpAddr::V4(a) => AllowKey::v4(run, a.octets(), self.port),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => AllowKey::v4(v4.octets(), self.port),
-                None => AllowKey::v6(a.octets(), self.port),
+                Some(v4) => AllowKey::v4(run, v4.octets(), self.port),
+                None => AllowKey::v6(run, a.octets(), self.port),
             },
         }
     }
@@ -52,6 +52,29 @@ pub struct AttachOptions {
     /// ::1, after the destination's family) instead of being refused. UDP
     /// stays refused. `None`: refuse them.
     pub transparent_port: Option<u16>,
+}
+
+impl AttachOptions {
+    /// The parts installed for the run (`capture::feature` bits), and so
+    /// the programs it needs.
+    pub fn features(&self) -> u32 {
+        use tartaros_common::capture::feature;
+        let transparent = self.transparent_port.is_some();
+        let mut bits = 0;
+        if self.filter || self.capture || transparent {
+            bits |= feature::FILTER;
+        }
+        if self.capture || transparent {
+            bits |= feature::SOCK_OPS;
+        }
+        if self.unix_policy {
+            bits |= feature::UNIX;
+        }
+        if self.capture {
+            bits |= feature::CAPTURE;
+        }
+        bits
+    }
 }
 
 impl Default for AttachOptions {

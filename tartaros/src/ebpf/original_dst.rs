@@ -12,11 +12,13 @@ use super::{EbpfError, SavedDst, TransparentKey};
 /// The map of intercepted connects, keyed by the client's local port.
 pub(super) struct OriginalDstMap {
     map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, SavedDst>>,
+    run: u64,
 }
 
 impl OriginalDstMap {
-    /// A second handle (own fd) on the map, independent of the `Ebpf`.
-    pub(super) fn open(object: &Object) -> Result<Self, EbpfError> {
+    /// A second handle (own fd) on the map, for the connections of run
+    /// `run`.
+    pub(super) fn open(object: &Object, run: u64) -> Result<Self, EbpfError> {
         let name = tartaros_common::MAP_TPROXY_PORT;
         let err = |source| EbpfError::Map { map: name, source };
         let data = map_data(object, name).ok_or_else(|| EbpfError::MissingInObject {
@@ -27,13 +29,14 @@ impl OriginalDstMap {
         let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
         Ok(Self {
             map: Mutex::new(map),
+            run,
         })
     }
 
     /// Removes and returns the original destination of the connection
     /// whose client is `peer`.
     pub(super) fn take(&self, peer: SocketAddr) -> Option<SocketAddr> {
-        let key = transparent_key(peer);
+        let key = transparent_key(self.run, peer);
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = map.get(&key, 0).ok()?;
         // A failed removal leaves a stale entry that the next connect from
@@ -46,11 +49,13 @@ impl OriginalDstMap {
 /// Who opened each TCP connection, keyed by the client's local port.
 pub(super) struct OwnerMap {
     map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, u32>>,
+    run: u64,
 }
 
 impl OwnerMap {
-    /// A second handle (own fd) on the map, independent of the `Ebpf`.
-    pub(super) fn open(object: &Object) -> Result<Self, EbpfError> {
+    /// A second handle (own fd) on the map, for the connections of run
+    /// `run`.
+    pub(super) fn open(object: &Object, run: u64) -> Result<Self, EbpfError> {
         let name = "OWNER_PORT";
         let err = |source| EbpfError::Map { map: name, source };
         let data = map_data(object, name).ok_or_else(|| EbpfError::MissingInObject {
@@ -61,6 +66,7 @@ impl OwnerMap {
         let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
         Ok(Self {
             map: Mutex::new(map),
+            run,
         })
     }
 
@@ -68,7 +74,7 @@ impl OwnerMap {
     /// connected through an IPv6 socket to an IPv4-mapped address: its key
     /// then has the other family.
     pub(super) fn owner(&self, peer: SocketAddr) -> Option<u32> {
-        let key = transparent_key(peer);
+        let key = transparent_key(self.run, peer);
         let other = TransparentKey {
             family: if key.family == tartaros_common::AF_INET {
                 tartaros_common::AF_INET6
@@ -84,18 +90,20 @@ impl OwnerMap {
 
 /// The map key for a client seen by the proxy at `peer`: an IPv4 client
 /// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
-fn transparent_key(peer: SocketAddr) -> TransparentKey {
+fn transparent_key(run: u64, peer: SocketAddr) -> TransparentKey {
     let v4 = match peer.ip() {
         IpAddr::V4(_) => true,
         IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
     };
     TransparentKey {
+        run,
         family: if v4 {
             tartaros_common::AF_INET
         } else {
             tartaros_common::AF_INET6
         },
         port: peer.port(),
+        _pad: 0,
     }
 }
 
@@ -117,13 +125,14 @@ mod tests {
 
     #[test]
     fn transparent_keys_and_destinations() {
-        let k = transparent_key("127.0.0.1:40000".parse().unwrap());
+        let k = transparent_key(5, "127.0.0.1:40000".parse().unwrap());
         assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40000));
-        let k = transparent_key("[::ffff:127.0.0.1]:40001".parse().unwrap());
+        let k = transparent_key(5, "[::ffff:127.0.0.1]:40001".parse().unwrap());
         assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40001));
-        let k = transparent_key("[::1]:40002".parse().unwrap());
+        let k = transparent_key(5, "[::1]:40002".parse().unwrap());
         assert_eq!((k.family, k.port), (tartaros_common::AF_INET6, 40002));
         let mut s = SavedDst {
+            run: 5,
             family: tartaros_common::AF_INET,
             port: 443,
             addr: [0; 16],

@@ -1,8 +1,8 @@
 //! Which eBPF program types the host accepts (for `tartaros doctor`).
 //!
-//! Loads the tiny `probe_*` programs (and the real cgroup programs) from the
-//! embedded object into the kernel without attaching them, then unloads
-//! everything. Needs the same privileges as a real run (root / CAP_BPF).
+//! Loads the tiny `probe_*` programs from the embedded object into the
+//! kernel without attaching them, then unloads everything. (The real
+//! programs need the maps our own loader makes, see `load.rs`.) Needs the same privileges as a real run (root / CAP_BPF).
 
 use aya::programs::{BtfTracePoint, CgroupSock, CgroupSockAddr, FEntry, Lsm, RawTracePoint};
 use aya::{Btf, Ebpf};
@@ -25,9 +25,7 @@ pub fn probe_program_types() -> Vec<(&'static str, bool)> {
     // fentry programs; without it those report `false`.
     let btf = Btf::from_sys_fs().ok();
     // aya's loader is fine here: `doctor` is not on the start-up path.
-    let mut loader = aya::EbpfLoader::new();
-    loader.map_max_entries(tartaros_common::MAP_EVENTS, tartaros_common::EVENTS_BYTES);
-    let Ok(mut ebpf) = loader.load(super::EBPF_OBJECT) else {
+    let Ok(mut ebpf) = aya::EbpfLoader::new().load(super::EBPF_OBJECT) else {
         return PROBES.iter().map(|p| (*p, false)).collect();
     };
     PROBES
@@ -39,10 +37,10 @@ pub fn probe_program_types() -> Vec<(&'static str, bool)> {
 fn loads(ebpf: &mut Ebpf, probe: &str, btf: Option<&Btf>) -> bool {
     match probe {
         "cgroup_sock_addr" => {
-            program::<CgroupSockAddr>(ebpf, "connect4").is_some_and(|p| p.load().is_ok())
+            program::<CgroupSockAddr>(ebpf, "probe_sock_addr").is_some_and(|p| p.load().is_ok())
         }
         "cgroup_sock" => {
-            program::<CgroupSock>(ebpf, "sock_create").is_some_and(|p| p.load().is_ok())
+            program::<CgroupSock>(ebpf, "probe_sock").is_some_and(|p| p.load().is_ok())
         }
         "raw_tracepoint" => {
             program::<RawTracePoint>(ebpf, "probe_raw_tp").is_some_and(|p| p.load().is_ok())

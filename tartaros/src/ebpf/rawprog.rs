@@ -327,6 +327,8 @@ pub struct MapSpec<'a> {
     pub value_size: u32,
     pub max_entries: u32,
     pub flags: u32,
+    /// For a map of maps: a map like the ones it will hold.
+    pub inner_map: Option<BorrowedFd<'a>>,
 }
 
 /// `BPF_MAP_CREATE`.
@@ -337,6 +339,9 @@ pub fn create_map(spec: MapSpec<'_>) -> Result<OwnedFd, RawError> {
     put(&mut attr, 8, &spec.value_size.to_le_bytes());
     put(&mut attr, 12, &spec.max_entries.to_le_bytes());
     put(&mut attr, 16, &spec.flags.to_le_bytes());
+    if let Some(inner) = spec.inner_map {
+        put(&mut attr, 20, &(inner.as_raw_fd() as u32).to_le_bytes());
+    }
     // The kernel accepts [A-Za-z0-9_.] in 15 bytes; names are for bpftool.
     let short: Vec<u8> = spec
         .name

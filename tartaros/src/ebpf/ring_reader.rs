@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use aya::maps::{MapData, MapError, PerCpuArray, RingBuf};
+use aya::maps::{MapData, MapError, PerCpuHashMap, RingBuf};
 use tartaros_common::capture::{LOST_SLOTS, effect};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -13,7 +13,7 @@ use crate::events::{Effect, EffectSender, Entry};
 
 /// How often the ring buffer is drained without a wake-up: capture
 /// records wake the reader only once a batch is waiting (see
-/// `CaptureConfig::wake_bytes`), so this bounds how late a record can be.
+/// `RunConfig::wake_bytes`), so this bounds how late a record can be.
 const POLL: Duration = Duration::from_millis(10);
 /// How often (in polls) the loss counters are read while running.
 const LOSS_CHECK_POLLS: u32 = 10;
@@ -25,8 +25,14 @@ const BATCH: usize = 4096;
 /// [`forward_events`], so it outlives a detach of the programs.
 pub struct EventSource {
     ring: RingBuf<MapData>,
-    lost: PerCpuArray<MapData, [u64; LOST_SLOTS]>,
+    lost: LostCounters,
     capture: bool,
+}
+
+/// One run's loss counters: its entry of `EVENTS_LOST` (own handle).
+pub(super) struct LostCounters {
+    pub map: PerCpuHashMap<MapData, u64, [u64; LOST_SLOTS]>,
+    pub run: u64,
 }
 
 impl std::fmt::Debug for EventSource {
@@ -38,11 +44,7 @@ impl std::fmt::Debug for EventSource {
 }
 
 impl EventSource {
-    pub(super) fn new(
-        ring: RingBuf<MapData>,
-        lost: PerCpuArray<MapData, [u64; LOST_SLOTS]>,
-        capture: bool,
-    ) -> Self {
+    pub(super) fn new(ring: RingBuf<MapData>, lost: LostCounters, capture: bool) -> Self {
         Self {
             ring,
             lost,
@@ -73,11 +75,9 @@ pub struct CaptureStats {
 }
 
 /// Sum over CPUs of each loss counter.
-pub(super) fn read_lost(
-    counters: &PerCpuArray<MapData, [u64; LOST_SLOTS]>,
-) -> Result<[u64; LOST_SLOTS], MapError> {
+pub(super) fn read_lost(counters: &LostCounters) -> Result<[u64; LOST_SLOTS], MapError> {
     let mut sum = [0u64; LOST_SLOTS];
-    for cpu in counters.get(&0, 0)?.iter() {
+    for cpu in counters.map.get(&counters.run, 0)?.iter() {
         for (s, v) in sum.iter_mut().zip(cpu.iter()) {
             *s += v;
         }
@@ -129,7 +129,7 @@ impl Forwarder {
     }
 
     /// Turns increases of the loss counters into gap effects.
-    fn check_lost(&mut self, counters: &PerCpuArray<MapData, [u64; LOST_SLOTS]>) {
+    fn check_lost(&mut self, counters: &LostCounters) {
         let now = match read_lost(counters) {
             Ok(now) => now,
             Err(e) => {

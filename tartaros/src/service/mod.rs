@@ -4,7 +4,8 @@
 //!
 //! - [`server`]: accepts connections on a unix socket and starts one
 //!   worker process per connection (a fresh exec of our binary, dying with
-//!   the service);
+//!   the service), handing it the maps of the eBPF programs it loaded once
+//!   ([`programs`]);
 //! - [`worker`]: authenticates the caller (`SO_PEERCRED`, `SO_PEERGROUPS`),
 //!   takes its stdio, and runs the ordinary `tartaros run` path as root with
 //!   the caller's identity for the agent and the caller's file access for
@@ -17,6 +18,7 @@
 
 pub mod client;
 pub mod frame;
+pub mod programs;
 pub mod server;
 pub mod worker;
 

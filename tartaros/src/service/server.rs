@@ -40,12 +40,14 @@ fn activated() -> Option<UnixListener> {
     Some(unsafe { UnixListener::from_raw_fd(3) })
 }
 
-/// Serves until killed. Returns only on a setup failure.
+/// Serves until killed. Returns only on a setup failure. Must be called
+/// while the process is single-threaded (it forks the janitor of the runs'
+/// parent cgroup).
 pub fn serve(socket: &Path) -> Result<(), ServerError> {
     if let Some(listener) = activated() {
         // SAFETY: F_SETFD only changes the flags of our socket.
         unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
-        return accept_loop(listener, socket);
+        return accept_loop(listener, socket, super::programs::start());
     }
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
@@ -63,10 +65,14 @@ pub fn serve(socket: &Path) -> Result<(), ServerError> {
         source,
     })?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(prepare)?;
-    accept_loop(listener, socket)
+    accept_loop(listener, socket, super::programs::start())
 }
 
-fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError> {
+fn accept_loop(
+    listener: UnixListener,
+    socket: &Path,
+    mut programs: Option<crate::ebpf::shared::SharedPrograms>,
+) -> Result<(), ServerError> {
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
         source,
@@ -76,8 +82,19 @@ fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError>
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     eprintln!("tartaros: service listening on {}", socket.display());
     let exe = std::env::current_exe().map_err(prepare)?;
+    // The maps every worker inherits, and the manifest naming them.
+    let (shared_fds, manifest) = match &programs {
+        Some(p) => (
+            p.manifest().maps.iter().map(|(_, fd)| *fd).collect(),
+            serde_json::to_string(p.manifest()).ok(),
+        ),
+        None => (Vec::new(), None),
+    };
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
+        if let Some(p) = programs.as_mut() {
+            p.sweep();
+        }
         let fd = conn.as_raw_fd();
         let mut command = std::process::Command::new(&exe);
         command
@@ -86,8 +103,13 @@ fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError>
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit());
+        if let Some(manifest) = &manifest {
+            command.env(crate::ebpf::shared::MANIFEST_ENV, manifest);
+        }
+        let shared_fds: Vec<i32> = shared_fds.clone();
         // SAFETY: between fork and exec only async-signal-safe calls: the
-        // connection onto fd 3 and the death signal.
+        // connection onto fd 3, the maps' descriptors kept open across the
+        // exec (fcntl on the child's own table), and the death signal.
         unsafe {
             command.pre_exec(move || {
                 // dup2 onto itself would keep close-on-exec.
@@ -98,6 +120,11 @@ fn accept_loop(listener: UnixListener, socket: &Path) -> Result<(), ServerError>
                 };
                 if placed < 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                for map in &shared_fds {
+                    if libc::fcntl(*map, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });

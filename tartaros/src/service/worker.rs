@@ -29,6 +29,11 @@ pub fn main() -> ! {
     // SAFETY: the service placed the connection on fd 3 for us alone.
     let conn = unsafe { UnixStream::from_raw_fd(3) };
     set_cloexec(3);
+    // The service's eBPF maps: this run registers in them instead of
+    // loading its own programs. Without them it loads its own.
+    if let Err(e) = crate::ebpf::shared::adopt_from_env() {
+        eprintln!("tartaros: service worker: warning: {e}; loading the eBPF programs for this run");
+    }
     let code = match serve(&conn) {
         Ok(code) => {
             let _ = send(&conn, &Message::Exit(code));
