@@ -336,7 +336,7 @@ pub struct UnixEvent {
 /// [`crate::MAP_RUN_LEVEL`] (its own cgroup with [`LEVEL_UNKNOWN`]); a task
 /// whose run has no entry is not a sandbox task for capture, and is
 /// refused by the filters attached above it (fail closed).
-/// 80 bytes, alignment 8, no padding.
+/// 88 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RunConfig {
@@ -383,6 +383,12 @@ pub struct RunConfig {
     pub transparent_port: u32,
     /// Zero.
     pub _pad: u32,
+    /// Key of the run's ring buffer in [`crate::MAP_EVENTS`] (0: none, the
+    /// run's records are counted as lost). A key of its own rather than the
+    /// run id, so the ring can be put in place before the run's cgroup
+    /// exists: every update of a map of maps waits for an RCU grace period
+    /// (~4–12 ms here), which is then spent while the run is being set up.
+    pub ring: u64,
 }
 
 /// Bits of [`RunConfig::features`].
@@ -480,7 +486,7 @@ const _: () = assert!(core::mem::size_of::<SysPathEvent>() == 352);
 const _: () = assert!(core::mem::size_of::<SysPath2Event>() == 608);
 const _: () = assert!(core::mem::size_of::<SysAddrEvent>() == 224);
 const _: () = assert!(core::mem::size_of::<UnixEvent>() == 160);
-const _: () = assert!(core::mem::size_of::<RunConfig>() == 80);
+const _: () = assert!(core::mem::size_of::<RunConfig>() == 88);
 const _: () = assert!(core::mem::size_of::<UnixPrefix>() == 232);
 const _: () = assert!(core::mem::size_of::<UnixAllow>() == 1856);
 const _: () = assert!(core::mem::align_of::<ExecEvent>() == 8);

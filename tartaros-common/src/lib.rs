@@ -31,7 +31,7 @@ pub const IPPROTO_UDP: u16 = 17;
 
 /// Name of the allow map (`HashMap<AllowKey, u32>`).
 pub const MAP_ALLOW: &str = "ALLOW";
-/// Name of every run's ring buffer, by run id (declared as a hash map of
+/// Name of every run's ring buffer, by `RunConfig::ring` (declared as a hash map of
 /// `u32`, created by the loader as `BPF_MAP_TYPE_HASH_OF_MAPS` whose values
 /// are ring buffers, Linux 5.10 for rings in maps).
 pub const MAP_EVENTS: &str = "EVENTS";
@@ -61,6 +61,10 @@ pub const ALLOW_MAX_ENTRIES: u32 = 16384;
 /// Runs one loaded object can hold at once: capacity of the maps keyed by
 /// run id. A run is one cgroup (see `capture::RunConfig`).
 pub const MAX_RUNS: u32 = 1024;
+/// `BPF_F_NO_PREALLOC`: the maps keyed by run hold one entry per live run,
+/// and a root run creates them for itself alone; preallocating every
+/// `MAX_RUNS` entry (about 2 MiB for the unix policy) cost that run time.
+pub const MAP_NO_PREALLOC: u32 = 1;
 /// Size of the event ring buffer in bytes as compiled (power of two, page
 /// multiple); the supervisor resizes it at load time.
 pub const EVENTS_BYTES: u32 = 256 * 1024;

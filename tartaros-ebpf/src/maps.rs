@@ -15,13 +15,15 @@ use aya_ebpf::{
     maps::{Array, HashMap, LruHashMap, PerCpuHashMap},
 };
 use tartaros_common::{
-    ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAX_RUNS, SavedDst, TPROXY_MAX_ENTRIES, TransparentKey,
+    ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAP_NO_PREALLOC, MAX_RUNS, SavedDst,
+    TPROXY_MAX_ENTRIES, TransparentKey,
     capture::{EventHeader, LEVEL_UNKNOWN, LOST_SLOTS, RunConfig, UnixAllow, feature, flag},
 };
 
 /// Every run's granted destinations (the key names the run).
 #[map(name = "ALLOW")]
-pub static ALLOW: HashMap<AllowKey, u32> = HashMap::with_max_entries(ALLOW_MAX_ENTRIES, 0);
+pub static ALLOW: HashMap<AllowKey, u32> =
+    HashMap::with_max_entries(ALLOW_MAX_ENTRIES, MAP_NO_PREALLOC);
 
 /// Original destinations of intercepted connects, by socket cookie
 /// (written by `connect4` / `connect6`, moved by `sock_ops`).
@@ -49,7 +51,7 @@ pub static OWNER_COOKIE: LruHashMap<u64, ConnOwner> =
 pub static OWNER_PORT: LruHashMap<TransparentKey, u32> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// Every run's ring buffer (Linux 5.8), by run id. Declared as a hash map
+/// Every run's ring buffer (Linux 5.8), by `RunConfig::ring`. Declared as a hash map
 /// of `u32` because the toolchain has no map-in-map type: the loader
 /// creates it as `BPF_MAP_TYPE_HASH_OF_MAPS` of ring buffers (Linux 5.10),
 /// so a lookup gives the inner ring (see [`Ring`]).
@@ -62,11 +64,11 @@ pub static EVENTS: HashMap<u64, u32> = HashMap::with_max_entries(MAX_RUNS, 0);
 /// zeroed entry before the run starts.
 #[map(name = "EVENTS_LOST")]
 pub static EVENTS_LOST: PerCpuHashMap<u64, [u64; LOST_SLOTS]> =
-    PerCpuHashMap::with_max_entries(MAX_RUNS, 0);
+    PerCpuHashMap::with_max_entries(MAX_RUNS, MAP_NO_PREALLOC);
 
 /// Every run's configuration, by run id.
 #[map(name = "RUNS")]
-pub static RUNS: HashMap<u64, RunConfig> = HashMap::with_max_entries(MAX_RUNS, 0);
+pub static RUNS: HashMap<u64, RunConfig> = HashMap::with_max_entries(MAX_RUNS, MAP_NO_PREALLOC);
 
 /// The level of every run's cgroup in the v2 hierarchy, or
 /// `LEVEL_UNKNOWN` (a run is then the task's own cgroup).
@@ -75,7 +77,8 @@ pub static RUN_LEVEL: Array<u32> = Array::with_max_entries(1, 0);
 
 /// Every run's unix socket policy, by run id.
 #[map(name = "UNIX_ALLOW")]
-pub static UNIX_ALLOW: HashMap<u64, UnixAllow> = HashMap::with_max_entries(MAX_RUNS, 0);
+pub static UNIX_ALLOW: HashMap<u64, UnixAllow> =
+    HashMap::with_max_entries(MAX_RUNS, MAP_NO_PREALLOC);
 
 /// The run the current task belongs to: its id and configuration.
 #[derive(Clone, Copy)]
@@ -95,7 +98,7 @@ impl Run {
     /// when there is no room (or no ring).
     #[inline(always)]
     pub fn reserve<T>(&self, effect: u16) -> Option<(Ring, Entry<T>)> {
-        let Some(ring) = Ring::of(self.id) else {
+        let Some(ring) = Ring::of(self.cfg.ring) else {
             count_lost(self.id, effect);
             return None;
         };
@@ -167,15 +170,15 @@ pub struct Ring(*mut c_void);
 pub struct Entry<T>(*mut T);
 
 impl Ring {
-    /// The ring of run `run`.
+    /// The ring under key `key` (`RunConfig::ring`).
     #[inline(always)]
-    pub fn of(run: u64) -> Option<Ring> {
+    pub fn of(key: u64) -> Option<Ring> {
         // SAFETY: the outer map's definition, whose address the loader
         // relocates to the map; the key is a live u64 on the stack.
         let inner = unsafe {
             bpf_map_lookup_elem(
                 (&raw const EVENTS).cast_mut().cast::<c_void>(),
-                (&raw const run).cast::<c_void>(),
+                (&raw const key).cast::<c_void>(),
             )
         };
         (!inner.is_null()).then_some(Ring(inner))

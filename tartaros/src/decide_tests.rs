@@ -115,7 +115,7 @@ fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
         !watch.filter,
         "no connect filter without --log or --allow-domain"
     );
-    assert_eq!(watch.ring_bytes, 4096, "no capture, the smallest ring");
+    assert_eq!(watch.ring_bytes, 0, "no capture, no ring");
     assert!(plan.gateways.is_empty());
     assert!(plan.init.listeners.is_empty());
     assert!(plan.init.landlock.is_some());

@@ -56,8 +56,8 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
         filter: capture || transparent,
         grants,
         capture,
-        // Nothing is read from the ring without capture: the smallest one.
-        ring_bytes: if capture { ring_bytes } else { 4096 },
+        // Nothing is read from the ring without capture: none.
+        ring_bytes: if capture { ring_bytes } else { 0 },
         unix_policy: !policy.deny_unix,
         unix_allowed,
         // With allowed domains, TCP connects to anything but loopback go to

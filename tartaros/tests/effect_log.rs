@@ -278,6 +278,12 @@ open('flood.done', 'w').close()
     let pid = supervisor.id() as libc::pid_t;
     // SAFETY: `pid` is our own child, which has not been waited for.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // Every thread stopped (the reader among them) before the flood: on a
+    // busy host the stop lands late, and the reader could keep up.
+    assert!(
+        eventually(10, || all_threads_stopped(pid)),
+        "the supervisor did not stop"
+    );
     std::fs::write(work.join("flood.go"), "").unwrap();
     let flooded = eventually(30, || work.join("flood.done").exists());
     // SAFETY: as above.
@@ -322,4 +328,25 @@ open('flood.done', 'w').close()
     assert_eq!(seal["lost"].as_u64().unwrap(), lost);
     let (code, message) = verify(&work.join("effects.jsonl"));
     assert_eq!(code, 3, "{message}");
+}
+
+/// Whether every thread of `pid` is stopped (state `T` in its stat).
+fn all_threads_stopped(pid: libc::pid_t) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.filter_map(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat
+                    .rsplit_once(')')?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .to_owned();
+                Some(state == "T")
+            })
+            .unwrap_or(false)
+    })
 }

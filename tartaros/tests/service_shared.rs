@@ -623,8 +623,13 @@ while [ ! -e go-{tag} ] && [ $i -lt 200 ]; do sleep 0.0{tag}; i=$((i+1)); done
                 run.uid
             );
         }
+        // The sandbox's own init may show its exec (runlog::InitPid: its
+        // exec, fork and exit say when the sandbox started).
         assert!(
-            commands.iter().all(|c| c.contains(&run.tag)),
+            commands
+                .iter()
+                .filter(|c| !c.starts_with("tartaros-init __tartaros_sandbox_init"))
+                .all(|c| c.contains(&run.tag)),
             "{}: an exec that is not its own: {commands:?}",
             run.uid
         );
@@ -933,6 +938,219 @@ fn a_service_stopped_during_a_run_leaves_no_cgroup() {
         eventually(10, || left().is_empty()),
         "left after the service stopped: {:?}",
         left()
+    );
+    drop(service);
+}
+
+/// The entry counts of the service's per-run maps, by name.
+const PER_RUN_MAPS: [&str; 5] = ["RUNS", "UNIX_ALLOW", "EVENTS", "EVENTS_LOST", "ALLOW"];
+
+/// How many entries each of [`PER_RUN_MAPS`] of process `pid` has now
+/// (summed over maps of the same name). Panics if one is not held.
+fn per_run_counts(pid: i32) -> std::collections::BTreeMap<&'static str, u32> {
+    let held = held_maps(pid);
+    PER_RUN_MAPS
+        .iter()
+        .map(|name| {
+            let counts: Vec<u32> = held
+                .values()
+                .filter(|(n, _)| n == name)
+                .filter_map(|(_, entries)| *entries)
+                .collect();
+            assert!(
+                !counts.is_empty(),
+                "the service holds no counted map {name}: {held:?}"
+            );
+            (*name, counts.iter().sum())
+        })
+        .collect()
+}
+
+/// Whether the command line of process `pid` contains `needle`.
+fn cmdline_has(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+        String::from_utf8_lossy(&c)
+            .replace('\0', " ")
+            .contains(needle)
+    })
+}
+
+#[test]
+fn a_killed_workers_run_is_forgotten_at_the_next_connection() {
+    const CAROL: u32 = 47_000 + 143;
+    if !can_run("service_shared_sweep") {
+        return;
+    }
+    if cgroup2_mount().is_none() {
+        skip("service_shared_sweep", "no cgroup2 hierarchy");
+        return;
+    }
+    let mut service = Service::start();
+    // The runs' parent cgroup of the shared programs.
+    let parents = cgroups_of(service.pid);
+    assert_eq!(
+        parents.len(),
+        1,
+        "not one runs' parent cgroup of the service: {parents:?}\n{}",
+        service.errors()
+    );
+    let parent = parents[0].clone();
+    // Before any run (the probe connections of Service::start are gone).
+    std::thread::sleep(Duration::from_millis(200));
+    let baseline = per_run_counts(service.pid);
+    eprintln!("before the run: {baseline:?}");
+    let (port, _) = host_listener(b"unused");
+    let work = owned_dir(CAROL);
+    let log = work.join("effects.jsonl");
+    let marker = "sleep 30.143";
+    let mut caller = KillOnDrop(Some(
+        service
+            .command(
+                CAROL,
+                &[
+                    "run",
+                    "--log",
+                    log.to_str().unwrap(),
+                    "--write",
+                    ".",
+                    "--port",
+                    &port.to_string(),
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("echo x > made; {marker}; true"),
+                ],
+                work.path(),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("setpriv"),
+    ));
+    let runs = || per_run_counts(service.pid)["RUNS"];
+    assert!(
+        eventually(10, || !processes_with(marker).is_empty()
+            && runs() > baseline["RUNS"]),
+        "no sandbox, or no run registered: {:?}, {:?}\n{}",
+        processes_with(marker),
+        per_run_counts(service.pid),
+        service.errors()
+    );
+    // RUNS is written last: the run's other entries are in by now.
+    let during = per_run_counts(service.pid);
+    eprintln!("during the run: {during:?}");
+    // The run's cgroup: the child of the parent the sandbox is in.
+    let sandbox = processes_with(marker)[0];
+    let inside = cgroup_dir_of(sandbox).expect("the sandbox's cgroup");
+    let run_cgroup = inside
+        .ancestors()
+        .find(|a| a.parent() == Some(parent.as_path()))
+        .unwrap_or_else(|| {
+            panic!(
+                "the sandbox's cgroup {} is not under {}",
+                inside.display(),
+                parent.display()
+            )
+        })
+        .to_path_buf();
+    // Its worker: the service's child that made it (named after its pid).
+    let workers: Vec<i32> = children_of(service.pid)
+        .into_iter()
+        .filter(|p| cmdline_has(*p, tartaros::service::WORKER_ARG))
+        .collect();
+    let name = run_cgroup
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let worker = *workers
+        .iter()
+        .find(|w| name.starts_with(&format!("tartaros-{w}-")))
+        .unwrap_or_else(|| panic!("no worker of {name} among {workers:?}"));
+    service.owners.push(worker);
+    eprintln!("killing worker {worker} of {}", run_cgroup.display());
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL the worker");
+    // Its janitor kills the sandbox and removes the run's cgroup.
+    assert!(
+        eventually(10, || !run_cgroup.exists()),
+        "the run's cgroup {} outlived its worker",
+        run_cgroup.display()
+    );
+    assert!(
+        eventually(10, || processes_with(marker).is_empty()),
+        "the sandbox outlived its worker: {:?}",
+        processes_with(marker)
+    );
+    // The client lost its worker; it is not waited for longer.
+    let ended = eventually(5, || {
+        caller
+            .0
+            .as_mut()
+            .is_some_and(|c| c.try_wait().ok().flatten().is_some())
+    });
+    if !ended {
+        eprintln!("the client outlived its worker: killed");
+    }
+    drop(caller);
+    // Nothing has forgotten the run yet: only the sweep at the next
+    // connection will.
+    std::thread::sleep(Duration::from_millis(200));
+    let after_kill = per_run_counts(service.pid);
+    eprintln!("after the worker was killed: {after_kill:?}");
+    if after_kill == baseline {
+        eprintln!("the killed run's entries were already gone before the next connection");
+    } else {
+        for name in PER_RUN_MAPS {
+            if during[name] > baseline[name] {
+                assert!(
+                    after_kill[name] > baseline[name],
+                    "{name} lost the killed run's entry before any sweep: {baseline:?} -> \
+                     {during:?} -> {after_kill:?}"
+                );
+            }
+        }
+    }
+    // The next connection sweeps it.
+    let next = work.join("next.jsonl");
+    let out = service.run(
+        CAROL,
+        &[
+            "run",
+            "--log",
+            next.to_str().unwrap(),
+            "--write",
+            ".",
+            "--",
+            "sh",
+            "-c",
+            "echo y > next",
+        ],
+        work.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        stderr(&out),
+        service.errors()
+    );
+    assert_eq!(std::fs::read_to_string(work.join("next")).unwrap(), "y\n");
+    verified(&next, work.path());
+    assert!(
+        eventually(5, || per_run_counts(service.pid) == baseline),
+        "the killed run was not forgotten: {baseline:?} before, {during:?} during, \
+         {after_kill:?} after the kill, {:?} after the next run",
+        per_run_counts(service.pid)
+    );
+    assert!(
+        eventually(5, || subdirs(&parent).is_empty()),
+        "run cgroups left under {}: {:?}",
+        parent.display(),
+        subdirs(&parent)
     );
     drop(service);
 }

@@ -21,7 +21,7 @@ use super::{
 pub(super) fn finish(
     object: load::Object,
     run: register::Registered,
-    ring: RingBuf<aya::maps::MapData>,
+    ring: Option<RingBuf<aya::maps::MapData>>,
     Attached { links, tags }: Attached,
     cgroup_dir: &Path,
     options: &AttachOptions,
@@ -33,7 +33,7 @@ pub(super) fn finish(
         owners: None,
         object,
         run,
-        ring: Some(ring),
+        ring,
         cgroup: cgroup_dir.to_path_buf(),
         capture: options.capture,
         tags,
@@ -57,7 +57,7 @@ pub(super) fn finish(
 pub(super) fn check(options: &AttachOptions) -> Result<Option<kbtf::KernelLayout>, EbpfError> {
     let kernel = check_kernel()?;
     let ring = options.ring_bytes;
-    if !ring.is_power_of_two() || ring < 4096 {
+    if ring != 0 && (!ring.is_power_of_two() || ring < 4096) {
         return Err(EbpfError::RingSize(ring));
     }
     if options.transparent_port == Some(0) {

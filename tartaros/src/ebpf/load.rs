@@ -95,42 +95,30 @@ fn short_name(name: &str) -> String {
         .collect()
 }
 
-/// `BPF_MAP_TYPE_HASH_OF_MAPS` (Linux 4.12; ring buffers inside, 5.10).
-const MAP_TYPE_HASH_OF_MAPS: u32 = 13;
-
 /// Creates the maps the embedded object declares and the frozen
 /// `.rodata`. `EVENTS` becomes the map of every run's ring buffer.
 pub(super) fn load_object() -> Result<Object, EbpfError> {
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
-    // What the rings inside `EVENTS` are like (any size will do).
-    let template = rawprog::create_map(rawprog::MapSpec {
-        name: "EVENTS_INNER",
-        map_type: early_ring::MAP_TYPE_RINGBUF,
-        key_size: 0,
-        value_size: 0,
-        max_entries: 4096,
-        flags: 0,
-        inner_map: None,
-    })
-    .map_err(EbpfError::LoadObject)?;
     for def in &defs {
-        let events = def.name == tartaros_common::MAP_EVENTS;
-        let spec = rawprog::MapSpec {
-            name: &def.name,
-            map_type: if events {
-                MAP_TYPE_HASH_OF_MAPS
-            } else {
-                def.map_type
-            },
-            key_size: def.key_size,
-            value_size: def.value_size,
-            max_entries: def.max_entries,
-            flags: def.flags,
-            inner_map: events.then(|| template.as_fd()),
+        let fd = if def.name == tartaros_common::MAP_EVENTS {
+            if (def.key_size, def.value_size) != (8, 4) {
+                return Err(missing(format!("map {} of u64 -> u32", def.name)));
+            }
+            events_map().map_err(EbpfError::LoadObject)?
+        } else {
+            rawprog::create_map(rawprog::MapSpec {
+                name: &def.name,
+                map_type: def.map_type,
+                key_size: def.key_size,
+                value_size: def.value_size,
+                max_entries: def.max_entries,
+                flags: def.flags,
+                inner_map: None,
+            })
+            .map_err(EbpfError::LoadObject)?
         };
-        let fd = rawprog::create_map(spec).map_err(EbpfError::LoadObject)?;
         let raw = fd.as_raw_fd();
         let wrap = |source| {
             EbpfError::LoadObject(RawError::Wrap {
@@ -169,6 +157,25 @@ pub(super) fn load_object() -> Result<Object, EbpfError> {
 
 /// `BPF_MAP_TYPE_ARRAY`.
 const MAP_TYPE_ARRAY: u32 = 2;
+
+/// `EVENTS`: the one the run's ring is being put into if it was prepared
+/// ([`early_ring`]), else a new one.
+fn events_map() -> Result<OwnedFd, RawError> {
+    if let Some(fd) = early_ring::take_outer() {
+        return Ok(fd);
+    }
+    // What the rings inside are like (any size will do).
+    let template = rawprog::create_map(rawprog::MapSpec {
+        name: "EVENTS_INNER",
+        map_type: early_ring::MAP_TYPE_RINGBUF,
+        key_size: 0,
+        value_size: 0,
+        max_entries: 4096,
+        flags: 0,
+        inner_map: None,
+    })?;
+    early_ring::create_outer(template.as_fd())
+}
 
 pub(super) use super::layout_cache::{kernel_layout, kernel_layout_ready};
 

@@ -206,7 +206,7 @@ pub fn attach(cgroup_dir: &Path, grants: &[ConnectGrant]) -> Result<CgroupProgra
 
 /// Installs what `options` asks for for the run whose cgroup v2 directory
 /// is `cgroup_dir`: registered with the programs the service keeps
-/// attached, when this process was handed them ([`shared::adopt`]);
+/// attached, when this process was handed them ([`shared::adopt_from_env`]);
 /// otherwise the object is loaded and its programs attached to the
 /// cgroup. Fails (installing nothing) if any part cannot be installed;
 /// [`EbpfError::UnixHooksUnsupported`] and [`EbpfError::CaptureUnsupported`]
@@ -228,27 +228,27 @@ pub fn attach_with(
         load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
     }
-    // Registered before the programs are attached: the init already waits
-    // in the cgroup, and must meet its configuration, never the refusal
-    // the programs give a task of no run.
-    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
+    // Attached before the run is registered, so the verifier runs while
+    // the prepared ring still waits for its grace period. The init already
+    // waits in the cgroup but does nothing before it is told it is placed,
+    // which comes after this.
     let attached = attach_steps::attach_programs(
         &object,
         (&cgroup, cgroup_dir),
         (options.features(), options.transparent_port.is_some()),
         layout.as_ref(),
-    );
-    let attached = match attached {
-        Ok(attached) => attached,
-        Err(e) => {
-            register::unregister(&mut object, &run);
-            return Err(e);
-        }
-    };
+    )?;
+    // On a failure the links, dropped, detach the programs.
+    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref(), false)?;
     attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)
 }
 
-pub use early_ring::prepare as prepare_ring;
+/// Starts making the capture's ring buffer of `bytes` ready on a thread,
+/// in the service's maps when this process adopted them. Optional; call
+/// it early in a `--log` run.
+pub fn prepare_ring(bytes: u32) {
+    early_ring::prepare(bytes, shared::adopted_events());
+}
 
 /// Starts reading the structure offsets and tracepoint ids that capture
 /// and the unix policy need (the kernel BTF pass, ~9 ms when not cached) on

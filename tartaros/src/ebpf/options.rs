@@ -39,7 +39,8 @@ pub struct AttachOptions {
     pub grants: Vec<ConnectGrant>,
     /// Attach the capture programs (exec / fork / exit, syscalls).
     pub capture: bool,
-    /// Size of the event ring buffer: a power of two, >= 4096.
+    /// Size of the event ring buffer: a power of two, >= 4096; 0 for none
+    /// (the records are then counted as lost).
     pub ring_bytes: u32,
     /// Install the unix-socket path policy.
     pub unix_policy: bool,

@@ -7,11 +7,13 @@
 
 use std::path::PathBuf;
 
+use std::os::fd::AsFd as _;
+
 use aya::maps::{HashMap, HashOfMaps, MapData, PerCpuHashMap, PerCpuValues, RingBuf};
 use tartaros_common::capture::{LOST_SLOTS, RunConfig, UNIX_PREFIXES, UnixAllow, UnixPrefix};
 
 use super::kbtf::KernelLayout;
-use super::load::{Object, missing};
+use super::load::{Object, map_data, missing};
 use super::{AttachOptions, ConnectGrant, EbpfError, early_ring};
 
 /// What a registered run put in the maps, to take it out again.
@@ -20,17 +22,23 @@ pub(super) struct Registered {
     pub id: u64,
     grants: Vec<tartaros_common::AllowKey>,
     config: RunConfig,
+    /// Whether the object is shared with other runs: then the run's ring
+    /// is taken out of `EVENTS` at the end (a grace period's wait). An
+    /// object of its own goes with its `EVENTS` and rings.
+    shared: bool,
 }
 
-/// Registers run `id` with `options` in `object`, with a ring buffer of
-/// `options.ring_bytes` (taken from [`early_ring`] if one was prepared).
-/// Returns the ring's reader. On failure, whatever was written is removed.
+/// Registers run `id` with `options` in `object` (`shared`: an object other
+/// runs use too), with a ring buffer of `options.ring_bytes` (none for 0),
+/// taken from [`early_ring`] if one was prepared. Returns the ring's
+/// reader. On failure, whatever was written is removed.
 pub(super) fn register(
     object: &mut Object,
     id: u64,
     options: &AttachOptions,
     layout: Option<&KernelLayout>,
-) -> Result<(Registered, RingBuf<MapData>), EbpfError> {
+    shared: bool,
+) -> Result<(Registered, Option<RingBuf<MapData>>), EbpfError> {
     let unix = if options.unix_policy {
         unix_prefixes(&options.unix_allowed)?
     } else {
@@ -40,6 +48,7 @@ pub(super) fn register(
         id,
         grants: Vec::new(),
         config: config_for(id, options, layout),
+        shared,
     };
     match fill(object, &mut run, options, &unix) {
         Ok(ring) => Ok((run, ring)),
@@ -55,7 +64,7 @@ fn fill(
     run: &mut Registered,
     options: &AttachOptions,
     unix: &[UnixPrefix],
-) -> Result<RingBuf<MapData>, EbpfError> {
+) -> Result<Option<RingBuf<MapData>>, EbpfError> {
     for grant in &options.grants {
         insert_grant(object, run, *grant)?;
     }
@@ -88,21 +97,40 @@ fn fill(
     .map_err(err)?
     .insert(run.id, zeros, 0)
     .map_err(err)?;
-    let (ring_fd, reader) =
-        early_ring::take_or_create(options.ring_bytes).map_err(EbpfError::LoadObject)?;
-    let name = tartaros_common::MAP_EVENTS;
-    let err = |source| EbpfError::Map { map: name, source };
-    let ring = MapData::from_fd(ring_fd).map_err(err)?;
-    HashOfMaps::<_, u64, MapData>::try_from(
-        object
-            .map_mut(name)
-            .ok_or_else(|| missing(format!("map {name}")))?,
-    )
-    .map_err(err)?
-    .insert(run.id, &ring, 0)
-    .map_err(err)?;
+    let reader = match options.ring_bytes {
+        0 => None,
+        bytes => {
+            let placed = place_ring(object, bytes, run.shared)?;
+            run.config.ring = placed.key;
+            Some(placed.reader)
+        }
+    };
     set_config(object, run.id, run.config)?;
     Ok(reader)
+}
+
+/// The run's ring, in `object`'s `EVENTS`: the one prepared for it, or a
+/// new one (waiting for the grace period here).
+fn place_ring(object: &Object, bytes: u32, shared: bool) -> Result<early_ring::Placed, EbpfError> {
+    let name = tartaros_common::MAP_EVENTS;
+    let err = |source| EbpfError::Map { map: name, source };
+    let events = map_data(object, name).ok_or_else(|| missing(format!("map {name}")))?;
+    let outer_id = events.info().map_err(err)?.id();
+    if let Some(placed) = early_ring::take(bytes, outer_id) {
+        return Ok(placed);
+    }
+    let outer = events.fd().as_fd().try_clone_to_owned().map_err(|source| {
+        EbpfError::LoadObject(super::rawprog::RawError::Map {
+            map: name.to_owned(),
+            source,
+        })
+    })?;
+    let key = if shared {
+        early_ring::unique_key()
+    } else {
+        early_ring::OWN_KEY
+    };
+    early_ring::create_and_place(bytes, outer, key).map_err(EbpfError::LoadObject)
 }
 
 /// Removes every entry of `run` (what is not there is skipped).
@@ -110,10 +138,12 @@ pub(super) fn unregister(object: &mut Object, run: &Registered) {
     if let Ok(mut runs) = hash::<RunConfig>(object, tartaros_common::MAP_RUNS) {
         let _ = runs.remove(&run.id);
     }
-    if let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS)
+    if run.shared
+        && run.config.ring != 0
+        && let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS)
         && let Ok(mut rings) = HashOfMaps::<_, u64, MapData>::try_from(map)
     {
-        let _ = rings.remove(&run.id);
+        let _ = rings.remove(&run.config.ring);
     }
     if let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS_LOST)
         && let Ok(mut lost) = PerCpuHashMap::<_, u64, [u64; LOST_SLOTS]>::try_from(map)
@@ -154,10 +184,15 @@ pub(super) fn forget(object: &mut Object, id: u64) {
         },
         None => Vec::new(),
     };
+    let config = hash::<RunConfig>(object, tartaros_common::MAP_RUNS)
+        .ok()
+        .and_then(|runs| runs.get(&id, 0).ok())
+        .unwrap_or_default();
     let run = Registered {
         id,
         grants,
-        config: RunConfig::default(),
+        config,
+        shared: true,
     };
     unregister(object, &run);
 }

@@ -206,6 +206,12 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
     let bad = |what: String| EbpfError::MissingInObject { what };
     let manifest: Manifest = serde_json::from_str(&text.to_string_lossy())
         .map_err(|e| bad(format!("a readable manifest from the service ({e})")))?;
+    // Close-on-exec first, all of them, so none leaks into what this
+    // process starts even if one below is refused.
+    for (_, fd) in &manifest.maps {
+        // SAFETY: F_SETFD changes only the flags of the descriptor.
+        unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
     let mut fds = Vec::with_capacity(manifest.maps.len());
     for (name, fd) in &manifest.maps {
         // SAFETY: F_SETFD changes only the flags of the descriptor, and
@@ -226,6 +232,15 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
         *adopted = Some(Adopted { object, manifest });
     }
     Ok(())
+}
+
+/// A descriptor of the adopted `EVENTS`, for the ring prepared early.
+pub(super) fn adopted_events() -> Option<OwnedFd> {
+    let adopted = ADOPTED.lock().ok()?;
+    let data = load::map_data(&adopted.as_ref()?.object, tartaros_common::MAP_EVENTS)?;
+    std::os::fd::AsFd::as_fd(data.fd())
+        .try_clone_to_owned()
+        .ok()
 }
 
 /// The cgroup under which a worker must create its run's cgroup.
@@ -268,7 +283,7 @@ pub(super) fn register_adopted(
 
 type Registration = (
     register::Registered,
-    aya::maps::RingBuf<aya::maps::MapData>,
+    Option<aya::maps::RingBuf<aya::maps::MapData>>,
     Vec<String>,
 );
 
@@ -292,7 +307,7 @@ fn register_in(
     }
     let layout: Option<kbtf::KernelLayout> = super::attach_steps::check(options)?;
     let (_, id) = super::attach_steps::open_cgroup(cgroup_dir)?;
-    let (run, ring) = register::register(&mut adopted.object, id, options, layout.as_ref())?;
+    let (run, ring) = register::register(&mut adopted.object, id, options, layout.as_ref(), true)?;
     Ok((run, ring, adopted.manifest.tags.clone()))
 }
 
