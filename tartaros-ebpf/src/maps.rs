@@ -12,7 +12,7 @@ use aya_ebpf::{
         },
     },
     macros::map,
-    maps::{Array, HashMap, LruHashMap, PerCpuHashMap},
+    maps::{Array, HashMap, LruHashMap, PerCpuHashMap, RingBuf},
 };
 use tartaros_common::{
     ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAP_NO_PREALLOC, MAX_RUNS, SavedDst,
@@ -58,6 +58,19 @@ pub static OWNER_PORT: LruHashMap<TransparentKey, u32> =
 #[map(name = "EVENTS")]
 pub static EVENTS: HashMap<u64, u32> = HashMap::with_max_entries(MAX_RUNS, 0);
 
+/// The ring buffer of the one run of an object loaded for that run alone
+/// (a root run without the service): no map of maps, whose every update
+/// waits for an RCU grace period. Resized at load time.
+#[map(name = "RING")]
+pub static RING: RingBuf = RingBuf::with_byte_size(4096, 0);
+
+/// Non-zero in an object shared by many runs (the service's): each run's
+/// ring is then in [`EVENTS`]; zero in a run's own object, whose ring is
+/// [`RING`]. Set by the loader in the frozen `.rodata`, so the verifier
+/// knows it and walks one branch only.
+#[unsafe(no_mangle)]
+static RINGS_SHARED: u32 = 0;
+
 /// Failed reservations per run and effect kind: the kernel keeps no drop
 /// counter for ring buffers. Per-CPU slot arrays, so user space reads
 /// every kind of every CPU with one lookup; the loader inserts a run's
@@ -98,7 +111,7 @@ impl Run {
     /// when there is no room (or no ring).
     #[inline(always)]
     pub fn reserve<T>(&self, effect: u16) -> Option<(Ring, Entry<T>)> {
-        let Some(ring) = Ring::of(self.cfg.ring) else {
+        let Some(ring) = Ring::of_run(self.cfg) else {
             count_lost(self.id, effect);
             return None;
         };
@@ -170,9 +183,23 @@ pub struct Ring(*mut c_void);
 pub struct Entry<T>(*mut T);
 
 impl Ring {
-    /// The ring under key `key` (`RunConfig::ring`).
+    /// The ring of the run configured by `cfg` (none when its `ring` is 0).
     #[inline(always)]
-    pub fn of(key: u64) -> Option<Ring> {
+    pub fn of_run(cfg: &RunConfig) -> Option<Ring> {
+        // SAFETY: a plain u32 of the frozen `.rodata`.
+        let shared = unsafe { core::ptr::read_volatile(&raw const RINGS_SHARED) };
+        if shared != 0 {
+            Ring::of(cfg.ring)
+        } else if cfg.ring != 0 {
+            Some(Ring((&raw const RING).cast_mut().cast::<c_void>()))
+        } else {
+            None
+        }
+    }
+
+    /// The ring under key `key` (`RunConfig::ring`) of [`EVENTS`].
+    #[inline(always)]
+    fn of(key: u64) -> Option<Ring> {
         // SAFETY: the outer map's definition, whose address the loader
         // relocates to the map; the key is a live u64 on the stack.
         let inner = unsafe {

@@ -141,7 +141,7 @@ fn parse_duration_ms(raw: &str) -> Result<u64, String> {
 
 /// The ring buffer size: a power of two the kernel accepts, 64 KiB to 1 GiB.
 fn ring_size(requested: Option<u64>) -> Result<u32, String> {
-    const DEFAULT: u64 = 8 << 20;
+    const DEFAULT: u64 = crate::ebpf::DEFAULT_RING_BYTES as u64;
     let size = requested.unwrap_or(DEFAULT);
     if !(64 << 10..=1 << 30).contains(&size) {
         return Err(format!(

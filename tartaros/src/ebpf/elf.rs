@@ -215,6 +215,18 @@ impl<'a> Elf<'a> {
             .transpose()
     }
 
+    /// Offset in the read-only data of the global `name`, if there is one.
+    pub fn rodata_offset(&self, name: &str) -> Result<Option<usize>, RawError> {
+        let Some(rodata) = self.section_index(RODATA) else {
+            return Ok(None);
+        };
+        Ok(self
+            .symbols()?
+            .into_iter()
+            .find(|s| s.section == rodata && s.name == name)
+            .map(|s| s.value))
+    }
+
     /// Size in bytes of program `name`'s own code (without the functions
     /// it calls).
     pub fn program_size(&self, name: &str) -> Result<usize, RawError> {
@@ -469,6 +481,7 @@ mod tests {
             "OWNER_COOKIE",
             "OWNER_PORT",
             "PENDING",
+            "RING",
             "RUNS",
             "RUN_LEVEL",
             "SYSCALL_KIND",
@@ -493,7 +506,7 @@ mod tests {
             for insn in insns.chunks_exact(INSN) {
                 if insn[0] == OP_LD_IMM64 && matches!(insn[1] >> 4, 1 | 2) {
                     let fd = i32::from_le_bytes([insn[4], insn[5], insn[6], insn[7]]);
-                    assert!((100..115).contains(&fd), "{program}: fd {fd}");
+                    assert!((100..116).contains(&fd), "{program}: fd {fd}");
                 }
             }
             // Every call lands on the first instruction of an appended
@@ -563,5 +576,11 @@ mod tests {
             (size_of::<tartaros_common::AllowKey>() as u32, 4)
         );
         assert!(elf.rodata().unwrap().is_some_and(|r| !r.is_empty()));
+        let shared = elf
+            .rodata_offset("RINGS_SHARED")
+            .unwrap()
+            .expect("RINGS_SHARED");
+        let rodata = elf.rodata().unwrap().unwrap();
+        assert_eq!(&rodata[shared..shared + 4], &[0; 4], "compiled as 0");
     }
 }

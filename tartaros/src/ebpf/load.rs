@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use aya::maps::{Array, Map, MapData};
+use aya::maps::{Array, Map, MapData, RingBuf};
 use tartaros_common::capture::{KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, LEVEL_UNKNOWN};
 
 use super::kbtf::KernelLayout;
@@ -20,6 +20,11 @@ pub(super) struct Object {
     maps: Vec<ObjectMap>,
     /// The frozen `.rodata` array, referenced by the programs that use it.
     rodata: Option<OwnedFd>,
+    /// Made for many runs (the service's): each run's ring is in `EVENTS`.
+    /// Otherwise for one run, whose ring is `RING`.
+    shared: bool,
+    /// With one run: `RING`'s reader, mapped on a thread.
+    own_reader: Option<std::thread::JoinHandle<Option<RingBuf<MapData>>>>,
 }
 
 struct ObjectMap {
@@ -40,6 +45,23 @@ impl Object {
 
     pub(super) fn map(&self, name: &str) -> Option<&Map> {
         self.maps.iter().find(|m| m.name == name).map(|m| &m.map)
+    }
+
+    /// Whether the object serves many runs ([`load_object`]).
+    pub(super) fn is_shared(&self) -> bool {
+        self.shared
+    }
+
+    /// With one run: the reader of its `RING`, once.
+    pub(super) fn take_own_reader(&mut self) -> Option<RingBuf<MapData>> {
+        if let Some(thread) = self.own_reader.take() {
+            return thread.join().ok()?;
+        }
+        let data = map_data(self, RING)?;
+        let fd = std::os::fd::AsFd::as_fd(data.fd())
+            .try_clone_to_owned()
+            .ok()?;
+        RingBuf::try_from(Map::RingBuf(MapData::from_fd(fd).ok()?)).ok()
     }
 
     /// Descriptor of map `name` ([`elf::RODATA`] for the read-only data).
@@ -77,7 +99,12 @@ impl Object {
             let map = Map::from_map_data(data).map_err(wrap)?;
             maps.push(ObjectMap { name, fd: raw, map });
         }
-        Ok(Self { maps, rodata: None })
+        Ok(Self {
+            maps,
+            rodata: None,
+            shared: true,
+            own_reader: None,
+        })
     }
 
     /// The code of program `name`, its map references pointing at our
@@ -95,18 +122,35 @@ fn short_name(name: &str) -> String {
         .collect()
 }
 
+/// The ring of an object made for one run.
+const RING: &str = "RING";
+/// The `.rodata` global that tells the programs which ring to use.
+const RINGS_SHARED: &str = "RINGS_SHARED";
+
 /// Creates the maps the embedded object declares and the frozen
-/// `.rodata`. `EVENTS` becomes the map of every run's ring buffer.
-pub(super) fn load_object() -> Result<Object, EbpfError> {
+/// `.rodata`: for many runs (`shared`, the service), whose rings go into
+/// `EVENTS` (a map of maps), or for one run, whose ring of `ring_bytes`
+/// (0: none) is `RING`, taken from [`early_ring`] when it was prepared.
+pub(super) fn load_object(shared: bool, ring_bytes: u32) -> Result<Object, EbpfError> {
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
+    let mut own_reader = None;
     for def in &defs {
         let fd = if def.name == tartaros_common::MAP_EVENTS {
             if (def.key_size, def.value_size) != (8, 4) {
                 return Err(missing(format!("map {} of u64 -> u32", def.name)));
             }
-            events_map().map_err(EbpfError::LoadObject)?
+            let entries = if shared { def.max_entries } else { 1 };
+            events_map(entries).map_err(EbpfError::LoadObject)?
+        } else if def.name == RING && !shared && ring_bytes > 0 {
+            match early_ring::take_own(ring_bytes) {
+                Some((fd, reader)) => {
+                    own_reader = Some(reader);
+                    fd
+                }
+                None => early_ring::create(ring_bytes).map_err(EbpfError::LoadObject)?,
+            }
         } else {
             rawprog::create_map(rawprog::MapSpec {
                 name: &def.name,
@@ -133,7 +177,22 @@ pub(super) fn load_object() -> Result<Object, EbpfError> {
             map,
         });
     }
-    let rodata = match elf.rodata().map_err(EbpfError::LoadObject)? {
+    let mut rodata_bytes = elf
+        .rodata()
+        .map_err(EbpfError::LoadObject)?
+        .map(<[u8]>::to_vec);
+    if shared {
+        let at = elf
+            .rodata_offset(RINGS_SHARED)
+            .map_err(EbpfError::LoadObject)?
+            .ok_or_else(|| missing(format!("the global {RINGS_SHARED}")))?;
+        let slot = rodata_bytes
+            .as_mut()
+            .and_then(|b| b.get_mut(at..at + 4))
+            .ok_or_else(|| missing(format!("the global {RINGS_SHARED} in .rodata")))?;
+        slot.copy_from_slice(&1u32.to_le_bytes());
+    }
+    let rodata = match rodata_bytes.as_deref() {
         Some(bytes) if !bytes.is_empty() => {
             let value_size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
             let fd = rawprog::create_map(rawprog::MapSpec {
@@ -152,18 +211,19 @@ pub(super) fn load_object() -> Result<Object, EbpfError> {
         }
         _ => None,
     };
-    Ok(Object { maps, rodata })
+    Ok(Object {
+        maps,
+        rodata,
+        shared,
+        own_reader,
+    })
 }
 
 /// `BPF_MAP_TYPE_ARRAY`.
 const MAP_TYPE_ARRAY: u32 = 2;
 
-/// `EVENTS`: the one the run's ring is being put into if it was prepared
-/// ([`early_ring`]), else a new one.
-fn events_map() -> Result<OwnedFd, RawError> {
-    if let Some(fd) = early_ring::take_outer() {
-        return Ok(fd);
-    }
+/// `EVENTS`, for `max_entries` rings.
+fn events_map(max_entries: u32) -> Result<OwnedFd, RawError> {
     // What the rings inside are like (any size will do).
     let template = rawprog::create_map(rawprog::MapSpec {
         name: "EVENTS_INNER",
@@ -174,7 +234,7 @@ fn events_map() -> Result<OwnedFd, RawError> {
         flags: 0,
         inner_map: None,
     })?;
-    early_ring::create_outer(template.as_fd())
+    early_ring::create_outer(template.as_fd(), max_entries)
 }
 
 pub(super) use super::layout_cache::{kernel_layout, kernel_layout_ready};

@@ -222,16 +222,15 @@ pub fn attach_with(
     }
     let layout = attach_steps::check(options)?;
     let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
-    let mut object = load::load_object()?;
+    let mut object = load::load_object(false, options.ring_bytes)?;
     load::set_run_level(&mut object, load::cgroup_level(cgroup_dir))?;
     if options.capture {
         load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
     }
-    // Attached before the run is registered, so the verifier runs while
-    // the prepared ring still waits for its grace period. The init already
-    // waits in the cgroup but does nothing before it is told it is placed,
-    // which comes after this.
+    // Attached before the run is registered, while the prepared ring is
+    // mapped. The init already waits in the cgroup but does nothing before
+    // it is told it is placed, which comes after this.
     let attached = attach_steps::attach_programs(
         &object,
         (&cgroup, cgroup_dir),
@@ -239,7 +238,7 @@ pub fn attach_with(
         layout.as_ref(),
     )?;
     // On a failure the links, dropped, detach the programs.
-    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref(), false)?;
+    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
     attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)
 }
 
@@ -247,7 +246,7 @@ pub fn attach_with(
 /// in the service's maps when this process adopted them. Optional; call
 /// it early in a `--log` run.
 pub fn prepare_ring(bytes: u32) {
-    early_ring::prepare(bytes, shared::adopted_events());
+    shared::prepare_ring(bytes);
 }
 
 /// Starts reading the structure offsets and tracepoint ids that capture

@@ -77,7 +77,7 @@ fn the_unix_programs_verify_in_a_few_thousand_instructions() {
         return;
     }
     let layout = load::kernel_layout().expect("kernel layout");
-    let object = load::load_object().expect("object");
+    let object = load::load_object(false, 0).expect("object");
     let kfuncs = load::kfuncs(Some(&layout));
     for program in UNIX_PROGRAMS {
         let mut code = object.relocated(program.name).expect("relocate");

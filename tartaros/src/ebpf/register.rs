@@ -23,22 +23,25 @@ pub(super) struct Registered {
     grants: Vec<tartaros_common::AllowKey>,
     config: RunConfig,
     /// Whether the object is shared with other runs: then the run's ring
-    /// is taken out of `EVENTS` at the end (a grace period's wait). An
-    /// object of its own goes with its `EVENTS` and rings.
+    /// is taken out of `EVENTS` at the end (a grace period's wait), unless
+    /// the service placed it (it takes it out itself). An object of its
+    /// own goes with its `EVENTS` and rings.
     shared: bool,
+    spare_ring: bool,
 }
 
-/// Registers run `id` with `options` in `object` (`shared`: an object other
-/// runs use too), with a ring buffer of `options.ring_bytes` (none for 0),
-/// taken from [`early_ring`] if one was prepared. Returns the ring's
-/// reader. On failure, whatever was written is removed.
+/// Registers run `id` with `options` in `object`, with a ring buffer of
+/// `options.ring_bytes` (none for 0): the object's own `RING` when it was
+/// made for this run, else one in its `EVENTS` (taken from [`early_ring`]
+/// if one was prepared). Returns the ring's reader. On failure, whatever
+/// was written is removed.
 pub(super) fn register(
     object: &mut Object,
     id: u64,
     options: &AttachOptions,
     layout: Option<&KernelLayout>,
-    shared: bool,
 ) -> Result<(Registered, Option<RingBuf<MapData>>), EbpfError> {
+    let shared = object.is_shared();
     let unix = if options.unix_policy {
         unix_prefixes(&options.unix_allowed)?
     } else {
@@ -49,6 +52,7 @@ pub(super) fn register(
         grants: Vec::new(),
         config: config_for(id, options, layout),
         shared,
+        spare_ring: false,
     };
     match fill(object, &mut run, options, &unix) {
         Ok(ring) => Ok((run, ring)),
@@ -99,9 +103,17 @@ fn fill(
     .map_err(err)?;
     let reader = match options.ring_bytes {
         0 => None,
+        _ if !run.shared => {
+            let reader = object.take_own_reader().ok_or_else(|| {
+                missing(format!("the ring buffer {}", tartaros_common::MAP_EVENTS))
+            })?;
+            run.config.ring = early_ring::OWN_KEY;
+            Some(reader)
+        }
         bytes => {
-            let placed = place_ring(object, bytes, run.shared)?;
+            let placed = place_ring(object, bytes)?;
             run.config.ring = placed.key;
+            run.spare_ring = placed.spare;
             Some(placed.reader)
         }
     };
@@ -111,7 +123,7 @@ fn fill(
 
 /// The run's ring, in `object`'s `EVENTS`: the one prepared for it, or a
 /// new one (waiting for the grace period here).
-fn place_ring(object: &Object, bytes: u32, shared: bool) -> Result<early_ring::Placed, EbpfError> {
+fn place_ring(object: &Object, bytes: u32) -> Result<early_ring::Placed, EbpfError> {
     let name = tartaros_common::MAP_EVENTS;
     let err = |source| EbpfError::Map { map: name, source };
     let events = map_data(object, name).ok_or_else(|| missing(format!("map {name}")))?;
@@ -125,12 +137,8 @@ fn place_ring(object: &Object, bytes: u32, shared: bool) -> Result<early_ring::P
             source,
         })
     })?;
-    let key = if shared {
-        early_ring::unique_key()
-    } else {
-        early_ring::OWN_KEY
-    };
-    early_ring::create_and_place(bytes, outer, key).map_err(EbpfError::LoadObject)
+    early_ring::create_and_place(bytes, outer, early_ring::unique_key())
+        .map_err(EbpfError::LoadObject)
 }
 
 /// Removes every entry of `run` (what is not there is skipped).
@@ -139,6 +147,7 @@ pub(super) fn unregister(object: &mut Object, run: &Registered) {
         let _ = runs.remove(&run.id);
     }
     if run.shared
+        && !run.spare_ring
         && run.config.ring != 0
         && let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS)
         && let Ok(mut rings) = HashOfMaps::<_, u64, MapData>::try_from(map)
@@ -162,6 +171,19 @@ pub(super) fn unregister(object: &mut Object, run: &Registered) {
     }
 }
 
+/// The ids of the runs whose ring is under `key`.
+pub(super) fn runs_with_ring(object: &mut Object, key: u64) -> Vec<u64> {
+    match hash::<RunConfig>(object, tartaros_common::MAP_RUNS) {
+        Ok(runs) => runs
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, c)| c.ring == key)
+            .map(|(id, _)| id)
+            .collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// The ids of every run with an entry in `RUNS`.
 pub(super) fn registered_ids(object: &mut Object) -> Vec<u64> {
     match hash::<RunConfig>(object, tartaros_common::MAP_RUNS) {
@@ -171,8 +193,9 @@ pub(super) fn registered_ids(object: &mut Object) -> Vec<u64> {
 }
 
 /// Removes run `id`'s entries, whatever they are: for a run whose
-/// supervisor died without leaving. Its grants are found by their key.
-pub(super) fn forget(object: &mut Object, id: u64) {
+/// supervisor died without leaving. Its grants are found by their key;
+/// its ring is taken out of `EVENTS` too with `ring` (a grace period).
+pub(super) fn forget(object: &mut Object, id: u64, ring: bool) {
     let grants = match object.map_mut(tartaros_common::MAP_ALLOW) {
         Some(map) => match HashMap::<_, tartaros_common::AllowKey, u32>::try_from(map) {
             Ok(allow) => allow
@@ -193,6 +216,7 @@ pub(super) fn forget(object: &mut Object, id: u64) {
         grants,
         config,
         shared: true,
+        spare_ring: !ring,
     };
     unregister(object, &run);
 }

@@ -43,6 +43,46 @@ pub struct Manifest {
     pub tags: Vec<String>,
     /// The maps, by name, and the descriptor each is inherited on.
     pub maps: Vec<(String, RawFd)>,
+    /// A ring buffer already in `EVENTS` for this worker's run: its key,
+    /// the descriptor it is inherited on, and its size.
+    #[serde(default)]
+    pub spare: Option<(u64, RawFd, u32)>,
+}
+
+/// A ring buffer the service put into `EVENTS` for a run yet to come, so
+/// that the grace period such an insert waits for is nobody's start-up.
+#[derive(Debug)]
+pub struct Spare {
+    pub key: u64,
+    pub bytes: u32,
+    pub fd: OwnedFd,
+}
+
+/// Makes a [`Spare`] of `bytes` in the `EVENTS` behind `events` (a
+/// descriptor of it); waits for a grace period.
+pub fn make_spare(events: &OwnedFd, bytes: u32) -> Result<Spare, EbpfError> {
+    let outer = events.try_clone().map_err(|source| {
+        EbpfError::LoadObject(super::rawprog::RawError::Map {
+            map: tartaros_common::MAP_EVENTS.to_owned(),
+            source,
+        })
+    })?;
+    let (key, fd) = super::early_ring::place_spare(bytes, outer).map_err(EbpfError::LoadObject)?;
+    Ok(Spare { key, bytes, fd })
+}
+
+/// Takes the ring under `key` out of the `EVENTS` behind `events`; waits
+/// for a grace period. A key that is not there is no error.
+pub fn remove_ring(events: &OwnedFd, key: u64) {
+    let Ok(fd) = events.try_clone() else { return };
+    let Ok(data) = aya::maps::MapData::from_fd(fd) else {
+        return;
+    };
+    if let Ok(mut rings) = aya::maps::HashOfMaps::<_, u64, aya::maps::MapData>::try_from(
+        aya::maps::Map::HashOfMaps(data),
+    ) {
+        let _ = rings.remove(&key);
+    }
 }
 
 /// The service's programs and maps.
@@ -93,7 +133,7 @@ impl SharedPrograms {
                 Err(e) => drop_part(&mut wanted, e, &mut warnings)?,
             }
         };
-        let mut object = load::load_object()?;
+        let mut object = load::load_object(true, 0)?;
         load::set_run_level(&mut object, level + 1)?;
         load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
@@ -118,6 +158,7 @@ impl SharedPrograms {
                 .map_fds()
                 .map(|(name, fd)| (name.to_owned(), fd))
                 .collect(),
+            spare: None,
         };
         Ok((
             Self {
@@ -132,6 +173,24 @@ impl SharedPrograms {
     /// What a worker is given.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// A descriptor of `EVENTS`, for [`make_spare`] and [`remove_ring`]
+    /// (which wait for grace periods, so are called without a lock on
+    /// this).
+    pub fn events(&self) -> Option<OwnedFd> {
+        let data = load::map_data(&self.object, tartaros_common::MAP_EVENTS)?;
+        std::os::fd::AsFd::as_fd(data.fd())
+            .try_clone_to_owned()
+            .ok()
+    }
+
+    /// Forgets the runs whose ring is the spare under `key` (their worker
+    /// has exited); the ring itself is for [`remove_ring`].
+    pub fn forget_runs_of(&mut self, key: u64) {
+        for id in register::runs_with_ring(&mut self.object, key) {
+            register::forget(&mut self.object, id, false);
+        }
     }
 
     /// Forgets every registered run whose cgroup is gone (its worker was
@@ -153,7 +212,7 @@ impl SharedPrograms {
         };
         let gone: Vec<u64> = ids.into_iter().filter(|id| !live.contains(id)).collect();
         for id in &gone {
-            register::forget(&mut self.object, *id);
+            register::forget(&mut self.object, *id, true);
         }
         gone.len()
     }
@@ -189,6 +248,8 @@ fn drop_part(
 struct Adopted {
     object: load::Object,
     manifest: Manifest,
+    /// The ring the service placed for this run, until it is taken.
+    spare: Option<(u64, OwnedFd, u32)>,
 }
 
 static ADOPTED: Mutex<Option<Adopted>> = Mutex::new(None);
@@ -208,10 +269,19 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
         .map_err(|e| bad(format!("a readable manifest from the service ({e})")))?;
     // Close-on-exec first, all of them, so none leaks into what this
     // process starts even if one below is refused.
-    for (_, fd) in &manifest.maps {
+    let spare_fd = manifest.spare.map(|(_, fd, _)| fd);
+    for fd in manifest.maps.iter().map(|(_, fd)| *fd).chain(spare_fd) {
         // SAFETY: F_SETFD changes only the flags of the descriptor.
-        unsafe { libc::fcntl(*fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     }
+    let spare = match manifest.spare {
+        // SAFETY: F_GETFD checks the descriptor is open; the service
+        // placed this ring on it for us alone, owned from here on.
+        Some((key, fd, bytes)) if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0 => {
+            Some((key, unsafe { OwnedFd::from_raw_fd(fd) }, bytes))
+        }
+        _ => None,
+    };
     let mut fds = Vec::with_capacity(manifest.maps.len());
     for (name, fd) in &manifest.maps {
         // SAFETY: F_SETFD changes only the flags of the descriptor, and
@@ -229,18 +299,45 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
     }
     let object = load::Object::from_fds(fds)?;
     if let Ok(mut adopted) = ADOPTED.lock() {
-        *adopted = Some(Adopted { object, manifest });
+        *adopted = Some(Adopted {
+            object,
+            manifest,
+            spare,
+        });
     }
     Ok(())
 }
 
-/// A descriptor of the adopted `EVENTS`, for the ring prepared early.
-pub(super) fn adopted_events() -> Option<OwnedFd> {
-    let adopted = ADOPTED.lock().ok()?;
-    let data = load::map_data(&adopted.as_ref()?.object, tartaros_common::MAP_EVENTS)?;
-    std::os::fd::AsFd::as_fd(data.fd())
-        .try_clone_to_owned()
-        .ok()
+/// Starts making the run's ring of `bytes` ready: the service's spare if
+/// it is of that size, else one placed into the adopted `EVENTS`, else
+/// (no service) one of the run's own object.
+pub(super) fn prepare_ring(bytes: u32) {
+    let Ok(mut guard) = ADOPTED.lock() else {
+        return;
+    };
+    let Some(adopted) = guard.as_mut() else {
+        drop(guard);
+        return super::early_ring::prepare(bytes, None);
+    };
+    let Some(data) = load::map_data(&adopted.object, tartaros_common::MAP_EVENTS) else {
+        return;
+    };
+    let Ok(outer_id) = data.info().map(|i| i.id()) else {
+        return;
+    };
+    match adopted.spare.take() {
+        Some((key, ring, size)) if size == bytes => {
+            super::early_ring::prepare_spare(bytes, ring, key, outer_id);
+        }
+        _ => {
+            let events = std::os::fd::AsFd::as_fd(data.fd())
+                .try_clone_to_owned()
+                .ok();
+            if events.is_some() {
+                super::early_ring::prepare(bytes, events);
+            }
+        }
+    }
 }
 
 /// The cgroup under which a worker must create its run's cgroup.
@@ -307,7 +404,7 @@ fn register_in(
     }
     let layout: Option<kbtf::KernelLayout> = super::attach_steps::check(options)?;
     let (_, id) = super::attach_steps::open_cgroup(cgroup_dir)?;
-    let (run, ring) = register::register(&mut adopted.object, id, options, layout.as_ref(), true)?;
+    let (run, ring) = register::register(&mut adopted.object, id, options, layout.as_ref())?;
     Ok((run, ring, adopted.manifest.tags.clone()))
 }
 
@@ -363,6 +460,7 @@ mod tests {
             features: 15,
             tags: vec!["connect4:abc".into()],
             maps: vec![("RUNS".into(), 7)],
+            spare: Some((99, 8, 1 << 20)),
         };
         let text = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), m);

@@ -71,7 +71,7 @@ pub fn serve(socket: &Path) -> Result<(), ServerError> {
 fn accept_loop(
     listener: UnixListener,
     socket: &Path,
-    mut programs: Option<crate::ebpf::shared::SharedPrograms>,
+    programs: Option<super::programs::Programs>,
 ) -> Result<(), ServerError> {
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
@@ -82,19 +82,14 @@ fn accept_loop(
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     eprintln!("tartaros: service listening on {}", socket.display());
     let exe = std::env::current_exe().map_err(prepare)?;
-    // The maps every worker inherits, and the manifest naming them.
-    let (shared_fds, manifest) = match &programs {
-        Some(p) => (
-            p.manifest().maps.iter().map(|(_, fd)| *fd).collect(),
-            serde_json::to_string(p.manifest()).ok(),
-        ),
-        None => (Vec::new(), None),
-    };
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        if let Some(p) = programs.as_mut() {
+        // The maps the worker inherits, a ring ready for it, and the
+        // manifest naming them.
+        let given = programs.as_ref().map(|p| {
             p.sweep();
-        }
+            p.for_worker()
+        });
         let fd = conn.as_raw_fd();
         let mut command = std::process::Command::new(&exe);
         command
@@ -103,10 +98,13 @@ fn accept_loop(
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit());
-        if let Some(manifest) = &manifest {
-            command.env(crate::ebpf::shared::MANIFEST_ENV, manifest);
-        }
-        let shared_fds: Vec<i32> = shared_fds.clone();
+        let shared_fds: Vec<i32> = match &given {
+            Some(given) => {
+                command.env(crate::ebpf::shared::MANIFEST_ENV, &given.manifest);
+                given.fds.clone()
+            }
+            None => Vec::new(),
+        };
         // SAFETY: between fork and exec only async-signal-safe calls: the
         // connection onto fd 3, the maps' descriptors kept open across the
         // exec (fcntl on the child's own table), and the death signal.
@@ -129,9 +127,18 @@ fn accept_loop(
                 Ok(())
             });
         }
-        let spawned = command.spawn();
-        if let Err(e) = spawned {
-            eprintln!("tartaros: service: failed to start a worker: {e}");
+        match command.spawn() {
+            Ok(child) => {
+                if let (Some(p), Some(given)) = (programs.as_ref(), given) {
+                    p.started(child.id(), given);
+                }
+            }
+            Err(e) => {
+                eprintln!("tartaros: service: failed to start a worker: {e}");
+                if let (Some(p), Some(given)) = (programs.as_ref(), given) {
+                    p.unused(given);
+                }
+            }
         }
         // The worker holds the connection now; ours closes here.
         drop(conn);
