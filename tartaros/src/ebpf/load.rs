@@ -90,8 +90,13 @@ impl Object {
                 })
             };
             let data = MapData::from_fd(fd).map_err(wrap)?;
-            let actual = data.info().map_err(wrap)?.name_as_str().map(str::to_owned);
-            if actual.as_deref() != Some(short_name(&name).as_str()) {
+            // The raw name: aya's `name_as_str` first probes the kernel's
+            // features (a dozen BTF and program loads, ~2 ms per worker).
+            let info = data.info().map_err(wrap)?;
+            let actual = String::from_utf8_lossy(info.name())
+                .trim_end_matches('\0')
+                .to_owned();
+            if actual != short_name(&name) {
                 return Err(missing(format!(
                     "map {name} (the descriptor is {actual:?})"
                 )));
