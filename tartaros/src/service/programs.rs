@@ -23,7 +23,7 @@ use crate::janitor::Janitor;
 /// Rings kept ready for the next runs.
 const SPARES: usize = 2;
 /// How often the keeper looks at exited workers and the spares.
-const KEEPER_PERIOD: Duration = Duration::from_millis(20);
+const KEEPER_PERIOD: Duration = Duration::from_millis(50);
 
 /// The service's programs, with its spare rings and the workers that
 /// hold one.
@@ -107,6 +107,14 @@ pub fn start() -> Option<Programs> {
                 eprintln!("tartaros: service: warning: {w}");
             }
             let manifest = programs.manifest().clone();
+            // The worker's connection goes onto fd 3 and its stdio onto
+            // 0-2 before the exec: a map there would be overwritten.
+            if manifest.maps.iter().any(|(_, fd)| *fd <= 3) {
+                eprintln!(
+                    "tartaros: service: warning: a map descriptor is 3 or lower (was stdin closed?); every run loads its own eBPF programs"
+                );
+                return None;
+            }
             let events = programs.events();
             let programs = Programs {
                 shared: Arc::new(Mutex::new(programs)),
@@ -152,6 +160,11 @@ fn keep(shared: &Mutex<SharedPrograms>, pool: &Mutex<Pool>, events: &OwnedFd) {
         }
         while lock(pool).spares.len() < SPARES {
             match shared::make_spare(events, crate::ebpf::DEFAULT_RING_BYTES) {
+                // See `start`: fds 0-3 are the worker's stdio and connection.
+                Ok(spare) if spare.fd.as_raw_fd() <= 3 => {
+                    shared::remove_ring(events, spare.key);
+                    break;
+                }
                 Ok(spare) => lock(pool).spares.push(spare),
                 Err(_) => break,
             }
