@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 use crate::effectlog::reader_cli::LogCommand;
 use crate::exit;
-use crate::policy::{FlagPolicy, ReadScope};
+use crate::policy::FlagPolicy;
 use crate::supervisor::{RunRequest, run};
 
 #[derive(Debug, Parser)]
@@ -50,93 +50,22 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Make every requested guarantee mandatory: refuse (exit 78) rather than degrade.
-    #[arg(long)]
-    pub strict: bool,
     /// Policy file with a [policy] (and optional [broker]) table; flags add to it.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Writable root (repeatable).
-    #[arg(long = "write", value_name = "PATH")]
-    pub write: Vec<PathBuf>,
-    /// Path the agent cannot read, even inside granted trees (repeatable).
-    #[arg(long = "read-deny", value_name = "PATH")]
-    pub read_deny: Vec<PathBuf>,
-    /// Extra readable path under --read-scope granted or none (under none: not executable) (repeatable).
-    #[arg(long = "read-allow", value_name = "PATH")]
-    pub read_allow: Vec<PathBuf>,
-    /// "all" (default): read everywhere; "granted": only system dirs, roots and read-allows;
-    /// "none": only what is named (roots, --exec-allow, --read-allow, --tmpfs, --bind).
-    #[arg(long = "read-scope", value_name = "SCOPE")]
-    pub read_scope: Option<ReadScope>,
-    /// Path inside a writable root that stays read-only (repeatable).
-    #[arg(long = "write-deny", value_name = "PATH")]
-    pub write_deny: Vec<PathBuf>,
-    /// Local TCP port the agent may use (repeatable).
-    #[arg(long = "port", value_name = "PORT", value_parser = clap::value_parser!(u16).range(1..))]
-    pub port: Vec<u16>,
-    /// Domain the agent may reach through the egress proxy (repeatable; *.suffix allowed).
-    #[arg(long = "allow-domain", value_name = "HOST")]
-    pub allow_domain: Vec<String>,
-    /// The agent sees only its own processes.
-    #[arg(long)]
-    pub isolate_pids: bool,
-    /// A fresh /proc with no view of host processes.
-    #[arg(long)]
-    pub isolate_proc: bool,
-    /// Tighter seccomp filter (see docs/seccomp.md).
-    #[arg(long)]
-    pub seccomp_strict: bool,
-    /// Create absent denied paths as empty placeholders for the run.
-    #[arg(long)]
-    pub materialize: bool,
-    /// Maximum number of processes in the sandbox.
-    #[arg(long = "max-procs", value_name = "N")]
-    pub max_procs: Option<u64>,
-    /// Memory limit, in bytes or with K/M/G.
-    #[arg(long = "max-memory", value_name = "SIZE", value_parser = parse_size)]
-    pub max_memory: Option<u64>,
-    /// Pass the launcher's whole environment.
-    #[arg(long)]
-    pub inherit_env: bool,
-    /// Pass one variable of the launcher's environment (repeatable).
-    #[arg(long = "env", value_name = "NAME")]
-    pub env: Vec<String>,
-    /// A fresh tmpfs on /tmp.
-    #[arg(long)]
-    pub private_tmp: bool,
-    /// Refuse every AF_UNIX socket.
-    #[arg(long)]
-    pub deny_unix: bool,
-    /// User the agent runs as when tartaros runs as root (default: $SUDO_UID, else nobody).
-    #[arg(long, value_name = "USER")]
-    pub user: Option<String>,
-    /// Kill the run after DURATION (SIGTERM, then the cgroup after --kill-after); exit 124.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration_ms)]
-    pub timeout: Option<u64>,
-    /// Grace period after SIGTERM/SIGINT/SIGHUP or --timeout before every process is killed (default 10s).
-    #[arg(long = "kill-after", value_name = "DURATION", value_parser = parse_duration_ms)]
-    pub kill_after: Option<u64>,
+    #[command(flatten)]
+    pub policy: FlagPolicy,
     /// Write the effect log to FILE (must not exist).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M).
-    #[arg(long = "log-buffer", value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long = "log-buffer", value_name = "SIZE", value_parser = crate::config::parse_size)]
     pub log_buffer: Option<u64>,
     #[command(flatten)]
     pub harness: crate::run_options::HarnessArgs,
     /// The agent's command and arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<String>,
-}
-
-fn parse_size(raw: &str) -> Result<u64, String> {
-    crate::config::parse_size(raw)
-}
-
-fn parse_duration_ms(raw: &str) -> Result<u64, String> {
-    let duration = crate::stop::parse_duration(raw).map_err(|e| e.to_string())?;
-    u64::try_from(duration.as_millis()).map_err(|_| format!("{raw:?} is too long"))
 }
 
 /// The ring buffer size: a power of two the kernel accepts, 64 KiB to 1 GiB.
@@ -230,32 +159,7 @@ fn run_command(mut args: RunArgs) -> i32 {
         Err(e) => return end(exit::REFUSED, e),
     };
     let harness = std::mem::take(&mut args.harness);
-    let flags = FlagPolicy {
-        write: args.write,
-        read_deny: args.read_deny,
-        read_allow: args.read_allow,
-        read_scope: args.read_scope,
-        write_deny: args.write_deny,
-        port: args.port,
-        allow_domain: args.allow_domain,
-        isolate_pids: args.isolate_pids,
-        isolate_proc: args.isolate_proc,
-        seccomp_strict: args.seccomp_strict,
-        materialize: args.materialize,
-        max_procs: args.max_procs,
-        max_memory: args.max_memory,
-        inherit_env: args.inherit_env,
-        env: args.env,
-        private_tmp: args.private_tmp,
-        deny_unix: args.deny_unix,
-        strict: args.strict,
-        user: args.user,
-        timeout_ms: args.timeout,
-        kill_after_ms: args.kill_after,
-        exec_allow: harness.exec_allow.clone(),
-        tmpfs: harness.tmpfs.clone(),
-        bind: harness.bind_pairs(),
-    };
+    let flags = std::mem::take(&mut args.policy);
     let launcher_env: Vec<(String, String)> = std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect();

@@ -1,6 +1,7 @@
 //! The `run` flags for harnesses and terminals: the status channel, a label,
-//! the per-call scope (`--chdir`, `--setenv`, `--tmpfs`, `--bind`,
-//! `--exec-allow`), `--quiet` and `--tty`.
+//! the agent's working directory and variables (`--chdir`, `--setenv`),
+//! `--quiet` and `--tty`. (The per-call scope, `--tmpfs`, `--bind` and
+//! `--exec-allow`, is policy: `crate::policy::FlagPolicy`.)
 
 use std::path::{Path, PathBuf};
 
@@ -24,15 +25,6 @@ pub struct HarnessArgs {
     /// Set a variable in the agent's environment (repeatable).
     #[arg(long = "setenv", value_name = "NAME=VALUE", value_parser = parse_setenv)]
     pub setenv: Vec<(String, String)>,
-    /// A fresh tmpfs the agent may write, on an existing directory (repeatable).
-    #[arg(long = "tmpfs", value_name = "PATH")]
-    pub tmpfs: Vec<PathBuf>,
-    /// Bind SRC read-only onto the existing DST (repeatable).
-    #[arg(long = "bind", num_args = 2, value_names = ["SRC", "DST"], action = clap::ArgAction::Append)]
-    pub bind: Vec<PathBuf>,
-    /// A path the agent may read and execute from, under any read scope (repeatable).
-    #[arg(long = "exec-allow", value_name = "PATH")]
-    pub exec_allow: Vec<PathBuf>,
     /// Give the agent its own pseudo-terminal even when stdin and stdout are not terminals.
     #[arg(long, conflicts_with = "no_tty")]
     pub tty: bool,
@@ -63,14 +55,6 @@ fn parse_setenv(raw: &str) -> Result<(String, String), String> {
 }
 
 impl HarnessArgs {
-    /// The `--bind SRC DST` pairs.
-    pub fn bind_pairs(&self) -> Vec<(PathBuf, PathBuf)> {
-        self.bind
-            .chunks_exact(2)
-            .map(|pair| (pair[0].clone(), pair[1].clone()))
-            .collect()
-    }
-
     /// Checks the label: printable, one line, bounded.
     pub fn checked_label(&self) -> Result<Option<String>, String> {
         let Some(label) = &self.label else {

@@ -5,10 +5,12 @@
 //! paths) so that every refusal can be unit-tested.
 
 pub mod egress;
+mod flags;
 pub mod scope;
 
 use egress::check_broker;
 pub use egress::{BrokerCapability, BrokerConfig, ProxySettings, normalize_domain};
+pub use flags::FlagPolicy;
 
 use std::collections::BTreeSet;
 use std::path::{Component, Path, PathBuf};
@@ -159,39 +161,6 @@ fn describe_toml_error(text: &str, error: &toml::de::Error) -> String {
         }
         None => message,
     }
-}
-
-/// What the command line asked for; list fields add to the file's, scalars
-/// from flags win.
-#[derive(Debug, Default, Clone)]
-pub struct FlagPolicy {
-    pub write: Vec<PathBuf>,
-    pub read_deny: Vec<PathBuf>,
-    pub read_allow: Vec<PathBuf>,
-    pub read_scope: Option<ReadScope>,
-    pub write_deny: Vec<PathBuf>,
-    pub port: Vec<u16>,
-    pub allow_domain: Vec<String>,
-    pub isolate_pids: bool,
-    pub isolate_proc: bool,
-    pub seccomp_strict: bool,
-    pub materialize: bool,
-    pub max_procs: Option<u64>,
-    pub max_memory: Option<u64>,
-    pub inherit_env: bool,
-    pub env: Vec<String>,
-    pub private_tmp: bool,
-    pub deny_unix: bool,
-    pub strict: bool,
-    pub user: Option<String>,
-    /// `--timeout`, in milliseconds.
-    pub timeout_ms: Option<u64>,
-    /// `--kill-after`, in milliseconds.
-    pub kill_after_ms: Option<u64>,
-    pub exec_allow: Vec<PathBuf>,
-    pub tmpfs: Vec<PathBuf>,
-    /// Read-only binds, (source, target).
-    pub bind: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The normalized policy: absolute, resolved paths, sorted and deduplicated

@@ -68,7 +68,7 @@ pub fn build(fields: &PolicyFields, flags: &FlagPolicy, cwd: &Path) -> Result<Sc
             })
         })
         .collect::<Result<Vec<_>, PolicyError>>()?;
-    binds.extend(flags.bind.iter().map(|(source, target)| Bind {
+    binds.extend(flags.bind_pairs().map(|(source, target)| Bind {
         source: resolve(source, cwd),
         target: resolve(target, cwd),
     }));
