@@ -117,7 +117,7 @@ fn path_of(names: &[&[u8]]) -> String {
         bytes.push(b'/');
         bytes.extend_from_slice(n);
     }
-    crate::fswatch::display(&bytes)
+    crate::effectlog::names::display(&bytes)
 }
 
 /// The kernel's `dev_t` (major << 20 | minor) as `stat` reports it.

@@ -19,6 +19,7 @@
 
 mod canonical;
 pub mod escape;
+pub mod names;
 pub mod reader_cli;
 mod record;
 mod report;

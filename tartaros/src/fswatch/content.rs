@@ -77,7 +77,7 @@ pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
 /// The entry of one path, `None` when it is not a regular file (any
 /// more): a symlink is not followed, and nothing else is hashed.
 fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
-    let path = super::display_path(raw);
+    let path = crate::effectlog::names::display_path(raw);
     let path = path.as_str();
     let mut file = std::fs::OpenOptions::new()
         .read(true)

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use super::join::{Join, Notice, Task, bit};
 use super::notify::{DirEntry, Handle, RawEvent};
-use super::{display, display_path};
 use crate::effectlog::Record;
+use crate::effectlog::names::{display, display_path};
 
 /// How long a thread found outside the sandbox is not looked up again
 /// (a pid is not reused that fast; a sandbox thread is in the cgroup from
