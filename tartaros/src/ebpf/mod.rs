@@ -347,7 +347,10 @@ impl CgroupPrograms {
     /// Takes the ring buffer together with a handle on the loss counters,
     /// for [`forward_events`]. Fails when the ring buffer was taken already.
     pub fn take_event_source(&mut self) -> Result<EventSource, EbpfError> {
-        let lost = self.lost_counters()?;
+        let mut lost = self.lost_counters()?;
+        // The source reads the counters last, after this is dropped.
+        lost.remove_when_done = self.run.shared;
+        self.run.lost_taken = true;
         let ring = self
             .take_events()
             .ok_or_else(|| EbpfError::MissingInObject {
@@ -370,6 +373,7 @@ impl CgroupPrograms {
         Ok(ring_reader::LostCounters {
             map,
             run: self.run.id,
+            remove_when_done: false,
         })
     }
 

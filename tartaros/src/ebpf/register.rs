@@ -22,11 +22,15 @@ pub(super) struct Registered {
     pub id: u64,
     grants: Vec<tartaros_common::AllowKey>,
     config: RunConfig,
+    /// The loss counters are read after the programs are gone (the last
+    /// drain), so whoever reads them last removes them
+    /// ([`super::ring_reader::LostCounters`]), not [`unregister`].
+    pub lost_taken: bool,
     /// Whether the object is shared with other runs: then the run's ring
     /// is taken out of `EVENTS` at the end (a grace period's wait), unless
     /// the service placed it (it takes it out itself). An object of its
     /// own goes with its `EVENTS` and rings.
-    shared: bool,
+    pub shared: bool,
     spare_ring: bool,
 }
 
@@ -53,6 +57,7 @@ pub(super) fn register(
         config: config_for(id, options, layout),
         shared,
         spare_ring: false,
+        lost_taken: false,
     };
     match fill(object, &mut run, options, &unix) {
         Ok(ring) => Ok((run, ring)),
@@ -154,7 +159,8 @@ pub(super) fn unregister(object: &mut Object, run: &Registered) {
     {
         let _ = rings.remove(&run.config.ring);
     }
-    if let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS_LOST)
+    if !run.lost_taken
+        && let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS_LOST)
         && let Ok(mut lost) = PerCpuHashMap::<_, u64, [u64; LOST_SLOTS]>::try_from(map)
     {
         let _ = lost.remove(&run.id);
@@ -217,6 +223,7 @@ pub(super) fn forget(object: &mut Object, id: u64, ring: bool) {
         config,
         shared: true,
         spare_ring: !ring,
+        lost_taken: false,
     };
     unregister(object, &run);
 }

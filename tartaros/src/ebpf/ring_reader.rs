@@ -33,6 +33,18 @@ pub struct EventSource {
 pub(super) struct LostCounters {
     pub map: PerCpuHashMap<MapData, u64, [u64; LOST_SLOTS]>,
     pub run: u64,
+    /// Remove the entry when done: the last reader of an object other runs
+    /// keep using. (The programs are detached and the run unregistered
+    /// before the last drain reads the counters.)
+    pub remove_when_done: bool,
+}
+
+impl Drop for LostCounters {
+    fn drop(&mut self) {
+        if self.remove_when_done {
+            let _ = self.map.remove(&self.run);
+        }
+    }
 }
 
 impl std::fmt::Debug for EventSource {
