@@ -1166,3 +1166,85 @@ fn a_killed_workers_run_is_forgotten_at_the_next_connection() {
     );
     drop(service);
 }
+
+/// The kinds of BPF objects process `pid` holds a descriptor of.
+fn bpf_descriptors(pid: i32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with("anon_inode:bpf"))
+        .collect()
+}
+
+/// The service hands its maps (and a ring) to each worker; none of them
+/// may reach the sandbox: seen from the host, no process in the run's
+/// cgroup, the init included, holds a BPF map, program or link.
+#[test]
+fn no_process_in_a_service_run_holds_the_services_maps() {
+    if !can_run("service_shared_fds") {
+        return;
+    }
+    let service = Service::start();
+    let uid = 47_000 + 144;
+    let work = owned_dir(uid);
+    let log = work.join("effects.jsonl");
+    let marker = "sleep 30.144";
+    let mut caller = KillOnDrop(Some(
+        service
+            .command(
+                uid,
+                &[
+                    "run",
+                    "--write",
+                    ".",
+                    "--log",
+                    log.to_str().unwrap(),
+                    "--",
+                    "sh",
+                    "-c",
+                    &format!("{marker}; true"),
+                ],
+                work.path(),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    ));
+    assert!(
+        eventually(10, || !processes_with("30.144").is_empty()),
+        "no sandbox: {}",
+        service.errors()
+    );
+    let sleeper = processes_with("30.144")[0];
+    let cgroup = cgroup_dir_of(sleeper).expect("the sandbox's cgroup");
+    let members: Vec<i32> = std::fs::read_to_string(cgroup.join("cgroup.procs"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.parse().ok())
+        .collect();
+    assert!(members.len() >= 2, "the init and the agent: {members:?}");
+    for pid in &members {
+        let held = bpf_descriptors(*pid);
+        assert!(held.is_empty(), "sandbox process {pid} holds {held:?}");
+    }
+    // The worker does hold them: the check looks at the right thing.
+    let workers: Vec<i32> = children_of(service.pid)
+        .into_iter()
+        .filter(|p| cmdline_has(*p, "__tartaros_service_worker"))
+        .collect();
+    assert!(
+        workers.iter().any(|w| !bpf_descriptors(*w).is_empty()),
+        "no worker holds the maps: {workers:?}"
+    );
+    let mut child = caller.take();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        eventually(10, || processes_with("30.144").is_empty()),
+        "the sandbox outlived its caller"
+    );
+}
