@@ -31,11 +31,22 @@ impl Effect {
 }
 
 /// What travels to the log writer: an effect of the supervisor's own
-/// services, or a batch of typed records from the eBPF capture.
+/// services, a batch of typed records from the eBPF capture, or a gap.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
     Effect(Effect),
     Records(Vec<Record>),
+    Gap(Gap),
+}
+
+/// Events a producer knows it lost: a `gap` record of the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Gap {
+    /// How many (at least 1; a lower bound when the exact number is not
+    /// known).
+    pub count: u64,
+    /// What was lost: an effect kind, or why the count is unknown.
+    pub lost_kind: &'static str,
 }
 
 impl From<Effect> for Entry {
@@ -58,6 +69,11 @@ impl Entry {
                     fields: r.to_fields(),
                 })
                 .collect(),
+            Entry::Gap(gap) => vec![
+                Effect::new("gap")
+                    .with("count", gap.count)
+                    .with("lost_kind", gap.lost_kind),
+            ],
         }
     }
 }

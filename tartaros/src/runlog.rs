@@ -90,25 +90,6 @@ fn flush(writer: &mut LogWriter) {
 /// returns 1 if the writer refused it.
 fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
     let kind = effect.kind;
-    // Producers report lost events in-band, as a `gap` effect.
-    if kind == "gap" {
-        let count = effect
-            .fields
-            .get("count")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let lost_kind = effect
-            .fields
-            .get("lost_kind")
-            .and_then(Value::as_str)
-            .unwrap_or("unknown");
-        if count > 0
-            && let Err(e) = writer.gap(count, lost_kind)
-        {
-            eprintln!("tartaros: failed to log a gap record: {e}");
-        }
-        return 0;
-    }
     match writer.append(kind, to_record(effect)) {
         Ok(_) => 0,
         // Counted by the writer, reported once by `drain`.
@@ -211,6 +192,12 @@ pub async fn drain_with(
                     }
                 }
                 Entry::Effect(effect) => refused += append_effect(&mut writer, effect),
+                // Producers report lost events in-band.
+                Entry::Gap(gap) => {
+                    if let Err(e) = writer.gap(gap.count.max(1), gap.lost_kind) {
+                        eprintln!("tartaros: failed to log a gap record: {e}");
+                    }
+                }
             }
         }
         if refused > 0 {

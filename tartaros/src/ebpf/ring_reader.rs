@@ -9,7 +9,7 @@ use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::decode::{Decoded, Decoder};
-use crate::events::{Effect, EffectSender, Entry};
+use crate::events::{EffectSender, Entry, Gap};
 
 /// How often the ring buffer is drained without a wake-up: capture
 /// records wake the reader only once a batch is waiting (see
@@ -102,6 +102,8 @@ struct Forwarder {
     effects: EffectSender,
     stats: CaptureStats,
     reported: [u64; LOST_SLOTS],
+    /// A read failed and its gap was sent.
+    failed: bool,
 }
 
 impl Forwarder {
@@ -134,18 +136,37 @@ impl Forwarder {
         n
     }
 
-    fn send(&mut self, e: Effect) {
-        if self.effects.send(e.into()).is_err() {
+    /// Reading failed: what it would have read is unknown, so the log
+    /// says at least one event of it is lost (once per cause), and never
+    /// verifies as complete.
+    fn failed(&mut self, error: String, lost_kind: &'static str) {
+        if !self.failed {
+            self.failed = true;
+            self.stats.lost += 1;
+            self.stats.gaps += 1;
+            self.send_gap(Gap {
+                count: 1,
+                lost_kind,
+            });
+        }
+        self.stats.error = Some(error);
+    }
+
+    fn send_gap(&mut self, gap: Gap) {
+        if self.effects.send(Entry::Gap(gap)).is_err() {
             self.stats.send_failed += 1;
         }
     }
 
-    /// Turns increases of the loss counters into gap effects.
+    /// Turns increases of the loss counters into gaps.
     fn check_lost(&mut self, counters: &LostCounters) {
         let now = match read_lost(counters) {
             Ok(now) => now,
             Err(e) => {
-                self.stats.error = Some(format!("failed to read the loss counters: {e}"));
+                self.failed(
+                    format!("failed to read the loss counters: {e}"),
+                    "loss-counters-unreadable",
+                );
                 return;
             }
         };
@@ -161,11 +182,10 @@ impl Forwarder {
             self.stats.lost += count;
             *self.stats.lost_by_kind.entry(kind).or_default() += count;
             self.stats.gaps += 1;
-            self.send(
-                Effect::new("gap")
-                    .with("count", count)
-                    .with("lost_kind", kind),
-            );
+            self.send_gap(Gap {
+                count,
+                lost_kind: kind,
+            });
         }
     }
 }
@@ -176,7 +196,7 @@ impl Forwarder {
 ///
 /// The ring is drained on wake-ups and every 10 ms; loss counters are
 /// checked every 100 ms and at the end; each increase is
-/// sent as `Effect::new("gap")` with `count` and `lost_kind`. Stop only
+/// sent as a [`Gap`]. Stop only
 /// after the cgroup is empty: events of processes still running would be
 /// written after the drain.
 pub async fn forward_events(
@@ -205,6 +225,7 @@ pub async fn forward(
         effects,
         stats: CaptureStats::default(),
         reported: [0; LOST_SLOTS],
+        failed: false,
     };
     // SAFETY: the ring buffer owns its map fd, which stays open and
     // unchanged for as long as the AsyncFd (which owns the RingBuf) lives.
@@ -250,7 +271,10 @@ pub async fn forward(
                     }
                 }
                 Err(e) => {
-                    fw.stats.error = Some(format!("failed to wait for the ring buffer: {e}"));
+                    fw.failed(
+                        format!("failed to wait for the ring buffer: {e}"),
+                        "ring-unreadable",
+                    );
                     break;
                 }
             },
@@ -269,4 +293,55 @@ pub async fn forward(
     fw.check_lost(&lost);
     let ring = afd.into_inner();
     (fw.stats, EventSource::new(ring, lost, capture))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loss counters that cannot be read (here: the run has no entry) are
+    /// a gap in the log, once, never silence: the log must not verify as
+    /// complete when nobody knows what was lost.
+    #[test]
+    fn unreadable_loss_counters_are_one_gap_not_silence() {
+        if !nix::unistd::geteuid().is_root() {
+            assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "needs root");
+            eprintln!("skipping: creating a BPF map needs root");
+            return;
+        }
+        let fd = super::super::rawprog::create_map(super::super::rawprog::MapSpec {
+            name: "EVENTS_LOST",
+            map_type: 5, // BPF_MAP_TYPE_PERCPU_HASH
+            key_size: 8,
+            value_size: (8 * LOST_SLOTS) as u32,
+            max_entries: 4,
+            flags: tartaros_common::MAP_NO_PREALLOC,
+            inner_map: None,
+        })
+        .unwrap();
+        let data = MapData::from_fd(fd).unwrap();
+        let counters = LostCounters {
+            map: PerCpuHashMap::try_from(aya::maps::Map::PerCpuHashMap(data)).unwrap(),
+            run: 7,
+            remove_when_done: false,
+        };
+        let (tx, mut rx) = crate::events::channel();
+        let mut fw = Forwarder {
+            decoder: Decoder::new(),
+            effects: tx,
+            stats: CaptureStats::default(),
+            reported: [0; LOST_SLOTS],
+            failed: false,
+        };
+        fw.check_lost(&counters);
+        fw.check_lost(&counters);
+        let gap = Gap {
+            count: 1,
+            lost_kind: "loss-counters-unreadable",
+        };
+        assert_eq!(rx.try_recv().ok(), Some(Entry::Gap(gap)));
+        assert!(rx.try_recv().is_err(), "one gap per cause");
+        assert_eq!((fw.stats.lost, fw.stats.gaps), (1, 1));
+        assert!(fw.stats.error.is_some());
+    }
 }
