@@ -112,6 +112,7 @@ impl Forwarder {
     fn drain(&mut self, ring: &mut RingBuf<MapData>, limit: usize) -> usize {
         let mut n = 0;
         let mut records = Vec::new();
+        let mut invalid = 0;
         while n < limit {
             let Some(item) = ring.next() else { break };
             n += 1;
@@ -122,8 +123,18 @@ impl Forwarder {
                     records.push(r);
                 }
                 Decoded::Skip => {}
-                Decoded::Invalid => self.stats.invalid += 1,
+                Decoded::Invalid => invalid += 1,
             }
+        }
+        if invalid > 0 {
+            // An effect the programs recorded that cannot be told: lost.
+            self.stats.invalid += invalid;
+            self.stats.lost += invalid;
+            self.stats.gaps += 1;
+            self.send_gap(Gap {
+                count: invalid,
+                lost_kind: "undecodable",
+            });
         }
         if !records.is_empty() {
             let count = records.len() as u64;
