@@ -356,9 +356,10 @@ pub fn is_populated(path: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Kills every process in the cgroup at `path` (`cgroup.kill`, 5.14+; else
-/// freeze, SIGKILL each listed process, thaw), waits until it is empty and
-/// removes it. Also used by the janitor after a supervisor crash.
+/// Kills every process in the cgroup at `path` and below (`cgroup.kill`,
+/// 5.14+; else freeze, SIGKILL each listed process, thaw), waits until it
+/// is empty and removes it with the cgroups below it. Also used by the
+/// janitor after a supervisor crash.
 pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError> {
     if !path.exists() {
         return Ok(());
@@ -367,6 +368,11 @@ pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError
     let mut delay = Duration::from_micros(100);
     loop {
         if !is_populated(path) {
+            // Cgroups below it first, deepest first (a service's runs under
+            // its parent, when their own janitors died too).
+            for below in walk(path).into_iter().skip(1).rev() {
+                let _ = std::fs::remove_dir(below);
+            }
             match std::fs::remove_dir(path) {
                 Ok(()) => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),

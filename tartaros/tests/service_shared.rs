@@ -1248,3 +1248,31 @@ fn no_process_in_a_service_run_holds_the_services_maps() {
         "the sandbox outlived its caller"
     );
 }
+
+/// A service killed together with its janitor (and its runs' janitors)
+/// leaves its parent cgroup with run cgroups below it: `doctor --clean`
+/// removes the whole tree, not only childless leftovers.
+#[test]
+fn a_dead_services_parent_cgroup_with_runs_below_is_swept() {
+    if !can_run("service_shared_debris") {
+        return;
+    }
+    // Pids of processes that have exited (reaped): debris owners.
+    let dead = || {
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    };
+    let own = cgroup_dir_of(std::process::id() as i32).expect("our cgroup");
+    let parent = own.join(format!("tartaros-{}-111", dead()));
+    let run = parent.join(format!("tartaros-{}-222", dead()));
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::create_dir(&run).unwrap();
+    let out = tartaros(&["doctor", "--clean"], Path::new("/"));
+    let gone = !parent.exists();
+    if !gone {
+        remove_cgroup(&parent);
+    }
+    assert!(gone, "the dead service's tree was kept: {}", stderr(&out));
+}
