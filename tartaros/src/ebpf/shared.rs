@@ -12,9 +12,9 @@
 //! - Workers are fresh processes: the service hands each the maps' file
 //!   descriptors (inherited across its exec) and a manifest in
 //!   [`MANIFEST_ENV`] naming them ([`adopt_from_env`]). The worker registers
-//!   its one run and removes it when the run ends; the service forgets runs
-//!   whose cgroup is gone (a worker that was killed) at every new
-//!   connection ([`SharedPrograms::sweep`]).
+//!   its one run and removes it when the run ends; the service's keeper
+//!   thread forgets runs whose cgroup is gone (a worker that was killed)
+//!   within 50 ms ([`SharedPrograms::sweep`]).
 //! - Program descriptors and links stay in the service: when it exits, the
 //!   programs are detached, and its runs, whose workers die with it, end
 //!   unsealed.

@@ -10,7 +10,8 @@
 //! the default size in place for the next workers, and takes a worker's
 //! ring out again once that worker has exited (seen on its pidfd): no
 //! run's start or end waits for a grace period. An idle service holds
-//! those rings (8 MiB each).
+//! those rings (8 MiB each). The keeper also forgets the runs whose cgroup
+//! is gone (a killed worker's), off the accept path.
 
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -22,7 +23,7 @@ use crate::janitor::Janitor;
 
 /// Rings kept ready for the next runs.
 const SPARES: usize = 2;
-/// How often the keeper looks at exited workers and the spares.
+/// How often the keeper looks at exited workers, gone runs and the spares.
 const KEEPER_PERIOD: Duration = Duration::from_millis(50);
 
 /// The service's programs, with its spare rings and the workers that
@@ -85,11 +86,6 @@ impl Programs {
         if let Some(spare) = given.spare {
             lock(&self.pool).spares.push(spare);
         }
-    }
-
-    /// Forgets runs whose cgroup is gone ([`SharedPrograms::sweep`]).
-    pub fn sweep(&self) {
-        lock(&self.shared).sweep();
     }
 }
 
@@ -158,6 +154,8 @@ fn keep(shared: &Mutex<SharedPrograms>, pool: &Mutex<Pool>, events: &OwnedFd) {
             lock(shared).forget_runs_of(key);
             shared::remove_ring(events, key);
         }
+        // Runs whose worker was killed before it could leave.
+        lock(shared).sweep();
         while lock(pool).spares.len() < SPARES {
             match shared::make_spare(events, crate::ebpf::DEFAULT_RING_BYTES) {
                 // See `start`: fds 0-3 are the worker's stdio and connection.

@@ -86,10 +86,7 @@ fn accept_loop(
         let Ok(conn) = conn else { continue };
         // The maps the worker inherits, a ring ready for it, and the
         // manifest naming them.
-        let given = programs.as_ref().map(|p| {
-            p.sweep();
-            p.for_worker()
-        });
+        let given = programs.as_ref().map(|p| p.for_worker());
         let fd = conn.as_raw_fd();
         let mut command = std::process::Command::new(&exe);
         command
