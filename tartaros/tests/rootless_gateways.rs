@@ -4,10 +4,7 @@
 //! host. Checked from the host side: what reached the host's listeners.
 
 mod common;
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use common::*;
 
@@ -16,25 +13,6 @@ const TEST_UID: u32 = 47_000 + 124;
 
 fn as_user(args: &[&str], cwd: &std::path::Path) -> std::process::Output {
     run_as(TEST_UID, args, cwd)
-}
-
-/// A host listener on 127.0.0.1 that answers `host-ok` and counts
-/// connections.
-fn host_listener(body: &'static [u8]) -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(body);
-        }
-    });
-    (port, hits)
 }
 
 const HTTP_OK: &[u8] =

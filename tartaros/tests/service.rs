@@ -5,84 +5,20 @@
 //! create or remove on the host), and checks from the host side.
 
 mod common;
+#[path = "support/service.rs"]
+mod harness;
 use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::*;
+use harness::Service;
 
 const ALICE: u32 = 47_000 + 131;
 const BOB: u32 = 47_000 + 132;
-
-/// A service on a socket of its own, killed (with its runs) on drop.
-struct Service {
-    _dir: Dir,
-    socket: PathBuf,
-    child: KillOnDrop,
-}
-
-impl Service {
-    fn start() -> Self {
-        let dir = Dir::new();
-        let socket = dir.join("tartaros.sock");
-        let child = KillOnDrop(Some(
-            Command::new(bin())
-                .args(["service", "--socket", socket.to_str().unwrap()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start the service"),
-        ));
-        assert!(
-            eventually(5, || UnixStream::connect(&socket).is_ok()),
-            "the service did not start listening"
-        );
-        Self {
-            _dir: dir,
-            socket,
-            child,
-        }
-    }
-
-    /// `tartaros ARGS` as `uid`, through this service.
-    fn command(&self, uid: u32, args: &[&str], cwd: &Path) -> Command {
-        let mut command = tartaros_as(uid, args, cwd);
-        command.env("TARTAROS_SERVICE", &self.socket);
-        command
-    }
-
-    fn run(&self, uid: u32, args: &[&str], cwd: &Path) -> Output {
-        self.command(uid, args, cwd).output().expect("setpriv")
-    }
-}
-
-fn owned_dir(uid: u32) -> Dir {
-    let dir = Dir::new();
-    chown(dir.path(), uid);
-    dir
-}
-
-fn host_listener(body: &'static [u8]) -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(body);
-        }
-    });
-    (port, hits)
-}
 
 fn records(log: &Path) -> Vec<String> {
     std::fs::read_to_string(log)
@@ -440,7 +376,7 @@ fn killing_the_caller_or_the_service_ends_the_sandbox_and_leaves_an_unsealed_log
             child.kill().unwrap();
             child.wait().unwrap();
         } else {
-            let pid = service.child.id() as i32;
+            let pid = service.pid;
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGTERM,

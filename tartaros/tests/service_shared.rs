@@ -11,140 +11,20 @@
 //! on the host).
 
 mod common;
-use std::io::{Read, Write};
-use std::net::TcpListener;
-use std::os::unix::net::UnixStream;
+#[path = "support/service.rs"]
+mod harness;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
+use harness::*;
 use serde_json::Value;
 
 const ALICE: u32 = 47_000 + 141;
 const BOB: u32 = 47_000 + 142;
-
-/// A service on a socket of its own. Dropping it stops it (SIGTERM, then
-/// SIGKILL after 10 s; its workers die with it) and removes any cgroup it
-/// or its workers left, so that a failing test leaves the host clean.
-struct Service {
-    dir: Dir,
-    socket: PathBuf,
-    child: Option<Child>,
-    pid: i32,
-    /// Other owners (worker pids) whose leftover cgroups the drop removes.
-    owners: Vec<i32>,
-}
-
-impl Service {
-    fn start() -> Self {
-        let dir = Dir::new();
-        let socket = dir.join("tartaros.sock");
-        let errors = std::fs::File::create(dir.join("service.err")).expect("service.err");
-        let child = Command::new(bin())
-            .args(["service", "--socket", socket.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(errors)
-            .spawn()
-            .expect("start the service");
-        let pid = child.id() as i32;
-        let service = Self {
-            dir,
-            socket,
-            child: Some(child),
-            pid,
-            owners: Vec::new(),
-        };
-        assert!(
-            eventually(5, || UnixStream::connect(&service.socket).is_ok()),
-            "the service did not start listening: {}",
-            service.errors()
-        );
-        service
-    }
-
-    /// What the service wrote on stderr so far.
-    fn errors(&self) -> String {
-        std::fs::read_to_string(self.dir.join("service.err")).unwrap_or_default()
-    }
-
-    /// `tartaros ARGS` as `uid`, through this service.
-    fn command(&self, uid: u32, args: &[&str], cwd: &Path) -> Command {
-        let mut command = tartaros_as(uid, args, cwd);
-        command.env("TARTAROS_SERVICE", &self.socket);
-        command
-    }
-
-    fn run(&self, uid: u32, args: &[&str], cwd: &Path) -> Output {
-        self.command(uid, args, cwd).output().expect("setpriv")
-    }
-
-    /// SIGTERM, then up to 10 s for the service to exit (SIGKILL after).
-    /// Whether it exited on its own.
-    fn stop(&mut self) -> bool {
-        let Some(mut child) = self.child.take() else {
-            return true;
-        };
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.pid),
-            nix::sys::signal::Signal::SIGTERM,
-        );
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => return true,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(20))
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return false;
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        self.stop();
-        let mut owners = self.owners.clone();
-        owners.push(self.pid);
-        for owner in owners {
-            for leftover in cgroups_of(owner) {
-                remove_cgroup(&leftover);
-            }
-        }
-    }
-}
-
-fn owned_dir(uid: u32) -> Dir {
-    let dir = Dir::new();
-    chown(dir.path(), uid);
-    dir
-}
-
-/// A host TCP listener on 127.0.0.1 that answers `body` and counts its
-/// connections.
-fn host_listener(body: &'static [u8]) -> (u16, Arc<AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hits = Arc::new(AtomicUsize::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            counter.fetch_add(1, Ordering::SeqCst);
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(body);
-        }
-    });
-    (port, hits)
-}
 
 /// A world-connectable unix socket of the host, alone in a directory
 /// anyone may write, that counts its connections.
@@ -176,25 +56,6 @@ fn host_socket() -> HostSocket {
     }
 }
 
-/// The mount point of the cgroup2 hierarchy, from /proc/self/mountinfo.
-fn cgroup2_mount() -> Option<PathBuf> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    info.lines().find_map(|line| {
-        let (mount, fs) = line.split_once(" - ")?;
-        if fs.split_whitespace().next() != Some("cgroup2") {
-            return None;
-        }
-        mount.split_whitespace().nth(4).map(PathBuf::from)
-    })
-}
-
-/// The v2 cgroup directory of process `pid` (its `0::` line).
-fn cgroup_dir_of(pid: i32) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
-    let path = text.lines().find_map(|l| l.strip_prefix("0::"))?;
-    Some(cgroup2_mount()?.join(path.trim_start_matches('/')))
-}
-
 /// The names of the `tartaros-*` directories right under `dir`.
 fn run_children(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -207,70 +68,6 @@ fn run_children(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// The directories right under `dir`.
-fn subdirs(dir: &Path) -> Vec<PathBuf> {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .map(|e| e.path())
-        .collect()
-}
-
-/// Every directory of the cgroup2 hierarchy named `tartaros-<owner>-*`,
-/// wherever it is.
-fn cgroups_of(owner: i32) -> Vec<PathBuf> {
-    let prefix = format!("tartaros-{owner}-");
-    let mut found = Vec::new();
-    let Some(root) = cgroup2_mount() else {
-        return found;
-    };
-    let mut pending = vec![(root, 0)];
-    while let Some((dir, depth)) = pending.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
-                continue;
-            }
-            if entry.file_name().to_string_lossy().starts_with(&prefix) {
-                found.push(entry.path());
-            } else if depth < 12 {
-                pending.push((entry.path(), depth + 1));
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
-/// Kills what is left in the cgroup `dir` (every process there is one the
-/// test started) and removes it with its children.
-fn remove_cgroup(dir: &Path) {
-    eprintln!("removing a leftover cgroup {}", dir.display());
-    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
-    let deadline = Instant::now() + Duration::from_secs(3);
-    loop {
-        let mut dirs = vec![dir.to_path_buf()];
-        let mut i = 0;
-        while i < dirs.len() {
-            let children = subdirs(&dirs[i]);
-            dirs.extend(children);
-            i += 1;
-        }
-        // Deepest first.
-        for d in dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-        if !dir.exists() || Instant::now() > deadline {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    if dir.exists() {
-        eprintln!("failed to remove {}", dir.display());
-    }
 }
 
 /// Pids of the live processes whose parent is `parent`.
@@ -862,11 +659,14 @@ fn the_services_cgroup_is_removed_when_the_service_stops() {
     verified(&log, work.path());
     let own = cgroup_dir_of(service.pid).expect("the service's cgroup");
     assert!(own.is_dir(), "{}", own.display());
-    eprintln!(
-        "the service's cgroup {}: {:?}; its own: {:?}",
+    // The runs' parent exists while the service runs: the check below
+    // looks at something that was there.
+    assert!(
+        !cgroups_of(service.pid).is_empty(),
+        "no tartaros-{}-* parent of the runs under {}: {:?}",
+        service.pid,
         own.display(),
-        run_children(&own),
-        cgroups_of(service.pid)
+        run_children(&own)
     );
     let pid = service.pid;
     assert!(service.stop(), "the service did not exit on SIGTERM");
@@ -988,7 +788,7 @@ fn cmdline_has(pid: i32, needle: &str) -> bool {
 }
 
 #[test]
-fn a_killed_workers_run_is_forgotten_at_the_next_connection() {
+fn a_killed_workers_run_is_forgotten_by_the_service() {
     const CAROL: u32 = 47_000 + 143;
     if !can_run("service_shared_sweep") {
         return;
@@ -1126,7 +926,8 @@ fn a_killed_workers_run_is_forgotten_at_the_next_connection() {
             }
         }
     }
-    // The next connection sweeps it.
+    // The service's keeper sweeps it (within 50 ms); the next run must
+    // find everything back to the baseline.
     let next = work.join("next.jsonl");
     let out = service.run(
         CAROL,

@@ -299,3 +299,30 @@ pub fn records(log: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect()
 }
+
+/// A fresh directory owned by `uid`.
+pub fn owned_dir(uid: u32) -> Dir {
+    let dir = Dir::new();
+    chown(dir.path(), uid);
+    dir
+}
+
+/// A host TCP listener on 127.0.0.1 that answers `body` and counts its
+/// connections.
+pub fn host_listener(body: &'static [u8]) -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(body);
+        }
+    });
+    (port, hits)
+}
