@@ -218,8 +218,8 @@ impl RunCgroup {
     }
 
     /// Sets the limits, in the v2 cgroup where the controller is enabled
-    /// there, else in a v1 cgroup of the same name that [`Self::join_v1`]
-    /// moves the init into. A v1 cgroup is created under the launcher's
+    /// there, else in a v1 cgroup of the same name that the init joins
+    /// itself ([`join_v1_self`]). A v1 cgroup is created under the launcher's
     /// own cgroup of that hierarchy (read from `/proc/self/cgroup`), so
     /// the launcher's limits bind the run too: the kernel charges every
     /// ancestor.
@@ -277,10 +277,6 @@ impl RunCgroup {
     }
 
     /// Moves `pid` (the init, before it forks) into the v1 limit cgroups.
-    pub fn join_v1(&self, pid: i32) -> Result<(), CgroupError> {
-        join_v1(&self.v1, pid)
-    }
-
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -311,15 +307,16 @@ impl RunCgroup {
     }
 }
 
-/// Moves `pid` into each v1 cgroup of `dirs`. Each move waits for an RCU
-/// grace period (the kernel's `cgroup_threadgroup_rwsem`), 4–5 ms here.
-pub fn join_v1(dirs: &[PathBuf], pid: i32) -> Result<(), CgroupError> {
+/// Moves the calling process into each v1 cgroup of `dirs`, by writing 0
+/// (itself) to the cgroup's `tasks`. The caller must be single-threaded, so
+/// that moving its thread moves the process. This is why the init joins
+/// itself: a move of another process (its pid in `cgroup.procs`) takes
+/// the kernel's `cgroup_threadgroup_rwsem` for writing and waits for an
+/// RCU grace period (4–12 ms on the 2-core VM); moving the calling thread
+/// does not take it (`cgroup_procs_write_start`).
+pub fn join_v1_self(dirs: &[PathBuf]) -> Result<(), CgroupError> {
     for dir in dirs {
-        write_limit(
-            &dir.join("cgroup.procs"),
-            &pid.to_string(),
-            "cgroup membership",
-        )?;
+        write_limit(&dir.join("tasks"), "0", "cgroup membership")?;
     }
     Ok(())
 }

@@ -233,6 +233,8 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         // The agent keeps the launcher's own ids (identity_map.rs).
         map_user: user_namespace.then_some(facts.current),
         unix_mirrors,
+        // Known once the cgroups exist (supervisor.rs).
+        limit_cgroups: Vec::new(),
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

@@ -70,6 +70,12 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // SAFETY: the supervisor placed the plan pipe on fd 3 for us alone.
     let mut plan_pipe = std::io::BufReader::new(unsafe { File::from_raw_fd(PLAN_FD) });
     let plan = Plan::receive(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
+    drop(plan_pipe);
+    // First, before the mounts change what /sys shows, and while this
+    // process is single-threaded (a fresh exec, no runtime): nothing of
+    // the agent may start outside its limits.
+    crate::cgroup::join_v1_self(&plan.limit_cgroups)
+        .map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 2: namespaces. Still root, so mounts can be made.
     let _ = nix::unistd::sethostname("tartaros");
@@ -119,11 +125,6 @@ fn run(report: &mut File) -> Result<i32, Failure> {
         .map_err(|e| failure(exit::START_FAILURE, format!("failed to block signals: {e}")))?;
     let (error_read, error_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| failure(exit::START_FAILURE, format!("failed to create a pipe: {e}")))?;
-
-    // The supervisor joined us to the v1 limit cgroups while we set up:
-    // nothing may fork before that is done.
-    Plan::wait_placed(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
-    drop(plan_pipe);
 
     // SAFETY: this process is single-threaded (a fresh exec, no runtime), so
     // the child may run ordinary Rust code.

@@ -10,7 +10,7 @@ use tokio::io::unix::AsyncFd;
 use crate::cgroup::RunCgroup;
 use crate::decide::RunPlan;
 use crate::exit::{self, Refusal};
-use crate::plan::{Plan, Report};
+use crate::plan::Report;
 use crate::policy::Policy;
 
 /// How the agent ended.
@@ -54,44 +54,8 @@ pub struct Spawned {
     gateway_read: Option<OwnedFd>,
     /// Our end of the pty channel.
     pty: Option<OwnedFd>,
-    /// Joining the v1 limit cgroups: a thread, since each join waits for an
-    /// RCU grace period (4–5 ms on the 2-core VM) that the eBPF loading of
-    /// the next stage can use.
-    joining: Option<Joining>,
     /// The id map and the start gate (user namespace), done at spawn.
     mapped: Result<(), String>,
-}
-
-/// The init's join of the v1 limit cgroups, on a thread of its own when
-/// one can be made, else done at once.
-enum Joining {
-    Thread(std::thread::JoinHandle<Result<(), String>>),
-    Done(Result<(), String>),
-}
-
-impl Joining {
-    fn start(v1: Vec<std::path::PathBuf>, pid: i32) -> Self {
-        let join = move |v1: &[std::path::PathBuf]| {
-            crate::cgroup::join_v1(v1, pid).map_err(|e| e.to_string())
-        };
-        let on_thread = v1.clone();
-        match std::thread::Builder::new()
-            .name("cgroup-join".into())
-            .spawn(move || join(&on_thread))
-        {
-            Ok(thread) => Self::Thread(thread),
-            Err(_) => Self::Done(join(&v1)),
-        }
-    }
-
-    fn wait(self) -> Result<(), String> {
-        match self {
-            Self::Thread(thread) => thread
-                .join()
-                .map_err(|_| "failed to join the run's cgroups: the thread panicked".to_string())?,
-            Self::Done(result) => result,
-        }
-    }
 }
 
 impl Drop for Spawned {
@@ -102,16 +66,13 @@ impl Drop for Spawned {
                 nix::sys::signal::Signal::SIGKILL,
             );
         }
-        if let Some(joining) = self.joining.take() {
-            let _ = joining.wait();
-        }
     }
 }
 
 /// Starts the init, straight into `cgroup` and new namespaces, and gives
 /// it its identity mapping (user namespace). It then waits for its plan,
 /// so later stages may still change the plan (and attach the eBPF programs
-/// to the cgroup it is in) while it is joined to the v1 limit cgroups.
+/// to the cgroup it is in).
 pub fn spawn(
     cgroup: Option<&RunCgroup>,
     run: &RunPlan,
@@ -162,8 +123,6 @@ pub fn spawn(
     drop(plan_read);
     drop(report_write);
     drop(gateway_write);
-    let pid = init.pid;
-    let joining = cgroup.map(|cgroup| Joining::start(cgroup.v1_paths().to_vec(), pid));
     let mapped = if run.init.user_namespace {
         crate::spawn::map_root_to(
             init.pid,
@@ -191,13 +150,11 @@ pub fn spawn(
         report_read: Some(report_read),
         gateway_read: Some(gateway_read),
         pty,
-        joining,
         mapped,
     })
 }
 
-/// Sends the spawned init its plan, tells it once it is in every cgroup,
-/// serves the gateways, relays the pty, forwards signals until it exits,
+/// Sends the spawned init its plan, serves the gateways, relays the pty, forwards signals until it exits,
 /// and reads how the agent ended.
 pub async fn start_and_wait(
     mut spawned: Spawned,
@@ -224,20 +181,12 @@ pub async fn start_and_wait(
         )
     })?;
     let reports = crate::harness::read_reports(report_read, announce.clone(), spawned.init.pid);
-    // The plan first, so the init sets up while the v1 join ends; it waits
-    // for `placed` before it forks, so the cgroups cover every process of
-    // the agent.
     let mapped = std::mem::replace(&mut spawned.mapped, Ok(()));
     let plan_write = spawned.plan_write.take();
-    let joining = spawned.joining.take();
     let sent = mapped.and_then(|()| {
         let mut plan_pipe =
             std::fs::File::from(plan_write.ok_or_else(|| "the plan was already sent".to_string())?);
-        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())?;
-        if let Some(joining) = joining {
-            joining.wait()?;
-        }
-        Plan::placed(&mut plan_pipe).map_err(|e| e.to_string())
+        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
     });
     let gateway_read = spawned
         .gateway_read

@@ -2,7 +2,7 @@
 //! sent over an inherited pipe (fd 3), so the init parses no policy and
 //! looks nothing up.
 
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, Write};
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -22,8 +22,6 @@ pub enum PlanError {
     Receive(std::io::Error),
     #[error("failed to decode the sandbox plan: {0}")]
     Decode(serde_json::Error),
-    #[error("failed to start the agent: the supervisor did not place the sandbox in its cgroups")]
-    NotPlaced,
 }
 
 /// Everything the init does, in order.
@@ -62,6 +60,10 @@ pub struct Plan {
     /// scope (`unix_mirror.rs`); empty without the eBPF unix policy.
     #[serde(default)]
     pub unix_mirrors: Vec<PathBuf>,
+    /// The run's v1 limit cgroups, which the init joins itself before
+    /// anything else (`cgroup::join_v1_self`); set once they exist.
+    #[serde(default)]
+    pub limit_cgroups: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -70,13 +72,8 @@ pub struct SeccompPlan {
     pub deny_unix: bool,
 }
 
-/// The byte the supervisor sends on the plan pipe once the init is in
-/// every cgroup of the run ([`Plan::wait_placed`]).
-const PLACED: u8 = b'p';
-
 impl Plan {
-    /// Sends the plan as one line (compact JSON has no newline); the pipe
-    /// stays open for [`Plan::placed`].
+    /// Sends the plan as one line (compact JSON has no newline).
     pub fn send(&self, mut to: impl Write) -> Result<(), PlanError> {
         let mut bytes = serde_json::to_vec(self).map_err(PlanError::Encode)?;
         bytes.push(b'\n');
@@ -88,25 +85,6 @@ impl Plan {
         from.read_until(b'\n', &mut bytes)
             .map_err(PlanError::Receive)?;
         serde_json::from_slice(&bytes).map_err(PlanError::Decode)
-    }
-
-    /// Tells the init that it is in every cgroup of the run: joining the v1
-    /// limit cgroups waits for an RCU grace period (4–5 ms here), which the
-    /// init spends on its setup instead of waiting for its plan.
-    pub fn placed(mut to: impl Write) -> Result<(), PlanError> {
-        to.write_all(&[PLACED]).map_err(PlanError::Send)
-    }
-
-    /// Waits for [`Plan::placed`] (before the init's first fork, so every
-    /// process of the agent is in the limit cgroups); EOF means the
-    /// supervisor gave up.
-    pub fn wait_placed(from: &mut impl Read) -> Result<(), PlanError> {
-        let mut byte = [0u8];
-        match from.read(&mut byte) {
-            Ok(1) if byte[0] == PLACED => Ok(()),
-            Ok(_) => Err(PlanError::NotPlaced),
-            Err(e) => Err(PlanError::Receive(e)),
-        }
     }
 }
 
@@ -165,15 +143,14 @@ mod tests {
             scope: Default::default(),
             map_user: None,
             unix_mirrors: Vec::new(),
+            limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();
-        Plan::placed(&mut buf).unwrap();
         let mut from = &buf[..];
         let back = Plan::receive(&mut from).unwrap();
-        Plan::wait_placed(&mut from).unwrap();
-        assert!(Plan::wait_placed(&mut from).is_err(), "EOF is not placed");
         assert_eq!(back.argv, plan.argv);
+        assert_eq!(back.limit_cgroups, plan.limit_cgroups);
         let mut lines = Report::Started.to_line();
         lines.extend(
             Report::Exited {

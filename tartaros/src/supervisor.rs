@@ -150,8 +150,10 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
     };
 
-    // The init first: it waits for its plan while it is joined to the v1
-    // limit cgroups, and that wait overlaps with the eBPF loading.
+    // The init first: it waits for its plan while the eBPF programs load.
+    if let Some(cgroup) = undo.cgroup() {
+        run.init.limit_cgroups = cgroup.v1_paths().to_vec();
+    }
     let init_pid = crate::runlog::InitPid::default();
     let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid) {
         Ok(spawned) => spawned,
