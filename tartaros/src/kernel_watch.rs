@@ -99,12 +99,14 @@ pub struct KernelWatch {
 impl KernelWatch {
     /// Attaches to the run's cgroup; must happen before any process joins
     /// it, so that no effect precedes capture.
+    /// `preload` is what [`crate::ebpf::preload`] started for `options`.
     pub fn start(
         cgroup: &Path,
         options: &AttachOptions,
+        preload: Option<crate::ebpf::Preload>,
         effects: &EffectSender,
     ) -> Result<Self, EbpfError> {
-        let mut programs = crate::ebpf::attach_with(cgroup, options)?;
+        let mut programs = crate::ebpf::attach_preloaded(cgroup, options, preload)?;
         let forwarder = if options.capture {
             let source = programs.take_event_source()?;
             let (stop, stopped) = oneshot::channel();

@@ -109,6 +109,12 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     );
     let mut run = decided?;
     print_warnings(&mut run.ledger);
+    // Loading and verifying the programs needs no cgroup: on a thread,
+    // while the host objects are made and the init starts.
+    let preload = match (&run.watch, &run.cgroup) {
+        (Some(options), Some(_)) => crate::ebpf::preload(options),
+        _ => None,
+    };
     if !run.init.user_namespace {
         let program = request.argv.first().map_or("", String::as_str);
         crate::harness::warn_unreachable_path(&run.init.env, program, run.init.identity);
@@ -163,7 +169,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
     };
     let (effects, effects_rx) = crate::runlog::channel();
-    let watch = match start_watch(&mut run, undo.cgroup(), &effects) {
+    let watch = match start_watch(&mut run, undo.cgroup(), preload, &effects) {
         Ok(watch) => watch,
         Err(refusal) => {
             // Killed and its cgroup join ended before the cgroups go.
@@ -394,12 +400,13 @@ fn run_id() -> String {
 fn start_watch(
     run: &mut RunPlan,
     cgroup: Option<&crate::cgroup::RunCgroup>,
+    preload: Option<crate::ebpf::Preload>,
     effects: &crate::events::EffectSender,
 ) -> Result<Option<KernelWatch>, Refusal> {
     let (Some(options), Some(cgroup)) = (run.watch.as_mut(), cgroup) else {
         return Ok(None);
     };
-    let mut started = KernelWatch::start(cgroup.path(), options, effects);
+    let mut started = KernelWatch::start(cgroup.path(), options, preload, effects);
     if let Err(crate::ebpf::EbpfError::Transparent(e)) = &started {
         // Without interception the explicit proxy still works; tools that
         // ignore HTTP(S)_PROXY get EPERM instead of being filtered.
@@ -407,7 +414,7 @@ fn start_watch(
             .lose(Guarantee::TransparentInterception, e.to_string())?;
         print_warnings(&mut run.ledger);
         options.transparent_port = None;
-        started = KernelWatch::start(cgroup.path(), options, effects);
+        started = KernelWatch::start(cgroup.path(), options, None, effects);
     }
     match started {
         Ok(watch) => Ok(Some(watch)),

@@ -135,10 +135,22 @@ pub(super) fn open_cgroup(cgroup_dir: &Path) -> Result<(std::fs::File, u64), Ebp
 /// each program.
 pub(super) fn attach_programs(
     object: &load::Object,
-    (cgroup, cgroup_dir): (&std::fs::File, &Path),
+    cgroup: (&std::fs::File, &Path),
     (features, transparent): (u32, bool),
     layout: Option<&kbtf::KernelLayout>,
 ) -> Result<Attached, EbpfError> {
+    let loaded = verify_programs(object, features, layout)?;
+    link_programs(&loaded, cgroup, transparent)
+}
+
+/// Loads (and so verifies) the programs of the parts in `features`. Needs
+/// no cgroup, so a root run does it before its cgroup exists
+/// (`super::preload`).
+pub(super) fn verify_programs(
+    object: &load::Object,
+    features: u32,
+    layout: Option<&kbtf::KernelLayout>,
+) -> Result<load::Loaded, EbpfError> {
     use tartaros_common::capture::feature;
     // What to attach, in order: sock_ops before the connect programs, so
     // that no intercepted connect can miss it; then socket creation, the
@@ -172,9 +184,17 @@ pub(super) fn attach_programs(
         _ => Vec::new(),
     };
     let kfuncs = load::kfuncs(layout);
-    let loaded = load::load_programs(object, &cgroup_programs, &tracing_programs, &kfuncs)
-        .map_err(|(name, source)| load_error(name, source))?;
+    load::load_programs(object, &cgroup_programs, &tracing_programs, &kfuncs)
+        .map_err(|(name, source)| load_error(name, source))
+}
 
+/// Attaches loaded programs to the cgroup and the tracepoints, in the
+/// order they were loaded in (see [`verify_programs`]).
+pub(super) fn link_programs(
+    loaded: &load::Loaded,
+    (cgroup, cgroup_dir): (&std::fs::File, &Path),
+    transparent: bool,
+) -> Result<Attached, EbpfError> {
     let mut links = Vec::with_capacity(12);
     let mut tags = Vec::with_capacity(12);
     for (program, prog) in &loaded.cgroup {

@@ -16,6 +16,8 @@ pub enum EbpfError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("failed to load the eBPF programs ahead of the attach: {0}")]
+    Preload(&'static str),
     #[error("failed to determine the kernel version: {0}; is /proc/sys/kernel/osrelease readable?")]
     KernelVersion(String),
     #[error(

@@ -41,6 +41,8 @@ mod kbtf;
 mod layout_cache;
 mod load;
 mod original_dst;
+mod preload;
+pub use preload::{Preload, preload};
 mod program_types;
 mod rawprog;
 mod register;
@@ -216,27 +218,38 @@ pub fn attach_with(
     cgroup_dir: &Path,
     options: &AttachOptions,
 ) -> Result<CgroupPrograms, EbpfError> {
+    attach_preloaded(cgroup_dir, options, None)
+}
+
+/// [`attach_with`], taking what [`preload`] prepared when it was prepared
+/// for the same parts.
+pub fn attach_preloaded(
+    cgroup_dir: &Path,
+    options: &AttachOptions,
+    preload: Option<Preload>,
+) -> Result<CgroupPrograms, EbpfError> {
     let started = Instant::now();
     if let Some(result) = shared::register_adopted(cgroup_dir, options, started) {
         return result;
     }
-    let layout = attach_steps::check(options)?;
+    let prepared = match preload.and_then(|p| p.take(options)) {
+        Some(prepared) => prepared?,
+        None => preload::prepare(options)?,
+    };
+    let preload::Prepared {
+        layout,
+        mut object,
+        loaded,
+        started,
+    } = prepared;
     let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
-    let mut object = load::load_object(false, options.ring_bytes)?;
     load::set_run_level(&mut object, load::cgroup_level(cgroup_dir))?;
-    if options.capture {
-        load::set_syscall_kinds(&mut object)?;
-        load::set_file_layout(&mut object, layout.as_ref())?;
-    }
     // Attached before the run is registered, while the prepared ring is
     // mapped. The init already waits in the cgroup but does nothing before
-    // it is told it is placed, which comes after this.
-    let attached = attach_steps::attach_programs(
-        &object,
-        (&cgroup, cgroup_dir),
-        (options.features(), options.transparent_port.is_some()),
-        layout.as_ref(),
-    )?;
+    // it gets its plan, which comes after this.
+    let transparent = options.transparent_port.is_some();
+    let attached = attach_steps::link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
+    drop(loaded);
     // On a failure the links, dropped, detach the programs.
     let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
     attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)

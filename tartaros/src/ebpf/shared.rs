@@ -340,6 +340,11 @@ pub(super) fn prepare_ring(bytes: u32) {
     }
 }
 
+/// Whether this process holds the service's programs (a worker).
+pub fn adopted() -> bool {
+    ADOPTED.lock().is_ok_and(|a| a.is_some())
+}
+
 /// The cgroup under which a worker must create its run's cgroup.
 pub fn adopted_parent() -> Option<PathBuf> {
     let adopted = ADOPTED.lock().ok()?;

@@ -1,0 +1,76 @@
+//! A root run's programs, loaded and verified before its cgroup exists.
+//! None of it needs the cgroup (only the attach and the run's entries do),
+//! and it is the longest step of a root run's start (~3.5 ms on the 2-core
+//! VM: the object's maps, then the verifier), so it runs on a thread while
+//! the supervisor creates the host objects and spawns the init.
+
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use super::{AttachOptions, EbpfError, attach_steps, kbtf, load, shared};
+
+/// Programs being loaded for a run of some [`AttachOptions`]
+/// ([`preload`]); handed to [`super::attach_preloaded`].
+pub struct Preload {
+    options: AttachOptions,
+    thread: JoinHandle<Result<Prepared, EbpfError>>,
+}
+
+/// The object with its maps, the layout it was filled with, and the
+/// verified programs.
+pub(super) struct Prepared {
+    pub layout: Option<kbtf::KernelLayout>,
+    pub object: load::Object,
+    pub loaded: load::Loaded,
+    pub started: Instant,
+}
+
+/// Starts loading what `options` asks for, on a thread. `None` when this
+/// process was handed the service's programs (a run then only registers)
+/// or no thread can be made; the attach then does all the work itself.
+pub fn preload(options: &AttachOptions) -> Option<Preload> {
+    if shared::adopted() {
+        return None;
+    }
+    let wanted = options.clone();
+    let thread = std::thread::Builder::new()
+        .name("ebpf-preload".into())
+        .spawn(move || prepare(&wanted))
+        .ok()?;
+    Some(Preload {
+        options: options.clone(),
+        thread,
+    })
+}
+
+impl Preload {
+    /// What was prepared, if it was prepared for `options` (a stage may
+    /// have dropped a part since: the attach then starts afresh).
+    pub(super) fn take(self, options: &AttachOptions) -> Option<Result<Prepared, EbpfError>> {
+        let same = self.options.features() == options.features()
+            && self.options.ring_bytes == options.ring_bytes;
+        let prepared = self
+            .thread
+            .join()
+            .unwrap_or(Err(EbpfError::Preload("the thread panicked")));
+        same.then_some(prepared)
+    }
+}
+
+/// Everything of an attach that needs no cgroup, in the attach's order.
+pub(super) fn prepare(options: &AttachOptions) -> Result<Prepared, EbpfError> {
+    let started = Instant::now();
+    let layout = attach_steps::check(options)?;
+    let mut object = load::load_object(false, options.ring_bytes)?;
+    if options.capture {
+        load::set_syscall_kinds(&mut object)?;
+        load::set_file_layout(&mut object, layout.as_ref())?;
+    }
+    let loaded = attach_steps::verify_programs(&object, options.features(), layout.as_ref())?;
+    Ok(Prepared {
+        layout,
+        object,
+        loaded,
+        started,
+    })
+}
