@@ -1,40 +1,15 @@
-//! Effects observed by the supervisor's own services (proxy, broker) and by
-//! the eBPF programs, on their way to the effect log. Producers send them on
-//! a channel; the supervisor is the log's only writer.
-
-use serde_json::{Map, Value};
+//! Effect records ([`Record`]) of the supervisor's own services (proxy,
+//! broker, port relays, signals) and of the eBPF programs, on their way to
+//! the effect log. Producers send them on a channel; the supervisor is the
+//! log's only writer.
 
 use crate::effectlog::Record;
 
-/// One effect record before it gets its `seq`, `prev` and times.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effect {
-    /// The record kind: `proxy`, `broker`, `connect`, `exec`, ...
-    pub kind: &'static str,
-    /// Everything but `kind`, `seq` and `prev`. Must hold no secret.
-    pub fields: Map<String, Value>,
-}
-
-impl Effect {
-    pub fn new(kind: &'static str) -> Self {
-        Self {
-            kind,
-            fields: Map::new(),
-        }
-    }
-
-    /// Adds a field (builder style).
-    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
-        self.fields.insert(key.to_string(), value.into());
-        self
-    }
-}
-
-/// What travels to the log writer: an effect of the supervisor's own
-/// services, a batch of typed records from the eBPF capture, or a gap.
+/// What travels to the log writer: one record of the supervisor's own
+/// services, a batch of records from the eBPF capture, or a gap.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Entry {
-    Effect(Effect),
+    Record(Record),
     Records(Vec<Record>),
     Gap(Gap),
 }
@@ -49,32 +24,9 @@ pub struct Gap {
     pub lost_kind: &'static str,
 }
 
-impl From<Effect> for Entry {
-    fn from(effect: Effect) -> Self {
-        Entry::Effect(effect)
-    }
-}
-
-impl Entry {
-    /// Everything in the entry as [`Effect`]s, each record with its common
-    /// fields and `target` (for tests and tools; the writer takes records
-    /// as they are).
-    pub fn into_effects(self) -> Vec<Effect> {
-        match self {
-            Entry::Effect(effect) => vec![effect],
-            Entry::Records(records) => records
-                .into_iter()
-                .map(|r| Effect {
-                    kind: r.kind,
-                    fields: r.to_fields(),
-                })
-                .collect(),
-            Entry::Gap(gap) => vec![
-                Effect::new("gap")
-                    .with("count", gap.count)
-                    .with("lost_kind", gap.lost_kind),
-            ],
-        }
+impl From<Record> for Entry {
+    fn from(record: Record) -> Self {
+        Entry::Record(record)
     }
 }
 
@@ -83,7 +35,7 @@ impl Entry {
 pub type ConnectionOwner =
     std::sync::Arc<dyn Fn(std::net::SocketAddr) -> Option<u32> + Send + Sync>;
 
-/// The sender for the effects of one accepted connection from `peer`:
+/// The sender for the records of one accepted connection from `peer`:
 /// each gets the `pid` of the process that opened the connection, when
 /// `owner` knows it (`pid_unknown` otherwise). The effects of a gateway
 /// are built deep in its request handling; tagging them on their way out
@@ -103,17 +55,14 @@ pub fn attributed(
     tokio::spawn(async move {
         while let Some(entry) = rx.recv().await {
             let entry = match entry {
-                Entry::Effect(mut effect) => {
+                Entry::Record(mut record) => {
                     match pid {
-                        Some(pid) => {
-                            effect.fields.insert("pid".into(), pid.into());
-                        }
-                        None => {
-                            effect.fields.insert("pid_unknown".into(), true.into());
-                        }
+                        Some(pid) => record.pid = pid,
+                        None => record.target.insert("pid_unknown", true),
                     }
-                    Entry::Effect(effect)
+                    Entry::Record(record)
                 }
+                // The capture's records carry the pid the kernel saw.
                 other => other,
             };
             if out.send(entry).is_err() {
@@ -131,4 +80,35 @@ pub type EffectReceiver = tokio::sync::mpsc::UnboundedReceiver<Entry>;
 
 pub fn channel() -> (EffectSender, EffectReceiver) {
     tokio::sync::mpsc::unbounded_channel()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pid of the connection's owner, or the flag that it is unknown,
+    /// lands where the log has always had it: `pid`, or `target`.
+    #[tokio::test]
+    async fn attributed_records_carry_the_owner_pid_or_say_it_is_unknown() {
+        let peer: std::net::SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        for (known, want) in [(Some(42), 42), (None, 0)] {
+            let owner: ConnectionOwner = std::sync::Arc::new(move |_| known);
+            let (out, mut rx) = channel();
+            let tx = attributed(&out, Some(&owner), Some(peer));
+            tx.send(Record::new("proxy").with("host", "a.example").into())
+                .unwrap();
+            tx.send(Entry::Records(vec![Record::new("open").pid(7)]))
+                .unwrap();
+            let Some(Entry::Record(record)) = rx.recv().await else {
+                panic!("expected the gateway's record");
+            };
+            assert_eq!(record.pid, want);
+            let unknown = record.target.get("pid_unknown").is_some();
+            assert_eq!(unknown, known.is_none(), "{record:?}");
+            let Some(Entry::Records(batch)) = rx.recv().await else {
+                panic!("expected the capture's batch");
+            };
+            assert_eq!(batch[0].pid, 7, "the capture's pid is the kernel's");
+        }
+    }
 }

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 
 /// Bound on connecting to the host's service: a port that drops SYNs must
 /// not pin a connection slot for the kernel's minutes-long retry.
@@ -49,20 +50,21 @@ pub async fn relay(
 /// The `connect` effect of one relayed connection, sent when it is over,
 /// also when the run's end aborts it half-way (then with `"ended":
 /// "run-ended"` and the bytes relayed until then).
-struct Record {
+struct Outcome {
     effects: EffectSender,
     /// The effect as known so far; replaced by the final one.
-    effect: Option<Effect>,
+    effect: Option<Record>,
     started: Instant,
     /// Bytes written towards the host (up) and the sandbox (down) so far.
     up: Arc<AtomicU64>,
     down: Arc<AtomicU64>,
 }
 
-impl Drop for Record {
+impl Drop for Outcome {
     fn drop(&mut self) {
-        if let Some(effect) = self.effect.take() {
+        if let Some(mut effect) = self.effect.take() {
             let duration_us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            effect.stamp_now();
             let effect = effect
                 .with("bytes_up", self.up.load(Ordering::Relaxed))
                 .with("bytes_down", self.down.load(Ordering::Relaxed))
@@ -120,13 +122,13 @@ async fn relay_one(
 ) {
     // The grant held whatever the host side does: the decision is ours.
     let target = || {
-        Effect::new("connect")
+        Record::new("connect")
             .with("dest", upstream.to_string())
             .with("via", "port-forward")
             .with("decision", "allowed")
     };
     let (up, down) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let mut record = Record {
+    let mut outcome = Outcome {
         effects,
         effect: Some(target().with("ended", "run-ended")),
         started: Instant::now(),
@@ -152,12 +154,13 @@ async fn relay_one(
         Ok(Err(e)) => target().with("error", e.to_string()),
         Err(_) => target().with("error", format!("connect timed out after {timeout:?}")),
     };
-    record.effect = Some(effect);
+    outcome.effect = Some(effect);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::Entry;
 
     /// Aborting the relay (the run ended) ends a connection the host side
     /// holds open, and its record is still written.
@@ -177,11 +180,16 @@ mod tests {
             .await
             .expect("a record within 2 s")
             .expect("the record");
-        let effect = entry.into_effects().remove(0);
+        let Entry::Record(effect) = entry else {
+            panic!("expected one record, got {entry:?}");
+        };
         assert_eq!(effect.kind, "connect");
-        assert_eq!(effect.fields["ended"], "run-ended");
-        assert_eq!(effect.fields["dest"], upstream.to_string());
-        assert_eq!(effect.fields["via"], "port-forward");
+        assert_eq!(effect.target.get("ended"), Some(&"run-ended".into()));
+        assert_eq!(
+            effect.target.get("dest"),
+            Some(&upstream.to_string().into())
+        );
+        assert_eq!(effect.target.get("via"), Some(&"port-forward".into()));
         // Every sender is gone with the relay: the log's drain can finish.
         let closed = tokio::time::timeout(Duration::from_secs(2), records.recv()).await;
         assert!(matches!(closed, Ok(None)), "a sender outlived the relay");
@@ -219,8 +227,11 @@ mod tests {
             .await
             .expect("the relay gave up within 5 s")
             .unwrap();
-        let effect = records.recv().await.unwrap().into_effects().remove(0);
-        let error = effect.fields["error"].as_str().unwrap_or_default();
+        let Some(Entry::Record(effect)) = records.recv().await else {
+            panic!("expected one record");
+        };
+        let error = effect.target.get("error").and_then(|e| e.as_str());
+        let error = error.unwrap_or_default();
         assert!(error.contains("timed out"), "{effect:?}");
         assert!(started.elapsed() >= Duration::from_millis(300));
         drop(full);

@@ -1,25 +1,13 @@
 //! The run's effect log: one task owns the [`LogWriter`] and is the only
 //! writer; every producer (eBPF reader, proxy, broker, supervisor) sends
-//! [`Effect`]s on a channel. The genesis is written before the agent starts
+//! [`Record`](crate::effectlog::Record)s on a channel. The genesis is written before the agent starts
 //! and the seal only after the cgroup is empty and the channel drained.
 
 use std::path::Path;
 
-use serde_json::{Map, Value};
-
-use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Seal};
-use crate::events::{Effect, EffectReceiver, EffectSender, Entry};
+use crate::effectlog::{ExitStatus, Genesis, LogError, LogWriter, Record, Seal};
+use crate::events::{EffectReceiver, EffectSender, Entry};
 use crate::fswatch::FsWatch;
-
-/// Fields every effect record has; anything else goes into `target`.
-const COMMON: &[&str] = &[
-    "pid", "ppid", "uid", "mono_ns", "wall_ns", "decision", "errno", "target",
-];
-
-/// [`COMMON`] in the order of a `Map`'s keys.
-const COMMON_SORTED: [&str; 8] = [
-    "decision", "errno", "mono_ns", "pid", "ppid", "target", "uid", "wall_ns",
-];
 
 /// Creates the log file and writes the genesis.
 pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
@@ -30,48 +18,6 @@ pub fn open(path: &Path, genesis: Genesis) -> Result<LogWriter, LogError> {
     writer.genesis(genesis)?;
     writer.flush()?;
     Ok(writer)
-}
-
-/// Brings an effect into the record shape the writer checks: producers
-/// that do not know a pid or uid (the proxy) leave them out.
-pub fn to_record(effect: Effect) -> Map<String, Value> {
-    let mut fields = effect.fields;
-    // The capture's records (nearly all of them) already have this shape;
-    // they skip the reshuffle below.
-    let complete = fields.keys().map(String::as_str).eq(COMMON_SORTED)
-        && fields.get("target").is_some_and(Value::is_object);
-    if !complete {
-        let mut target = match fields.remove("target") {
-            Some(Value::Object(target)) => target,
-            _ => Map::new(),
-        };
-        let extra: Vec<String> = fields
-            .keys()
-            .filter(|k| !COMMON.contains(&k.as_str()))
-            .cloned()
-            .collect();
-        for key in extra {
-            if let Some(value) = fields.remove(&key) {
-                target.insert(key, value);
-            }
-        }
-        for key in ["pid", "ppid", "uid", "errno"] {
-            fields.entry(key).or_insert(Value::from(0u64));
-        }
-        fields
-            .entry("mono_ns")
-            .or_insert_with(|| Value::from(crate::effectlog::mono_now_ns()));
-        fields
-            .entry("wall_ns")
-            .or_insert_with(|| Value::from(crate::effectlog::wall_now_ns()));
-        fields.insert("target".into(), Value::Object(target));
-    }
-    let denied = fields.get("decision").and_then(Value::as_str) == Some("denied");
-    if !denied {
-        fields.insert("decision".into(), Value::from("allowed"));
-        fields.insert("errno".into(), Value::from(0u64));
-    }
-    fields
 }
 
 /// Records are written in chunks of this size (or after FLUSH_INTERVAL).
@@ -86,16 +32,13 @@ fn flush(writer: &mut LogWriter) {
     }
 }
 
-/// Appends one effect of a supervisor service (or an in-band `gap`);
-/// returns 1 if the writer refused it.
-fn append_effect(writer: &mut LogWriter, effect: Effect) -> u64 {
-    let kind = effect.kind;
-    match writer.append(kind, to_record(effect)) {
-        Ok(_) => 0,
+/// Appends one record; returns 1 if the writer refused it.
+fn append(writer: &mut LogWriter, record: &mut Record) -> u64 {
+    match writer.record(record) {
         // Counted by the writer, reported once by `drain`.
-        Err(LogError::Full { .. }) => 0,
+        Ok(_) | Err(LogError::Full { .. }) => 0,
         Err(e) => {
-            eprintln!("tartaros: failed to log a {kind} record: {e}");
+            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
             1
         }
     }
@@ -122,7 +65,7 @@ impl InitPid {
         self.0.store(pid, std::sync::atomic::Ordering::Release);
     }
 
-    fn is_setup(&self, record: &crate::effectlog::Record) -> bool {
+    fn is_setup(&self, record: &Record) -> bool {
         let init = self.0.load(std::sync::atomic::Ordering::Acquire);
         init != 0 && record.pid == init && !matches!(record.kind, "exec" | "fork" | "exit")
     }
@@ -140,10 +83,10 @@ pub async fn drain_with(
     let mut refused = 0u64;
     let mut full_reported = false;
     // Buffered records reach the file when the buffer is full (in
-    // `append`) or at the latest FLUSH_INTERVAL after the first of them:
-    // one write(2) per record, which a trickle of events would otherwise
-    // cause, slows the agent's own file operations on the same
-    // filesystem (a journal handle and an mtime update each).
+    // `LogWriter::record`) or at the latest FLUSH_INTERVAL after the
+    // first of them: one write(2) per record, which a trickle of events
+    // would otherwise cause, slows the agent's own file operations on the
+    // same filesystem (a journal handle and an mtime update each).
     let mut flush_at: Option<tokio::time::Instant> = None;
     loop {
         let received = match flush_at {
@@ -182,16 +125,12 @@ pub async fn drain_with(
                         None => records,
                     };
                     for mut record in records {
-                        match writer.record(&mut record) {
-                            Ok(_) | Err(LogError::Full { .. }) => {}
-                            Err(e) => {
-                                eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
-                                refused += 1;
-                            }
-                        }
+                        refused += append(&mut writer, &mut record);
                     }
                 }
-                Entry::Effect(effect) => refused += append_effect(&mut writer, effect),
+                // A gateway's record: neither the init's setup nor a file
+                // effect for the join.
+                Entry::Record(mut record) => refused += append(&mut writer, &mut record),
                 // Producers report lost events in-band.
                 Entry::Gap(gap) => {
                     if let Err(e) = writer.gap(gap.count.max(1), gap.lost_kind) {
@@ -233,17 +172,10 @@ const TRUTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50)
 
 /// Writes the records of the kernel-sourced path join, and a gap for lost
 /// notifications; returns how many records the writer refused.
-fn write_truth(writer: &mut LogWriter, records: Vec<crate::effectlog::Record>, lost: u64) -> u64 {
+fn write_truth(writer: &mut LogWriter, records: Vec<Record>, lost: u64) -> u64 {
     let mut refused = 0;
     for mut record in records {
-        match writer.record(&mut record) {
-            // A full filesystem is counted by the writer (a `log-full` gap).
-            Ok(_) | Err(LogError::Full { .. }) => {}
-            Err(e) => {
-                eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
-                refused += 1;
-            }
-        }
+        refused += append(writer, &mut record);
     }
     if lost > 0 {
         match writer.gap(lost, "file-notification") {
@@ -338,28 +270,51 @@ pub fn channel() -> (EffectSender, EffectReceiver) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::effectlog::{VERDICT_OK, verify_file};
+    use serde_json::{Value, json};
 
-    #[test]
-    fn the_sorted_common_fields_are_the_common_fields() {
-        let mut common = COMMON.to_vec();
-        common.sort_unstable();
-        assert_eq!(common, COMMON_SORTED);
-    }
-
-    #[test]
-    fn producer_fields_land_in_target_and_defaults_fill_the_rest() {
-        let effect = Effect::new("proxy")
-            .with("host", "crates.io")
+    /// A gateway's record reaches the log in the shape the schema gives
+    /// it: common fields at the top, what the gateway saw in `target`.
+    #[tokio::test]
+    async fn a_gateway_record_is_logged_with_its_fields_in_target() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.jsonl");
+        let genesis = Genesis::new(json!({}), vec![], vec![], vec![]);
+        let writer = open(&path, genesis).unwrap();
+        let (tx, rx) = channel();
+        let record = Record::new("proxy")
+            .with("host", "evil.example")
             .with("port", 443)
             .with("decision", "denied")
-            .with("errno", 1);
-        let record = to_record(effect);
-        assert_eq!(record["target"]["host"], "crates.io");
-        assert_eq!(record["decision"], "denied");
-        assert_eq!(record["errno"], 1);
-        assert_eq!(record["pid"], 0);
-        assert!(record["mono_ns"].as_u64().unwrap() > 0);
-        let allowed = to_record(Effect::new("proxy").with("errno", 5));
-        assert_eq!(allowed["errno"], 0, "allowed records carry no errno");
+            .with("reason", "domain not allowed");
+        tx.send(record.into()).unwrap();
+        drop(tx);
+        let writer = drain(writer, rx).await;
+        seal(writer, 0, None, true).unwrap();
+        assert_eq!(verify_file(&path).code, VERDICT_OK);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let line: Value = serde_json::from_str(text.lines().nth(1).unwrap()).unwrap();
+        let keys: Vec<&str> = line
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "decision", "errno", "kind", "mono_ns", "pid", "ppid", "prev", "seq", "target",
+                "uid", "wall_ns"
+            ]
+        );
+        assert_eq!(
+            line["target"],
+            json!({"host": "evil.example", "port": 443, "reason": "domain not allowed"})
+        );
+        assert_eq!(
+            (&line["decision"], &line["errno"]),
+            (&json!("denied"), &json!(0))
+        );
+        assert!(line["mono_ns"].as_u64().unwrap() > 0);
     }
 }

@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use tokio::io::unix::AsyncFd;
 use tokio::signal::unix::{SignalKind, signal};
 
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 
 pub use crate::policy::DEFAULT_KILL_AFTER;
 
@@ -317,7 +318,7 @@ fn carry_out(
 ) {
     let init = nix::unistd::Pid::from_raw(pid);
     let record = |signal: i32, reason: &str| {
-        let effect = Effect::new("signal")
+        let effect = Record::new("signal")
             .with("signal", signal)
             .with("to", "sandbox")
             .with("by", "supervisor")

@@ -15,7 +15,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use tartaros::broker::{self, BrokerSecrets};
-use tartaros::events::{Effect, EffectReceiver};
+use tartaros::effectlog::{Decision, Record};
+use tartaros::events::{EffectReceiver, Entry};
 use tartaros::policy::{BrokerCapability, BrokerConfig};
 use tartaros::proxy::StaticResolver;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -196,15 +197,16 @@ impl Setup {
         answer
     }
 
-    async fn effect(&mut self) -> Effect {
-        let effect = tokio::time::timeout(Duration::from_secs(5), self.effects.recv())
+    async fn effect(&mut self) -> Record {
+        let entry = tokio::time::timeout(Duration::from_secs(5), self.effects.recv())
             .await
             .expect("an effect within 5 s")
-            .expect("effect channel open")
-            .into_effects()
-            .remove(0);
+            .expect("effect channel open");
+        let Entry::Record(effect) = entry else {
+            panic!("expected one record, got {entry:?}");
+        };
         assert_eq!(effect.kind, "broker");
-        let text = serde_json::to_string(&effect.fields).unwrap();
+        let text = serde_json::to_string(&effect.to_fields()).unwrap();
         assert!(
             !text.contains(SECRET) && !text.contains("upstream-secret"),
             "secret in effect: {text}"
@@ -214,8 +216,9 @@ impl Setup {
     }
 }
 
-fn field<'a>(effect: &'a Effect, name: &str) -> &'a serde_json::Value {
-    effect.fields.get(name).unwrap_or(&serde_json::Value::Null)
+/// `target.name` of the record (null when absent).
+fn field<'a>(effect: &'a Record, name: &str) -> &'a serde_json::Value {
+    effect.target.get(name).unwrap_or(&serde_json::Value::Null)
 }
 
 fn status(answer: &str) -> u16 {
@@ -252,7 +255,7 @@ async fn right_token_injects_the_credential_and_strips_the_token() {
     assert_eq!(field(&effect, "host"), "api.test");
     assert_eq!(field(&effect, "path"), "/v1/repos");
     assert_eq!(field(&effect, "status"), 200);
-    assert_eq!(field(&effect, "decision"), "allowed");
+    assert_eq!(effect.decision, Decision::Allowed);
     assert_eq!(field(&effect, "bytes"), "ok /v1/repos?page=2".len());
 }
 
@@ -264,7 +267,7 @@ async fn wrong_or_missing_token_gets_401() {
         assert_eq!(status(&answer), 401, "{token:?}: {answer}");
         assert!(answer.contains("X-Broker-Auth"), "{answer}");
         let effect = s.effect().await;
-        assert_eq!(field(&effect, "decision"), "denied");
+        assert_eq!(effect.decision, Decision::Denied);
         assert_eq!(field(&effect, "status"), 401);
     }
     // Without the token, an unknown capability is not revealed as such.
@@ -291,7 +294,7 @@ async fn policy_refusals_get_403() {
         assert_eq!(status(&answer), 403, "{method} {path}: {answer}");
         assert!(answer.contains(reason), "{method} {path}: {answer}");
         let effect = s.effect().await;
-        assert_eq!(field(&effect, "decision"), "denied");
+        assert_eq!(effect.decision, Decision::Denied);
         assert!(
             field(&effect, "reason").as_str().unwrap().contains(reason),
             "{effect:?}"
@@ -313,7 +316,7 @@ async fn redirects_are_passed_back_not_followed() {
     );
     let effect = s.effect().await;
     assert_eq!(field(&effect, "status"), 302);
-    assert_eq!(field(&effect, "decision"), "allowed");
+    assert_eq!(effect.decision, Decision::Allowed);
     // Give a (wrongly) following broker time to reach the other host.
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(s.other.connections.load(Ordering::SeqCst), 0);
@@ -340,7 +343,7 @@ async fn internal_upstreams_are_refused_without_allow_internal() {
     assert_eq!(status(&answer), 403, "{answer}");
     assert!(answer.contains("internal address"), "{answer}");
     let effect = s.effect().await;
-    assert_eq!(field(&effect, "decision"), "denied");
+    assert_eq!(effect.decision, Decision::Denied);
     assert_eq!(field(&effect, "host"), "api.test");
     assert_eq!(s.api.connections.load(Ordering::SeqCst), 0);
 }
@@ -388,7 +391,7 @@ async fn normalization_tricks_are_refused_and_method_overrides_stripped() {
         let answer = s.call("GET", path, Some(TOKEN)).await;
         assert_eq!(status(&answer), 403, "{path}: {answer}");
         let effect = s.effect().await;
-        assert_eq!(field(&effect, "decision"), "denied", "{path}");
+        assert_eq!(effect.decision, Decision::Denied, "{path}");
     }
     assert_eq!(
         s.api.connections.load(Ordering::SeqCst),

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 use tartaros::ebpf::{self, AttachOptions, CaptureStats, CgroupPrograms};
-use tartaros::events::{self, Effect};
+use tartaros::effectlog::{Decision, Record};
+use tartaros::events::{self, Entry, Gap};
 
 const PYTHON: &str = "/usr/bin/python3";
 
@@ -166,48 +167,46 @@ fn start_forwarding(programs: &mut CgroupPrograms) -> Forwarding {
 }
 
 impl Forwarding {
-    fn finish(mut self) -> (Vec<Effect>, CaptureStats) {
+    /// The records and the gaps forwarded until now.
+    fn finish(mut self) -> (Vec<Record>, Vec<Gap>, CaptureStats) {
         let _ = self.stop.send(());
         let stats = self.rt.block_on(self.task).expect("forwarder task");
-        let mut effects = Vec::new();
+        let (mut records, mut gaps) = (Vec::new(), Vec::new());
         while let Ok(entry) = self.rx.try_recv() {
-            effects.extend(entry.into_effects());
+            match entry {
+                Entry::Record(record) => records.push(record),
+                Entry::Records(batch) => records.extend(batch),
+                Entry::Gap(gap) => gaps.push(gap),
+            }
         }
-        (effects, stats)
+        (records, gaps, stats)
     }
 }
 
-fn target(e: &Effect) -> &Map<String, Value> {
-    e.fields["target"].as_object().expect("target object")
-}
-
-fn field(e: &Effect, key: &str) -> u64 {
-    e.fields[key].as_u64().unwrap_or(u64::MAX)
+fn target(e: &Record) -> Map<String, Value> {
+    e.target.to_map()
 }
 
 /// (decision, errno) of an effect.
-fn verdict(e: &Effect) -> (&str, u64) {
-    (
-        e.fields["decision"].as_str().unwrap_or(""),
-        field(e, "errno"),
-    )
+fn verdict(e: &Record) -> (&str, u64) {
+    (e.decision.as_str(), e.errno)
 }
 
-fn tstr<'a>(e: &'a Effect, key: &str) -> &'a str {
-    target(e).get(key).and_then(Value::as_str).unwrap_or("")
+fn tstr<'a>(e: &'a Record, key: &str) -> &'a str {
+    e.target.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
 fn must<'a>(
-    effects: &'a [Effect],
+    effects: &'a [Record],
     kind: &str,
     what: &str,
-    p: impl Fn(&Effect) -> bool,
-) -> &'a Effect {
+    p: impl Fn(&Record) -> bool,
+) -> &'a Record {
     let found = effects.iter().find(|e| e.kind == kind && p(e));
     found.unwrap_or_else(|| {
         effects
             .iter()
-            .for_each(|e| eprintln!("{} {:?}", e.kind, e.fields));
+            .for_each(|e| eprintln!("{} {:?}", e.kind, e.to_fields()));
         panic!("no {kind} effect: {what}")
     })
 }
@@ -337,7 +336,7 @@ exit 0
         cg.wait_empty(Duration::from_secs(10)),
         "grandchild did not finish"
     );
-    let (effects, stats) = fw.finish();
+    let (effects, _, stats) = fw.finish();
     eprintln!("{} effects; stats {stats:?}", effects.len());
     assert_eq!(stats.lost, 0);
     assert_eq!(stats.invalid, 0);
@@ -365,10 +364,11 @@ exit 0
         |kind: &str, key: &str, value: &str| must(&effects, kind, value, |e| tstr(e, key) == value);
     let denied = |errno: i32| ("denied", errno as u64);
     // Processes.
-    let me = |e: &Effect| field(e, "pid") == u64::from(sh_pid);
+    let me = |e: &Record| e.pid == sh_pid;
     let sh_exec = must(&effects, "exec", "sh", me);
     assert_eq!(tstr(sh_exec, "path"), "/bin/sh");
-    let argv = target(sh_exec)["argv"].as_array().expect("argv");
+    let exec_target = target(sh_exec);
+    let argv = exec_target["argv"].as_array().expect("argv");
     assert_eq!(
         (argv[0].as_str(), argv[1].as_str()),
         (Some("/bin/sh"), Some("-c"))
@@ -381,12 +381,12 @@ exit 0
         target(e).get("argv") == Some(&marker)
     });
     assert!(
-        field(echo, "mono_ns") > field(sh_exit, "mono_ns"),
+        echo.mono_ns > sh_exit.mono_ns,
         "exec after the parent exited"
     );
-    assert_ne!(field(echo, "ppid"), u64::from(sh_pid), "reparented");
+    assert_ne!(echo.ppid, sh_pid, "reparented");
     must(&effects, "fork", "the subshell", |e| {
-        me(e) && target(e)["child"] == echo.fields["pid"]
+        me(e) && target(e)["child"] == echo.pid
     });
     // Files, resolved against the cwd.
     let created = at("create", "path", &w("created.txt"));
@@ -412,10 +412,7 @@ exit 0
         "path",
         &format!("{}/denied.txt", ro.path().display()),
     );
-    assert_eq!(
-        (verdict(write), field(write, "uid")),
-        (denied(libc::EACCES), 65534)
-    );
+    assert_eq!((verdict(write), write.uid), (denied(libc::EACCES), 65534));
     let read = at("open", "path", &secret.display().to_string());
     assert_eq!(verdict(read), denied(libc::EACCES));
     assert_eq!(
@@ -460,9 +457,9 @@ exit 0
         !all.contains("outside-marker"),
         "a process outside the cgroup produced events"
     );
-    let me = u64::from(std::process::id());
+    let me = std::process::id();
     assert!(
-        effects.iter().all(|e| field(e, "pid") != me),
+        effects.iter().all(|e| e.pid != me),
         "the test process is outside"
     );
 }
@@ -494,11 +491,11 @@ fn unix_policy_without_capture_reports_denials() {
         libc::EPERM.to_string()
     );
     assert!(cg.wait_empty(Duration::from_secs(5)));
-    let (effects, _) = fw.finish();
+    let (effects, _, _) = fw.finish();
     let e = must(&effects, "connect", "policy denial", |e| {
         tstr(e, "path") == outside_sock.display().to_string()
     });
-    assert_eq!(e.fields["decision"], "denied");
+    assert_eq!(e.decision, Decision::Denied);
     assert_eq!(tstr(e, "reason"), "outside the allowed socket directories");
     let capture = effects.iter().any(|e| e.kind == "exec");
     assert!(!capture, "no capture without `capture`");
@@ -531,17 +528,17 @@ fn tiny_ring_buffer_counts_every_lost_event() {
     let programs = cg.programs.as_mut().expect("attached");
     let lost_before = programs.lost_events().expect("lost counters");
     let fw = start_forwarding(programs);
-    let (effects, stats) = fw.finish();
+    let (effects, gaps, stats) = fw.finish();
     // The shell is gone when its records are read: the paths may stay
     // relative.
     let delivered = effects
         .iter()
         .filter(|e| e.kind == "create" && tstr(e, "path").ends_with("flood.txt"))
         .count() as u64;
-    let lost: u64 = effects
+    let lost: u64 = gaps
         .iter()
-        .filter(|e| e.kind == "gap" && e.fields["lost_kind"] == "create")
-        .map(|e| field(e, "count"))
+        .filter(|g| g.lost_kind == "create")
+        .map(|g| g.count)
         .sum();
     eprintln!("flood: {delivered} delivered, {lost} lost (gap records), stats {stats:?}");
     assert!(lost > 0, "the tiny ring must overflow");
@@ -844,17 +841,13 @@ fn calls_beyond_the_in_flight_map_are_counted_lost() {
         .expect("inflight");
     assert!(out.status.success(), "{out:?}");
     assert!(cg.wait_empty(Duration::from_secs(10)));
-    let (effects, stats) = fw.finish();
+    let (effects, gaps, stats) = fw.finish();
     let fifo_path = fifo.display().to_string();
     let delivered = effects
         .iter()
         .filter(|e| e.kind == "open" && tstr(e, "path") == fifo_path)
         .count() as u64;
-    let lost: u64 = effects
-        .iter()
-        .filter(|e| e.kind == "gap")
-        .map(|e| field(e, "count"))
-        .sum();
+    let lost: u64 = gaps.iter().map(|g| g.count).sum();
     eprintln!("in flight: {delivered} delivered, {lost} lost, stats {stats:?}");
     assert!(lost > 0, "{N} blocked opens overflow the map");
     // Every FIFO open and the marker's create: delivered, or counted.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 use tartaros::effectlog::{
-    Decision, Effect, ExitStatus, Genesis, LogWriter, Seal, VERDICT_INCOMPLETE, VERDICT_OK,
+    Decision, ExitStatus, Genesis, LogWriter, Record, Seal, VERDICT_INCOMPLETE, VERDICT_OK,
     VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_file, verify_reader,
 };
 
@@ -14,15 +14,16 @@ fn verify(bytes: &[u8]) -> Verdict {
     verify_reader(bytes)
 }
 
-fn effect(pid: u32, ppid: u32, i: u64, target: Value, errno: u32) -> Effect {
+fn effect(kind: &'static str, pid: u32, ppid: u32, i: u64, target: Value, errno: u64) -> Record {
     let target: Map<String, Value> = target.as_object().cloned().unwrap_or_default();
-    Effect {
+    Record {
+        kind,
         pid,
         ppid,
         uid: 1000,
         mono_ns: 5_000_000_000 + i * 250_000,
         wall_ns: 1_760_000_000_000_000_000 + i * 250_000,
-        target,
+        target: target.into(),
         decision: if errno == 0 {
             Decision::Allowed
         } else {
@@ -55,7 +56,7 @@ fn write_log(path: &Path, o: Opts) -> Vec<u8> {
         started_mono_ns: 5_000_000_000,
     })
     .expect("genesis");
-    let records: Vec<(&str, u32, u32, Value, u32)> = vec![
+    let records: Vec<(&str, u32, u32, Value, u64)> = vec![
         (
             "exec",
             2,
@@ -163,18 +164,18 @@ fn write_log(path: &Path, o: Opts) -> Vec<u8> {
         ("signal", 3, 2, json!({"to": 1, "signal": 9}), 1),
     ];
     for (i, (kind, pid, ppid, target, errno)) in records.into_iter().take(o.records).enumerate() {
-        let e = effect(pid, ppid, i as u64, target, errno);
+        let mut e = effect(kind, pid, ppid, i as u64, target, errno);
         let decision = e.decision;
-        let seq = w.effect(kind, e).expect("append");
+        let seq = w.record(&mut e).expect("append");
         assert_eq!(seq, i as u64 + 1);
         assert_eq!(decision == Decision::Denied, errno != 0);
     }
     if o.gap {
         w.gap(7, "open").expect("gap");
     }
-    w.effect("exit", effect(3, 2, 30, json!({"code": 2}), 0))
+    w.record(&mut effect("exit", 3, 2, 30, json!({"code": 2}), 0))
         .expect("exit");
-    w.effect("exit", effect(2, 1, 31, json!({"code": 2}), 0))
+    w.record(&mut effect("exit", 2, 1, 31, json!({"code": 2}), 0))
         .expect("exit");
     w.seal(Seal {
         exit_status: ExitStatus::Code(2),

@@ -15,7 +15,8 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
-use tartaros::events::{Effect, EffectReceiver};
+use tartaros::effectlog::{Decision, Record};
+use tartaros::events::{EffectReceiver, Entry};
 use tartaros::proxy::{self, OriginalDst, ProxyConfig, StaticResolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -155,13 +156,14 @@ async fn setup(allow_internal: bool) -> Setup {
 }
 
 impl Setup {
-    async fn effect(&mut self) -> Effect {
-        let effect = tokio::time::timeout(Duration::from_secs(5), self.effects.recv())
+    async fn effect(&mut self) -> Record {
+        let entry = tokio::time::timeout(Duration::from_secs(5), self.effects.recv())
             .await
             .expect("an effect within 5 s")
-            .expect("effect channel open")
-            .into_effects()
-            .remove(0);
+            .expect("effect channel open");
+        let Entry::Record(effect) = entry else {
+            panic!("expected one record, got {entry:?}");
+        };
         assert_eq!(effect.kind, "proxy");
         effect
     }
@@ -235,18 +237,19 @@ where
     Ok(String::from_utf8_lossy(&body).into_owned())
 }
 
-fn field<'a>(effect: &'a Effect, name: &str) -> &'a serde_json::Value {
-    effect.fields.get(name).unwrap_or(&serde_json::Value::Null)
+/// `target.name` of the record (null when absent).
+fn field<'a>(effect: &'a Record, name: &str) -> &'a serde_json::Value {
+    effect.target.get(name).unwrap_or(&serde_json::Value::Null)
 }
 
-fn assert_effect(effect: &Effect, host: &str, method: &str, decision: &str, mode: &str) {
+fn assert_effect(effect: &Record, host: &str, method: &str, decision: &str, mode: &str) {
     assert_eq!(field(effect, "host"), host, "{effect:?}");
     assert_eq!(field(effect, "method"), method, "{effect:?}");
-    assert_eq!(field(effect, "decision"), decision, "{effect:?}");
+    assert_eq!(effect.decision.as_str(), decision, "{effect:?}");
     assert_eq!(field(effect, "mode"), mode, "{effect:?}");
     for key in ["port", "reason", "bytes_up", "bytes_down", "duration_us"] {
         assert!(
-            effect.fields.contains_key(key),
+            effect.target.get(key).is_some(),
             "{key} missing in {effect:?}"
         );
     }
@@ -353,7 +356,7 @@ async fn denied_domains_and_ip_literals_get_403() {
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 403"), "{url}: {answer}");
-        assert_eq!(field(&s.effect().await, "decision"), "denied");
+        assert_eq!(s.effect().await.decision, Decision::Denied);
     }
     assert_eq!(s.http_seen.connections.load(Ordering::SeqCst), 0);
     assert_eq!(s.https_seen.connections.load(Ordering::SeqCst), 0);
@@ -380,7 +383,7 @@ async fn a_name_resolving_to_loopback_is_refused_without_allow_internal() {
         answer.starts_with("HTTP/1.1 403") && answer.contains("internal address"),
         "{answer}"
     );
-    assert_eq!(field(&s.effect().await, "decision"), "denied");
+    assert_eq!(s.effect().await.decision, Decision::Denied);
     assert_eq!(s.http_seen.connections.load(Ordering::SeqCst), 0);
     assert_eq!(s.https_seen.connections.load(Ordering::SeqCst), 0);
 }
@@ -402,7 +405,7 @@ async fn host_header_must_match_the_target() {
             answer.starts_with("HTTP/1.1 403") && answer.contains("Host header does not match"),
             "{answer}"
         );
-        assert_eq!(field(&s.effect().await, "decision"), "denied");
+        assert_eq!(s.effect().await.decision, Decision::Denied);
     }
     assert_eq!(s.http_seen.connections.load(Ordering::SeqCst), 0);
 }
@@ -450,7 +453,7 @@ async fn transparent_tls_is_filtered_by_sni() {
             .is_err()
     );
     let effect = s.effect().await;
-    assert_eq!(field(&effect, "decision"), "denied");
+    assert_eq!(effect.decision, Decision::Denied);
     assert_eq!(field(&effect, "reason"), "TLS ClientHello without SNI");
     assert_eq!(s.https_seen.connections.load(Ordering::SeqCst), connections);
 }
@@ -485,14 +488,14 @@ async fn transparent_http_is_filtered_by_host() {
             "{host}: {answer}"
         );
         let effect = s.effect().await;
-        assert_eq!(field(&effect, "decision"), "denied", "{effect:?}");
+        assert_eq!(effect.decision, Decision::Denied, "{effect:?}");
     }
     let answer = exchange(s.transparent, "GET / HTTP/1.0\r\n\r\n").await;
     assert!(
         answer.starts_with("HTTP/1.1 403") && answer.contains("without a Host"),
         "{answer}"
     );
-    assert_eq!(field(&s.effect().await, "decision"), "denied");
+    assert_eq!(s.effect().await.decision, Decision::Denied);
     assert_eq!(s.http_seen.connections.load(Ordering::SeqCst), 1);
 }
 
@@ -507,7 +510,7 @@ async fn transparent_connection_without_original_destination_is_refused() {
     .await;
     assert_eq!(answer, "");
     let effect = s.effect().await;
-    assert_eq!(field(&effect, "decision"), "denied");
+    assert_eq!(effect.decision, Decision::Denied);
     assert_eq!(field(&effect, "reason"), "original destination unknown");
 }
 
@@ -518,7 +521,7 @@ async fn transparent_silence_and_other_protocols_are_refused() {
     // A protocol where the server speaks first: nothing to sniff.
     let stream = TcpStream::connect(s.transparent).await.unwrap();
     let effect = s.effect().await;
-    assert_eq!(field(&effect, "decision"), "denied");
+    assert_eq!(effect.decision, Decision::Denied);
     assert_eq!(
         field(&effect, "reason"),
         "no ClientHello or request head in time"

@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use common::*;
 use serde_json::{Value, json};
 use sha2::Digest;
-use tartaros::effectlog::{Decision, Effect, ExitStatus, Genesis, LogWriter, Seal};
+use tartaros::effectlog::{Decision, ExitStatus, Genesis, LogWriter, Record, Seal};
 
 fn log(args: &[&str]) -> Output {
     let mut all = vec!["log"];
@@ -55,14 +55,15 @@ fn genesis() -> Genesis {
     }
 }
 
-fn effect(pid: u32, ppid: u32, at: u64, target: Value, errno: u32) -> Effect {
-    Effect {
+fn effect(kind: &'static str, pid: u32, ppid: u32, at: u64, target: Value, errno: u64) -> Record {
+    Record {
+        kind,
         pid,
         ppid,
         uid: 65534,
         mono_ns: 1_000_000_000 + at * 1000,
         wall_ns: 1_700_000_000_000_000_000 + at * 1000,
-        target: target.as_object().cloned().unwrap_or_default(),
+        target: target.as_object().cloned().unwrap_or_default().into(),
         decision: if errno == 0 {
             Decision::Allowed
         } else {
@@ -431,45 +432,49 @@ fn the_report_filters_in_a_real_browser_and_runs_no_log_text() {
     let dir = tempfile::tempdir().unwrap();
     let evil = "/w/<img src=x onerror=alert(1)><script>document.title='pwned'</script>";
     let path = write_log(dir.path(), "l.jsonl", |w| {
-        w.effect(
+        w.record(&mut effect(
             "exec",
-            effect(
-                5,
-                1,
-                1,
-                json!({"path": "/bin/sh", "argv": ["sh", "-c", evil]}),
-                0,
-            ),
-        )
+            5,
+            1,
+            1,
+            json!({"path": "/bin/sh", "argv": ["sh", "-c", evil]}),
+            0,
+        ))
         .unwrap();
-        w.effect("fork", effect(5, 1, 2, json!({"child": 6}), 0))
+        w.record(&mut effect("fork", 5, 1, 2, json!({"child": 6}), 0))
             .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "create",
-            effect(6, 5, 3, json!({"path": evil, "flags": 0o301}), 0),
-        )
+            6,
+            5,
+            3,
+            json!({"path": evil, "flags": 0o301}),
+            0,
+        ))
         .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "open",
-            effect(6, 5, 4, json!({"path": "/etc/shadow", "flags": 0}), 13),
-        )
+            6,
+            5,
+            4,
+            json!({"path": "/etc/shadow", "flags": 0}),
+            13,
+        ))
         .unwrap();
-        w.effect("mkdir", effect(6, 5, 5, json!({"path": "/w/d"}), 17))
+        w.record(&mut effect("mkdir", 6, 5, 5, json!({"path": "/w/d"}), 17))
             .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "connect",
-            effect(
-                6,
-                5,
-                6,
-                json!({"family": "inet", "addr": "192.0.2.1", "port": 80}),
-                1,
-            ),
-        )
+            6,
+            5,
+            6,
+            json!({"family": "inet", "addr": "192.0.2.1", "port": 80}),
+            1,
+        ))
         .unwrap();
-        w.effect("exit", effect(6, 5, 7, json!({"code": 0}), 0))
+        w.record(&mut effect("exit", 6, 5, 7, json!({"code": 0}), 0))
             .unwrap();
-        w.effect("exit", effect(5, 1, 8, json!({"code": 0}), 0))
+        w.record(&mut effect("exit", 5, 1, 8, json!({"code": 0}), 0))
             .unwrap();
         sealed(w);
     });

@@ -15,7 +15,8 @@ use tokio_rustls::TlsConnector;
 
 use super::rules::{route, stripped_request_headers, token_matches, validate};
 use super::{BrokerError, BrokerSecrets, UPSTREAM_PORT};
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 use crate::policy::BrokerConfig;
 use crate::proxy::http::{
     Counted, Direction, Pending, ProxyBody, Spawner, Task, plain, serve_http1, strip_hop_by_hop,
@@ -110,8 +111,8 @@ struct Seen {
 }
 
 impl Seen {
-    fn effect(&self, host: &str) -> Effect {
-        Effect::new("broker")
+    fn effect(&self, host: &str) -> Record {
+        Record::new("broker")
             .with("capability", self.capability.clone())
             .with("method", self.method.clone())
             .with("host", host.to_string())
@@ -122,7 +123,7 @@ impl Seen {
 /// Records a request the broker answered itself and builds the answer.
 fn answer(
     context: &Context,
-    effect: Effect,
+    effect: Record,
     start: Instant,
     status: StatusCode,
     decision: &str,

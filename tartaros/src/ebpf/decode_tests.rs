@@ -1,5 +1,4 @@
 use super::*;
-use crate::events::Effect;
 use serde_json::Map;
 use tartaros_common::capture::{ADDR_BYTES, ARGV_BYTES, UNIX_PATH_BYTES};
 
@@ -43,17 +42,15 @@ fn path_buf(s: &str) -> ([u8; PATH_BYTES], i32) {
     (b, s.len() as i32 + 1)
 }
 
-fn effect_of(d: &mut Decoder, bytes: &[u8]) -> Effect {
+fn effect_of(d: &mut Decoder, bytes: &[u8]) -> Record {
     match d.decode(bytes) {
-        Decoded::Record(r) => crate::events::Entry::Records(vec![r])
-            .into_effects()
-            .remove(0),
+        Decoded::Record(r) => r,
         other => panic!("expected a record, got {other:?}"),
     }
 }
 
-fn target(e: &Effect) -> &Map<String, Value> {
-    e.fields["target"].as_object().unwrap()
+fn target(e: &Record) -> Map<String, Value> {
+    e.target.to_map()
 }
 
 #[test]
@@ -74,15 +71,15 @@ fn exec_splits_argv_and_flags_truncation() {
     };
     let e = effect_of(&mut d, &bytes_of(&ev));
     assert_eq!(e.kind, "exec");
-    assert_eq!(e.fields["decision"], "allowed");
-    assert_eq!(e.fields["pid"], std::process::id());
+    assert_eq!(e.decision, Decision::Allowed);
+    assert_eq!(e.pid, std::process::id());
     assert_eq!(target(&e)["path"], "/bin/echo");
     assert_eq!(
         target(&e)["argv"],
         serde_json::json!(["echo", "hello world"])
     );
     assert!(!target(&e).contains_key("argv_truncated"));
-    assert!(e.fields["wall_ns"].as_u64().unwrap() > 1_600_000_000_000_000_000);
+    assert!(e.wall_ns > 1_600_000_000_000_000_000);
 
     let mut cut = ev;
     cut.argc = 3;
@@ -121,18 +118,15 @@ fn failed_calls_are_denied_with_their_errno() {
     let mut s = sys(record::SYS_PATH, effect::OPEN, nr::OPENAT, -13);
     s.len = len;
     let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path }));
-    assert_eq!(e.fields["decision"], "denied");
-    assert_eq!(e.fields["errno"], 13);
+    assert_eq!(e.decision, Decision::Denied);
+    assert_eq!(e.errno, 13);
     assert_eq!(target(&e)["flags"], 0);
 
     let mut s = sys(record::SYS_PATH, effect::UNLINK, nr::UNLINK, -514);
     s.header.flags = flag::PATH_UNREADABLE;
     s.len = -14;
     let e = effect_of(&mut d, &bytes_of(&SysPathEvent { sys: s, path }));
-    assert_eq!(
-        e.fields["errno"], EINTR,
-        "restart codes are reported as EINTR"
-    );
+    assert_eq!(e.errno, EINTR, "restart codes are reported as EINTR");
     assert_eq!(target(&e)["path"], "");
     assert_eq!(target(&e)["path_unreadable"], true);
 }
@@ -194,16 +188,13 @@ fn socket_addresses_are_decoded() {
     v4[4..8].copy_from_slice(&[1, 1, 1, 1]);
     let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, -1, &v4)));
     assert_eq!(e.kind, "connect");
-    assert_eq!(e.fields["decision"], "denied");
+    assert_eq!(e.decision, Decision::Denied);
     assert_eq!(target(&e)["addr"], "1.1.1.1");
     assert_eq!(target(&e)["port"], 443);
     assert_eq!(target(&e)["family"], "inet");
 
     let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, -115, &v4)));
-    assert_eq!(
-        e.fields["decision"], "allowed",
-        "EINPROGRESS is not a denial"
-    );
+    assert_eq!(e.decision, Decision::Allowed, "EINPROGRESS is not a denial");
 
     let mut v6 = vec![0u8; 28];
     v6[..2].copy_from_slice(&AF_INET6.to_ne_bytes());
@@ -268,10 +259,7 @@ fn policy_records_and_garbage() {
     ev.port = 22;
     ev.addr[..4].copy_from_slice(&[127, 0, 0, 1]);
     let e = effect_of(&mut d, &bytes_of(&ev));
-    assert_eq!(
-        (e.kind, e.fields["errno"].clone()),
-        ("connect", EPERM.into())
-    );
+    assert_eq!((e.kind, e.errno), ("connect", EPERM));
     assert_eq!(target(&e)["port"], 22);
 
     let mut path = [0u8; UNIX_PATH_BYTES];
@@ -285,7 +273,7 @@ fn policy_records_and_garbage() {
     };
     let e = effect_of(&mut d, &bytes_of(&un));
     assert_eq!(target(&e)["path"], "/run/d.so");
-    assert_eq!(e.fields["decision"], "denied");
+    assert_eq!(e.decision, Decision::Denied);
 
     assert!(matches!(d.decode(&[0u8; 10]), Decoded::Invalid));
     let mut unknown = vec![0u8; 64];

@@ -201,9 +201,10 @@ impl Forwarder {
     }
 }
 
-/// Forwards every record of `source` as an [`Effect`] to `effects` until
-/// `stop` resolves (or its sender is dropped), then drains everything left
-/// in the ring buffer and the loss counters, and returns.
+/// Forwards every record of `source` as a
+/// [`Record`](crate::effectlog::Record) to `effects` until `stop` resolves
+/// (or its sender is dropped), then drains everything left in the ring
+/// buffer and the loss counters, and returns.
 ///
 /// The ring is drained on wake-ups and every 10 ms; loss counters are
 /// checked every 100 ms and at the end; each increase is

@@ -35,7 +35,7 @@ use std::path::PathBuf;
 pub use canonical::{policy_hash, to_canonical};
 pub use record::{Record, Target};
 pub use report::{ReportError, report};
-pub use schema::{Decision, EFFECT_KINDS, Effect, ExitStatus, Genesis, Seal};
+pub use schema::{Decision, EFFECT_KINDS, ExitStatus, Genesis, Seal};
 pub use show::{
     Filter, FilterError, ShowOptions, TimeBound, expand_kinds, glob_match, parse_time, show,
 };

@@ -3,6 +3,10 @@
 //! second; building each as a `serde_json::Map` (a String per key, a tree
 //! node per field) and sorting it again cost more than hashing and writing
 //! the line, on the CPU the agent shares.
+//!
+//! It is also the record of the supervisor's own gateways (proxy, broker,
+//! relays, signals): one type from every producer to the writer, so every
+//! effect reaches the log through the same checks and the same line code.
 
 use std::borrow::Cow;
 
@@ -59,6 +63,12 @@ impl Target {
     }
 }
 
+impl From<Map<String, Value>> for Target {
+    fn from(map: Map<String, Value>) -> Self {
+        Self(map.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+}
+
 /// One effect record before the writer gives it `seq` and `prev`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {
@@ -78,8 +88,98 @@ pub struct Record {
 }
 
 impl Record {
-    /// The record as the generic writer path takes it (and as tests and
-    /// tools read it): the common fields and `target`.
+    /// A record of `kind` by no known process, allowed, at the current
+    /// time: what a gateway knows before it adds what it saw.
+    pub fn new(kind: &'static str) -> Self {
+        Self {
+            kind,
+            pid: 0,
+            ppid: 0,
+            uid: 0,
+            mono_ns: super::mono_now_ns(),
+            wall_ns: super::wall_now_ns(),
+            decision: Decision::Allowed,
+            errno: 0,
+            target: Target::new(),
+        }
+    }
+
+    /// Sets `key` (builder style); see [`Self::set`].
+    pub fn with(mut self, key: impl Into<Cow<'static, str>>, value: impl Into<Value>) -> Self {
+        self.set(key, value);
+        self
+    }
+
+    /// Sets a common field (`decision`, `errno`, `pid`, `ppid`, `uid`,
+    /// `mono_ns`, `wall_ns`) or, for any other key, `target.key`; a
+    /// `target` object is merged into `target`. `decision` is denied only
+    /// for `"denied"`, and saying "allowed" clears `errno` (the schema
+    /// wants 0 there). A value that does not fit its typed field is kept in
+    /// `target` under its key, so nothing a producer reported is dropped.
+    pub fn set(&mut self, key: impl Into<Cow<'static, str>>, value: impl Into<Value>) {
+        let key = key.into();
+        let value = value.into();
+        match (key.as_ref(), value) {
+            ("decision", value) => {
+                if value.as_str() == Some("denied") {
+                    self.decision = Decision::Denied;
+                } else {
+                    self.decision = Decision::Allowed;
+                    self.errno = 0;
+                }
+            }
+            ("target", Value::Object(entries)) => {
+                for (k, v) in entries {
+                    self.target.insert(k, v);
+                }
+            }
+            (name, value) => {
+                if !value.as_u64().is_some_and(|n| self.set_common(name, n)) {
+                    self.target.insert(key, value);
+                }
+            }
+        }
+    }
+
+    /// Sets the common integer field `key` to `n`; false when there is no
+    /// such field or `n` does not fit it.
+    fn set_common(&mut self, key: &str, n: u64) -> bool {
+        let small = u32::try_from(n).ok();
+        match (key, small) {
+            ("errno", _) => self.errno = n,
+            ("mono_ns", _) => self.mono_ns = n,
+            ("wall_ns", _) => self.wall_ns = n,
+            ("pid", Some(n)) => self.pid = n,
+            ("ppid", Some(n)) => self.ppid = n,
+            ("uid", Some(n)) => self.uid = n,
+            _ => return false,
+        }
+        true
+    }
+
+    /// Sets `pid` (builder style).
+    pub fn pid(mut self, pid: u32) -> Self {
+        self.pid = pid;
+        self
+    }
+
+    /// Marks the record denied with `errno` (0 when the refusal was not a
+    /// syscall's, as for a proxy's 403).
+    pub fn denied(mut self, errno: u64) -> Self {
+        self.decision = Decision::Denied;
+        self.errno = errno;
+        self
+    }
+
+    /// Sets the times to now: a gateway's record is stamped when the
+    /// effect is over and reported, not when its builder was made.
+    pub fn stamp_now(&mut self) {
+        self.mono_ns = super::mono_now_ns();
+        self.wall_ns = super::wall_now_ns();
+    }
+
+    /// The record's common fields and `target` as a map (for tests and
+    /// tools that compare a record to the map form of its line).
     pub fn to_fields(&self) -> Map<String, Value> {
         let mut m = Map::new();
         m.insert("decision".into(), self.decision.as_str().into());
@@ -203,5 +303,50 @@ mod tests {
             Err(LogError::Float { at }) => assert_eq!(at, "$.target.ratio"),
             other => panic!("expected a float error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn producer_fields_land_in_target_and_defaults_fill_the_rest() {
+        let record = Record::new("proxy")
+            .with("host", "crates.io")
+            .with("port", 443)
+            .with("errno", 1)
+            .with("decision", "denied")
+            .with("target", serde_json::json!({"mode": "explicit"}));
+        assert_eq!(record.target.get("host"), Some(&Value::from("crates.io")));
+        assert_eq!(record.target.get("mode"), Some(&Value::from("explicit")));
+        assert_eq!((record.decision, record.errno), (Decision::Denied, 1));
+        assert_eq!((record.pid, record.ppid, record.uid), (0, 0, 0));
+        assert!(record.mono_ns > 0 && record.wall_ns > 0);
+        let allowed = Record::new("proxy")
+            .with("errno", 5)
+            .with("decision", "allowed");
+        assert_eq!(allowed.errno, 0, "allowed records carry no errno");
+        let odd = Record::new("signal")
+            .with("pid", -1)
+            .with("decision", "maybe");
+        assert_eq!(odd.decision, Decision::Allowed);
+        assert_eq!(
+            (odd.pid, odd.target.get("pid")),
+            (0, Some(&Value::from(-1)))
+        );
+    }
+
+    #[test]
+    fn a_built_record_has_the_line_of_a_literal_one() {
+        let built = Record::new("create")
+            .pid(7)
+            .with("ppid", 1)
+            .with("uid", 65534)
+            .with("mono_ns", 123)
+            .with("wall_ns", u64::MAX)
+            .denied(13)
+            .with("path", "/w/a \"b\"\n")
+            .with("flags", 577u64)
+            .with("argv", vec![Value::from("sh"), Value::from("-c")])
+            .with("resolved_from", "cwd")
+            .with(String::from("to_relative"), true)
+            .with("mode", -1i64);
+        assert_eq!(built, sample());
     }
 }

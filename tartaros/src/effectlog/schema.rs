@@ -11,9 +11,6 @@ pub const EFFECT_KINDS: &[&str] = &[
     "mknod", "bind", "xattr", "utime", "setflags", "syscall", "attrib",
 ];
 
-/// Fields the writer adds itself; a caller may not supply them.
-pub(crate) const RESERVED: &[&str] = &["seq", "prev", "kind"];
-
 const GENESIS_KEYS: &[&str] = &[
     "guarantees",
     "kernel",
@@ -141,40 +138,6 @@ impl Decision {
             Decision::Allowed => "allowed",
             Decision::Denied => "denied",
         }
-    }
-}
-
-/// The common fields of an effect record, for callers that prefer a struct to
-/// building the map by hand ([`super::LogWriter::effect`]).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Effect {
-    pub pid: u32,
-    pub ppid: u32,
-    pub uid: u32,
-    /// CLOCK_MONOTONIC ns (the clock of `bpf_ktime_get_ns`).
-    pub mono_ns: u64,
-    /// Wall time, ns since the Unix epoch.
-    pub wall_ns: u64,
-    /// What the effect was on: `{"path": ...}`, `{"from": ..., "to": ...}`,
-    /// `{"addr": ..., "port": ...}`, ... (see docs/effect-log.md).
-    pub target: Map<String, Value>,
-    pub decision: Decision,
-    /// Positive errno; 0 when allowed.
-    pub errno: u32,
-}
-
-impl Effect {
-    pub fn into_fields(self) -> Map<String, Value> {
-        let mut m = Map::new();
-        m.insert("pid".into(), self.pid.into());
-        m.insert("ppid".into(), self.ppid.into());
-        m.insert("uid".into(), self.uid.into());
-        m.insert("mono_ns".into(), self.mono_ns.into());
-        m.insert("wall_ns".into(), self.wall_ns.into());
-        m.insert("target".into(), Value::Object(self.target));
-        m.insert("decision".into(), self.decision.as_str().into());
-        m.insert("errno".into(), self.errno.into());
-        m
     }
 }
 

@@ -2,9 +2,9 @@
 
 use std::path::Path;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
-use super::{Decision, Effect, ExitStatus, Genesis, LogWriter, Seal};
+use super::{Decision, ExitStatus, Genesis, LogWriter, Record, Seal};
 
 pub(crate) fn genesis() -> Genesis {
     Genesis {
@@ -19,18 +19,24 @@ pub(crate) fn genesis() -> Genesis {
     }
 }
 
-pub(crate) fn target(v: Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-pub(crate) fn effect(pid: u32, ppid: u32, at_ms: u64, t: Value, denied: Option<u32>) -> Effect {
-    Effect {
+/// A record of `kind` by `pid` at `at_ms` after the genesis, denied with
+/// the errno in `denied` if any.
+pub(crate) fn effect(
+    kind: &'static str,
+    pid: u32,
+    ppid: u32,
+    at_ms: u64,
+    t: Value,
+    denied: Option<u64>,
+) -> Record {
+    Record {
+        kind,
         pid,
         ppid,
         uid: 1000,
         mono_ns: 1_000_000_000 + at_ms * 1_000_000,
         wall_ns: 1_700_000_000_000_000_000 + at_ms * 1_000_000,
-        target: target(t),
+        target: t.as_object().cloned().unwrap_or_default().into(),
         decision: if denied.is_some() {
             Decision::Denied
         } else {
@@ -45,49 +51,47 @@ pub(crate) fn effect(pid: u32, ppid: u32, at_ms: u64, t: Value, denied: Option<u
 pub(crate) fn write_sample(path: &Path) -> LogWriter {
     let mut w = LogWriter::create(path).unwrap();
     w.genesis(genesis()).unwrap();
-    w.effect(
+    w.record(&mut effect(
         "exec",
-        effect(
-            10,
-            1,
-            1,
-            json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}),
-            None,
-        ),
-    )
+        10,
+        1,
+        1,
+        json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}),
+        None,
+    ))
     .unwrap();
-    w.effect("fork", effect(10, 1, 2, json!({"child": 11}), None))
+    w.record(&mut effect("fork", 10, 1, 2, json!({"child": 11}), None))
         .unwrap();
-    w.effect(
+    w.record(&mut effect(
         "exec",
-        effect(
-            11,
-            10,
-            3,
-            json!({"path": "/bin/cat", "argv": ["cat", "x"]}),
-            None,
-        ),
-    )
+        11,
+        10,
+        3,
+        json!({"path": "/bin/cat", "argv": ["cat", "x"]}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut effect(
         "open",
-        effect(
-            11,
-            10,
-            4,
-            json!({"path": "/work/x", "flags": "O_RDONLY"}),
-            None,
-        ),
-    )
+        11,
+        10,
+        4,
+        json!({"path": "/work/x", "flags": "O_RDONLY"}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut effect(
         "open",
-        effect(11, 10, 5, json!({"path": "/etc/shadow"}), Some(13)),
-    )
+        11,
+        10,
+        5,
+        json!({"path": "/etc/shadow"}),
+        Some(13),
+    ))
     .unwrap();
-    w.effect("exit", effect(11, 10, 6, json!({"code": 1}), None))
+    w.record(&mut effect("exit", 11, 10, 6, json!({"code": 1}), None))
         .unwrap();
-    w.effect("exit", effect(10, 1, 7, json!({"code": 0}), None))
+    w.record(&mut effect("exit", 10, 1, 7, json!({"code": 0}), None))
         .unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),

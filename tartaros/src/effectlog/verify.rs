@@ -344,10 +344,14 @@ mod tests {
         let mut g = genesis();
         g.degraded = degraded.iter().map(|s| s.to_string()).collect();
         w.genesis(g).unwrap();
-        w.effect(
+        w.record(&mut effect(
             "exec",
-            effect(10, 1, 5, serde_json::json!({"path": "/bin/true"}), None),
-        )
+            10,
+            1,
+            5,
+            serde_json::json!({"path": "/bin/true"}),
+            None,
+        ))
         .unwrap();
         if let Some((count, kind)) = gap {
             w.gap(count, kind).unwrap();

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::canonical::{policy_hash, sha256, sha256_hex, to_canonical};
 use super::record::Record;
-use super::schema::{self, Decision, Effect, Genesis, RESERVED, Seal};
+use super::schema::{self, Decision, Genesis, Seal};
 use super::secrets::{Secrets, zeroize_vec};
 use super::{LogError, MAX_LINE_BYTES};
 
@@ -305,11 +305,11 @@ impl LogWriter {
         Ok(seq)
     }
 
-    /// Appends an effect record of `kind` (one of [`super::EFFECT_KINDS`]).
-    /// `fields` must hold pid, ppid, uid, mono_ns, wall_ns, target (object),
-    /// decision and errno, and may add more; seq, prev and kind are added
-    /// here. Returns the record's seq.
-    pub fn append(&mut self, kind: &str, mut fields: Map<String, Value>) -> Result<u64, LogError> {
+    /// Appends an effect record (its `kind` one of
+    /// [`super::EFFECT_KINDS`]); the writer adds seq and prev and redacts
+    /// the secrets in `target`. Returns the record's seq.
+    pub fn record(&mut self, record: &mut Record) -> Result<u64, LogError> {
+        let kind = record.kind;
         if let Some(e) = self.state_error(kind) {
             return Err(e);
         }
@@ -324,41 +324,8 @@ impl LogWriter {
                 _ => "not an effect kind (see effectlog::EFFECT_KINDS)".to_string(),
             }));
         }
-        if let Some(k) = RESERVED.iter().find(|k| fields.contains_key(**k)) {
-            return Err(invalid(format!("`{k}` is set by the writer")));
-        }
-        self.redactions += self.secrets.redact_map(&mut fields) as u64;
-        schema::check_effect(&fields).map_err(invalid)?;
-        let seq = self.emit(kind, fields)?;
-        if self.pending.len() >= self.batch_bytes {
-            self.flush()?;
-        }
-        Ok(seq)
-    }
-
-    /// [`Self::append`] from an [`Effect`] (use `append` with
-    /// `Effect::into_fields` plus your own keys to add fields such as `cwd`).
-    pub fn effect(&mut self, kind: &str, effect: Effect) -> Result<u64, LogError> {
-        self.append(kind, effect.into_fields())
-    }
-
-    /// Appends a typed effect record: the same line [`Self::append`]
-    /// writes for `record.to_fields()`, without building the map.
-    pub fn record(&mut self, record: &mut Record) -> Result<u64, LogError> {
-        let kind = record.kind;
-        if let Some(e) = self.state_error(kind) {
-            return Err(e);
-        }
-        self.drop_when_full(kind)?;
-        let invalid = |reason: &str| LogError::Invalid {
-            kind: kind.to_string(),
-            reason: reason.to_string(),
-        };
-        if !schema::is_effect_kind(kind) {
-            return Err(invalid("not an effect kind (see effectlog::EFFECT_KINDS)"));
-        }
         if record.decision == Decision::Allowed && record.errno != 0 {
-            return Err(invalid("`errno` must be 0 when allowed"));
+            return Err(invalid("`errno` must be 0 when allowed".to_string()));
         }
         self.redactions += self.secrets.redact_target(&mut record.target) as u64;
         let hex = self.head_hex();

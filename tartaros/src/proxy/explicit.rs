@@ -19,7 +19,8 @@ use super::http::{
 use super::sniff::split_host_port;
 use super::upstream::{connect_checked, relay};
 use super::{Decision, ProxyConfig, ProxyError, allow, normalize_host};
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 
 /// Where an allowed request goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,8 +110,8 @@ pub(super) async fn serve_connection(
     .await
 }
 
-fn base_effect(host: &str, port: u16, method: &str) -> Effect {
-    Effect::new("proxy")
+fn base_effect(host: &str, port: u16, method: &str) -> Record {
+    Record::new("proxy")
         .with("host", truncate(host, 253))
         .with("port", port)
         .with("method", truncate(method, 32))
@@ -120,7 +121,7 @@ fn base_effect(host: &str, port: u16, method: &str) -> Effect {
 /// Sends a denial effect and builds the 403.
 fn deny(
     events: &EffectSender,
-    effect: Effect,
+    effect: Record,
     start: Instant,
     reason: &'static str,
 ) -> Response<ProxyBody> {
@@ -141,7 +142,7 @@ fn deny(
 /// builds the answer (403 for an internal address, else 502).
 fn upstream_failed(
     events: &EffectSender,
-    effect: Effect,
+    effect: Record,
     start: Instant,
     error: &ProxyError,
 ) -> Response<ProxyBody> {

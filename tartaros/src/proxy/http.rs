@@ -22,7 +22,8 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -156,7 +157,7 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 /// last holder drops it), with the bytes counted each way and the duration.
 pub(crate) struct Pending {
     sender: EffectSender,
-    effect: Option<Effect>,
+    effect: Option<Record>,
     start: Instant,
     pub(crate) up: AtomicU64,
     pub(crate) down: AtomicU64,
@@ -168,7 +169,7 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    pub(crate) fn new(sender: EffectSender, effect: Effect, start: Instant) -> Self {
+    pub(crate) fn new(sender: EffectSender, effect: Record, start: Instant) -> Self {
         Self {
             sender,
             effect: Some(effect),
@@ -189,20 +190,19 @@ impl Drop for Pending {
         let up = self.up.load(Ordering::Relaxed);
         let down = self.down.load(Ordering::Relaxed);
         let duration_us = u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX);
-        effect.fields.insert("bytes_up".into(), up.into());
-        effect.fields.insert("bytes_down".into(), down.into());
+        effect.stamp_now();
+        effect.target.insert("bytes_up", up);
+        effect.target.insert("bytes_down", down);
         if effect.kind == "broker" {
-            effect.fields.insert("bytes".into(), down.into());
+            effect.target.insert("bytes", down);
         }
-        effect
-            .fields
-            .insert("duration_us".into(), duration_us.into());
+        effect.target.insert("duration_us", duration_us);
         if let Some(reason) = self.failure.get() {
-            effect.fields.insert("reason".into(), (*reason).into());
+            effect.target.insert("reason", *reason);
         }
         let status = self.status.load(Ordering::Relaxed);
         if status != 0 {
-            effect.fields.insert("status".into(), status.into());
+            effect.target.insert("status", status);
         }
         // The receiver is gone only when the supervisor is shutting down.
         let _ = self.sender.send(effect.into());

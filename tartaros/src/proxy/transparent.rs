@@ -20,7 +20,8 @@ use super::http::{Pending, truncate};
 use super::sniff::{MAX_SNIFF, Sniffed, sniff, split_host_port};
 use super::upstream::{connect_checked, relay};
 use super::{ProxyConfig, ProxyError};
-use crate::events::{Effect, EffectSender};
+use crate::effectlog::Record;
+use crate::events::EffectSender;
 
 /// Where an intercepted connection may go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,8 +112,8 @@ pub(super) async fn serve_connection(
     events: EffectSender,
 ) {
     let start = Instant::now();
-    let effect = Effect::new("proxy").with("mode", "transparent");
-    let record = |effect: Effect, decision: &str, reason: &str| {
+    let effect = Record::new("proxy").with("mode", "transparent");
+    let record = |effect: Record, decision: &str, reason: &str| {
         drop(Pending::new(
             events.clone(),
             effect.with("decision", decision).with("reason", reason),

@@ -42,26 +42,32 @@ const HOSTILE: &str = "/w/\u{1b}[2K\r\u{1b}[1Aok: 25 records, sealed\u{9b}31m\u{
 fn escape_sequences_in_paths_and_kinds_never_reach_the_terminal() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "paths.jsonl", |w| {
-        w.effect(
+        w.record(&mut effect(
             "create",
-            effect(5, 1, 1, json!({"path": HOSTILE, "flags": 0o301}), 0),
-        )
+            5,
+            1,
+            1,
+            json!({"path": HOSTILE, "flags": 0o301}),
+            0,
+        ))
         .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "open",
-            effect(5, 1, 2, json!({"path": HOSTILE, "flags": 0}), 13),
-        )
+            5,
+            1,
+            2,
+            json!({"path": HOSTILE, "flags": 0}),
+            13,
+        ))
         .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "exec",
-            effect(
-                5,
-                1,
-                3,
-                json!({"path": HOSTILE, "argv": [HOSTILE, HOSTILE]}),
-                0,
-            ),
-        )
+            5,
+            1,
+            3,
+            json!({"path": HOSTILE, "argv": [HOSTILE, HOSTILE]}),
+            0,
+        ))
         .unwrap();
         // The verifier refuses a hash that is not 64 hex digits, so the
         // hostile string rides in the `skipped` reason instead.
@@ -138,7 +144,7 @@ fn escape_sequences_in_paths_and_kinds_never_reach_the_terminal() {
 fn invalid_utf8_and_oversized_lines_are_reported_not_printed() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "bytes.jsonl", |w| {
-        w.effect("open", effect(5, 1, 1, json!({"path": "/w/a"}), 0))
+        w.record(&mut effect("open", 5, 1, 1, json!({"path": "/w/a"}), 0))
             .unwrap();
         sealed(w);
     });
@@ -172,21 +178,23 @@ fn a_10_mb_record_prints_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let huge = format!("/w/{}", "A".repeat(10 << 20));
     let path = write_log(dir.path(), "huge.jsonl", |w| {
-        w.effect(
+        w.record(&mut effect(
             "open",
-            effect(5, 1, 1, json!({"path": huge, "flags": 0}), 13),
-        )
+            5,
+            1,
+            1,
+            json!({"path": huge, "flags": 0}),
+            13,
+        ))
         .unwrap();
-        w.effect(
+        w.record(&mut effect(
             "exec",
-            effect(
-                5,
-                1,
-                2,
-                json!({"path": "/bin/sh", "argv": ["sh", "-c", huge]}),
-                0,
-            ),
-        )
+            5,
+            1,
+            2,
+            json!({"path": "/bin/sh", "argv": ["sh", "-c", huge]}),
+            0,
+        ))
         .unwrap();
         sealed(w);
     });
@@ -219,28 +227,34 @@ fn a_10_mb_record_prints_bounded() {
 /// (what `--max-procs 64` allows).
 fn deep_chain(dir: &Path) -> PathBuf {
     write_log(dir, "deep.jsonl", |w| {
-        w.effect(
+        w.record(&mut effect(
             "exec",
-            effect(100, 1, 0, json!({"path": "/bin/sh", "argv": ["sh"]}), 0),
-        )
+            100,
+            1,
+            0,
+            json!({"path": "/bin/sh", "argv": ["sh"]}),
+            0,
+        ))
         .unwrap();
         for i in 0..60_000u32 {
             let (pid, at) = (100 + i, u64::from(i) * 3);
-            w.effect(
+            w.record(&mut effect(
                 "fork",
-                effect(
-                    pid,
-                    pid.saturating_sub(1),
-                    at + 1,
-                    json!({"child": pid + 1}),
-                    0,
-                ),
-            )
+                pid,
+                pid.saturating_sub(1),
+                at + 1,
+                json!({"child": pid + 1}),
+                0,
+            ))
             .unwrap();
-            w.effect(
+            w.record(&mut effect(
                 "exit",
-                effect(pid, pid.saturating_sub(1), at + 2, json!({"code": 0}), 0),
-            )
+                pid,
+                pid.saturating_sub(1),
+                at + 2,
+                json!({"code": 0}),
+                0,
+            ))
             .unwrap();
         }
         sealed(w);

@@ -50,7 +50,8 @@ sys.exit(1 if bad else 0)
 fn the_schema_describes_every_record_kind() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_log(dir.path(), "all.jsonl", |w| {
-        let e = |t: Value, errno| effect(5, 1, 1, t, errno);
+        // Each record's kind is set from its row below.
+        let e = |t: Value, errno| effect("exec", 5, 1, 1, t, errno);
         let records = [
             (
                 "exec",
@@ -100,8 +101,9 @@ fn the_schema_describes_every_record_kind() {
             ("signal", e(json!({"to": 1, "signal": 9}), 1)),
             ("exit", e(json!({"code": 0}), 0)),
         ];
-        for (kind, r) in records {
-            w.effect(kind, r).unwrap();
+        for (kind, mut r) in records {
+            r.kind = kind;
+            w.record(&mut r).unwrap();
         }
         w.gap(3, "open").unwrap();
         let files = vec![json!({"path": "/b", "size": 3, "sha256": "ab".repeat(32)})];

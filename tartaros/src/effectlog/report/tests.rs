@@ -16,21 +16,23 @@ fn the_page_is_self_contained_and_escapes_every_log_string() {
     })
     .unwrap();
     let evil = "/w/<script>alert(1)</script>\"'&\u{1b}[31m";
-    w.effect(
+    w.record(&mut effect(
         "create",
-        effect(5, 1, 1, json!({"path": evil, "flags": 0o301}), None),
-    )
+        5,
+        1,
+        1,
+        json!({"path": evil, "flags": 0o301}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut effect(
         "open",
-        effect(
-            5,
-            1,
-            2,
-            json!({"path": "/etc/shadow", "flags": 0}),
-            Some(13),
-        ),
-    )
+        5,
+        1,
+        2,
+        json!({"path": "/etc/shadow", "flags": 0}),
+        Some(13),
+    ))
     .unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),

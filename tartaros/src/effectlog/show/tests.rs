@@ -17,102 +17,92 @@ fn clean_genesis() -> Genesis {
 fn sample(path: &Path) {
     let mut w = LogWriter::create(path).unwrap();
     w.genesis(clean_genesis()).unwrap();
-    let e = |pid, ppid, ms, t, errno| effect(pid, ppid, ms, t, errno);
-    w.effect(
+    let e = |kind, pid, ppid, ms, t, errno| effect(kind, pid, ppid, ms, t, errno);
+    w.record(&mut e(
         "exec",
-        e(
-            10,
-            1,
-            1,
-            json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}),
-            None,
-        ),
-    )
+        10,
+        1,
+        1,
+        json!({"path": "/bin/sh", "argv": ["sh", "-c", "cat x"]}),
+        None,
+    ))
     .unwrap();
-    w.effect("fork", e(10, 1, 2, json!({"child": 11}), None))
+    w.record(&mut e("fork", 10, 1, 2, json!({"child": 11}), None))
         .unwrap();
-    w.effect(
+    w.record(&mut e(
         "exec",
-        e(
-            11,
-            10,
-            3,
-            json!({"path": "/bin/cat", "argv": ["cat", "x"]}),
-            None,
-        ),
-    )
+        11,
+        10,
+        3,
+        json!({"path": "/bin/cat", "argv": ["cat", "x"]}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "open",
-        e(11, 10, 4, json!({"path": "/work/x", "flags": 0}), None),
-    )
+        11,
+        10,
+        4,
+        json!({"path": "/work/x", "flags": 0}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "open",
-        e(
-            11,
-            10,
-            5,
-            json!({"path": "/etc/shadow", "flags": 0}),
-            Some(13),
-        ),
-    )
+        11,
+        10,
+        5,
+        json!({"path": "/etc/shadow", "flags": 0}),
+        Some(13),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "mkdir",
-        e(11, 10, 6, json!({"path": "/work/d", "mode": 493}), Some(17)),
-    )
+        11,
+        10,
+        6,
+        json!({"path": "/work/d", "mode": 493}),
+        Some(17),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "create",
-        e(
-            11,
-            10,
-            7,
-            json!({"path": "/work/log.txt", "flags": 0o2101, "mode": 0o644}),
-            None,
-        ),
-    )
+        11,
+        10,
+        7,
+        json!({"path": "/work/log.txt", "flags": 0o2101, "mode": 0o644}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "signal",
-        e(11, 10, 8, json!({"to": 1, "signal": 9}), Some(1)),
-    )
+        11,
+        10,
+        8,
+        json!({"to": 1, "signal": 9}),
+        Some(1),
+    ))
     .unwrap();
-    w.effect("exit", e(11, 10, 9, json!({"code": 1}), None))
+    w.record(&mut e("exit", 11, 10, 9, json!({"code": 1}), None))
         .unwrap();
     // Written at the end of its connection, 8.5 ms after it started.
-    w.effect(
+    w.record(&mut e(
         "proxy",
-        e(
-            10,
-            1,
-            10,
-            json!({"host": "evil.example", "port": 443, "method": "CONNECT",
+        10,
+        1,
+        10,
+        json!({"host": "evil.example", "port": 443, "method": "CONNECT",
         "reason": "domain not allowed", "duration_us": 8500}),
-            Some(0),
-        )
-        .into_denied(),
-    )
+        Some(0),
+    ))
     .unwrap();
-    w.effect("exit", e(10, 1, 11, json!({"code": 0}), None))
+    w.record(&mut e("exit", 10, 1, 11, json!({"code": 0}), None))
         .unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),
         cgroup_empty: true,
     })
     .unwrap();
-}
-
-trait Denied {
-    fn into_denied(self) -> Self;
-}
-
-impl Denied for crate::effectlog::Effect {
-    fn into_denied(mut self) -> Self {
-        self.decision = crate::effectlog::Decision::Denied;
-        self
-    }
 }
 
 fn run(path: &Path, opts: &ShowOptions) -> String {
@@ -317,14 +307,21 @@ fn tree_handles_pid_reuse_and_missing_exits() {
     let path = dir.path().join("log.jsonl");
     let mut w = LogWriter::create(&path).unwrap();
     w.genesis(clean_genesis()).unwrap();
-    w.effect("fork", effect(5, 1, 1, json!({"child": 6}), None))
+    w.record(&mut effect("fork", 5, 1, 1, json!({"child": 6}), None))
         .unwrap();
-    w.effect("exit", effect(6, 5, 2, json!({"signal": 9}), None))
+    w.record(&mut effect("exit", 6, 5, 2, json!({"signal": 9}), None))
         .unwrap();
-    w.effect("fork", effect(5, 1, 3, json!({"child": 6}), None))
+    w.record(&mut effect("fork", 5, 1, 3, json!({"child": 6}), None))
         .unwrap();
-    w.effect("exec", effect(6, 5, 4, json!({"path": "/bin/x"}), Some(1)))
-        .unwrap();
+    w.record(&mut effect(
+        "exec",
+        6,
+        5,
+        4,
+        json!({"path": "/bin/x"}),
+        Some(1),
+    ))
+    .unwrap();
     drop(w);
     let out = run(
         &path,
@@ -351,23 +348,25 @@ fn hostile_names_cannot_drive_the_terminal() {
     let path = dir.path().join("log.jsonl");
     let mut w = LogWriter::create(&path).unwrap();
     w.genesis(clean_genesis()).unwrap();
-    w.effect(
+    w.record(&mut effect(
         "create",
-        effect(5, 1, 1, json!({"path": "/w/\u{1b}[2J\u{202e}x\n"}), None),
-    )
+        5,
+        1,
+        1,
+        json!({"path": "/w/\u{1b}[2J\u{202e}x\n"}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut effect(
         "exec",
-        effect(
-            5,
-            1,
-            2,
-            json!({"path": "/bin/sh", "argc": 3,
+        5,
+        1,
+        2,
+        json!({"path": "/bin/sh", "argc": 3,
         "argv": ["sh", "-c", format!("make test{}; echo pwned > x", " ".repeat(1100))],
         "argv_truncated": true}),
-            None,
-        ),
-    )
+        None,
+    ))
     .unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),

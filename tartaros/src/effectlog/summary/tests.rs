@@ -2,11 +2,11 @@ use serde_json::json;
 
 use super::*;
 use crate::effectlog::testutil::{effect, genesis};
-use crate::effectlog::{Decision, Effect, ExitStatus, Genesis, LogWriter, Seal};
+use crate::effectlog::{ExitStatus, Genesis, LogWriter, Record, Seal};
 
-fn denied(mut e: Effect) -> Effect {
-    e.decision = Decision::Denied;
-    e
+/// Denied without an errno: the proxy's refusals.
+fn denied(e: Record) -> Record {
+    e.denied(0)
 }
 
 fn write(path: &Path, with_files: bool) {
@@ -17,173 +17,176 @@ fn write(path: &Path, with_files: bool) {
         ..genesis()
     })
     .unwrap();
-    let e = |pid, ppid, ms, t, errno| effect(pid, ppid, ms, t, errno);
-    w.effect(
+    let e = |kind, pid, ppid, ms, t, errno| effect(kind, pid, ppid, ms, t, errno);
+    w.record(&mut e(
         "exec",
-        e(
-            10,
-            1,
-            1,
-            json!({"path": "/bin/sh", "argv": ["sh", "-c", "make"]}),
-            None,
-        ),
-    )
+        10,
+        1,
+        1,
+        json!({"path": "/bin/sh", "argv": ["sh", "-c", "make"]}),
+        None,
+    ))
     .unwrap();
-    w.effect("fork", e(10, 1, 2, json!({"child": 11}), None))
+    w.record(&mut e("fork", 10, 1, 2, json!({"child": 11}), None))
         .unwrap();
-    w.effect(
+    w.record(&mut e(
         "exec",
-        e(
-            11,
-            10,
-            3,
-            json!({"path": "/usr/bin/make", "argv": ["make"]}),
-            None,
-        ),
-    )
+        11,
+        10,
+        3,
+        json!({"path": "/usr/bin/make", "argv": ["make"]}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "create",
-        e(
-            11,
-            10,
-            4,
-            json!({"path": "/work/new.txt", "flags": 0o301}),
-            None,
-        ),
-    )
+        11,
+        10,
+        4,
+        json!({"path": "/work/new.txt", "flags": 0o301}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "create",
-        e(
-            11,
-            10,
-            5,
-            json!({"path": "/work/README", "flags": 577}),
-            None,
-        ),
-    )
+        11,
+        10,
+        5,
+        json!({"path": "/work/README", "flags": 577}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "create",
-        e(
-            11,
-            10,
-            6,
-            json!({"path": "/work/.tmp1", "flags": 0o301}),
-            None,
-        ),
-    )
+        11,
+        10,
+        6,
+        json!({"path": "/work/.tmp1", "flags": 0o301}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "rename",
-        e(
-            11,
-            10,
-            7,
-            json!({"from": "/work/.tmp1", "to": "/work/out.bin"}),
-            None,
-        ),
-    )
+        11,
+        10,
+        7,
+        json!({"from": "/work/.tmp1", "to": "/work/out.bin"}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "rename",
-        e(11, 10, 8, json!({"from": "/work/a", "to": "/work/b"}), None),
-    )
+        11,
+        10,
+        8,
+        json!({"from": "/work/a", "to": "/work/b"}),
+        None,
+    ))
     .unwrap();
-    w.effect("unlink", e(11, 10, 9, json!({"path": "/work/old"}), None))
-        .unwrap();
-    w.effect(
+    w.record(&mut e(
+        "unlink",
+        11,
+        10,
+        9,
+        json!({"path": "/work/old"}),
+        None,
+    ))
+    .unwrap();
+    w.record(&mut e(
         "open",
-        e(11, 10, 10, json!({"path": "/dev/null", "flags": 1}), None),
-    )
+        11,
+        10,
+        10,
+        json!({"path": "/dev/null", "flags": 1}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "open",
-        e(11, 10, 11, json!({"path": "/work/src.c", "flags": 0}), None),
-    )
+        11,
+        10,
+        11,
+        json!({"path": "/work/src.c", "flags": 0}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "mkdir",
-        e(11, 10, 12, json!({"path": "/work/exists"}), Some(17)),
-    )
+        11,
+        10,
+        12,
+        json!({"path": "/work/exists"}),
+        Some(17),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "open",
-        e(
-            11,
-            10,
-            13,
-            json!({"path": "/home/u/.ssh/id", "flags": 0}),
-            Some(13),
-        ),
-    )
+        11,
+        10,
+        13,
+        json!({"path": "/home/u/.ssh/id", "flags": 0}),
+        Some(13),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "open",
-        e(
-            11,
-            10,
-            14,
-            json!({"path": "/home/u/.ssh/id", "flags": 0}),
-            Some(13),
-        ),
-    )
+        11,
+        10,
+        14,
+        json!({"path": "/home/u/.ssh/id", "flags": 0}),
+        Some(13),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "connect",
-        e(
-            11,
-            10,
-            15,
-            json!({"family": "inet", "addr": "1.1.1.1", "port": 443}),
-            Some(1),
-        ),
-    )
+        11,
+        10,
+        15,
+        json!({"family": "inet", "addr": "1.1.1.1", "port": 443}),
+        Some(1),
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "connect",
-        e(
-            11,
-            10,
-            16,
-            json!({"family": "inet6", "addr": "::1", "port": 8080}),
-            None,
-        ),
-    )
+        11,
+        10,
+        16,
+        json!({"family": "inet6", "addr": "::1", "port": 8080}),
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut denied(e(
         "proxy",
-        denied(e(
-            0,
-            0,
-            17,
-            json!({"host": "evil.example", "port": 443,
+        0,
+        0,
+        17,
+        json!({"host": "evil.example", "port": 443,
         "reason": "domain not allowed"}),
-            None,
-        )),
-    )
+        None,
+    )))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "proxy",
-        e(
-            0,
-            0,
-            18,
-            json!({"host": "crates.io", "port": 443,
+        0,
+        0,
+        18,
+        json!({"host": "crates.io", "port": 443,
         "bytes_up": 100, "bytes_down": 20_000}),
-            None,
-        ),
-    )
+        None,
+    ))
     .unwrap();
-    w.effect(
+    w.record(&mut e(
         "signal",
-        e(11, 10, 19, json!({"to": 1, "signal": 9}), Some(1)),
-    )
+        11,
+        10,
+        19,
+        json!({"to": 1, "signal": 9}),
+        Some(1),
+    ))
     .unwrap();
-    w.effect("exit", e(11, 10, 20, json!({"code": 2}), None))
+    w.record(&mut e("exit", 11, 10, 20, json!({"code": 2}), None))
         .unwrap();
-    w.effect("exit", e(10, 1, 21, json!({"code": 2}), None))
+    w.record(&mut e("exit", 10, 1, 21, json!({"code": 2}), None))
         .unwrap();
     let seal = Seal {
         exit_status: ExitStatus::Code(2),

@@ -95,9 +95,9 @@ fn order_and_field_rules_are_enforced() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.jsonl");
     let mut w = LogWriter::create(&path).unwrap();
-    let e = || effect(1, 0, 0, json!({"path": "/x"}), None);
+    let e = |kind| effect(kind, 1, 0, 0, json!({"path": "/x"}), None);
     assert!(matches!(
-        w.effect("exec", e()),
+        w.record(&mut e("exec")),
         Err(LogError::NoGenesis { .. })
     ));
     assert!(matches!(w.gap(1, "exec"), Err(LogError::NoGenesis { .. })));
@@ -107,25 +107,22 @@ fn order_and_field_rules_are_enforced() {
         Err(LogError::GenesisTwice { .. })
     ));
     assert!(matches!(
-        w.effect("bogus", e()),
+        w.record(&mut e("bogus")),
         Err(LogError::Invalid { .. })
     ));
+    match w.record(&mut e("seal")) {
+        Err(LogError::Invalid { reason, .. }) => assert!(reason.contains("LogWriter::seal")),
+        other => panic!("a seal through record: {other:?}"),
+    }
+    let mut allowed_with_errno = e("open");
+    allowed_with_errno.errno = 13;
     assert!(matches!(
-        w.effect("seal", e()),
+        w.record(&mut allowed_with_errno),
         Err(LogError::Invalid { .. })
     ));
-    let mut f = e().into_fields();
-    f.insert("seq".into(), 7.into());
-    assert!(matches!(w.append("open", f), Err(LogError::Invalid { .. })));
-    let mut f = e().into_fields();
-    f.insert("errno".into(), 13.into());
-    assert!(matches!(w.append("open", f), Err(LogError::Invalid { .. })));
-    let mut f = e().into_fields();
-    f.insert("target".into(), "/x".into());
-    assert!(matches!(w.append("open", f), Err(LogError::Invalid { .. })));
-    let mut f = e().into_fields();
-    f.insert("ratio".into(), json!(0.5));
-    assert!(matches!(w.append("open", f), Err(LogError::Float { .. })));
+    let mut float = e("open");
+    float.target.insert("ratio", json!(0.5));
+    assert!(matches!(w.record(&mut float), Err(LogError::Float { .. })));
     assert!(matches!(w.gap(0, "exec"), Err(LogError::Invalid { .. })));
     // None of the refused records reached the file or the chain.
     assert_eq!(w.records(), 1);
@@ -136,7 +133,7 @@ fn order_and_field_rules_are_enforced() {
     })
     .unwrap();
     assert!(matches!(
-        w.effect("open", e()),
+        w.record(&mut e("open")),
         Err(LogError::Sealed { .. })
     ));
     assert_eq!(verify_file(&path).code, VERDICT_OK);
@@ -149,8 +146,15 @@ fn unsealed_writer_leaves_a_verifiable_prefix() {
     {
         let mut w = LogWriter::create(&path).unwrap();
         w.genesis(genesis()).unwrap();
-        w.effect("exec", effect(1, 0, 1, json!({"path": "/bin/true"}), None))
-            .unwrap();
+        w.record(&mut effect(
+            "exec",
+            1,
+            0,
+            1,
+            json!({"path": "/bin/true"}),
+            None,
+        ))
+        .unwrap();
     }
     let v = verify_file(&path);
     assert_eq!(v.code, VERDICT_UNSEALED, "{v:?}");
@@ -168,7 +172,8 @@ fn secrets_are_redacted_everywhere_and_the_log_still_verifies() {
     g.policy = json!({"env": {"KEY": "sk-live-\"quoted\""}});
     w.genesis(g).unwrap();
     let t = json!({"url": "http://127.0.0.1:9/gh/x?auth=brk_9f8e7d6c5b4a", "brk_9f8e7d6c5b4a": 1});
-    w.effect("broker", effect(3, 1, 1, t, Some(1))).unwrap();
+    w.record(&mut effect("broker", 3, 1, 1, t, Some(1)))
+        .unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),
         cgroup_empty: true,
@@ -197,9 +202,9 @@ fn a_secret_outside_any_string_is_still_kept_off_disk() {
     let mut w = LogWriter::create(&path).unwrap();
     w.set_secrets(vec![b"987654321987".to_vec()]);
     w.genesis(genesis()).unwrap();
-    let mut e = effect(3, 1, 1, json!({"path": "/x"}), None);
+    let mut e = effect("open", 3, 1, 1, json!({"path": "/x"}), None);
     e.wall_ns = 987_654_321_987;
-    w.effect("open", e).unwrap();
+    w.record(&mut e).unwrap();
     w.seal(Seal {
         exit_status: ExitStatus::Code(0),
         cgroup_empty: true,
@@ -218,16 +223,30 @@ fn batching_writes_whole_lines_on_flush_and_drop() {
     w.set_batch_bytes(1 << 20);
     w.genesis(genesis()).unwrap();
     for i in 0..5 {
-        w.effect("write", effect(2, 1, i, json!({"path": "/work/f"}), None))
-            .unwrap();
+        w.record(&mut effect(
+            "write",
+            2,
+            1,
+            i,
+            json!({"path": "/work/f"}),
+            None,
+        ))
+        .unwrap();
     }
     assert!(w.writes_pending());
     assert_eq!(lines(&path).len(), 1);
     w.flush().unwrap();
     assert!(!w.writes_pending());
     assert_eq!(lines(&path).len(), 6);
-    w.effect("unlink", effect(2, 1, 9, json!({"path": "/work/f"}), None))
-        .unwrap();
+    w.record(&mut effect(
+        "unlink",
+        2,
+        1,
+        9,
+        json!({"path": "/work/f"}),
+        None,
+    ))
+    .unwrap();
     drop(w);
     assert_eq!(lines(&path).len(), 7);
     assert_eq!(verify_file(&path).code, VERDICT_UNSEALED);
@@ -278,30 +297,26 @@ fn a_typed_record_is_written_as_its_map_would_be_with_secrets_redacted() {
         errno: 13,
         target,
     };
-    let mut bytes = Vec::new();
-    for typed in [false, true] {
-        let path = dir.path().join(format!("log-{typed}.jsonl"));
-        let mut w = LogWriter::create(&path).unwrap();
-        w.set_secrets(vec![secret.clone()]);
-        w.genesis(genesis()).unwrap();
-        let mut r = record.clone();
-        if typed {
-            w.record(&mut r).unwrap();
-        } else {
-            w.append(r.kind, r.to_fields()).unwrap();
-        }
-        assert_eq!(w.redactions(), 1);
-        w.seal(Seal {
-            exit_status: ExitStatus::Code(0),
-            cgroup_empty: true,
-        })
-        .unwrap();
-        assert_eq!(verify_file(&path).code, VERDICT_OK);
-        // Genesis and the record; the seal carries the time it was written.
-        bytes.push(lines(&path)[..2].to_vec());
-    }
-    assert_eq!(bytes[0], bytes[1]);
-    assert!(!bytes[1][1].contains("brk_9f8e7d6c5b4a"), "{}", bytes[1][1]);
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.set_secrets(vec![secret.clone()]);
+    w.genesis(genesis()).unwrap();
+    w.record(&mut record.clone()).unwrap();
+    assert_eq!(w.redactions(), 1);
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    assert_eq!(verify_file(&path).code, VERDICT_OK);
+    // The line is the canonical form of the record's map, redacted.
+    let line = lines(&path)[1].clone();
+    let mut m = record.to_fields();
+    m.insert("seq".into(), 1.into());
+    m.insert("prev".into(), sha256_hex(lines(&path)[0].as_bytes()).into());
+    m.insert("kind".into(), "create".into());
+    m["target"]["path"] = "/w/[REDACTED]/out".into();
+    assert_eq!(line, to_canonical(&Value::Object(m)).unwrap());
 
     let mut allowed_with_errno = record.clone();
     allowed_with_errno.decision = Decision::Allowed;
@@ -321,7 +336,7 @@ fn a_writer_whose_filesystem_fills_drops_counts_and_still_seals() {
     let mut w = LogWriter::create(&path).unwrap();
     w.genesis(genesis()).unwrap();
     w.full = Some("no room".into());
-    let r = w.effect("exec", effect(10, 1, 5, serde_json::json!({}), None));
+    let r = w.record(&mut effect("exec", 10, 1, 5, serde_json::json!({}), None));
     assert!(matches!(r, Err(LogError::Full { .. })), "{r:?}");
     assert_eq!(w.dropped(), 1);
     w.seal(Seal {
