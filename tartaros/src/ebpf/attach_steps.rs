@@ -151,6 +151,30 @@ pub(super) fn verify_programs(
     features: u32,
     layout: Option<&kbtf::KernelLayout>,
 ) -> Result<load::Loaded, EbpfError> {
+    let (cgroup_programs, tracing_programs) = programs_for(features, layout);
+    let kfuncs = load::kfuncs(layout);
+    load::load_programs(object, &cgroup_programs, &tracing_programs, &kfuncs)
+        .map_err(|(name, source)| load_error(name, source))
+}
+
+/// The names of the programs [`verify_programs`] loads for `features`.
+pub(super) fn program_names(
+    features: u32,
+    layout: Option<&kbtf::KernelLayout>,
+) -> Vec<&'static str> {
+    let (cgroup, tracing) = programs_for(features, layout);
+    cgroup
+        .iter()
+        .map(|p| p.name)
+        .chain(tracing.iter().map(|p| p.spec.name))
+        .collect()
+}
+
+/// The programs of the parts in `features`, in attach order.
+fn programs_for(
+    features: u32,
+    layout: Option<&kbtf::KernelLayout>,
+) -> (Vec<load::CgroupProgram>, Vec<load::TracingProgram>) {
     use tartaros_common::capture::feature;
     // What to attach, in order: sock_ops before the connect programs, so
     // that no intercepted connect can miss it; then socket creation, the
@@ -183,9 +207,7 @@ pub(super) fn verify_programs(
             .collect(),
         _ => Vec::new(),
     };
-    let kfuncs = load::kfuncs(layout);
-    load::load_programs(object, &cgroup_programs, &tracing_programs, &kfuncs)
-        .map_err(|(name, source)| load_error(name, source))
+    (cgroup_programs, tracing_programs)
 }
 
 /// Attaches loaded programs to the cgroup and the tracepoints, in the

@@ -1,6 +1,8 @@
 //! Loading the object, filling its maps, attaching programs (the steps of
 //! `attach_with`).
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
@@ -132,16 +134,39 @@ const RING: &str = "RING";
 /// The `.rodata` global that tells the programs which ring to use.
 const RINGS_SHARED: &str = "RINGS_SHARED";
 
-/// Creates the maps the embedded object declares and the frozen
-/// `.rodata`: for many runs (`shared`, the service), whose rings go into
-/// `EVENTS` (a map of maps), or for one run, whose ring of `ring_bytes`
-/// (0: none) is `RING`, taken from [`early_ring`] when it was prepared.
-pub(super) fn load_object(shared: bool, ring_bytes: u32) -> Result<Object, EbpfError> {
+/// The maps that `programs` reference. A run that loads some programs
+/// only needs their maps: creating the others (a preallocated 2.4 MB
+/// `PENDING`, four LRU maps) cost about as much CPU as verifying the unix
+/// programs of a plain root run.
+pub(super) fn maps_used(programs: &[&str]) -> Result<BTreeSet<String>, EbpfError> {
+    let used = RefCell::new(BTreeSet::new());
+    for program in programs {
+        // Relocated against a placeholder descriptor, only to see the names.
+        elf::relocated(EBPF_OBJECT, program, &|map| {
+            used.borrow_mut().insert(map.to_owned());
+            Some(0)
+        })
+        .map_err(EbpfError::LoadObject)?;
+    }
+    Ok(used.into_inner())
+}
+
+/// Creates the maps the embedded object declares (only those in `only`,
+/// when given) and the frozen `.rodata`: for many runs (`shared`, the
+/// service), whose rings go into `EVENTS` (a map of maps), or for one run,
+/// whose ring of `ring_bytes` (0: none) is `RING`, taken from
+/// [`early_ring`] when it was prepared.
+pub(super) fn load_object(
+    shared: bool,
+    ring_bytes: u32,
+    only: Option<&BTreeSet<String>>,
+) -> Result<Object, EbpfError> {
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
     let mut own_reader = None;
-    for def in &defs {
+    let wanted = |name: &str| only.is_none_or(|only| only.contains(name));
+    for def in defs.iter().filter(|def| wanted(&def.name)) {
         let fd = if def.name == tartaros_common::MAP_EVENTS {
             if (def.key_size, def.value_size) != (8, 4) {
                 return Err(missing(format!("map {} of u64 -> u32", def.name)));

@@ -77,7 +77,7 @@ fn the_unix_programs_verify_in_a_few_thousand_instructions() {
         return;
     }
     let layout = load::kernel_layout().expect("kernel layout");
-    let object = load::load_object(false, 0).expect("object");
+    let object = load::load_object(false, 0, None).expect("object");
     let kfuncs = load::kfuncs(Some(&layout));
     for program in UNIX_PROGRAMS {
         let mut code = object.relocated(program.name).expect("relocate");
@@ -100,4 +100,28 @@ fn the_unix_programs_verify_in_a_few_thousand_instructions() {
         eprintln!("{}: {}", program.name, stats.trim());
         assert!(processed < 3_000, "{}: {stats}", program.name);
     }
+}
+
+/// A plain root run (the unix policy alone) creates only the maps its
+/// programs reference: not the capture's preallocated `PENDING` nor the
+/// interception's LRU maps, which cost as much as verifying it.
+#[test]
+fn the_unix_policy_alone_needs_none_of_the_capture_or_interception_maps() {
+    let unix = tartaros_common::capture::feature::UNIX;
+    let names = attach_steps::program_names(unix, None);
+    assert_eq!(names, ["unix_connect", "unix_sendmsg"]);
+    let maps = load::maps_used(&names).expect("maps");
+    for needed in [
+        tartaros_common::MAP_UNIX_ALLOW,
+        tartaros_common::MAP_EVENTS_LOST,
+        "RUNS",
+        "RUN_LEVEL",
+    ] {
+        assert!(maps.contains(needed), "{needed} missing from {maps:?}");
+    }
+    for unneeded in ["PENDING", "SYSCALL_KIND", "TPROXY_COOKIE", "OWNER_PORT"] {
+        assert!(!maps.contains(unneeded), "{unneeded} in {maps:?}");
+    }
+    let all = attach_steps::program_names(u32::MAX, None);
+    assert!(load::maps_used(&all).expect("maps").contains("TPROXY_PORT"));
 }

@@ -61,7 +61,9 @@ impl Preload {
 pub(super) fn prepare(options: &AttachOptions) -> Result<Prepared, EbpfError> {
     let started = Instant::now();
     let layout = attach_steps::check(options)?;
-    let mut object = load::load_object(false, options.ring_bytes)?;
+    let programs = attach_steps::program_names(options.features(), layout.as_ref());
+    let maps = load::maps_used(&programs)?;
+    let mut object = load::load_object(false, options.ring_bytes, Some(&maps))?;
     if options.capture {
         load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;

@@ -74,8 +74,12 @@ fn fill(
     options: &AttachOptions,
     unix: &[UnixPrefix],
 ) -> Result<Option<RingBuf<MapData>>, EbpfError> {
-    for grant in &options.grants {
-        insert_grant(object, run, *grant)?;
+    // Only the connect filter reads the grants (and without it a root
+    // run's object has no `ALLOW`).
+    if options.features() & tartaros_common::capture::feature::FILTER != 0 {
+        for grant in &options.grants {
+            insert_grant(object, run, *grant)?;
+        }
     }
     if options.unix_policy {
         let name = tartaros_common::MAP_UNIX_ALLOW;
