@@ -221,11 +221,20 @@ fn startup_races(
             );
         }
     }
+    // `TARTAROS_BENCH_BASELINE=<an older tartaros>` races it too (as root),
+    // so a change's before and after come from the same invocation.
+    let baseline = std::env::var("TARTAROS_BENCH_BASELINE").ok();
     let bwrap_plain = [bwrap, "--unshare-all", "--ro-bind", "/", "/", true_bin];
     let mut plain = vec![
         case("bwrap --unshare-all --ro-bind / / true", &bwrap_plain),
         case("tartaros run -- true", &[t, "run", "--", true_bin]),
     ];
+    if let Some(base) = baseline.as_deref() {
+        plain.push(case(
+            "tartaros run -- true (baseline binary)",
+            &[base, "run", "--", true_bin],
+        ));
+    }
     if env.user.is_some() {
         plain.extend([
             case(
@@ -281,6 +290,11 @@ fn startup_races(
             &tartaros_hardened,
         ),
     ];
+    if let Some(base) = baseline.as_deref() {
+        let mut argv = tartaros_hardened;
+        argv[0] = base;
+        hardened.push(case("the same, baseline binary", &argv));
+    }
     if env.user.is_some() {
         hardened.extend([
             case(

@@ -7,7 +7,9 @@
 //! - `bench startup|log|log-start|log-flood|proxy`: side-by-side
 //!   benchmarks (`log-start` and `log-flood` are the start-up and event
 //!   rate parts of `log` alone; `startup` and `log-start` add rows for a
-//!   throwaway ordinary user, with and without `tartaros service`).
+//!   throwaway ordinary user, with and without `tartaros service`;
+//!   `TARTAROS_BENCH_BASELINE=<binary>` adds `startup` rows for an older
+//!   build, for a before/after in one invocation).
 //! - `lab`: install the peer sandboxes and run the contract lab.
 //! - `package`: a Debian package (binary, man page, completions).
 mod bench;
