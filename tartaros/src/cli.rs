@@ -191,6 +191,9 @@ fn run_command(mut args: RunArgs) -> i32 {
             None
         }
     };
+    // Also before the runtime: the init is cloned from it and runs our code
+    // without a second exec. Without it the init is exec'd.
+    let zygote = crate::zygote::Zygote::fork().ok();
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -217,6 +220,7 @@ fn run_command(mut args: RunArgs) -> i32 {
         log_buffer,
         launcher_env,
         janitor,
+        zygote,
         status: status.clone(),
         label,
         setenv: harness.setenv,

@@ -1,8 +1,9 @@
 //! The sandbox init: PID 1 of the sandbox's PID namespace.
 //!
-//! It is a fresh, single-threaded `execve` of our own binary, dispatched in
-//! `main()` before any runtime starts, so it may fork and run Rust code in
-//! the child. Stages, in this fixed order:
+//! It is a single-threaded process with no runtime, so it may fork and run
+//! Rust code in the child: a clone of the template the CLI forked before
+//! its runtime started (`zygote.rs`), or, without one, a fresh `execve` of
+//! our own binary dispatched in `main()`. Stages, in this fixed order:
 //!
 //! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
 //! 2. name the UTS namespace, make the gateways' listeners and pass them

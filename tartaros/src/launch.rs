@@ -78,6 +78,7 @@ pub fn spawn(
     run: &RunPlan,
     pty: Option<crate::pty::Channel>,
     init_pid: &crate::runlog::InitPid,
+    zygote: Option<crate::zygote::Zygote>,
 ) -> Result<Spawned, Refusal> {
     let start_failed = |what: &str, e: &dyn std::fmt::Display| {
         Refusal::new(exit::START_FAILURE, format!("failed to {what}: {e}"))
@@ -102,20 +103,30 @@ pub fn spawn(
         network: true,
         user: run.init.user_namespace,
     };
-    let init = crate::spawn::spawn_init(
-        "/proc/self/exe",
-        &["tartaros-init", crate::init::INIT_ARG],
-        cgroup.map(RunCgroup::fd),
-        namespaces,
-        crate::spawn::InitFds {
-            plan: &plan_read,
-            report: &report_write,
-            gateway: &gateway_write,
-            gate: gated.then_some(&gate_read),
-            pty: pty.as_ref().map(|p| &p.theirs),
-        },
-    )
-    .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
+    let fds = || crate::spawn::InitFds {
+        plan: &plan_read,
+        report: &report_write,
+        gateway: &gateway_write,
+        gate: gated.then_some(&gate_read),
+        pty: pty.as_ref().map(|p| &p.theirs),
+    };
+    let cgroup_fd = cgroup.map(RunCgroup::fd);
+    let exec = || {
+        crate::spawn::spawn_init(
+            "/proc/self/exe",
+            &["tartaros-init", crate::init::INIT_ARG],
+            cgroup_fd,
+            namespaces,
+            fds(),
+        )
+        .map_err(|e| Refusal::new(exit::START_FAILURE, e))
+    };
+    let init = match zygote.map(|z| z.spawn(cgroup_fd, namespaces, fds())) {
+        Some(Ok(init)) => init,
+        // The template is gone: the same init, exec'd.
+        Some(Err(crate::zygote::ZygoteError::Request(_))) | None => exec()?,
+        Some(Err(e)) => return Err(Refusal::new(exit::START_FAILURE, e)),
+    };
     // Before the init gets its plan, so before any of its setup.
     init_pid.set(init.pid as u32);
     // Only the init may hold its end: EOF then means it is gone.

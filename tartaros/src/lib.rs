@@ -55,3 +55,4 @@ pub mod supervisor;
 pub mod undo;
 pub mod unix_mirror;
 pub mod warn;
+pub mod zygote;

@@ -1,5 +1,6 @@
 //! Starting the sandbox init: `clone3` straight into the run's cgroup and new
-//! namespaces, then `execve` of our own binary.
+//! namespaces ([`clone_init`], shared with the template of `zygote.rs`),
+//! then, on this path, `execve` of our own binary.
 //!
 //! The supervisor is multithreaded (tokio), so the child of `clone3` runs only
 //! async-signal-safe raw system calls prepared beforehand (`dup2`, `prctl`,
@@ -121,40 +122,12 @@ pub fn spawn_init(
     let pty_src = pty.map(|p| dup_above(p.as_raw_fd())).transpose()?;
     let pty_fd = pty_src.as_ref().map_or(-1, |p| p.as_raw_fd());
 
-    let mut flags = (libc::CLONE_NEWPID
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP
-        | libc::CLONE_PIDFD) as u64;
-    if cgroup_fd.is_some() {
-        flags |= CLONE_INTO_CGROUP;
-    }
-    if namespaces.network {
-        flags |= libc::CLONE_NEWNET as u64;
-    }
-    if namespaces.user {
-        flags |= libc::CLONE_NEWUSER as u64;
-    }
     let mut pidfd: RawFd = -1;
-    let mut args3 = CloneArgs {
-        flags,
-        pidfd: &mut pidfd as *mut RawFd as u64,
-        exit_signal: libc::SIGCHLD as u64,
-        cgroup: cgroup_fd.map_or(0, |fd| fd as u64),
-        ..Default::default()
-    };
-    // SAFETY: clone3 with no stack behaves like fork. The child branch below
-    // only makes raw system calls on memory prepared before the call
-    // (`exe`, `arg_ptrs`, `env_ptrs`), then execs or exits; it never returns
-    // into Rust code that could take a lock held by another thread.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args3 as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
+    // SAFETY: the child branch below only makes raw system calls on memory
+    // prepared before the call (`exe`, `arg_ptrs`, `env_ptrs`), then execs
+    // or exits; it never returns into Rust code that could take a lock
+    // held by another thread.
+    let rc = unsafe { clone_init(cgroup_fd, namespaces, 0, &mut pidfd) };
     if rc == 0 {
         // SAFETY: async-signal-safe system calls only (see above).
         unsafe {
@@ -192,6 +165,61 @@ pub fn spawn_init(
         pid: rc as i32,
         pidfd,
     })
+}
+
+/// `clone3` of the sandbox init: new PID, mount, IPC, UTS and cgroup
+/// namespaces (network and user ones if asked), straight into `cgroup_fd`,
+/// with `extra` flags (the zygote's `CLONE_PARENT`), a pidfd in `pidfd`
+/// and SIGCHLD at exit. Returns as fork does: 0 in the child, the pid in
+/// the parent, -1 with errno set.
+///
+/// # Safety
+/// Like fork: in a multithreaded caller the child may only make
+/// async-signal-safe calls.
+pub(crate) unsafe fn clone_init(
+    cgroup_fd: Option<RawFd>,
+    namespaces: Namespaces,
+    extra: u64,
+    pidfd: &mut RawFd,
+) -> libc::c_long {
+    let mut flags = (libc::CLONE_NEWPID
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP
+        | libc::CLONE_PIDFD) as u64
+        | extra;
+    if cgroup_fd.is_some() {
+        flags |= CLONE_INTO_CGROUP;
+    }
+    if namespaces.network {
+        flags |= libc::CLONE_NEWNET as u64;
+    }
+    if namespaces.user {
+        flags |= libc::CLONE_NEWUSER as u64;
+    }
+    let mut args = CloneArgs {
+        flags,
+        pidfd: pidfd as *mut RawFd as u64,
+        // clone3 refuses one with CLONE_PARENT: the child then exits with
+        // its parent's own signal (SIGCHLD for a forked one).
+        exit_signal: if extra & libc::CLONE_PARENT as u64 != 0 {
+            0
+        } else {
+            libc::SIGCHLD as u64
+        },
+        cgroup: cgroup_fd.map_or(0, |fd| fd as u64),
+        ..Default::default()
+    };
+    // SAFETY: clone3 with no stack behaves like fork; `args` lives across
+    // the call (the caller's contract covers the child).
+    unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    }
 }
 
 /// Maps root inside the init's new user namespace to `uid`/`gid` outside

@@ -38,6 +38,9 @@ pub struct RunRequest {
     pub launcher_env: Vec<(String, String)>,
     /// Forked by the CLI before the runtime; cleans up if we are killed.
     pub janitor: Option<crate::janitor::Janitor>,
+    /// Forked by the CLI before the runtime; clones the init without a
+    /// second exec of our binary (zygote.rs).
+    pub zygote: Option<crate::zygote::Zygote>,
     /// `--status-fd`: where `started` and `exited` go.
     pub status: Option<std::sync::Arc<crate::status::StatusChannel>>,
     /// `--label`, for the genesis and the status channel.
@@ -161,7 +164,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         run.init.limit_cgroups = cgroup.v1_paths().to_vec();
     }
     let init_pid = crate::runlog::InitPid::default();
-    let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid) {
+    let zygote = request.zygote.take();
+    let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid, zygote) {
         Ok(spawned) => spawned,
         Err(refusal) => {
             let _ = undo.unwind();

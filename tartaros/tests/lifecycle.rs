@@ -252,3 +252,111 @@ fn a_fork_bomb_under_max_procs_ends_with_the_limit_holding() {
             .success()
     );
 }
+
+/// The descriptors of a process, as (number, what it points at).
+fn open_fds(pid: i32) -> Vec<(i32, String)> {
+    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let fd = e.file_name().to_string_lossy().parse().ok()?;
+                    let target = std::fs::read_link(e.path()).ok()?;
+                    Some((fd, target.to_string_lossy().into_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    fds.sort();
+    fds
+}
+
+fn ppid(pid: i32) -> i32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("PPid:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The init is cloned from a template that keeps no descriptor
+/// (zygote.rs): seen from the host, it must hold only its own, nothing of
+/// the supervisor's (the log, the eBPF maps, programs and ring) or of the
+/// launcher's (an inherited descriptor the exec'd init used to keep), the
+/// agent only stdio, and the template must be gone once the init exists.
+#[test]
+fn the_init_and_the_agent_hold_only_their_own_descriptors() {
+    if !can_run("init_descriptors") {
+        return;
+    }
+    let work = Dir::new();
+    let m = marker("init-descriptors");
+    let log = work.path().join("effects.jsonl");
+    // A descriptor the launcher leaves open (no close-on-exec): the
+    // sandbox must not get it.
+    let secret = work.file("launcher-secret.txt", "launcher's");
+    let leaked = std::fs::File::open(&secret).unwrap();
+    let mut command = Command::new(bin());
+    command
+        .args(["run", "--log", log.to_str().unwrap()])
+        .args(["--", "sleep", &m])
+        .current_dir(work.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let raw = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    // SAFETY: dup2 between fork and exec, async-signal-safe.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+            if libc::dup2(raw, 9) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut supervisor = KillOnDrop(Some(command.spawn().unwrap()));
+    assert!(
+        eventually(5, || processes_with(&m).len() == 1),
+        "agent did not start"
+    );
+    let agent = processes_with(&m)[0];
+    let init = ppid(agent);
+    let supervisor_pid = supervisor.id() as i32;
+    assert_eq!(
+        ppid(init),
+        supervisor_pid,
+        "the init is the supervisor's child"
+    );
+    // Its own: stdio, the report pipe, what it opened itself (the Landlock
+    // ruleset); the plan pipe and the gateway socket are closed by now.
+    let init_fds = open_fds(init);
+    assert!(init_fds.len() >= 4, "init holds {init_fds:?}");
+    for (fd, target) in &init_fds {
+        let own = *fd <= 6
+            && !target.contains("bpf")
+            && !target.contains("fanotify")
+            && !target.contains("effects.jsonl")
+            && !target.contains("launcher-secret");
+        assert!(own, "init fd {fd} is {target}: {init_fds:?}");
+    }
+    let agent_fds: Vec<i32> = open_fds(agent).iter().map(|(fd, _)| *fd).collect();
+    assert_eq!(agent_fds, [0, 1, 2], "agent holds {:?}", open_fds(agent));
+    let children = std::fs::read_to_string(format!(
+        "/proc/{supervisor_pid}/task/{supervisor_pid}/children"
+    ))
+    .unwrap_or_default();
+    let children: Vec<i32> = children
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect();
+    assert!(children.contains(&init), "children {children:?}");
+    assert!(
+        children.len() <= 2,
+        "the supervisor has more children than its janitor and init (a template left?): {children:?}"
+    );
+    let mut supervisor = supervisor.take();
+    // SAFETY: a signal to the supervisor we started.
+    unsafe { libc::kill(supervisor_pid, libc::SIGTERM) };
+    assert!(supervisor.wait().unwrap().code().is_some());
+}
