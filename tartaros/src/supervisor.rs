@@ -70,6 +70,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
     request.policy =
         crate::limits::apply_host_defaults(&request.policy, &host, request.log.is_some());
+    let mut preload = None;
     if host.root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some(), true) {
         // Parses the kernel's BTF on a thread while we decide the rest.
         crate::ebpf::warm_up_capture();
@@ -77,6 +78,16 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             // And creates the capture's ring buffer on another.
             crate::ebpf::prepare_ring(request.log_buffer);
         }
+        // Loading and verifying the programs needs no cgroup: on a thread,
+        // while the run is decided, the host objects made and the init
+        // started. For what the run will most likely ask: should the
+        // decision drop a part, the attach throws this away and starts
+        // afresh.
+        preload = crate::ebpf::preload(&crate::kernel_watch::options(
+            &request.policy,
+            request.log.is_some(),
+            request.log_buffer,
+        ));
     }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
     // Run by the service for a caller, the agent is that caller.
@@ -112,12 +123,6 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     );
     let mut run = decided?;
     print_warnings(&mut run.ledger);
-    // Loading and verifying the programs needs no cgroup: on a thread,
-    // while the host objects are made and the init starts.
-    let preload = match (&run.watch, &run.cgroup) {
-        (Some(options), Some(_)) => crate::ebpf::preload(options),
-        _ => None,
-    };
     if !run.init.user_namespace {
         let program = request.argv.first().map_or("", String::as_str);
         crate::harness::warn_unreachable_path(&run.init.env, program, run.init.identity);

@@ -125,3 +125,31 @@ fn the_unix_policy_alone_needs_none_of_the_capture_or_interception_maps() {
     let all = attach_steps::program_names(u32::MAX, None);
     assert!(load::maps_used(&all).expect("maps").contains("TPROXY_PORT"));
 }
+
+/// What a root run loaded ahead (`preload.rs`) is used only for the parts
+/// it was loaded for: a decision that changed them gets a fresh attach.
+#[test]
+fn a_preload_is_used_only_for_the_parts_it_loaded() {
+    let unix = AttachOptions {
+        filter: false,
+        unix_policy: true,
+        ring_bytes: 0,
+        ..AttachOptions::default()
+    };
+    let capture = AttachOptions {
+        capture: true,
+        filter: true,
+        ..unix.clone()
+    };
+    let other = preload(&unix).expect("a thread");
+    assert!(other.take(&capture).is_none(), "loaded for other parts");
+    if !nix::unistd::geteuid().is_root() {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "needs root");
+        eprintln!("skipping the load itself: needs root");
+        return;
+    }
+    let same = preload(&unix).expect("a thread");
+    let prepared = same.take(&unix).expect("loaded for these parts");
+    let prepared = prepared.expect("the unix programs load");
+    assert_eq!(prepared.loaded.cgroup.len(), 2);
+}
