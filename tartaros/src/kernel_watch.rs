@@ -94,6 +94,29 @@ type Forwarding = JoinHandle<(CaptureStats, EventSource)>;
 pub struct KernelWatch {
     programs: CgroupPrograms,
     forwarder: Option<(Forwarding, oneshot::Sender<()>)>,
+    /// Where the gap of skipped events goes at the end.
+    effects: EffectSender,
+}
+
+/// The `lost_kind` of events the kernel skipped: it ran none of our
+/// programs for them (`recursion_misses`).
+pub const SKIPPED: &str = "program-skipped";
+
+/// The gap for `skipped` events the kernel did not run the capture for;
+/// a counter that cannot be read is a loss of unknown size.
+pub fn skipped_gap(skipped: Option<u64>, capture: bool) -> Option<crate::events::Gap> {
+    match skipped {
+        _ if !capture => None,
+        Some(0) => None,
+        Some(count) => Some(crate::events::Gap {
+            count,
+            lost_kind: SKIPPED,
+        }),
+        None => Some(crate::events::Gap {
+            count: 1,
+            lost_kind: "loss-counters-unreadable",
+        }),
+    }
 }
 
 impl KernelWatch {
@@ -118,6 +141,7 @@ impl KernelWatch {
         Ok(Self {
             programs,
             forwarder,
+            effects: effects.clone(),
         })
     }
 
@@ -144,6 +168,11 @@ impl KernelWatch {
     /// once the cgroup is empty: later events cannot exist, earlier ones
     /// are all in the ring, so the programs can go while it is drained.
     pub async fn finish(self) -> (Option<CaptureStats>, Release) {
+        // Before the programs go: the kernel counts per program.
+        let skipped = self.programs.skipped_events();
+        if let Some(gap) = skipped_gap(skipped, self.programs.captures()) {
+            let _ = self.effects.send(crate::events::Entry::Gap(gap));
+        }
         let mut release = Release::default();
         release.spawn(self.programs);
         let stats = match self.forwarder {
@@ -191,6 +220,16 @@ impl Release {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_the_kernel_skipped_are_a_gap_and_an_unreadable_count_too() {
+        assert_eq!(skipped_gap(Some(0), true), None);
+        assert_eq!(skipped_gap(Some(3), false), None);
+        let gap = skipped_gap(Some(3), true).unwrap();
+        assert_eq!((gap.count, gap.lost_kind), (3, SKIPPED));
+        let gap = skipped_gap(None, true).unwrap();
+        assert_eq!((gap.count, gap.lost_kind), (1, "loss-counters-unreadable"));
+    }
 
     #[test]
     fn gateways_are_granted_and_roots_hold_unix_sockets() {

@@ -281,6 +281,9 @@ fn capture_logs_processes_files_network_and_unix_policy() {
     let tags = programs.program_tags();
     eprintln!("program tags: {tags:?}");
     assert!(tags.iter().any(|t| t.starts_with("sys_exit:")), "{tags:?}");
+    // The kernel's skip counters of the capture programs are readable (a
+    // skip would be a gap; none happens without preemption inside them).
+    assert_eq!(programs.skipped_events(), Some(0));
     assert!(
         tags.iter().any(|t| t.starts_with("unix_connect:")),
         "{tags:?}"

@@ -22,7 +22,11 @@ pub(super) fn finish(
     object: load::Object,
     run: register::Registered,
     ring: Option<RingBuf<aya::maps::MapData>>,
-    Attached { links, tags }: Attached,
+    Attached {
+        links,
+        tags,
+        tracing,
+    }: Attached,
     cgroup_dir: &Path,
     options: &AttachOptions,
     started: Instant,
@@ -38,6 +42,8 @@ pub(super) fn finish(
         capture: options.capture,
         tags,
         attach_time: Duration::ZERO,
+        skipped_at_start: skipped(&tracing),
+        tracing,
     };
     let id = programs.run.id;
     if options.transparent_port.is_some() {
@@ -50,6 +56,14 @@ pub(super) fn finish(
     }
     programs.attach_time = started.elapsed();
     Ok(programs)
+}
+
+/// How often the kernel skipped any of `tracing` (`recursion_misses`);
+/// `None` when a counter cannot be read.
+pub(super) fn skipped(tracing: &[OwnedFd]) -> Option<u64> {
+    tracing.iter().try_fold(0u64, |sum, prog| {
+        Some(sum.saturating_add(rawprog::recursion_misses(prog.as_fd())?))
+    })
 }
 
 /// What the kernel must have for `options`, and the kernel layout they
@@ -246,7 +260,16 @@ pub(super) fn link_programs(
         links.push((name, link));
         tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
     }
-    Ok(Attached { links, tags })
+    let tracing = loaded
+        .tracing
+        .iter()
+        .filter_map(|(_, prog)| prog.try_clone().ok())
+        .collect();
+    Ok(Attached {
+        links,
+        tags,
+        tracing,
+    })
 }
 
 /// The error for a program the kernel refused to load, by which part of
@@ -278,4 +301,6 @@ pub(super) fn load_error(program: &'static str, source: rawprog::RawError) -> Eb
 pub(super) struct Attached {
     pub links: Vec<(&'static str, OwnedFd)>,
     pub tags: Vec<String>,
+    /// The tracing programs, whose skip counters the run reads.
+    pub tracing: Vec<OwnedFd>,
 }

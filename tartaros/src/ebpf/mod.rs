@@ -171,6 +171,10 @@ pub struct CgroupPrograms {
     capture: bool,
     tags: Vec<String>,
     attach_time: Duration,
+    /// The tracing programs (capture), and how often the kernel had skipped
+    /// them when the run started.
+    tracing: Vec<OwnedFd>,
+    skipped_at_start: Option<u64>,
 }
 
 impl Drop for CgroupPrograms {
@@ -306,6 +310,20 @@ impl CgroupPrograms {
     /// Whether the capture programs are attached.
     pub fn captures(&self) -> bool {
         self.capture
+    }
+
+    /// With capture: how often since the run started the kernel skipped a
+    /// capture program because it was already running on that CPU (its
+    /// `recursion_misses`; a task preempted inside it, on a kernel with
+    /// full preemption). Each skip is an event no record holds. Counted for
+    /// the programs, not the run: through the service, another run's skips
+    /// count too. `None`: without capture, or a counter cannot be read.
+    pub fn skipped_events(&self) -> Option<u64> {
+        if self.tracing.is_empty() {
+            return None;
+        }
+        let now = attach_steps::skipped(&self.tracing)?;
+        Some(now.saturating_sub(self.skipped_at_start?))
     }
 
     /// With `transparent_port`: the lookup the transparent proxy

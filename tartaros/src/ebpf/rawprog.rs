@@ -42,6 +42,7 @@ pub const MAP_F_RDONLY_PROG: u32 = 1 << 7;
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
 const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_PROG_GET_FD_BY_ID: libc::c_long = 13;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 const BPF_RAW_TRACEPOINT_OPEN: libc::c_long = 17;
 const BPF_BTF_LOAD: libc::c_long = 18;
@@ -316,6 +317,48 @@ pub fn tag(prog: BorrowedFd<'_>) -> Option<String> {
     put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
     bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
     Some(hex::encode(&info[8..16]))
+}
+
+/// `struct bpf_prog_info` up to `recursion_misses` (Linux 5.12) and its
+/// offsets there.
+const PROG_INFO_BYTES: usize = 216;
+const PROG_INFO_ID: usize = 4;
+const PROG_INFO_RECURSION_MISSES: usize = 208;
+
+fn prog_info(prog: BorrowedFd<'_>) -> Option<[u8; PROG_INFO_BYTES]> {
+    let mut info = [0u8; PROG_INFO_BYTES];
+    let mut attr = [0u8; ATTR_BYTES];
+    put(&mut attr, 0, &(prog.as_raw_fd() as u32).to_le_bytes());
+    put(&mut attr, 4, &(info.len() as u32).to_le_bytes());
+    put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    Some(info)
+}
+
+/// The program's id, for a process that opens it again by id.
+pub fn prog_id(prog: BorrowedFd<'_>) -> Option<u32> {
+    let info = prog_info(prog)?;
+    Some(u32::from_le_bytes(
+        info[PROG_INFO_ID..PROG_INFO_ID + 4].try_into().ok()?,
+    ))
+}
+
+/// How often the kernel skipped the (tracing) program because it was
+/// already running on that CPU: a run preempted inside it, on a kernel
+/// with full preemption, makes every other task's event there vanish.
+pub fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
+    let info = prog_info(prog)?;
+    let at = PROG_INFO_RECURSION_MISSES;
+    Some(u64::from_le_bytes(info[at..at + 8].try_into().ok()?))
+}
+
+/// `BPF_PROG_GET_FD_BY_ID` (needs CAP_SYS_ADMIN).
+pub fn prog_by_id(id: u32) -> Option<OwnedFd> {
+    let mut attr = [0u8; ATTR_BYTES];
+    put(&mut attr, 0, &id.to_le_bytes());
+    let fd = bpf(BPF_PROG_GET_FD_BY_ID, &mut attr).ok()?;
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    Some(unsafe { OwnedFd::from_raw_fd(i32::try_from(fd).ok()?) })
 }
 
 /// A map to create.

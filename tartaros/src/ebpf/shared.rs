@@ -47,6 +47,10 @@ pub struct Manifest {
     /// the descriptor it is inherited on, and its size.
     #[serde(default)]
     pub spare: Option<(u64, RawFd, u32)>,
+    /// The ids of the tracing programs, whose skip counters a run reads
+    /// (opened by id: program descriptors never leave the service).
+    #[serde(default)]
+    pub tracing_ids: Vec<u32>,
 }
 
 /// A ring buffer the service put into `EVENTS` for a run yet to come, so
@@ -159,6 +163,11 @@ impl SharedPrograms {
                 .map(|(name, fd)| (name.to_owned(), fd))
                 .collect(),
             spare: None,
+            tracing_ids: attached
+                .tracing
+                .iter()
+                .filter_map(|prog| super::rawprog::prog_id(std::os::fd::AsFd::as_fd(prog)))
+                .collect(),
         };
         Ok((
             Self {
@@ -367,7 +376,14 @@ pub(super) fn register_adopted(
         Ok(registered) => registered,
         Err(e) => return Some(Err(e)),
     };
-    let object = guard.take()?.object;
+    let adopted = guard.take()?;
+    let tracing = adopted
+        .manifest
+        .tracing_ids
+        .iter()
+        .filter_map(|id| super::rawprog::prog_by_id(*id))
+        .collect();
+    let object = adopted.object;
     // On a failure here the handle, dropped, removes the entries.
     Some(super::attach_steps::finish(
         object,
@@ -376,6 +392,7 @@ pub(super) fn register_adopted(
         super::attach_steps::Attached {
             links: Vec::new(),
             tags,
+            tracing,
         },
         cgroup_dir,
         options,
@@ -466,6 +483,7 @@ mod tests {
             tags: vec!["connect4:abc".into()],
             maps: vec![("RUNS".into(), 7)],
             spare: Some((99, 8, 1 << 20)),
+            tracing_ids: vec![41, 42],
         };
         let text = serde_json::to_string(&m).unwrap();
         assert_eq!(serde_json::from_str::<Manifest>(&text).unwrap(), m);
