@@ -314,10 +314,13 @@ impl CgroupPrograms {
 
     /// With capture: how often since the run started the kernel skipped a
     /// capture program because it was already running on that CPU (its
-    /// `recursion_misses`; a task preempted inside it, on a kernel with
-    /// full preemption). Each skip is an event no record holds. Counted for
-    /// the programs, not the run: through the service, another run's skips
-    /// count too. `None`: without capture, or a counter cannot be read.
+    /// `recursion_misses`). Each skip is an event no record holds. The
+    /// probes run with preemption disabled (the syscall tracepoints, made
+    /// faultable in Linux 6.14, disable it around BPF), so none is
+    /// expected: this is what says so if a kernel ever does otherwise.
+    /// Counted for the programs, not the run: through the service, another
+    /// run's skips count too. `None`: without capture, or a counter cannot
+    /// be read.
     pub fn skipped_events(&self) -> Option<u64> {
         if self.tracing.is_empty() {
             return None;

@@ -344,8 +344,8 @@ pub fn prog_id(prog: BorrowedFd<'_>) -> Option<u32> {
 }
 
 /// How often the kernel skipped the (tracing) program because it was
-/// already running on that CPU: a run preempted inside it, on a kernel
-/// with full preemption, makes every other task's event there vanish.
+/// already running on that CPU (its recursion guard): each skip is an
+/// event no program saw.
 pub fn recursion_misses(prog: BorrowedFd<'_>) -> Option<u64> {
     let info = prog_info(prog)?;
     let at = PROG_INFO_RECURSION_MISSES;
