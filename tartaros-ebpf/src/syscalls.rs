@@ -107,9 +107,15 @@ const _: () = assert!(ADDR_BYTES <= PATH_BYTES);
 /// `sys_enter` builds the entry here (too big for the stack). Also breaks
 /// the verifier's tracking of `classify`'s constants: loaded back from a
 /// map, they are unknown to it, and what follows is walked once per record
-/// type instead of once per `classify` arm.
+/// type instead of once per `classify` arm. One slot per program
+/// (`ENTER_SLOT`, `EXIT_SLOT`): the kernel never runs one program twice at
+/// once on a CPU (it skips and counts the second run), but nothing keeps
+/// `sys_exit` from running on a CPU where a preempted `sys_enter` is half
+/// way through its entry, on a kernel that runs these probes preemptible.
 #[map(name = "SYS_CALL")]
-static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
+static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
+const ENTER_SLOT: u32 = 0;
+const EXIT_SLOT: u32 = 1;
 
 /// The effect kind of each syscall number, `capture::effect_of` as filled
 /// in by the supervisor (the syscall table's test checks that function).
@@ -252,11 +258,10 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         count_lost(run.id, effect::OTHER);
         return None;
     }
-    let slot = SYS_CALL.get_ptr_mut(0)?;
-    // SAFETY: this CPU's entry of a per-CPU map only this program uses; the
-    // tracepoint runs with preemption disabled and a program never nests on
-    // one CPU. Every helper gets a destination inside the entry of the size
-    // it is told.
+    let slot = SYS_CALL.get_ptr_mut(ENTER_SLOT)?;
+    // SAFETY: this CPU's slot of a per-CPU map that only this program uses,
+    // which never runs twice at once on one CPU (see `SYS_CALL`). Every
+    // helper gets a destination inside the entry of the size it is told.
     unsafe {
         (*slot).call = call;
         (*slot).nr = number;
@@ -379,7 +384,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             }
             // Another ABI's registers mean other arguments: none are kept.
             let args = if abi == 0 { [a[0], a[1], a[2]] } else { [0; 3] };
-            let slot = SYS_CALL.get_ptr_mut(0)?;
+            let slot = SYS_CALL.get_ptr_mut(EXIT_SLOT)?;
             // SAFETY: as in `try_sys_enter`.
             unsafe {
                 (*slot).call = Call::plain(effect::SYSCALL, -1, args);
