@@ -196,6 +196,7 @@ fn serve(sock: OwnedFd, supervisor: Pid) -> ! {
         }
     }
     std::mem::forget(sock);
+    scrub_command_line_and_environment();
     let mut request = [0u8; 8];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(&mut request)];
@@ -257,6 +258,47 @@ fn serve(sock: OwnedFd, supervisor: Pid) -> ! {
     );
     // SAFETY: leave without running the parent's atexit state.
     unsafe { libc::_exit(0) }
+}
+
+/// Overwrites our copy of the supervisor's command line and initial
+/// environment, which the init inherits: `/proc/<pid>/cmdline` is
+/// world-readable, and the exec path's init showed neither (its argv was
+/// fixed, its environment empty). The title becomes `tartaros-init`.
+fn scrub_command_line_and_environment() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // After the command name (which may hold spaces), fields 3 on; the
+    // argument and environment areas are fields 48 to 51.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let field = |n: usize| {
+        rest.split_whitespace()
+            .nth(n - 3)
+            .and_then(|v| v.parse::<usize>().ok())
+    };
+    let (Some(arg_start), Some(arg_end), Some(env_start), Some(env_end)) =
+        (field(48), field(49), field(50), field(51))
+    else {
+        return;
+    };
+    const TITLE: &[u8] = b"tartaros-init\0";
+    // SAFETY: the kernel's bounds of this process's own argument and
+    // environment strings on its stack, which are writable and which
+    // nothing of this single-threaded process reads again (the init gets
+    // everything from its plan).
+    unsafe {
+        if arg_end > arg_start {
+            let len = arg_end - arg_start;
+            std::ptr::write_bytes(arg_start as *mut u8, 0, len);
+            let title = TITLE.len().min(len);
+            std::ptr::copy_nonoverlapping(TITLE.as_ptr(), arg_start as *mut u8, title);
+        }
+        if env_end > env_start {
+            std::ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
+        }
+    }
 }
 
 /// The init's first steps, those the exec path's child takes before its

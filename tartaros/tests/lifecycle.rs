@@ -283,8 +283,10 @@ fn ppid(pid: i32) -> i32 {
 /// The init is cloned from a template that keeps no descriptor
 /// (zygote.rs): seen from the host, it must hold only its own, nothing of
 /// the supervisor's (the log, the eBPF maps, programs and ring) or of the
-/// launcher's (an inherited descriptor the exec'd init used to keep), the
-/// agent only stdio, and the template must be gone once the init exists.
+/// launcher's (an inherited descriptor the exec'd init used to keep), not
+/// the supervisor's command line (`/proc/<pid>/cmdline` is world-readable)
+/// or environment, which a clone would show; the agent only stdio; and the
+/// template must be gone once the init exists.
 #[test]
 fn the_init_and_the_agent_hold_only_their_own_descriptors() {
     if !can_run("init_descriptors") {
@@ -340,6 +342,19 @@ fn the_init_and_the_agent_hold_only_their_own_descriptors() {
             && !target.contains("launcher-secret");
         assert!(own, "init fd {fd} is {target}: {init_fds:?}");
     }
+    // Nor the supervisor's command line (world-readable) or environment.
+    let cmdline = std::fs::read(format!("/proc/{init}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.starts_with("tartaros-init") && !cmdline.contains("--log"),
+        "init's command line: {cmdline:?}"
+    );
+    let environ = std::fs::read(format!("/proc/{init}/environ")).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&environ).contains("PATH="),
+        "init's environment: {:?}",
+        String::from_utf8_lossy(&environ)
+    );
     let agent_fds: Vec<i32> = open_fds(agent).iter().map(|(fd, _)| *fd).collect();
     assert_eq!(agent_fds, [0, 1, 2], "agent holds {:?}", open_fds(agent));
     let children = std::fs::read_to_string(format!(
