@@ -49,11 +49,12 @@ impl Preload {
     pub(super) fn take(self, options: &AttachOptions) -> Option<Result<Prepared, EbpfError>> {
         let same = self.options.features() == options.features()
             && self.options.ring_bytes == options.ring_bytes;
-        let prepared = self
-            .thread
-            .join()
-            .unwrap_or(Err(EbpfError::Preload("the thread panicked")));
-        same.then_some(prepared)
+        // Not waited for when unused: the thread drops what it made.
+        same.then(|| {
+            self.thread
+                .join()
+                .unwrap_or(Err(EbpfError::Preload("the thread panicked")))
+        })
     }
 }
 
