@@ -196,7 +196,12 @@ fn serve(sock: OwnedFd, supervisor: Pid) -> ! {
         }
     }
     std::mem::forget(sock);
-    scrub_command_line_and_environment();
+    if !scrub_command_line_and_environment() {
+        // Unscrubbed, the init would show them: no template, so the
+        // supervisor's request fails and it execs the init instead.
+        // SAFETY: leave without running the parent's atexit state.
+        unsafe { libc::_exit(0) };
+    }
     let mut request = [0u8; 8];
     let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(&mut request)];
@@ -264,14 +269,15 @@ fn serve(sock: OwnedFd, supervisor: Pid) -> ! {
 /// environment, which the init inherits: `/proc/<pid>/cmdline` is
 /// world-readable, and the exec path's init showed neither (its argv was
 /// fixed, its environment empty). The title becomes `tartaros-init`.
-fn scrub_command_line_and_environment() {
+/// False when the areas cannot be found.
+fn scrub_command_line_and_environment() -> bool {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return;
+        return false;
     };
     // After the command name (which may hold spaces), fields 3 on; the
     // argument and environment areas are fields 48 to 51.
     let Some((_, rest)) = stat.rsplit_once(')') else {
-        return;
+        return false;
     };
     let field = |n: usize| {
         rest.split_whitespace()
@@ -281,7 +287,7 @@ fn scrub_command_line_and_environment() {
     let (Some(arg_start), Some(arg_end), Some(env_start), Some(env_end)) =
         (field(48), field(49), field(50), field(51))
     else {
-        return;
+        return false;
     };
     const TITLE: &[u8] = b"tartaros-init\0";
     // SAFETY: the kernel's bounds of this process's own argument and
@@ -299,6 +305,7 @@ fn scrub_command_line_and_environment() {
             std::ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
         }
     }
+    true
 }
 
 /// The init's first steps, those the exec path's child takes before its

@@ -42,7 +42,7 @@ pub(super) fn finish(
         capture: options.capture,
         tags,
         attach_time: Duration::ZERO,
-        skipped_at_start: skipped(&tracing),
+        skipped_at_start: tracing.as_deref().and_then(skipped),
         tracing,
     };
     let id = programs.run.id;
@@ -260,10 +260,11 @@ pub(super) fn link_programs(
         links.push((name, link));
         tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
     }
+    // All of them or none: a counter left out would be a skip unseen.
     let tracing = loaded
         .tracing
         .iter()
-        .filter_map(|(_, prog)| prog.try_clone().ok())
+        .map(|(_, prog)| prog.try_clone().ok())
         .collect();
     Ok(Attached {
         links,
@@ -301,6 +302,7 @@ pub(super) fn load_error(program: &'static str, source: rawprog::RawError) -> Eb
 pub(super) struct Attached {
     pub links: Vec<(&'static str, OwnedFd)>,
     pub tags: Vec<String>,
-    /// The tracing programs, whose skip counters the run reads.
-    pub tracing: Vec<OwnedFd>,
+    /// The tracing programs, whose skip counters the run reads; `None`
+    /// when one of them could not be had (its skips would go unseen).
+    pub tracing: Option<Vec<OwnedFd>>,
 }

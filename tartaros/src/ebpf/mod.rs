@@ -173,7 +173,7 @@ pub struct CgroupPrograms {
     attach_time: Duration,
     /// The tracing programs (capture), and how often the kernel had skipped
     /// them when the run started.
-    tracing: Vec<OwnedFd>,
+    tracing: Option<Vec<OwnedFd>>,
     skipped_at_start: Option<u64>,
 }
 
@@ -322,10 +322,10 @@ impl CgroupPrograms {
     /// run's skips count too. `None`: without capture, or a counter cannot
     /// be read.
     pub fn skipped_events(&self) -> Option<u64> {
-        if self.tracing.is_empty() {
+        if !self.capture {
             return None;
         }
-        let now = attach_steps::skipped(&self.tracing)?;
+        let now = attach_steps::skipped(self.tracing.as_ref()?)?;
         Some(now.saturating_sub(self.skipped_at_start?))
     }
 

@@ -148,8 +148,8 @@ impl Forwarder {
     }
 
     /// Reading failed: what it would have read is unknown, so the log
-    /// says at least one event of it is lost (once per cause), and never
-    /// verifies as complete.
+    /// says at least one event of it is lost (one gap, named after the
+    /// first failure), and never verifies as complete.
     fn failed(&mut self, error: String, lost_kind: &'static str) {
         if !self.failed {
             self.failed = true;

@@ -163,11 +163,15 @@ impl SharedPrograms {
                 .map(|(name, fd)| (name.to_owned(), fd))
                 .collect(),
             spare: None,
+            // All or none: a worker given none reads no counter and says
+            // its log is incomplete.
             tracing_ids: attached
                 .tracing
                 .iter()
-                .filter_map(|prog| super::rawprog::prog_id(std::os::fd::AsFd::as_fd(prog)))
-                .collect(),
+                .flatten()
+                .map(|prog| super::rawprog::prog_id(std::os::fd::AsFd::as_fd(prog)))
+                .collect::<Option<Vec<u32>>>()
+                .unwrap_or_default(),
         };
         Ok((
             Self {
@@ -377,12 +381,13 @@ pub(super) fn register_adopted(
         Err(e) => return Some(Err(e)),
     };
     let adopted = guard.take()?;
-    let tracing = adopted
-        .manifest
-        .tracing_ids
+    // All of them or none (then the run's skips are unknown: a gap).
+    let ids = &adopted.manifest.tracing_ids;
+    let tracing = ids
         .iter()
-        .filter_map(|id| super::rawprog::prog_by_id(*id))
-        .collect();
+        .map(|id| super::rawprog::prog_by_id(*id))
+        .collect::<Option<Vec<_>>>()
+        .filter(|progs| !progs.is_empty());
     let object = adopted.object;
     // On a failure here the handle, dropped, removes the entries.
     Some(super::attach_steps::finish(
