@@ -3,8 +3,6 @@
 //! broker's secrets kept out of the agent's sight.
 
 mod common;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::process::Command;
 
 use common::*;
@@ -12,22 +10,7 @@ use common::*;
 /// A tiny HTTP upstream on 127.0.0.1 that answers every request with
 /// `upstream-ok`, counting requests.
 fn upstream() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let hits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counter = hits.clone();
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { continue };
-            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut buf = [0u8; 4096];
-            let _ = conn.read(&mut buf);
-            let _ = conn.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nupstream-ok",
-            );
-        }
-    });
-    (port, hits)
+    host_listener(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nupstream-ok")
 }
 
 fn proxy_config(work: &Dir, port: u16, allow_internal: bool) -> String {

@@ -10,7 +10,7 @@ mod harness;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -347,26 +347,19 @@ fn killing_the_caller_or_the_service_ends_the_sandbox_and_leaves_an_unsealed_log
         let work = owned_dir(ALICE);
         let log = work.join("effects.jsonl");
         let marker = format!("sleep 77{}", victim.len());
-        let mut caller = KillOnDrop(Some(
-            service
-                .command(
-                    ALICE,
-                    &[
-                        "run",
-                        "--log",
-                        log.to_str().unwrap(),
-                        "--",
-                        "sh",
-                        "-c",
-                        &format!("{marker}; true"),
-                    ],
-                    work.path(),
-                )
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap(),
-        ));
+        let mut caller = service.spawn_quiet(
+            ALICE,
+            &[
+                "run",
+                "--log",
+                log.to_str().unwrap(),
+                "--",
+                "sh",
+                "-c",
+                &format!("{marker}; true"),
+            ],
+            work.path(),
+        );
         assert!(
             eventually(10, || sandbox_of(&marker)),
             "{victim}: no sandbox"

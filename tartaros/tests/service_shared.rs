@@ -700,28 +700,21 @@ fn a_service_stopped_during_a_run_leaves_no_cgroup() {
     let work = owned_dir(BOB);
     let log = work.join("effects.jsonl");
     let marker = "sleep 7142";
-    let mut caller = KillOnDrop(Some(
-        service
-            .command(
-                BOB,
-                &[
-                    "run",
-                    "--log",
-                    log.to_str().unwrap(),
-                    "--write",
-                    ".",
-                    "--",
-                    "sh",
-                    "-c",
-                    &format!("echo x > made; {marker}; true"),
-                ],
-                work.path(),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut caller = service.spawn_quiet(
+        BOB,
+        &[
+            "run",
+            "--log",
+            log.to_str().unwrap(),
+            "--write",
+            ".",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo x > made; {marker}; true"),
+        ],
+        work.path(),
+    );
     assert!(
         eventually(10, || !processes_with(marker).is_empty()),
         "no sandbox: {}",
@@ -815,30 +808,23 @@ fn a_killed_workers_run_is_forgotten_by_the_service() {
     let work = owned_dir(CAROL);
     let log = work.join("effects.jsonl");
     let marker = "sleep 30.143";
-    let mut caller = KillOnDrop(Some(
-        service
-            .command(
-                CAROL,
-                &[
-                    "run",
-                    "--log",
-                    log.to_str().unwrap(),
-                    "--write",
-                    ".",
-                    "--port",
-                    &port.to_string(),
-                    "--",
-                    "sh",
-                    "-c",
-                    &format!("echo x > made; {marker}; true"),
-                ],
-                work.path(),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("setpriv"),
-    ));
+    let mut caller = service.spawn_quiet(
+        CAROL,
+        &[
+            "run",
+            "--log",
+            log.to_str().unwrap(),
+            "--write",
+            ".",
+            "--port",
+            &port.to_string(),
+            "--",
+            "sh",
+            "-c",
+            &format!("echo x > made; {marker}; true"),
+        ],
+        work.path(),
+    );
     let runs = || per_run_counts(service.pid)["RUNS"];
     assert!(
         eventually(10, || !processes_with(marker).is_empty()
@@ -993,28 +979,21 @@ fn no_process_in_a_service_run_holds_the_services_maps() {
     let work = owned_dir(uid);
     let log = work.join("effects.jsonl");
     let marker = "sleep 30.144";
-    let mut caller = KillOnDrop(Some(
-        service
-            .command(
-                uid,
-                &[
-                    "run",
-                    "--write",
-                    ".",
-                    "--log",
-                    log.to_str().unwrap(),
-                    "--",
-                    "sh",
-                    "-c",
-                    &format!("{marker}; true"),
-                ],
-                work.path(),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
+    let mut caller = service.spawn_quiet(
+        uid,
+        &[
+            "run",
+            "--write",
+            ".",
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!("{marker}; true"),
+        ],
+        work.path(),
+    );
     assert!(
         eventually(10, || !processes_with("30.144").is_empty()),
         "no sandbox: {}",

@@ -61,6 +61,18 @@ impl Service {
         command
     }
 
+    /// [`Self::command`] started with its output discarded, killed when
+    /// the guard drops (a failing test leaves no sandbox running).
+    pub fn spawn_quiet(&self, uid: u32, args: &[&str], cwd: &Path) -> KillOnDrop {
+        KillOnDrop(Some(
+            self.command(uid, args, cwd)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("setpriv"),
+        ))
+    }
+
     pub fn run(&self, uid: u32, args: &[&str], cwd: &Path) -> Output {
         self.command(uid, args, cwd).output().expect("setpriv")
     }
