@@ -253,24 +253,6 @@ fn a_fork_bomb_under_max_procs_ends_with_the_limit_holding() {
     );
 }
 
-/// The descriptors of a process, as (number, what it points at).
-fn open_fds(pid: i32) -> Vec<(i32, String)> {
-    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| {
-                    let fd = e.file_name().to_string_lossy().parse().ok()?;
-                    let target = std::fs::read_link(e.path()).ok()?;
-                    Some((fd, target.to_string_lossy().into_owned()))
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    fds.sort();
-    fds
-}
-
 fn ppid(pid: i32) -> i32 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()

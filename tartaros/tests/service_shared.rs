@@ -956,12 +956,9 @@ fn a_killed_workers_run_is_forgotten_by_the_service() {
 
 /// The kinds of BPF objects process `pid` holds a descriptor of.
 fn bpf_descriptors(pid: i32) -> Vec<String> {
-    std::fs::read_dir(format!("/proc/{pid}/fd"))
+    open_fds(pid)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .map(|target| target.to_string_lossy().into_owned())
+        .map(|(_, target)| target)
         .filter(|target| target.starts_with("anon_inode:bpf"))
         .collect()
 }

@@ -326,3 +326,21 @@ pub fn host_listener(body: &'static [u8]) -> (u16, std::sync::Arc<std::sync::ato
     });
     (port, hits)
 }
+
+/// The descriptors of a process, as (number, what it points at).
+pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
+    let mut fds: Vec<(i32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| {
+                    let fd = e.file_name().to_string_lossy().parse().ok()?;
+                    let target = std::fs::read_link(e.path()).ok()?;
+                    Some((fd, target.to_string_lossy().into_owned()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    fds.sort();
+    fds
+}
