@@ -469,6 +469,7 @@ impl UnixAllow {
     };
 }
 
+pub mod call_shape;
 mod file;
 mod syscall_numbers;
 pub use file::{

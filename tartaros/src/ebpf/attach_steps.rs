@@ -185,7 +185,7 @@ pub(super) fn program_names(
 }
 
 /// The programs of the parts in `features`, in attach order.
-fn programs_for(
+pub(super) fn programs_for(
     features: u32,
     layout: Option<&kbtf::KernelLayout>,
 ) -> (Vec<load::CgroupProgram>, Vec<load::TracingProgram>) {

@@ -392,7 +392,9 @@ fn every_captured_syscall_decodes_to_its_table_kind() {
 /// `sys_exit` returns before classifying any syscall that
 /// `nr::is_captured` rejects, so a syscall added to the classification
 /// but not to the prefilter would go unrecorded without an error. The eBPF
-/// code cannot run here; its source names every number it classifies.
+/// code cannot run here; its source names every number it classifies in
+/// code (the ones the descriptor table holds are checked against the
+/// prefilter by `call_shape`'s own tests).
 #[test]
 fn every_syscall_the_capture_classifies_passes_the_prefilter() {
     let capture = include_str!("../../../tartaros-ebpf/src/syscalls.rs");
@@ -407,7 +409,7 @@ fn every_syscall_the_capture_classifies_passes_the_prefilter() {
         .filter_map(|rest| rest.split(|c: char| !word(c)).next())
         .filter(|name| !name.is_empty() && !name.starts_with("is_"))
         .collect();
-    assert!(classified.len() >= 30, "found only {classified:?}");
+    assert!(classified.len() >= 12, "found only {classified:?}");
     for name in classified {
         assert!(
             prefilter.split(|c: char| !word(c)).any(|w| w == name),

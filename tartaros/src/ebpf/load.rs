@@ -308,7 +308,8 @@ pub(super) fn set_file_layout(
 }
 
 /// Fills `SYSCALL_KIND`: the effect kind of every syscall number, from
-/// the table the syscall-table test checks (`capture::effect_of`).
+/// the table the syscall-table test checks (`capture::effect_of`); and
+/// `SYSCALL_SHAPE`: which arguments each keeps (`capture::call_shape`).
 pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
     let name = "SYSCALL_KIND";
     let map = object
@@ -321,6 +322,20 @@ pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
         if kind != 0 {
             array
                 .set(nr, u32::from(kind), 0)
+                .map_err(|source| EbpfError::Map { map: name, source })?;
+        }
+    }
+    let name = "SYSCALL_SHAPE";
+    let map = object
+        .map_mut(name)
+        .ok_or_else(|| missing(format!("map {name}")))?;
+    let mut array =
+        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
+    for nr in 0..tartaros_common::capture::SYSCALL_KINDS {
+        let shape = tartaros_common::capture::call_shape::shape_of(nr);
+        if shape != tartaros_common::capture::call_shape::SPECIAL {
+            array
+                .set(nr, shape, 0)
                 .map_err(|source| EbpfError::Map { map: name, source })?;
         }
     }

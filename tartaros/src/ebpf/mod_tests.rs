@@ -153,3 +153,42 @@ fn a_preload_is_used_only_for_the_parts_it_loaded() {
     let prepared = prepared.expect("the unix programs load");
     assert_eq!(prepared.loaded.cgroup.len(), 2);
 }
+
+/// The verifier's work on the capture's programs, which every `--log` run
+/// pays at start. `sys_enter` walked 3,567 instructions while it had an
+/// arm per syscall (now a descriptor table, `capture::call_shape`), and
+/// `sys_exit` 6,085 while a struct copy was a call of the compiler's
+/// byte-loop `memmove` (41% of its work); no functional test sees either.
+#[test]
+fn the_capture_programs_verify_in_a_few_thousand_instructions() {
+    if !nix::unistd::geteuid().is_root() {
+        assert_ne!(std::env::var("CI").as_deref(), Ok("true"), "needs root");
+        eprintln!("skipping: needs root");
+        return;
+    }
+    let layout = load::kernel_layout().expect("kernel layout");
+    let mut object = load::load_object(false, 1 << 16, None).expect("object");
+    load::set_syscall_kinds(&mut object).expect("kinds");
+    load::set_file_layout(&mut object, Some(&layout)).expect("layout");
+    let (_, tracing) =
+        attach_steps::programs_for(tartaros_common::capture::feature::CAPTURE, Some(&layout));
+    let budget = |name: &str| match name {
+        "sys_exit" => 4_500,
+        "sys_enter" => 2_500,
+        _ => 1_000,
+    };
+    for program in &tracing {
+        let code = object.relocated(program.spec.name).expect("relocate");
+        let stats =
+            rawprog::verifier_stats(program.spec, &code.insns, &code.functions).expect("load");
+        let processed: u64 = stats
+            .split_whitespace()
+            .skip_while(|w| *w != "processed")
+            .nth(1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {stats:?}"));
+        eprintln!("{}: {}", program.spec.name, stats.trim());
+        let name = program.spec.name;
+        assert!(processed < budget(name), "{name}: {stats}");
+    }
+}
