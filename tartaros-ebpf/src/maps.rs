@@ -235,8 +235,11 @@ impl<T> Entry<T> {
 
     #[inline(always)]
     pub fn write(&mut self, value: T) {
-        // SAFETY: the reservation holds `size_of::<T>()` bytes.
-        unsafe { self.0.write_unaligned(value) }
+        // SAFETY: the reservation holds `size_of::<T>()` bytes, 8-byte
+        // aligned (the ring's records are), as every record type is. An
+        // unaligned write was one byte store per byte, which the verifier
+        // walked once per verdict: 60% of connect6's verification.
+        unsafe { self.0.write(value) }
     }
 
     #[inline(always)]

@@ -141,14 +141,7 @@ pub fn verifier_stats(
     insns: &[u8],
     functions: &[u32],
 ) -> Result<String, RawError> {
-    let mut buf = vec![
-        0u8;
-        if std::env::var("TVLEVEL").is_ok() {
-            1 << 28
-        } else {
-            4096
-        }
-    ];
+    let mut buf = vec![0u8; 4096];
     load_logged(spec, insns, functions, Some(&mut buf))?;
     let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
     Ok(String::from_utf8_lossy(&buf[..end]).into_owned())
@@ -201,14 +194,7 @@ fn load_logged(
         put(&mut attr, 108, &spec.attach_btf_id.to_le_bytes());
         bpf(BPF_PROG_LOAD, &mut attr).map(owned)
     };
-    attempt(
-        stats,
-        std::env::var("TVLEVEL")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4),
-    )
-    .map_err(|source| {
+    attempt(stats, 4).map_err(|source| {
         // Load again with the verifier log to say why.
         let mut buf = vec![0u8; 256 * 1024];
         let _ = attempt(Some(&mut buf), 1);
