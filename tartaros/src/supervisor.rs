@@ -57,31 +57,6 @@ pub struct RunRequest {
 pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     let signals = crate::stop::Signals::install();
     raise_fd_limit();
-    let mut preload = None;
-    let root = nix::unistd::geteuid().is_root();
-    if root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some(), true) {
-        // Loading and verifying the programs needs no cgroup: on a thread,
-        // while the host is probed, the run decided, the host objects made
-        // and the init started. The host's defaults add only limits, which
-        // change no program, so the policy as given will do. For what the
-        // run will most likely ask: should the decision drop a part, the
-        // attach throws this away and starts afresh. Started first: it is
-        // the longest path of a root run's start, and a thread started
-        // while both CPUs are busy may wait a scheduler tick for one.
-        preload = crate::ebpf::preload(&crate::kernel_watch::options(
-            &request.policy,
-            request.log.is_some(),
-            request.log_buffer,
-        ));
-        if request.log.is_some() {
-            // The capture's ring buffer, on another thread.
-            crate::ebpf::prepare_ring(request.log_buffer);
-        }
-        if preload.is_none() {
-            // Parses the kernel's BTF on a thread while we decide the rest.
-            crate::ebpf::warm_up_capture();
-        }
-    }
     let host = Host::probe();
     if host.root || host.cgroup_v2_writable {
         // Cgroups of earlier runs whose supervisor and janitor were both
@@ -95,6 +70,25 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     }
     request.policy =
         crate::limits::apply_host_defaults(&request.policy, &host, request.log.is_some());
+    let mut preload = None;
+    if host.root && crate::guarantee::wants_bpf(&request.policy, request.log.is_some(), true) {
+        // Parses the kernel's BTF on a thread while we decide the rest.
+        crate::ebpf::warm_up_capture();
+        if request.log.is_some() {
+            // And creates the capture's ring buffer on another.
+            crate::ebpf::prepare_ring(request.log_buffer);
+        }
+        // Loading and verifying the programs needs no cgroup: on a thread,
+        // while the run is decided, the host objects made and the init
+        // started. For what the run will most likely ask: should the
+        // decision drop a part, the attach throws this away and starts
+        // afresh.
+        preload = crate::ebpf::preload(&crate::kernel_watch::options(
+            &request.policy,
+            request.log.is_some(),
+            request.log_buffer,
+        ));
+    }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
     // Run by the service for a caller, the agent is that caller.
     let current = match crate::caller::caller() {
