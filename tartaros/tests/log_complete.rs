@@ -144,23 +144,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     let work = Dir::new();
     let logs = Dir::new();
     let log = logs.join("effects.jsonl");
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run",
-            "--write",
-            w,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            &format!("{ATTEMPT}{AGENT}"),
-            w,
-        ],
-        work.path(),
-    );
-    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    let out = logged_agent(&work, &log, AGENT);
     for label in [
         "mknod_fifo",
         "mknod_reg",
@@ -199,6 +183,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     assert!(cores.is_empty(), "{cores:?}");
 
     let log = records(&log);
+    let w = work.path().to_str().unwrap();
     let p = |name: &str| format!("{w}/{name}");
     let at = |kind: &str, name: &str| {
         let path = p(name);

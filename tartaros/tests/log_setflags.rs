@@ -74,23 +74,7 @@ fn setflags_records_name_the_file_from_the_kernel() {
     }
     let logs = Dir::new();
     let log = logs.join("effects.jsonl");
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run",
-            "--write",
-            w,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            &format!("{ATTEMPT}{AGENT}"),
-            w,
-        ],
-        work.path(),
-    );
-    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    let out = logged_agent(&work, &log, AGENT);
     expect(&out, "done", "OK");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 

@@ -73,23 +73,7 @@ fn every_described_syscall_is_recorded_with_its_path_and_arguments() {
     let work = Dir::new();
     let logs = Dir::new();
     let log = logs.join("effects.jsonl");
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run",
-            "--write",
-            w,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            &format!("{ATTEMPT}{AGENT}"),
-            w,
-        ],
-        work.path(),
-    );
-    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    let out = logged_agent(&work, &log, AGENT);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     // Host side: the calls did what their records will say.
     assert!(work.join("d2").is_dir() && !work.join("d").exists());
@@ -99,6 +83,7 @@ fn every_described_syscall_is_recorded_with_its_path_and_arguments() {
         Path::new("f")
     );
     let records = records(&log);
+    let w = work.path().to_str().unwrap();
     let path = |p: &str| format!("{w}/{p}");
     let one = |kind: &str, what: &str, p: &dyn Fn(&Value) -> bool| -> Value {
         let found: Vec<&Value> = records

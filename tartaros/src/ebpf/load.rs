@@ -311,31 +311,28 @@ pub(super) fn set_file_layout(
 /// the table the syscall-table test checks (`capture::effect_of`); and
 /// `SYSCALL_SHAPE`: which arguments each keeps (`capture::call_shape`).
 pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
-    let name = "SYSCALL_KIND";
+    use tartaros_common::capture::{call_shape, effect_of};
+    fill_by_syscall(object, "SYSCALL_KIND", |nr| u32::from(effect_of(nr)))?;
+    fill_by_syscall(object, "SYSCALL_SHAPE", call_shape::shape_of)
+}
+
+/// Sets entry `nr` of the array `name` to `value(nr)` for every syscall
+/// number, where that is not 0 (a new array's value).
+fn fill_by_syscall(
+    object: &mut Object,
+    name: &'static str,
+    value: impl Fn(u32) -> u32,
+) -> Result<(), EbpfError> {
     let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;
     let mut array =
         Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
     for nr in 0..tartaros_common::capture::SYSCALL_KINDS {
-        let kind = tartaros_common::capture::effect_of(nr);
-        if kind != 0 {
+        let v = value(nr);
+        if v != 0 {
             array
-                .set(nr, u32::from(kind), 0)
-                .map_err(|source| EbpfError::Map { map: name, source })?;
-        }
-    }
-    let name = "SYSCALL_SHAPE";
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut array =
-        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
-    for nr in 0..tartaros_common::capture::SYSCALL_KINDS {
-        let shape = tartaros_common::capture::call_shape::shape_of(nr);
-        if shape != tartaros_common::capture::call_shape::SPECIAL {
-            array
-                .set(nr, shape, 0)
+                .set(nr, v, 0)
                 .map_err(|source| EbpfError::Map { map: name, source })?;
         }
     }

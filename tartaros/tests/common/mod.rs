@@ -90,6 +90,21 @@ pub fn python(run_flags: &[&str], cwd: &Path, code: &str) -> Output {
     tartaros(&args, cwd)
 }
 
+/// Runs `agent` (Python, after [`ATTEMPT`]) with `work` writable and the
+/// log at `log`, the work directory as its one argument; prints what it
+/// printed.
+pub fn logged_agent(work: &Dir, log: &Path, agent: &str) -> Output {
+    let w = work.path().to_str().unwrap();
+    let code = format!("{ATTEMPT}{agent}");
+    let flags = ["--write", w, "--log", log.to_str().unwrap()];
+    let mut args = vec!["run"];
+    args.extend_from_slice(&flags);
+    args.extend_from_slice(&["--", "python3", "-c", &code, w]);
+    let out = tartaros(&args, work.path());
+    eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    out
+}
+
 /// A Python prelude with `attempt(label, fn)`, which prints `label OK` or
 /// `label <ERRNO-NAME>`, so tests can assert the exact errno.
 pub const ATTEMPT: &str = r#"
