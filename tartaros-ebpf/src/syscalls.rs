@@ -371,11 +371,13 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             } else {
                 0
             };
-            // Refused whatever the arguments, or the terminal ioctls the
-            // filter refuses (input injection).
+            // Refused whatever the arguments (told by their kind: a lookup
+            // the verifier walks once, where the comparison chain of
+            // `nr::is_refused` was walked on every path here), or the
+            // terminal ioctls the filter refuses (input injection).
             let refused = captured
                 && number <= u32::MAX as u64
-                && (nr::is_refused(number as u32)
+                && (SYSCALL_KIND.get(number as u32).copied() == Some(u32::from(effect::SYSCALL))
                     || (number == u64::from(nr::IOCTL)
                         && ret == -EPERM
                         && ioctl::refused_tty(a[1])));

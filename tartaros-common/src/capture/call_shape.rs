@@ -227,6 +227,17 @@ mod tests {
         }
     }
 
+    /// `sys_exit` tells a refused-only call by its kind (`SYSCALL`): no
+    /// number may be both refused and an effect of its own.
+    #[test]
+    fn the_refused_calls_are_exactly_those_of_kind_syscall() {
+        use crate::capture::{effect, effect_of};
+        for n in 0..crate::capture::SYSCALL_KINDS {
+            assert!(!(nr::is_refused(n) && nr::is_effect(n)), "{n}");
+            assert_eq!(nr::is_refused(n), effect_of(n) == effect::SYSCALL, "{n}");
+        }
+    }
+
     #[test]
     fn path_records_read_their_path_and_plain_ones_none() {
         let mkdirat = shape(MKDIRAT).unwrap();
