@@ -472,8 +472,5 @@ fn emit(run: &Run, ev: &ConnectEvent) {
         kind::SENDMSG4 | kind::SENDMSG6 => effect::SENDTO,
         _ => effect::CONNECT,
     };
-    if let Some((_, mut entry)) = run.reserve::<ConnectEvent>(lost) {
-        entry.write(*ev);
-        entry.submit(0);
-    }
+    run.output(lost, ev);
 }

@@ -153,11 +153,11 @@ fn every_program_verifies_within_its_budget() {
     let budget = |name: &str| match name {
         "sys_exit" => 3_800,
         "sys_enter" => 2_100,
-        "connect6" => 2_200,
-        "connect4" => 1_200,
-        "sendmsg6" => 1_100,
+        "connect6" => 1_100,
+        "connect4" => 1_050,
+        "sendmsg6" => 750,
         "unix_connect" | "unix_sendmsg" => 1_000,
-        "sendmsg4" => 750,
+        "sendmsg4" => 700,
         "sched_process_exec" => 600,
         _ => 400,
     };
