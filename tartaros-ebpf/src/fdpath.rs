@@ -127,11 +127,10 @@ unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
     let mut walk = Walk {
         // SAFETY: the record's own bytes; `step` masks offsets into them.
         names: unsafe { (&raw mut (*ev).names).cast::<u8>() },
+        ev,
         layout: l,
         mnt,
         dentry,
-        off: 0,
-        depth: 0,
         end: file_status::TRUNCATED,
         _pad: 0,
     };
@@ -148,28 +147,25 @@ unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
     if r < 0 {
         walk.end = file_status::UNREADABLE;
     }
-    // SAFETY: as above.
-    unsafe {
-        (*ev).depth = walk.depth;
-        (*ev).names_len = walk.off;
-    }
     status | walk.end
 }
 
 /// The state of a walk, shared with the `bpf_loop` callback: the verifier
 /// walks a callback until its state repeats, where an unrolled walk cost
 /// 59,000 verified instructions (45 ms more per start) instead of a few
-/// thousand.
+/// thousand. The bytes and names written are counted in the record
+/// (`names_len`, `depth`), not here: read back from the record they are
+/// unknown values to the verifier, where on the stack their ranges grew
+/// with every step it walked, and it walked more steps before the state
+/// repeated.
 #[repr(C)]
 struct Walk {
     names: *mut u8,
+    ev: *mut SysFileEvent,
     layout: *const FileLayout,
     /// The `struct mount` and the dentry the next step looks at.
     mnt: u64,
     dentry: u64,
-    /// Bytes of names written, names written.
-    off: u32,
-    depth: u32,
     /// The status to report when the walk stops.
     end: u32,
     _pad: u32,
@@ -180,7 +176,7 @@ struct Walk {
 extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
     let w = ctx.cast::<Walk>();
     // SAFETY: `ctx` is the caller's `Walk`; `layout` points into the
-    // FILE_LAYOUT map value and `names` into the reserved record.
+    // FILE_LAYOUT map value, `names` and `ev` into the reserved record.
     unsafe {
         let l = &*(*w).layout;
         let (mnt, dentry) = ((*w).mnt, (*w).dentry);
@@ -208,7 +204,8 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
             (*w).mnt = up;
             return 0;
         }
-        let o = (*w).off & OFFSET_MASK;
+        let ev = (*w).ev;
+        let o = core::ptr::read_volatile(&raw const (*ev).names_len) & OFFSET_MASK;
         if o > LAST_OFFSET {
             return stop(w, file_status::TRUNCATED);
         }
@@ -225,8 +222,8 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
         if n <= 0 {
             return stop(w, file_status::UNREADABLE);
         }
-        (*w).off = o + n as u32;
-        (*w).depth += 1;
+        (*ev).names_len = o + n as u32;
+        (*ev).depth = core::ptr::read_volatile(&raw const (*ev).depth) + 1;
         (*w).dentry = parent;
     }
     0
