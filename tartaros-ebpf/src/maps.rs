@@ -123,9 +123,7 @@ impl Run {
             }
         }
     }
-}
 
-impl Run {
     /// Copies `value` into this run's ring as one record of `effect`;
     /// counted as lost when there is no room (or no ring). One helper call
     /// where a reservation is a write per field: the verifier walks it once
