@@ -52,20 +52,9 @@ const EPERM: i64 = 1;
 /// counted lost.
 const PENDING_MAX: u32 = 4096;
 
-/// When `sys_exit` writes the record ([`Call::when`]).
-mod when {
-    pub const ALWAYS: u32 = 0;
-    /// Refused with EACCES / EPERM (read-only opens: the denied reads).
-    pub const REFUSED: u32 = 1;
-    /// Failed (exec: a successful one is `sched_process_exec`'s).
-    pub const FAILED: u32 = 2;
-    /// Succeeded (chdir: only those move the cwd).
-    pub const OK: u32 = 3;
-}
-
-const _: () = assert!(
-    call_shape::when::FAILED as u32 == when::FAILED && call_shape::when::OK as u32 == when::OK
-);
+/// When `sys_exit` writes the record ([`Call::when`]); one definition with
+/// the descriptor table's.
+use call_shape::when;
 
 /// What to record for one syscall. 64 bytes, no padding.
 #[repr(C)]
@@ -509,18 +498,20 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
 /// register or a constant, picked by index.
 #[inline(always)]
 fn from_shape(effect: u16, d: u32, a: [u64; 6]) -> Call {
-    // Sources 6 and 7: 0 and 1, or for a descriptor -1 and AT_FDCWD.
+    const NONE: u32 = call_shape::src::NONE as u32;
+    const CWD: u32 = call_shape::src::CWD as u32;
+    const _: () = assert!(NONE == 6 && CWD == 7);
+    // Sources NONE and CWD: 0 and 1, or for a descriptor -1 and AT_FDCWD.
     let v = [a[0], a[1], a[2], a[3], a[4], a[5], 0, 1];
     let value = |shift: u32| v[((d >> shift) & 7) as usize];
     let fd = |shift: u32| match (d >> shift) & 7 {
-        6 => -1,
-        7 => AT_FDCWD,
+        NONE => -1,
+        CWD => AT_FDCWD,
         s => v[s as usize] as i32,
     };
     Call {
         effect,
-        // SHAPE_PATH, SHAPE_PATH2, SHAPE_PLAIN are 1, 2, 3.
-        record: record::SYS + ((d & 3) % 3) as u16,
+        record: call_shape::record_of(d),
         fd: fd(call_shape::FD_SHIFT),
         fd2: fd(call_shape::FD2_SHIFT),
         flags: 0,

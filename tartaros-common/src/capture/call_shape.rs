@@ -34,12 +34,29 @@ pub mod src {
     pub const CWD: u8 = 7;
 }
 
-/// `when` values, as the program's `when` module has them.
+/// When `sys_exit` writes the record (`Call::when` in the program).
 pub mod when {
-    pub const ALWAYS: u8 = 0;
-    pub const FAILED: u8 = 2;
-    pub const OK: u8 = 3;
+    pub const ALWAYS: u32 = 0;
+    /// Refused with EACCES / EPERM (read-only opens: the denied reads).
+    pub const REFUSED: u32 = 1;
+    /// Failed (exec: a successful one is `sched_process_exec`'s).
+    pub const FAILED: u32 = 2;
+    /// Succeeded (chdir: only those move the cwd).
+    pub const OK: u32 = 3;
 }
+
+/// The record type of descriptor `d` (`record::SYS_PATH`, `SYS_PATH2` or
+/// `SYS`), without a branch: the verifier walks one path for all three.
+#[inline(always)]
+pub const fn record_of(d: u32) -> u16 {
+    super::record::SYS + ((d & 3) % 3) as u16
+}
+
+const _: () = assert!(
+    record_of(SHAPE_PATH) == super::record::SYS_PATH
+        && record_of(SHAPE_PATH2) == super::record::SYS_PATH2
+        && record_of(SHAPE_PLAIN) == super::record::SYS
+);
 
 /// Bit offsets of the fields after the record and `when`.
 pub const FD_SHIFT: u32 = 4;
@@ -52,7 +69,7 @@ pub const ARGS_SHIFT: u32 = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Shape {
     pub record: u32,
-    pub when: u8,
+    pub when: u32,
     pub fd: u8,
     pub ptr: u8,
     pub fd2: u8,
@@ -102,7 +119,7 @@ const fn plain(fd: u8, args: [u8; 3]) -> Shape {
     }
 }
 
-const fn only(mut shape: Shape, when: u8) -> Shape {
+const fn only(mut shape: Shape, when: u32) -> Shape {
     shape.when = when;
     shape
 }
@@ -166,7 +183,7 @@ pub const fn shape_of(nr: u32) -> u32 {
 
 pub const fn encode(s: Shape) -> u32 {
     s.record
-        | (s.when as u32) << 2
+        | s.when << 2
         | (s.fd as u32) << FD_SHIFT
         | (s.ptr as u32) << PTR_SHIFT
         | (s.fd2 as u32) << FD2_SHIFT
@@ -184,7 +201,7 @@ mod tests {
         let at = |shift: u32| ((d >> shift) & 7) as u8;
         Shape {
             record: d & 3,
-            when: ((d >> 2) & 3) as u8,
+            when: (d >> 2) & 3,
             fd: at(FD_SHIFT),
             ptr: at(PTR_SHIFT),
             fd2: at(FD2_SHIFT),
