@@ -52,6 +52,13 @@ pub const MAP_TPROXY_COOKIE: &str = "TPROXY_COOKIE";
 /// (`LruHashMap<TransparentKey, SavedDst>`, keyed by the client's local port),
 /// which the transparent proxy reads (and deletes from) on accept.
 pub const MAP_TPROXY_PORT: &str = "TPROXY_PORT";
+/// Name of the map of who opened each TCP connection, filled by
+/// `connect4` / `connect6` (`LruHashMap<u64, ConnOwner>`, by socket cookie).
+pub const MAP_OWNER_COOKIE: &str = "OWNER_COOKIE";
+/// Name of the map `sock_ops` moves those entries to (`LruHashMap<
+/// TransparentKey, u32>`, by the client's local port), which the gateways
+/// read to attribute their records.
+pub const MAP_OWNER_PORT: &str = "OWNER_PORT";
 /// Capacity of both transparent-interception maps (LRU: entries of
 /// connections that never reached the proxy age out).
 pub const TPROXY_MAX_ENTRIES: u32 = 4096;

@@ -24,7 +24,7 @@ use core::ffi::c_void;
 use aya_ebpf::{
     helpers::{bpf_get_current_pid_tgid, generated},
     macros::{btf_tracepoint, map},
-    maps::{Array, HashMap, PerCpuArray},
+    maps::{HashMap, PerCpuArray},
     programs::BtfTracePointContext,
 };
 use tartaros_common::MAP_NO_PREALLOC;
@@ -107,18 +107,23 @@ static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
 const ENTER_SLOT: u32 = 0;
 const EXIT_SLOT: u32 = 1;
 
-/// The effect kind of each syscall number, `capture::effect_of` as filled
-/// in by the supervisor (the syscall table's test checks that function).
-/// From a map, the kind is one unknown value for the verifier instead of
-/// a constant per `classify` arm: it walks half as many instructions.
-#[map(name = "SYSCALL_KIND")]
-static SYSCALL_KIND: Array<u32> = Array::with_max_entries(SYSCALL_KINDS, 0);
+/// `call_shape::TABLE`: each syscall number's effect kind and descriptor,
+/// in the frozen `.rodata`. Read at an index the verifier does not know,
+/// an entry is one unknown value for it instead of a constant per
+/// `classify` arm: it walks half as many instructions.
+#[unsafe(no_mangle)]
+static SYSCALL_TABLE: [u32; SYSCALL_KINDS as usize] = call_shape::TABLE;
 
-/// How each syscall's fields are taken from its arguments
-/// (`call_shape::shape_of`, filled in by the supervisor), 0 for those
-/// decided in code.
-#[map(name = "SYSCALL_SHAPE")]
-static SYSCALL_SHAPE: Array<u32> = Array::with_max_entries(SYSCALL_KINDS, 0);
+/// The table's entry of `n`; 0 (no kind, decided in code) past its end.
+#[inline(always)]
+fn table_entry(n: u64) -> u32 {
+    if n >= SYSCALL_KINDS as u64 {
+        return 0;
+    }
+    // SAFETY: `n` is below the array's length; a volatile read, so that
+    // the compiler cannot fold the table into the code.
+    unsafe { core::ptr::read_volatile((&raw const SYSCALL_TABLE).cast::<u32>().add(n as usize)) }
+}
 
 /// Calls in flight, by `pid_tgid`. Not preallocated: creating the 2.9 MB
 /// of a preallocated one took 0.6 ms of every `--log` start, before the
@@ -242,8 +247,9 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     let number = reg(regs, REGS_ORIG_AX);
     let call = classify(number, args_of(regs))?;
     if call.effect == effect::OTHER {
-        // A captured number without a kind: the kind map was not filled.
-        // Counted, so the log says it is incomplete.
+        // A captured number without a kind: the table and `nr::is_captured`
+        // disagree (a test of `call_shape` forbids it). Counted, so the
+        // log says it is incomplete.
         count_lost(run.id, effect::OTHER);
         return None;
     }
@@ -365,8 +371,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             // `nr::is_refused` was walked on every path here), or the
             // terminal ioctls the filter refuses (input injection).
             let refused = captured
-                && number <= u32::MAX as u64
-                && (SYSCALL_KIND.get(number as u32).copied() == Some(u32::from(effect::SYSCALL))
+                && (call_shape::kind_of(table_entry(number)) == effect::SYSCALL
                     || (number == u64::from(nr::IOCTL)
                         && ret == -EPERM
                         && ioctl::refused_tty(a[1])));
@@ -415,16 +420,17 @@ fn wanted(when: u32, ret: i64) -> bool {
 }
 
 /// Decides whether syscall `nr` with arguments `a` is recorded, and how.
-/// x86_64 numbering; the kinds come from `SYSCALL_KIND`, and the fields of
-/// every call not decided by its arguments' values from `SYSCALL_SHAPE`.
+/// x86_64 numbering; the kinds, and the fields of every call not decided
+/// by its arguments' values, come from `SYSCALL_TABLE`.
 #[inline(always)]
 fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     if nr > u32::MAX as u64 {
         return None;
     }
     let n = nr as u32;
-    let e = SYSCALL_KIND.get(n).map_or(effect::OTHER, |&k| k as u16);
-    let described = SYSCALL_SHAPE.get(n).map_or(call_shape::SPECIAL, |&d| d);
+    let entry = table_entry(nr);
+    let e = call_shape::kind_of(entry);
+    let described = entry & call_shape::DESCRIPTOR_MASK;
     if described != call_shape::SPECIAL {
         return Some(from_shape(e, described, a));
     }

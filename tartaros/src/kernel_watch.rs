@@ -63,6 +63,9 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
         // With allowed domains, TCP connects to anything but loopback go to
         // the transparent proxy instead of failing with EPERM.
         transparent_port: transparent.then_some(crate::egress::TRANSPARENT_PORT),
+        // The gateways' records carry the pid that opened each connection.
+        attribution: capture
+            && (transparent || !policy.local_ports.is_empty() || policy.broker.is_some()),
     }
 }
 
@@ -274,6 +277,42 @@ mod tests {
             false,
             1 << 20,
         )
+    }
+
+    /// Only a run whose gateways attribute connections, or that
+    /// intercepts them, gets full-size maps for that in an object of its
+    /// own; every other run's are small.
+    #[test]
+    fn a_run_s_own_maps_are_sized_to_what_it_uses() {
+        use tartaros_common::{MAP_ALLOW, MAP_OWNER_PORT, MAP_RUNS, MAP_TPROXY_COOKIE};
+        let small = Some(crate::ebpf::UNUSED_MAP_ENTRIES);
+        let logged = options(&Policy::default(), true, 1 << 20);
+        assert!(!logged.attribution);
+        assert_eq!(logged.own_map_entries(MAP_OWNER_PORT), small);
+        assert_eq!(logged.own_map_entries(MAP_TPROXY_COOKIE), small);
+        assert_eq!(
+            logged.own_map_entries(MAP_ALLOW),
+            Some(crate::ebpf::OWN_ALLOW_ENTRIES)
+        );
+        assert_eq!(logged.own_map_entries(MAP_RUNS), None, "as declared");
+        let relayed = Policy {
+            local_ports: vec![8080],
+            ..Default::default()
+        };
+        let relayed = options(&relayed, true, 1 << 20);
+        assert!(relayed.attribution);
+        assert_eq!(relayed.own_map_entries(MAP_OWNER_PORT), None);
+        assert_eq!(relayed.own_map_entries(MAP_TPROXY_COOKIE), small);
+        assert_ne!(logged.sizing(), relayed.sizing(), "not one object");
+        let proxied = Policy {
+            allow_domains: vec!["crates.io".into()],
+            ..Default::default()
+        };
+        let proxied = options(&proxied, true, 1 << 20);
+        assert_eq!(proxied.own_map_entries(MAP_TPROXY_COOKIE), None);
+        assert_eq!(proxied.own_map_entries(MAP_OWNER_PORT), None);
+        let unlogged = options(&Policy::default(), false, 1 << 20);
+        assert!(!unlogged.attribution, "nothing to attribute without a log");
     }
 
     #[test]

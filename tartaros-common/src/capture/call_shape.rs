@@ -1,6 +1,7 @@
 //! Which arguments of a syscall the capture's `sys_enter` keeps, as data:
-//! the descriptor of each syscall number, which the supervisor writes into
-//! the `SYSCALL_SHAPE` map. The program then has one generic path that
+//! the descriptor of each syscall number, compiled into the program's
+//! frozen `.rodata` with the number's effect kind ([`TABLE`]). The
+//! program then has one generic path that
 //! reads the descriptor instead of an arm per syscall; the verifier walks
 //! that path once instead of every arm, which was most of the program's
 //! verification, paid at every `--log` start. The calls whose record
@@ -173,12 +174,46 @@ pub const fn shape(nr: u32) -> Option<Shape> {
     Some(s)
 }
 
-/// The descriptor of syscall `nr` as the map holds it.
+/// The descriptor of syscall `nr` (the low bits of its [`TABLE`] entry).
 pub const fn shape_of(nr: u32) -> u32 {
     match shape(nr) {
         Some(s) => encode(s),
         None => SPECIAL,
     }
+}
+
+/// Where a [`TABLE`] entry keeps its effect kind: above the descriptor's
+/// 25 bits.
+pub const KIND_SHIFT: u32 = 25;
+/// The descriptor bits of a [`TABLE`] entry.
+pub const DESCRIPTOR_MASK: u32 = (1 << KIND_SHIFT) - 1;
+
+const _: () = assert!(ARGS_SHIFT + 9 <= KIND_SHIFT);
+const _: () = assert!(crate::capture::effect::COUNT <= 1 << (32 - KIND_SHIFT));
+
+/// For every syscall number below `SYSCALL_KINDS`: its descriptor, and
+/// its effect kind (`effect_of`) at [`KIND_SHIFT`]. The program holds it
+/// as a global of its `.rodata`, a map the loader freezes: the table is
+/// decided when the object is built, and no start fills a map with it.
+/// Read at an index the verifier does not know, an entry is an unknown
+/// value to it, as a map lookup's was.
+pub const TABLE: [u32; crate::capture::SYSCALL_KINDS as usize] = table();
+
+const fn table() -> [u32; crate::capture::SYSCALL_KINDS as usize] {
+    let mut t = [0; crate::capture::SYSCALL_KINDS as usize];
+    let mut n = 0;
+    while n < t.len() {
+        let kind = crate::capture::effect_of(n as u32) as u32;
+        t[n] = shape_of(n as u32) | kind << KIND_SHIFT;
+        n += 1;
+    }
+    t
+}
+
+/// The effect kind of a [`TABLE`] entry.
+#[inline(always)]
+pub const fn kind_of(entry: u32) -> u16 {
+    (entry >> KIND_SHIFT) as u16
 }
 
 pub const fn encode(s: Shape) -> u32 {
@@ -253,6 +288,18 @@ mod tests {
             assert!(!(nr::is_refused(n) && nr::is_effect(n)), "{n}");
             assert_eq!(nr::is_refused(n), effect_of(n) == effect::SYSCALL, "{n}");
         }
+    }
+
+    #[test]
+    fn the_table_holds_each_number_s_kind_and_descriptor() {
+        use crate::capture::effect_of;
+        for n in 0..crate::capture::SYSCALL_KINDS {
+            let entry = TABLE[n as usize];
+            assert_eq!(kind_of(entry), effect_of(n), "{n}");
+            assert_eq!(entry & DESCRIPTOR_MASK, shape_of(n), "{n}");
+        }
+        assert_eq!(kind_of(TABLE[2]), crate::capture::effect::OPEN);
+        assert_eq!(TABLE[2] & DESCRIPTOR_MASK, SPECIAL);
     }
 
     #[test]

@@ -180,7 +180,8 @@ pub mod nr {
     }
 }
 
-/// Entries of the eBPF map of [`effect_of`] (every x86-64 number is below).
+/// Entries of the program's syscall table (`call_shape::TABLE`; every
+/// x86-64 number is below).
 pub const SYSCALL_KINDS: u32 = 512;
 
 /// The effect kind the capture gives syscall `nr` (its main one: see

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use aya::maps::{Array, Map, MapData, RingBuf};
 use tartaros_common::capture::{KFUNC_CAST_TO_KERN_CTX, KFUNC_SET_SUN_PATH, LEVEL_UNKNOWN};
 
+use super::AttachOptions;
 use super::kbtf::KernelLayout;
 use super::rawprog::{self, ProgSpec, RawError};
 use super::{EBPF_OBJECT, EbpfError, early_ring, elf};
@@ -152,15 +153,17 @@ pub(super) fn maps_used(programs: &[&str]) -> Result<BTreeSet<String>, EbpfError
 }
 
 /// Creates the maps the embedded object declares (only those in `only`,
-/// when given) and the frozen `.rodata`: for many runs (`shared`, the
-/// service), whose rings go into `EVENTS` (a map of maps), or for one run,
-/// whose ring of `ring_bytes` (0: none) is `RING`, taken from
-/// [`early_ring`] when it was prepared.
+/// when given) and the frozen `.rodata`: for many runs (`own` is `None`,
+/// the service), whose rings go into `EVENTS` (a map of maps), or for the
+/// one run of `own`, whose ring of `ring_bytes` (0: none) is `RING`, taken
+/// from [`early_ring`] when it was prepared, and whose maps are sized to
+/// it ([`AttachOptions::own_map_entries`]).
 pub(super) fn load_object(
-    shared: bool,
-    ring_bytes: u32,
+    own: Option<&AttachOptions>,
     only: Option<&BTreeSet<String>>,
 ) -> Result<Object, EbpfError> {
+    let shared = own.is_none();
+    let ring_bytes = own.map_or(0, |o| o.ring_bytes);
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
     let defs = elf.map_defs().map_err(EbpfError::LoadObject)?;
     let mut maps = Vec::with_capacity(defs.len());
@@ -171,8 +174,23 @@ pub(super) fn load_object(
             if (def.key_size, def.value_size) != (8, 4) {
                 return Err(missing(format!("map {} of u64 -> u32", def.name)));
             }
-            let entries = if shared { def.max_entries } else { 1 };
-            events_map(entries).map_err(EbpfError::LoadObject)?
+            match own {
+                None => events_map(def.max_entries).map_err(EbpfError::LoadObject)?,
+                // A run of its own reads `RING`: the programs' branch that
+                // looks a ring up in `EVENTS` is dead (`RINGS_SHARED` is 0
+                // in the frozen `.rodata`), which the verifier sees and
+                // skips, so the map only has to exist, as declared.
+                Some(_) => rawprog::create_map(rawprog::MapSpec {
+                    name: &def.name,
+                    map_type: def.map_type,
+                    key_size: def.key_size,
+                    value_size: def.value_size,
+                    max_entries: 1,
+                    flags: def.flags,
+                    inner_map: None,
+                })
+                .map_err(EbpfError::LoadObject)?,
+            }
         } else if def.name == RING && !shared && ring_bytes > 0 {
             match early_ring::take_own(ring_bytes) {
                 Some((fd, reader)) => {
@@ -187,7 +205,9 @@ pub(super) fn load_object(
                 map_type: def.map_type,
                 key_size: def.key_size,
                 value_size: def.value_size,
-                max_entries: def.max_entries,
+                max_entries: own
+                    .and_then(|o| o.own_map_entries(&def.name))
+                    .unwrap_or(def.max_entries),
                 flags: def.flags,
                 inner_map: None,
             })
@@ -305,38 +325,6 @@ pub(super) fn set_file_layout(
     array
         .set(0, *file, 0)
         .map_err(|source| EbpfError::Map { map: name, source })
-}
-
-/// Fills `SYSCALL_KIND`: the effect kind of every syscall number, from
-/// the table the syscall-table test checks (`capture::effect_of`); and
-/// `SYSCALL_SHAPE`: which arguments each keeps (`capture::call_shape`).
-pub(super) fn set_syscall_kinds(object: &mut Object) -> Result<(), EbpfError> {
-    use tartaros_common::capture::{call_shape, effect_of};
-    fill_by_syscall(object, "SYSCALL_KIND", |nr| u32::from(effect_of(nr)))?;
-    fill_by_syscall(object, "SYSCALL_SHAPE", call_shape::shape_of)
-}
-
-/// Sets entry `nr` of the array `name` to `value(nr)` for every syscall
-/// number, where that is not 0 (a new array's value).
-fn fill_by_syscall(
-    object: &mut Object,
-    name: &'static str,
-    value: impl Fn(u32) -> u32,
-) -> Result<(), EbpfError> {
-    let map = object
-        .map_mut(name)
-        .ok_or_else(|| missing(format!("map {name}")))?;
-    let mut array =
-        Array::<_, u32>::try_from(map).map_err(|source| EbpfError::Map { map: name, source })?;
-    for nr in 0..tartaros_common::capture::SYSCALL_KINDS {
-        let v = value(nr);
-        if v != 0 {
-            array
-                .set(nr, v, 0)
-                .map_err(|source| EbpfError::Map { map: name, source })?;
-        }
-    }
-    Ok(())
 }
 
 /// The kernel-side data of a map, for its fd.

@@ -35,7 +35,7 @@ mod early_ring;
 mod elf;
 mod error;
 mod options;
-pub use options::{AttachOptions, ConnectGrant};
+pub use options::{AttachOptions, ConnectGrant, OWN_ALLOW_ENTRIES, UNUSED_MAP_ENTRIES};
 mod attach_steps;
 mod kbtf;
 mod layout_cache;

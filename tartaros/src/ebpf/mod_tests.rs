@@ -83,7 +83,7 @@ fn the_unix_policy_alone_needs_none_of_the_capture_or_interception_maps() {
     ] {
         assert!(maps.contains(needed), "{needed} missing from {maps:?}");
     }
-    for unneeded in ["PENDING", "SYSCALL_KIND", "TPROXY_COOKIE", "OWNER_PORT"] {
+    for unneeded in ["PENDING", "SYS_CALL", "TPROXY_COOKIE", "OWNER_PORT"] {
         assert!(!maps.contains(unneeded), "{unneeded} in {maps:?}");
     }
     let all = attach_steps::program_names(u32::MAX, None);
@@ -135,8 +135,11 @@ fn every_program_verifies_within_its_budget() {
         return;
     }
     let layout = load::kernel_layout().expect("kernel layout");
-    let mut object = load::load_object(false, 1 << 16, None).expect("object");
-    load::set_syscall_kinds(&mut object).expect("kinds");
+    let own = AttachOptions {
+        ring_bytes: 1 << 16,
+        ..AttachOptions::default()
+    };
+    let mut object = load::load_object(Some(&own), None).expect("object");
     load::set_file_layout(&mut object, Some(&layout)).expect("layout");
     let kfuncs = load::kfuncs(Some(&layout));
     let (cgroup, tracing) = attach_steps::programs_for(u32::MAX, Some(&layout));

@@ -53,7 +53,18 @@ pub struct AttachOptions {
     /// ::1, after the destination's family) instead of being refused. UDP
     /// stays refused. `None`: refuse them.
     pub transparent_port: Option<u16>,
+    /// With `capture`: gateways (relay, proxy, broker) will ask who opened
+    /// their connections (`CgroupPrograms::connection_owner`).
+    pub attribution: bool,
 }
+
+/// Entries of a map a run's own object does not use (nothing reads it,
+/// but its programs reference it): small, and more than the CPUs' LRU
+/// free lists hold back.
+pub const UNUSED_MAP_ENTRIES: u32 = 64;
+/// Entries of a run's own `ALLOW`: its grants (two, loopback) and what
+/// [`super::CgroupPrograms::allow`] adds.
+pub const OWN_ALLOW_ENTRIES: u32 = 256;
 
 impl AttachOptions {
     /// The parts installed for the run (`capture::feature` bits), and so
@@ -76,6 +87,34 @@ impl AttachOptions {
         }
         bits
     }
+
+    /// How many entries a run's own object gives map `name`, where that
+    /// is not what the object declares (the service's object serves every
+    /// run and keeps the declared sizes). A preallocated LRU map of 4,096
+    /// entries took ~0.15 ms to create and the buckets of a 16,384-entry
+    /// `ALLOW` ~0.4 ms, on the path of every `--log` start before the
+    /// verifier could begin.
+    pub fn own_map_entries(&self, name: &str) -> Option<u32> {
+        use tartaros_common::{
+            MAP_ALLOW, MAP_OWNER_COOKIE, MAP_OWNER_PORT, MAP_TPROXY_COOKIE, MAP_TPROXY_PORT,
+        };
+        let unless = |used: bool| (!used).then_some(UNUSED_MAP_ENTRIES);
+        match name {
+            MAP_ALLOW => Some(OWN_ALLOW_ENTRIES),
+            MAP_TPROXY_COOKIE | MAP_TPROXY_PORT => unless(self.transparent_port.is_some()),
+            MAP_OWNER_COOKIE | MAP_OWNER_PORT => unless(self.capture && self.attribution),
+            _ => None,
+        }
+    }
+
+    /// What decides the sizes of [`Self::own_map_entries`]: two options
+    /// with the same key make the same object.
+    pub fn sizing(&self) -> (bool, bool) {
+        (
+            self.transparent_port.is_some(),
+            self.capture && self.attribution,
+        )
+    }
 }
 
 impl Default for AttachOptions {
@@ -88,6 +127,7 @@ impl Default for AttachOptions {
             unix_policy: false,
             unix_allowed: Vec::new(),
             transparent_port: None,
+            attribution: false,
         }
     }
 }

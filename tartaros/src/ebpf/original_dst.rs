@@ -56,7 +56,7 @@ impl OwnerMap {
     /// A second handle (own fd) on the map, for the connections of run
     /// `run`.
     pub(super) fn open(object: &Object, run: u64) -> Result<Self, EbpfError> {
-        let name = "OWNER_PORT";
+        let name = tartaros_common::MAP_OWNER_PORT;
         let err = |source| EbpfError::Map { map: name, source };
         let data = map_data(object, name).ok_or_else(|| EbpfError::MissingInObject {
             what: format!("map {name}"),

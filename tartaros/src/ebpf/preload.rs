@@ -48,7 +48,8 @@ impl Preload {
     /// have dropped a part since: the attach then starts afresh).
     pub(super) fn take(self, options: &AttachOptions) -> Option<Result<Prepared, EbpfError>> {
         let same = self.options.features() == options.features()
-            && self.options.ring_bytes == options.ring_bytes;
+            && self.options.ring_bytes == options.ring_bytes
+            && self.options.sizing() == options.sizing();
         // Not waited for when unused: the thread drops what it made.
         same.then(|| {
             self.thread
@@ -64,9 +65,8 @@ pub(super) fn prepare(options: &AttachOptions) -> Result<Prepared, EbpfError> {
     let layout = attach_steps::check(options)?;
     let programs = attach_steps::program_names(options.features(), layout.as_ref());
     let maps = load::maps_used(&programs)?;
-    let mut object = load::load_object(false, options.ring_bytes, Some(&maps))?;
+    let mut object = load::load_object(Some(options), Some(&maps))?;
     if options.capture {
-        load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
     }
     let loaded = attach_steps::verify_programs(&object, options.features(), layout.as_ref())?;

@@ -137,9 +137,8 @@ impl SharedPrograms {
                 Err(e) => drop_part(&mut wanted, e, &mut warnings)?,
             }
         };
-        let mut object = load::load_object(true, 0, None)?;
+        let mut object = load::load_object(None, None)?;
         load::set_run_level(&mut object, level + 1)?;
-        load::set_syscall_kinds(&mut object)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
         let attached = loop {
             let features = wanted.features();
