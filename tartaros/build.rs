@@ -111,6 +111,12 @@ fn run() -> Result<(), String> {
     .stdout(Stdio::null())
     .stderr(Stdio::piped());
     scrub_outer_cargo_env(&mut cmd);
+    // The workspace's release profile links the host binary with fat LTO
+    // in one codegen unit. The BPF object keeps the default settings its
+    // verifier budgets were measured with: bpf-linker links its bitcode
+    // as one program anyway.
+    cmd.env("CARGO_PROFILE_RELEASE_LTO", "false")
+        .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16");
 
     let out = cmd
         .output()

@@ -58,9 +58,10 @@ pub struct AttachOptions {
     pub attribution: bool,
 }
 
-/// Entries of a map a run's own object does not use (nothing reads it,
-/// but its programs reference it): small, and more than the CPUs' LRU
-/// free lists hold back.
+/// Entries of a map a run's own object does not use (its programs
+/// reference it, nothing reads it): small. The programs ignore a failed
+/// insert into these maps, and an LRU map takes a free entry from another
+/// CPU's list before it fails.
 pub const UNUSED_MAP_ENTRIES: u32 = 64;
 /// Entries of a run's own `ALLOW`: its grants (two, loopback) and what
 /// [`super::CgroupPrograms::allow`] adds.
