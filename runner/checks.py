@@ -3,6 +3,7 @@ expectations (records, verify, tampering)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -237,6 +238,19 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
         phantoms = sorted(p for p in named if not os.path.lexists(p))
         out.append({"check": "no_phantom", "arg": d, "held": not phantoms,
                     "msg": f"{len(phantoms)} records name files that never existed: {phantoms[:5]}"})
+    if "sealed" in spec:
+        d = ex(spec["sealed"])
+        last = recs[-1] if recs else {}
+        listed = {e.get("path"): e for e in last.get("files", [])} if record_kind(last) == "seal" else {}
+        wrong = []
+        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
+            p = os.path.join(d, name)
+            data = Path(p).read_bytes()
+            e = listed.get(p, {})
+            if e.get("sha256") != hashlib.sha256(data).hexdigest() or e.get("size") != len(data):
+                wrong.append(name)
+        out.append({"check": "sealed", "arg": d, "held": os.path.isdir(d) and not wrong,
+                    "msg": f"{len(wrong)} files not in the seal as they are on disk: {wrong[:5]}"})
     for want in spec.get("record", []):
         w = {k: (ex(v) if isinstance(v, str) else v) for k, v in want.items()}
         out.append({"check": "record", "want": w, "held": any(record_matches(r, w) for r in recs)})

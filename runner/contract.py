@@ -54,6 +54,8 @@ SETUP_KEYS = {
                    # started S s after the contract's run, or S s before it
     "log_tmpfs",  # "128k": the log directory is a tmpfs of that size (the log's filesystem fills up)
 }
+# setup.file: `count = N` makes N files, `path` + "00000" ... (before the run: no create of theirs
+# is in the log)
 # fields / not_fields: {"target.bytes_up" = N}: (dotted) fields that must have these values / must be
 # present, not null and not these values
 LOG_RECORD_KEYS = {"kind", "path", "dest", "decision", "field", "value", "fields", "not_fields"}
@@ -63,6 +65,7 @@ EFFECT_LOG_KEYS = {
     "no_phantom",  # DIR: every record naming a path in DIR names a file that exists after the run
     "verify_not",  # an exit of `log verify` that must not be seen (e.g. 0 for a degraded log)
     "run_fails",  # true: the sandbox's own exit status is non-zero (it says its log is incomplete)
+    "sealed",  # DIR: every file in DIR is in the seal's `files` with its size and SHA-256 on disk
 }
 TOP_KEYS = {
     "id", "title", "kind", "control", "expect", "cmd", "timeout", "policy", "setup",

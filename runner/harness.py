@@ -95,14 +95,18 @@ def make_setup(c: Contract, values: dict[str, str], root: Path, agent_uid: int =
         if "uid" in d:
             os.chown(p, owner(d), owner(d))
     for f in c.setup.get("file", []):
-        p = Path(ex(f["path"]))
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(ex(f.get("content", "")))
-        p.chmod(f.get("mode", 0o644))
-        if "uid" in f:  # e.g. a file the agent's user owns outside the roots
-            os.chown(p, owner(f), owner(f))
-        if "mtime" in f:
-            os.utime(p, (f["mtime"], f["mtime"]))
+        paths = [ex(f["path"])]
+        if "count" in f:
+            paths = [f"{paths[0]}{i:05d}" for i in range(int(f["count"]))]
+        for one in paths:
+            p = Path(one)
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_text(ex(f.get("content", "")))
+            p.chmod(f.get("mode", 0o644))
+            if "uid" in f:  # e.g. a file the agent's user owns outside the roots
+                os.chown(p, owner(f), owner(f))
+            if "mtime" in f:
+                os.utime(p, (f["mtime"], f["mtime"]))
     for cp in c.setup.get("copy", []):
         dst = Path(ex(cp["path"]))
         dst.parent.mkdir(parents=True, exist_ok=True)

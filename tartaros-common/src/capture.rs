@@ -127,6 +127,10 @@ pub mod flag {
     pub const ABI_IA32: u32 = 1 << 9;
     /// A `syscall` record of a number with the x32 bit (or beyond it).
     pub const ABI_X32: u32 = 1 << 10;
+    /// An open that may write: when it succeeds without creating its
+    /// file, `sys_exit` names the descriptor it returned
+    /// ([`super::SysFileEvent`]).
+    pub const OPENS_FILE: u32 = 1 << 11;
 }
 
 /// The x32 ABI bit of x86_64 syscall numbers (`__X32_SYSCALL_BIT`).
@@ -473,8 +477,8 @@ pub mod call_shape;
 mod file;
 mod syscall_numbers;
 pub use file::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FileLayout, MAP_FILE_LAYOUT, SysFileEvent,
-    file_status,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, MAP_FILE_LAYOUT,
+    SysFileEvent, file_status,
 };
 pub use syscall_numbers::{AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag};
 

@@ -1,5 +1,8 @@
 //! The file behind a descriptor, from the kernel's own objects, for the
-//! records of calls that name no path (the inode-flag ioctls): at
+//! records of calls that name no path (the inode-flag ioctls) and of the
+//! opens for writing that did not create their file (the descriptor they
+//! return; the file behind it is the one opened, whatever the agent's
+//! string said when `sys_enter` read it): at
 //! `sys_exit`, `current->files->fdt->fd[fd]` gives the `struct file`; its
 //! inode gives (device, inode number), and its `f_path` the names up to the
 //! root of the caller's mount namespace, walked over `d_parent` and the
@@ -16,7 +19,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 use tartaros_common::capture::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FileLayout, SysFileEvent, file_status,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, SysFileEvent,
+    file_status,
 };
 
 use crate::maps::read_kernel;
@@ -67,6 +71,18 @@ fn file_of(l: &FileLayout, fd: i32) -> u64 {
 #[inline(always)]
 pub fn file_at_entry(fd: i32) -> u64 {
     layout().map_or(0, |l| file_of(l, fd))
+}
+
+/// Whether `fd` holds a file that its open did not create: the opens for
+/// writing whose file no `FAN_CREATE` names, so the record names it.
+#[inline(always)]
+pub fn opened_existing(fd: i32) -> bool {
+    let Some(l) = layout() else {
+        return false;
+    };
+    let file = file_of(l, fd);
+    file != 0
+        && read_kernel::<u32>(file + l.file_mode as u64).is_some_and(|m| m & FMODE_CREATED == 0)
 }
 
 /// Fills the file part of the reserved record `ev` for `fd`, which held

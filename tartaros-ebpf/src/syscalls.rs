@@ -552,8 +552,9 @@ fn open_call(fd: i32, path: u64, flags: u64, mode: u64) -> Call {
     } else {
         effect::OPEN
     };
-    let call = Call::path(e, fd, path, [flags, mode, 0]);
+    let mut call = Call::path(e, fd, path, [flags, mode, 0]);
     if writes {
+        call.flags = flag::OPENS_FILE;
         call
     } else {
         call.only(when::REFUSED)

@@ -4,7 +4,7 @@
 
 use tartaros_common::capture::{
     ADDR_BYTES, PATH_BYTES, RunConfig, SysAddrEvent, SysEvent, SysFileEvent, SysPath2Event,
-    SysPathEvent, record,
+    SysPathEvent, flag, record,
 };
 
 use crate::maps::{Run, copy_kernel, fill_header, wake_flags};
@@ -12,11 +12,11 @@ use crate::syscalls::Pending;
 
 /// Fills the fixed part of a syscall record.
 #[inline(always)]
-fn fill_sys(s: *mut SysEvent, cfg: &RunConfig, p: *const Pending, nr: u32, ret: i64) {
+fn fill_sys(s: *mut SysEvent, cfg: &RunConfig, p: *const Pending, rec: u16, nr: u32, ret: i64) {
     // SAFETY: `s` points to a reserved record, `p` to a map entry.
     unsafe {
         let call = &(*p).call;
-        fill_header(&raw mut (*s).header, cfg, call.record, call.effect);
+        fill_header(&raw mut (*s).header, cfg, rec, call.effect);
         (*s).header.flags |= call.flags;
         (*s).nr = nr;
         (*s).fd = call.fd;
@@ -42,13 +42,25 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
     // the reserved records, whose sizes the helpers are told.
     unsafe {
         let kind = (*p).call.effect;
-        match (*p).call.record {
+        let mut rec = (*p).call.record;
+        let mut fd = (*p).call.fd;
+        // A successful open for writing: named by the descriptor it
+        // returned, unless it created the file (its FAN_CREATE names it).
+        if rec == record::SYS_PATH
+            && (*p).call.flags & flag::OPENS_FILE != 0
+            && ret >= 0
+            && crate::fdpath::opened_existing(ret as i32)
+        {
+            rec = record::SYS_FILE;
+            fd = ret as i32;
+        }
+        match rec {
             record::SYS_PATH => {
                 let Some((ring, mut entry)) = run.reserve::<SysPathEvent>(kind) else {
                     return;
                 };
                 let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
                 copy_kernel(
                     (&raw mut (*ev).path).cast::<u8>(),
                     PATH_BYTES as u32,
@@ -61,7 +73,7 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                     return;
                 };
                 let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
                 copy_kernel(
                     (&raw mut (*ev).path).cast::<u8>(),
                     PATH_BYTES as u32,
@@ -79,7 +91,7 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                     return;
                 };
                 let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
+                fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
                 copy_kernel(
                     (&raw mut (*ev).addr).cast::<u8>(),
                     ADDR_BYTES as u32,
@@ -92,17 +104,24 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                     return;
                 };
                 let ev = entry.as_mut_ptr();
-                fill_sys(&raw mut (*ev).sys, cfg, p, nr, ret);
-                // A kernel address, for the comparison only.
+                fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
+                // A kernel address, for the comparison only (0 for an
+                // open: its descriptor is new).
+                let at_entry = (*p).call.args[2];
                 (*ev).sys.args[2] = 0;
-                crate::fdpath::fill(ev, (*p).call.fd, (*p).call.args[2]);
+                copy_kernel(
+                    (&raw mut (*ev).path).cast::<u8>(),
+                    PATH_BYTES as u32,
+                    (&raw const (*p).path) as u64,
+                );
+                crate::fdpath::fill(ev, fd, at_entry);
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysFileEvent>()));
             }
             _ => {
                 let Some((ring, mut entry)) = run.reserve::<SysEvent>(kind) else {
                     return;
                 };
-                fill_sys(entry.as_mut_ptr(), cfg, p, nr, ret);
+                fill_sys(entry.as_mut_ptr(), cfg, p, rec, nr, ret);
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysEvent>()));
             }
         }

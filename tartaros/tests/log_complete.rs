@@ -277,12 +277,16 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
         (t(sti, "syscall"), t(sti, "fd")),
         (&Value::from("ioctl"), &Value::from(1))
     );
+    // Named by the file behind the descriptor the open returned; the
+    // agent's alias is its claim.
     let reopen = find(&log, "open", "the /proc/self/fd reopen", |r| {
-        t(r, "path")
+        t(r, "claimed_path")
             .as_str()
             .is_some_and(|p| p.starts_with("/proc/self/fd/"))
     });
     allowed(reopen);
+    assert_eq!(t(reopen, "path"), &Value::from(format!("{w}/target.txt")));
+    assert_eq!(t(reopen, "path_source"), "kernel");
 }
 
 #[test]

@@ -670,6 +670,158 @@ fn changes_capture_does_not_see_are_still_logged_by_the_kernel() {
     assert_eq!(field(touched, "path_source"), Some("kernel"), "{touched}");
 }
 
+const MAPPED_RACE: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Each opener thread opens existing files for writing through a buffer
+   whose first letter a flipper thread flips between 'a' (the files that
+   exist) and 'b' (names that never exist), then changes the file through
+   a shared mapping: no write(2), so no modify notification. */
+struct opener {
+    char buf[4096];
+    size_t flip_at;
+    int index, n, done_files;
+    atomic_int done;
+};
+
+static void *flipper(void *arg) {
+    struct opener *o = arg;
+    while (!atomic_load(&o->done))
+        ((volatile char *)o->buf)[o->flip_at] ^= 'a' ^ 'b';
+    return NULL;
+}
+
+static void *opener(void *arg) {
+    struct opener *o = arg;
+    for (int i = 0; i < o->n; i++) {
+        char num[16];
+        snprintf(num, sizeof num, "%d_%05d", o->index, i);
+        memcpy(o->buf + o->flip_at + 1, num, strlen(num));
+        int fd = -1;
+        for (int tries = 0; fd < 0 && tries < 10000; tries++)
+            fd = open(o->buf, O_RDWR);
+        if (fd < 0) continue;
+        char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) continue;
+        memcpy(p, "EVIL", 4);
+        munmap(p, 4096);
+        o->done_files++;
+    }
+    atomic_store(&o->done, 1);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *dir = argv[1];
+    int n = atoi(argv[2]), threads = atoi(argv[3]), changed = 0;
+    static struct opener os[8];
+    pthread_t ot[8], ft[8];
+    for (int t = 0; t < threads; t++) {
+        snprintf(os[t].buf, sizeof os[t].buf, "%s/a%d_00000", dir, t);
+        os[t].flip_at = strlen(dir) + 1;
+        os[t].index = t;
+        os[t].n = n / threads;
+        pthread_create(&ft[t], NULL, flipper, &os[t]);
+        pthread_create(&ot[t], NULL, opener, &os[t]);
+    }
+    for (int t = 0; t < threads; t++) {
+        pthread_join(ot[t], NULL);
+        pthread_join(ft[t], NULL);
+        changed += os[t].done_files;
+    }
+    printf("changed %d\n", changed);
+    return 0;
+}
+"#;
+
+#[test]
+fn racing_write_opens_and_mapped_changes_name_the_real_files() {
+    if !usable("racing_write_opens") {
+        return;
+    }
+    let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
+    let exe = compile(&bin, "mapped", MAPPED_RACE);
+    let dir = root.path().to_str().unwrap();
+    let (n, threads) = (2000, 2);
+    let mut files = BTreeSet::new();
+    for t in 0..threads {
+        for i in 0..n / threads {
+            let f = root.file(&format!("a{t}_{i:05}"), "clean data\n");
+            files.insert(f.to_string_lossy().into_owned());
+        }
+    }
+    let (out, records) = run_logged(
+        &root,
+        &logs,
+        &[
+            exe.to_str().unwrap(),
+            dir,
+            &n.to_string(),
+            &threads.to_string(),
+        ],
+    );
+    // A flipper can keep one name on 'b' through every try: the files
+    // changed are the ones the host sees changed.
+    let changed: usize = stdout(&out)
+        .split_whitespace()
+        .skip_while(|w| *w != "changed")
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("{}{}", stdout(&out), stderr(&out)));
+    assert!(changed >= n * 9 / 10, "{}", stdout(&out));
+    files.retain(|f| std::fs::read_to_string(f).unwrap() == "EVILn data\n");
+    assert_eq!(files.len(), changed);
+    let prefix = format!("{dir}/");
+    let opens: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "open" && allowed(r))
+        .filter(|r| field(r, "path").is_some_and(|p| p.starts_with(&prefix)))
+        .collect();
+    let named: BTreeSet<String> = opens
+        .iter()
+        .map(|r| field(r, "path").unwrap().to_string())
+        .collect();
+    let never: Vec<_> = named.difference(&files).take(5).collect();
+    assert!(
+        never.is_empty(),
+        "opens name files that never existed: {never:?}"
+    );
+    assert_eq!(named, files, "every file opened is in the log by its name");
+    assert_eq!(opens.len(), changed, "one open record per successful open");
+    assert!(
+        opens
+            .iter()
+            .all(|r| field(r, "path_source") == Some("kernel")),
+        "every open is named by the kernel"
+    );
+    let claims = opens
+        .iter()
+        .filter(|r| field(r, "claimed_path").is_some())
+        .count();
+    eprintln!("{claims} of {n} write-opens had an agent string that disagreed with the kernel");
+    // No write(2) happened: the seal's hashes are what shows the change.
+    let evil = sha256_hex(b"EVILn data\n");
+    let sealed: BTreeSet<String> = seal(&records)["files"]
+        .as_array()
+        .expect("seal files")
+        .iter()
+        .inspect(|f| assert_eq!(f["sha256"], evil.as_str(), "{f}"))
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        sealed, files,
+        "the seal lists every file changed through a mapping"
+    );
+}
+
 /// Gives every directory below `dir` to the agent's uid.
 fn chown_tree(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

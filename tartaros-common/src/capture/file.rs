@@ -4,7 +4,7 @@
 //! `/proc` lookup that races the process's exit. See docs/ebpf.md,
 //! "Kernel-sourced paths".
 
-use super::SysEvent;
+use super::{PATH_BYTES, SysEvent};
 
 /// Name of the map holding the one [`FileLayout`].
 pub const MAP_FILE_LAYOUT: &str = "FILE_LAYOUT";
@@ -74,11 +74,19 @@ pub struct FileLayout {
     pub mount_id: u32,
     /// `vfsmount.mnt_root`.
     pub vfsmount_root: u32,
-    pub _pad: u32,
+    /// `file.f_mode` (tells a file the open created, [`FMODE_CREATED`]).
+    pub file_mode: u32,
 }
 
-/// [`SysEvent`] of a call on a descriptor, with the file behind it.
-/// 1152 bytes, no padding.
+/// `FMODE_CREATED` of `file.f_mode` (include/linux/fs.h, the same bit since
+/// Linux 4.19): the open created the file. Such an open is named by its
+/// `FAN_CREATE` notification; the others get the walk.
+pub const FMODE_CREATED: u32 = 1 << 20;
+
+/// [`SysEvent`] of a call on a descriptor, with the file behind it: the
+/// inode-flag ioctls (the descriptor passed), and the opens for writing
+/// that did not create their file (the descriptor returned; `path` is the
+/// agent's string, read at entry). 1408 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SysFileEvent {
@@ -100,10 +108,12 @@ pub struct SysFileEvent {
     /// The names from the file up, each NUL-terminated: `leaf\0dir\0...`.
     /// Mount crossings add no name (a mount's root has the mount point's).
     pub names: [u8; FILE_NAMES_BYTES],
+    /// An open's path argument as `sys_enter` read it (unused otherwise).
+    pub path: [u8; PATH_BYTES],
 }
 
 const _: () = assert!(core::mem::size_of::<FileLayout>() == 80);
-const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1152);
+const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);
 // Room for a name at any offset the walk writes at.
 const _: () = assert!(FILE_NAMES_BYTES >= 2 * FILE_NAME_MAX);

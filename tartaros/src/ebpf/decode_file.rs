@@ -6,12 +6,15 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use tartaros_common::capture::{FILE_NAMES_BYTES, SysFileEvent, file_status};
+use tartaros_common::capture::{FILE_NAMES_BYTES, SysFileEvent, file_status, flag};
 
 use super::*;
 
 impl Decoder {
     pub(super) fn sys_file(&mut self, e: &SysFileEvent) -> Option<Record> {
+        if e.sys.header.flags & flag::OPENS_FILE != 0 {
+            return self.opened_file(e);
+        }
         let mut r = self.sys(&e.sys, None, None, None)?;
         let t = &mut r.target;
         t.insert("fd", e.sys.fd);
@@ -38,18 +41,7 @@ impl Decoder {
             t.insert("path_source", "kernel");
             return Some(r);
         }
-        let why = if status & file_status::NO_LAYOUT != 0 {
-            "no file offsets in the kernel BTF"
-        } else if status & file_status::NO_FILE != 0 {
-            "fd not open at exit"
-        } else if status & file_status::DISCONNECTED != 0 {
-            "disconnected dentry"
-        } else if status & file_status::UNREADABLE != 0 {
-            "unreadable"
-        } else {
-            "too deep"
-        };
-        t.insert("kernel_path_incomplete", why);
+        t.insert("kernel_path_incomplete", incomplete(status));
         if let Some(names) = names.filter(|n| !n.is_empty()) {
             // The leaf side, which the kernel did name.
             t.insert("kernel_tail", path_of(&names).trim_start_matches('/'));
@@ -71,6 +63,41 @@ impl Decoder {
         Some(r)
     }
 
+    /// An open for writing that succeeded without creating its file: the
+    /// record of its agent string, named by the file the kernel put at the
+    /// returned descriptor. With an incomplete walk the agent's string
+    /// stays, and the fswatch join marks it as the agent's.
+    fn opened_file(&mut self, e: &SysFileEvent) -> Option<Record> {
+        let mut r = self.sys(&e.sys, Some(&e.path[..]), None, None)?;
+        let t = &mut r.target;
+        let status = e.status;
+        if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
+            t.insert("ino", e.ino);
+            t.insert("dev", user_dev(e.dev));
+            if e.nlink == 0 {
+                // An `O_TMPFILE` (named `#<ino>` by the kernel), or a file
+                // unlinked by another thread during the open.
+                t.insert("deleted", true);
+            }
+        }
+        let names = names_of(e).filter(|_| status & file_status::COMPLETE != 0);
+        let Some(names) = names else {
+            t.insert("kernel_path_incomplete", incomplete(status));
+            return Some(r);
+        };
+        let kernel = path_of(&names);
+        if let Some(agent) = t.get("path").and_then(|v| v.as_str()).map(str::to_string)
+            && agent != kernel
+        {
+            t.insert("claimed_path", agent);
+        }
+        t.remove("resolved_from");
+        t.remove("path_unresolved");
+        t.insert("path", kernel);
+        t.insert("path_source", "kernel");
+        Some(r)
+    }
+
     /// `/proc/<tgid>/fd/<fd>`, if it still names `(dev, ino)` when known.
     fn fd_path_checked(&self, tgid: u32, fd: i32, known: Option<(u64, u64)>) -> Option<String> {
         if fd < 0 {
@@ -84,6 +111,23 @@ impl Decoder {
             }
         }
         self.fd_path(tgid, fd)
+    }
+}
+
+/// Why a walk with `status` gave no whole path.
+fn incomplete(status: u32) -> &'static str {
+    if status & file_status::NO_LAYOUT != 0 {
+        "no file offsets in the kernel BTF"
+    } else if status & file_status::NO_FILE != 0 {
+        "fd not open at exit"
+    } else if status & file_status::DISCONNECTED != 0 {
+        "disconnected dentry"
+    } else if status & file_status::UNREADABLE != 0 {
+        "unreadable"
+    } else if status & file_status::COMPLETE != 0 {
+        "a name the kernel holds is not a path component"
+    } else {
+        "too deep"
     }
 }
 

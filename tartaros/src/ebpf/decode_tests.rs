@@ -417,3 +417,61 @@ fn every_syscall_the_capture_classifies_passes_the_prefilter() {
         );
     }
 }
+
+/// A `SysFileEvent` of a successful write-open: `agent` is the string read
+/// at entry, `names` the kernel's walk of the returned descriptor.
+fn opened(agent: &str, names: &[&str], status: u32) -> SysFileEvent {
+    // SAFETY: plain data; every bit pattern is valid.
+    let mut e: SysFileEvent = unsafe { std::mem::zeroed() };
+    e.sys = sys(record::SYS_FILE, effect::OPEN, nr::OPENAT, 5);
+    e.sys.header.flags = flag::OPENS_FILE;
+    e.sys.args = [libc::O_RDWR as u64, 0, 0];
+    let (path, len) = path_buf(agent);
+    e.path = path;
+    e.sys.len = len;
+    let mut off = 0;
+    for n in names {
+        e.names[off..off + n.len()].copy_from_slice(n.as_bytes());
+        off += n.len() + 1;
+    }
+    e.names_len = off as u32;
+    e.depth = names.len() as u32;
+    e.status = status | tartaros_common::capture::file_status::FD_CHANGED;
+    e.ino = 7;
+    e.nlink = 1;
+    e
+}
+
+#[test]
+fn a_write_open_is_named_by_the_file_it_returned() {
+    use tartaros_common::capture::file_status;
+    let mut d = Decoder::new();
+    // The agent's buffer said one file, the descriptor holds another.
+    let ev = opened(
+        "/w/notes.txt",
+        &["pre-commit", "hooks", ".git", "w"],
+        file_status::COMPLETE,
+    );
+    let e = effect_of(&mut d, &bytes_of(&ev));
+    let t = target(&e);
+    assert_eq!(e.kind, "open");
+    assert_eq!(t["path"], "/w/.git/hooks/pre-commit");
+    assert_eq!(t["path_source"], "kernel");
+    assert_eq!(t["claimed_path"], "/w/notes.txt");
+    assert_eq!(t["ino"], 7);
+    assert_eq!(t["flags"], libc::O_RDWR as u64);
+    // A new descriptor is never "changed", and nothing of the ioctl shape.
+    assert!(!t.contains_key("fd_changed") && !t.contains_key("fd"));
+
+    let ev = opened("/w/a", &["a", "w"], file_status::COMPLETE);
+    let t = target(&effect_of(&mut d, &bytes_of(&ev)));
+    assert_eq!(t["path"], "/w/a");
+    assert!(!t.contains_key("claimed_path"));
+
+    // Without a whole walk the agent's string stays, and says why.
+    let ev = opened("/w/b", &["b"], file_status::TRUNCATED);
+    let t = target(&effect_of(&mut d, &bytes_of(&ev)));
+    assert_eq!(t["path"], "/w/b");
+    assert_eq!(t["kernel_path_incomplete"], "too deep");
+    assert!(!t.contains_key("path_source"));
+}

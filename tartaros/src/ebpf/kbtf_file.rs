@@ -52,7 +52,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         mount_mountpoint: off("mount", "mnt_mountpoint")?,
         mount_id: off("mount", "mnt_id")?,
         vfsmount_root: off("vfsmount", "mnt_root")?,
-        _pad: 0,
+        file_mode: off("file", "f_mode")?,
     })
 }
 

@@ -319,6 +319,18 @@ impl Join {
                 }
             }
             let allowed = r.decision == Decision::Allowed;
+            // An open for writing already named by the kernel (the file
+            // behind the descriptor it returned): nothing to pair, and its
+            // file may change with no notification (a shared mapping), so
+            // the seal lists it.
+            if allowed
+                && let Some(path) = r.target.get("path").and_then(Value::as_str)
+                && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
+            {
+                self.touch(Path::new(path));
+                out.push(r);
+                continue;
+            }
             match wanted(r.kind) {
                 Some((want, dir)) if allowed => {
                     let agent = r

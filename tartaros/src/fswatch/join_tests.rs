@@ -295,3 +295,34 @@ fn an_fd_based_change_gets_the_kernels_path_and_no_empty_claim() {
     assert_eq!(out[0].target.get("path_unresolved"), None);
     assert_eq!(s(&out[0], "path_source"), Some("kernel"));
 }
+
+#[test]
+fn a_write_open_the_kernel_named_is_kept_and_sealed() {
+    // O_TRUNC of an existing file: named from its descriptor by the
+    // capture, and its FAN_MODIFY is counted, not claimed.
+    let mut j = Join::new(0);
+    j.learn(&[record("exec", 10, 1, "/bin/sh")]);
+    assert!(
+        j.notice(notice(10, bit::MODIFY, "/w/hook", 3), T)
+            .is_empty()
+    );
+    let mut r = record("truncate", 10, 4, "/w/hook");
+    r.target.insert("path_source", "kernel");
+    r.target.insert("claimed_path", "/w/notes");
+    let mut mapped = record("open", 10, 5, "/w/mapped");
+    mapped.target.insert("path_source", "kernel");
+    let out = j.join(vec![r, mapped], 6);
+    assert_eq!(out.len(), 2, "{out:?}");
+    assert_eq!(s(&out[0], "path"), Some("/w/hook"));
+    assert_eq!(s(&out[0], "claimed_path"), Some("/w/notes"));
+    assert_eq!(s(&out[1], "path_source"), Some("kernel"));
+    // A shared mapping changes a file without a notification: the seal
+    // hashes every file opened for writing.
+    assert!(j.touched().contains(Path::new("/w/mapped")));
+    assert!(j.touched().contains(Path::new("/w/hook")));
+    let rest = j.finish(7);
+    assert!(
+        rest.iter().all(|r| r.kind == "write"),
+        "only the write count is left: {rest:?}"
+    );
+}
