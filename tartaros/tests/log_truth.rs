@@ -822,6 +822,43 @@ fn racing_write_opens_and_mapped_changes_name_the_real_files() {
     );
 }
 
+#[test]
+fn a_directory_swapped_for_a_link_puts_no_host_file_in_the_log() {
+    if !usable("swapped_dir") {
+        return;
+    }
+    let (root, logs, host) = (Dir::new(), Dir::new(), Dir::new());
+    // A host file the agent may not read, of a size and hash of its own.
+    let secret = host.join("secret");
+    std::fs::write(&secret, "host secret, 27 bytes long\n").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let r = root.path().display();
+    let h = host.path().display();
+    // The shell's own write of d/secret is counted until it exits; by then
+    // d has moved and a link to the host directory stands in its place.
+    let script = format!(
+        "mkdir {r}/d && echo x > {r}/d/secret && mkdir {r}/e && echo y > {r}/e/secret && \
+         rm {r}/e/secret && rmdir {r}/e && ln -s {h} {r}/e && mv {r}/d {r}/d2 && ln -s {h} {r}/d"
+    );
+    let (out, records) = run_logged(&root, &logs, &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(logs.join("effects.jsonl")).unwrap();
+    let digest = sha256_hex(&std::fs::read(&secret).unwrap());
+    assert!(
+        !text.contains(&digest),
+        "the host file's hash is in the log"
+    );
+    let files = seal(&records)["files"].as_array().unwrap().clone();
+    let listed: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+    assert_eq!(listed, [format!("{r}/d2/secret")], "{files:?}");
+    for w in records.iter().filter(|r| r["kind"] == "write") {
+        assert_ne!(
+            w["target"]["size"], 27,
+            "a write record has the host file's size: {w}"
+        );
+    }
+}
+
 /// Gives every directory below `dir` to the agent's uid.
 fn chown_tree(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
@@ -74,16 +73,22 @@ pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
     }
 }
 
+/// The size of the regular file at `raw`, reached without a symlink.
+pub fn size_of(raw: &Path) -> Option<u64> {
+    let meta = crate::mount_tree::open_file_no_symlinks(raw)
+        .ok()?
+        .metadata()
+        .ok()?;
+    meta.is_file().then_some(meta.len())
+}
+
 /// The entry of one path, `None` when it is not a regular file (any
-/// more): a symlink is not followed, and nothing else is hashed.
+/// more): no symlink is followed in any component (the agent may have put
+/// one where a directory was), and nothing else is hashed.
 fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
     let path = crate::effectlog::names::display_path(raw);
     let path = path.as_str();
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(raw)
-        .ok()?;
+    let mut file = crate::mount_tree::open_file_no_symlinks(raw).ok()?;
     let meta = file.metadata().ok()?;
     if !meta.is_file() {
         return None;
@@ -132,6 +137,25 @@ fn entry(raw: &Path, budget: &mut u64) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_swapped_for_a_link_is_not_followed() {
+        // The agent made d/secret, removed it and put a link to a host
+        // directory where d was: the seal must not hash the host's file.
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        let (root, host) = (base.join("root"), base.join("host"));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::create_dir_all(&host).unwrap();
+        std::fs::write(host.join("secret"), b"host only").unwrap();
+        std::os::unix::fs::symlink(&host, root.join("d")).unwrap();
+        let touched = BTreeSet::from([root.join("d/secret")]);
+        let (files, omitted) = seal_files(&touched, std::slice::from_ref(&root));
+        assert!(files.is_empty(), "{files:?}");
+        assert_eq!(omitted, 0);
+        assert_eq!(size_of(&root.join("d/secret")), None);
+        assert_eq!(size_of(&host.join("secret")), Some(9));
+    }
 
     #[test]
     fn files_in_the_roots_are_hashed_and_the_rest_left_out() {

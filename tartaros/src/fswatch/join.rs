@@ -277,8 +277,8 @@ impl Join {
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
-        if let Ok(meta) = std::fs::symlink_metadata(path) {
-            t.insert("size", meta.len());
+        if let Some(size) = super::content::size_of(Path::new(path)) {
+            t.insert("size", size);
         }
         self.kernel_record("write", w.task, w.first_ns, t)
     }
