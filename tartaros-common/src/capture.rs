@@ -228,7 +228,7 @@ pub struct EventHeader {
     pub flags: u32,
 }
 
-/// An exec (`sched_process_exec`). 1336 bytes.
+/// An exec (`sched_process_exec`). 2392 bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct ExecEvent {
@@ -246,6 +246,9 @@ pub struct ExecEvent {
     /// NUL-separated argument strings, bounded by [`ARGV_BYTES`] and by
     /// `arg_end` (the environment that follows is never read).
     pub args: [u8; ARGV_BYTES],
+    /// `bprm->file`: what the kernel runs, whatever name `filename` gave
+    /// (a symlink, `/proc/self/fd/N`, a memfd, a script's interpreter).
+    pub file: KernelFile,
 }
 
 /// A new process (`sched_process_fork` with a new thread group). 48 bytes.
@@ -477,13 +480,13 @@ pub mod call_shape;
 mod file;
 mod syscall_numbers;
 pub use file::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, MAP_FILE_LAYOUT,
-    SysFileEvent, file_status,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, KernelFile,
+    MAP_FILE_LAYOUT, SysFileEvent, file_status,
 };
 pub use syscall_numbers::{AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag};
 
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
-const _: () = assert!(core::mem::size_of::<ExecEvent>() == 1336);
+const _: () = assert!(core::mem::size_of::<ExecEvent>() == 2392);
 const _: () = assert!(core::mem::size_of::<ForkEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<ExitEvent>() == 48);
 const _: () = assert!(core::mem::size_of::<SysEvent>() == 96);

@@ -81,6 +81,7 @@ fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Option<()> {
             (*ev).args_len = want as i32;
         }
         (*ev).header.flags = flags;
+        crate::fdpath::fill_exec(&raw mut (*ev).file, bprm);
     }
     entry.submit(wake_flags(&ring, cfg, size_of::<ExecEvent>()));
     Some(())

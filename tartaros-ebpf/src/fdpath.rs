@@ -19,7 +19,7 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 use tartaros_common::capture::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, SysFileEvent,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, KernelFile,
     file_status,
 };
 
@@ -85,12 +85,51 @@ pub fn opened_existing(fd: i32) -> bool {
         && read_kernel::<u32>(file + l.file_mode as u64).is_some_and(|m| m & FMODE_CREATED == 0)
 }
 
-/// Fills the file part of the reserved record `ev` for `fd`, which held
+/// Fills `ev`, the file part of a reserved record, for `fd`, which held
 /// `entry` (from [`file_at_entry`]) when the call started.
 #[inline(always)]
-pub fn fill(ev: *mut SysFileEvent, fd: i32, entry: u64) {
-    // SAFETY: `ev` is a reserved ring-buffer record of this size; every
-    // write stays inside it (names at offsets masked and bounded below).
+pub fn fill(ev: *mut KernelFile, fd: i32, entry: u64) {
+    let status = match layout() {
+        None => file_status::NO_LAYOUT,
+        Some(l) => {
+            let file = file_of(l, fd);
+            let changed = if file != entry {
+                file_status::FD_CHANGED
+            } else {
+                0
+            };
+            // SAFETY: as promised by the caller of `fill`.
+            changed | unsafe { describe(ev, l, file) }
+        }
+    };
+    // SAFETY: `ev` is inside a reserved record.
+    unsafe { (*ev).status = status };
+}
+
+/// Fills `ev` for the file an exec runs (`bprm->file`), whatever name the
+/// caller gave it.
+#[inline(always)]
+pub fn fill_exec(ev: *mut KernelFile, bprm: u64) {
+    let status = match layout() {
+        None => file_status::NO_LAYOUT,
+        Some(l) => {
+            let file = read_kernel::<u64>(bprm + l.bprm_file as u64).unwrap_or(0);
+            // SAFETY: as promised by the caller of `fill_exec`.
+            unsafe { describe(ev, l, file) }
+        }
+    };
+    // SAFETY: `ev` is inside a reserved record.
+    unsafe { (*ev).status = status };
+}
+
+/// Reads `file` (a `struct file *`, 0 for none) and its names into `ev`;
+/// returns the status bits.
+///
+/// # Safety
+/// `ev` points to a [`KernelFile`] inside a reserved record.
+#[inline(always)]
+unsafe fn describe(ev: *mut KernelFile, l: &FileLayout, file: u64) -> u32 {
+    // SAFETY: as promised by the caller; plain stores of integers.
     unsafe {
         (*ev).ino = 0;
         (*ev).dev = 0;
@@ -98,31 +137,14 @@ pub fn fill(ev: *mut SysFileEvent, fd: i32, entry: u64) {
         (*ev).nlink = 0;
         (*ev).depth = 0;
         (*ev).names_len = 0;
-        (*ev).status = walk(ev, fd, entry);
     }
-}
-
-/// Reads the file and its names into `ev`; returns the status bits.
-///
-/// # Safety
-/// `ev` points to a reserved record of `size_of::<SysFileEvent>()` bytes.
-#[inline(always)]
-unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
-    let Some(l) = layout() else {
-        return file_status::NO_LAYOUT;
-    };
-    let file = file_of(l, fd);
     if file == 0 {
         return file_status::NO_FILE;
-    }
-    let mut status = 0;
-    if file != entry {
-        status |= file_status::FD_CHANGED;
     }
     let inode = at(file, l.file_inode).unwrap_or(0);
     let sb = at(inode, l.inode_sb).unwrap_or(0);
     let (Some(vfsmnt), Some(dentry)) = (at(file, l.file_mnt), at(file, l.file_dentry)) else {
-        return status | file_status::UNREADABLE;
+        return file_status::UNREADABLE;
     };
     // SAFETY: as promised by the caller; plain stores of integers.
     unsafe {
@@ -163,7 +185,7 @@ unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
     if r < 0 {
         walk.end = file_status::UNREADABLE;
     }
-    status | walk.end
+    walk.end
 }
 
 /// The state of a walk, shared with the `bpf_loop` callback: the verifier
@@ -177,7 +199,7 @@ unsafe fn walk(ev: *mut SysFileEvent, fd: i32, entry: u64) -> u32 {
 #[repr(C)]
 struct Walk {
     names: *mut u8,
-    ev: *mut SysFileEvent,
+    ev: *mut KernelFile,
     layout: *const FileLayout,
     /// The `struct mount` and the dentry the next step looks at.
     mnt: u64,
@@ -201,11 +223,7 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
         let (Some(root), Some(parent)) = (root, parent) else {
             return stop(w, file_status::UNREADABLE);
         };
-        if dentry == root || dentry == parent {
-            if dentry != root {
-                // Its own parent but no mount's root: nothing above it.
-                return stop(w, file_status::DISCONNECTED);
-            }
+        if dentry == root {
             let Some(up) = at(mnt, l.mount_parent) else {
                 return stop(w, file_status::UNREADABLE);
             };
@@ -240,6 +258,11 @@ extern "C" fn step(_index: u64, ctx: *mut c_void) -> i64 {
         }
         (*ev).names_len = o + n as u32;
         (*ev).depth = core::ptr::read_volatile(&raw const (*ev).depth) + 1;
+        if dentry == parent {
+            // Its own parent but no mount's root: nothing above it (a
+            // memfd's or pipe's pseudo dentry, named but in no tree).
+            return stop(w, file_status::DISCONNECTED);
+        }
         (*w).dentry = parent;
     }
     0

@@ -114,7 +114,7 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                     PATH_BYTES as u32,
                     (&raw const (*p).path) as u64,
                 );
-                crate::fdpath::fill(ev, fd, at_entry);
+                crate::fdpath::fill(&raw mut (*ev).file, fd, at_entry);
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysFileEvent>()));
             }
             _ => {

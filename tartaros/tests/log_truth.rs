@@ -859,6 +859,48 @@ fn a_directory_swapped_for_a_link_puts_no_host_file_in_the_log() {
     }
 }
 
+#[test]
+fn an_exec_records_the_binary_the_kernel_ran() {
+    if !usable("exec_binary") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let r = root.path().display();
+    // A harmless-looking name for another program, and a program with no
+    // name at all (a memfd run through /proc/self/fd).
+    let code = format!(
+        "import os\n\
+         os.symlink('/usr/bin/true', '{r}/run-tests')\n\
+         os.system('{r}/run-tests')\n\
+         fd = os.memfd_create('payload')\n\
+         os.write(fd, open('/usr/bin/true', 'rb').read())\n\
+         os.execve(fd, ['payload'], {{}})\n"
+    );
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    let execs: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "exec" && allowed(r))
+        .collect();
+    let link = format!("{r}/run-tests");
+    let linked = execs
+        .iter()
+        .find(|e| field(e, "path") == Some(link.as_str()))
+        .unwrap_or_else(|| panic!("no exec of the link: {execs:#?}"));
+    let real = std::fs::canonicalize("/usr/bin/true").unwrap();
+    assert_eq!(field(linked, "binary"), real.to_str(), "{linked}");
+    let memfd = execs
+        .iter()
+        .find(|e| e["target"]["argv"][0] == "payload")
+        .unwrap_or_else(|| panic!("no exec of the memfd: {execs:#?}"));
+    assert_eq!(memfd["target"]["binary_deleted"], true, "{memfd}");
+    assert_eq!(
+        field(memfd, "binary_tail"),
+        Some("memfd:payload"),
+        "{memfd}"
+    );
+    assert_eq!(field(memfd, "binary"), None, "{memfd}");
+}
+
 /// Gives every directory below `dir` to the agent's uid.
 fn chown_tree(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {

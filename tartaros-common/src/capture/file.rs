@@ -9,14 +9,14 @@ use super::{PATH_BYTES, SysEvent};
 /// Name of the map holding the one [`FileLayout`].
 pub const MAP_FILE_LAYOUT: &str = "FILE_LAYOUT";
 
-/// Bytes of [`SysFileEvent::names`].
+/// Bytes of [`KernelFile::names`].
 pub const FILE_NAMES_BYTES: usize = 1024;
 /// Longest name read at once (`NAME_MAX` + NUL).
 pub const FILE_NAME_MAX: usize = 256;
 /// Steps of the walk: one per path component or mount crossing.
 pub const FILE_WALK_STEPS: u32 = 128;
 
-/// Bits of [`SysFileEvent::status`].
+/// Bits of [`KernelFile::status`].
 pub mod file_status {
     /// [`super::FileLayout`] was not filled (offsets missing from the BTF):
     /// nothing was read.
@@ -40,7 +40,7 @@ pub mod file_status {
 
 /// Offsets of the kernel structures the walk reads, from the kernel BTF
 /// (`tartaros/src/ebpf/kbtf_file.rs`). `valid == 0` (a fresh map) makes the
-/// program read nothing. 80 bytes, no padding.
+/// program read nothing. 88 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
@@ -76,6 +76,10 @@ pub struct FileLayout {
     pub vfsmount_root: u32,
     /// `file.f_mode` (tells a file the open created, [`FMODE_CREATED`]).
     pub file_mode: u32,
+    /// `linux_binprm.file`: the file an exec runs (the interpreter's, for
+    /// a script).
+    pub bprm_file: u32,
+    pub _pad: u32,
 }
 
 /// `FMODE_CREATED` of `file.f_mode` (include/linux/fs.h, the same bit since
@@ -83,19 +87,16 @@ pub struct FileLayout {
 /// `FAN_CREATE` notification; the others get the walk.
 pub const FMODE_CREATED: u32 = 1 << 20;
 
-/// [`SysEvent`] of a call on a descriptor, with the file behind it: the
-/// inode-flag ioctls (the descriptor passed), and the opens for writing
-/// that did not create their file (the descriptor returned; `path` is the
-/// agent's string, read at entry). 1408 bytes, no padding.
+/// A file as the kernel had it: its inode and the names up its dentry
+/// chain (`tartaros-ebpf/src/fdpath.rs`). 1056 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
-pub struct SysFileEvent {
-    pub sys: SysEvent,
+pub struct KernelFile {
     /// `inode.i_ino`.
     pub ino: u64,
     /// `super_block.s_dev` (kernel encoding: major << 20 | minor).
     pub dev: u32,
-    /// `mount.mnt_id` of the fd's mount (-1 when unread).
+    /// `mount.mnt_id` of the file's mount (-1 when unread).
     pub mnt_id: i32,
     /// `inode.i_nlink` (0: the file was deleted).
     pub nlink: u32,
@@ -108,11 +109,23 @@ pub struct SysFileEvent {
     /// The names from the file up, each NUL-terminated: `leaf\0dir\0...`.
     /// Mount crossings add no name (a mount's root has the mount point's).
     pub names: [u8; FILE_NAMES_BYTES],
+}
+
+/// [`SysEvent`] of a call on a descriptor, with the file behind it: the
+/// inode-flag ioctls (the descriptor passed), and the opens for writing
+/// that did not create their file (the descriptor returned; `path` is the
+/// agent's string, read at entry). 1408 bytes, no padding.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct SysFileEvent {
+    pub sys: SysEvent,
+    pub file: KernelFile,
     /// An open's path argument as `sys_enter` read it (unused otherwise).
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 80);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 88);
+const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);
 // Room for a name at any offset the walk writes at.

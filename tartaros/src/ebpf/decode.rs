@@ -231,6 +231,7 @@ impl Decoder {
         if h.flags & flag::ARGV_UNREADABLE != 0 {
             t.insert("argv_unreadable", true);
         }
+        file::put_binary(&mut t, &e.file);
         Some(self.effect("exec", h, 0, t))
     }
 

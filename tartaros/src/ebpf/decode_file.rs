@@ -6,7 +6,7 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use tartaros_common::capture::{FILE_NAMES_BYTES, SysFileEvent, file_status, flag};
+use tartaros_common::capture::{FILE_NAMES_BYTES, KernelFile, SysFileEvent, file_status, flag};
 
 use super::*;
 
@@ -18,11 +18,11 @@ impl Decoder {
         let mut r = self.sys(&e.sys, None, None, None)?;
         let t = &mut r.target;
         t.insert("fd", e.sys.fd);
-        let status = e.status;
+        let status = e.file.status;
         if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
-            t.insert("ino", e.ino);
-            t.insert("dev", user_dev(e.dev));
-            if e.nlink == 0 {
+            t.insert("ino", e.file.ino);
+            t.insert("dev", user_dev(e.file.dev));
+            if e.file.nlink == 0 {
                 // Named as it was before its last link went.
                 t.insert("deleted", true);
             }
@@ -33,7 +33,7 @@ impl Decoder {
             // there at exit, which may not be the one the call changed.
             t.insert("fd_changed", true);
         }
-        let names = names_of(e);
+        let names = names_of(&e.file);
         if status & file_status::COMPLETE != 0
             && let Some(names) = names
         {
@@ -49,7 +49,7 @@ impl Decoder {
         // Last resort, racy: the fd of a process that is still there, and
         // only if it still holds the inode the kernel named.
         let known = (status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0)
-            .then_some((user_dev(e.dev), e.ino));
+            .then_some((user_dev(e.file.dev), e.file.ino));
         match self.fd_path_checked(e.sys.header.tgid, e.sys.fd, known) {
             Some(p) => {
                 t.insert("path", p);
@@ -70,17 +70,17 @@ impl Decoder {
     fn opened_file(&mut self, e: &SysFileEvent) -> Option<Record> {
         let mut r = self.sys(&e.sys, Some(&e.path[..]), None, None)?;
         let t = &mut r.target;
-        let status = e.status;
+        let status = e.file.status;
         if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
-            t.insert("ino", e.ino);
-            t.insert("dev", user_dev(e.dev));
-            if e.nlink == 0 {
+            t.insert("ino", e.file.ino);
+            t.insert("dev", user_dev(e.file.dev));
+            if e.file.nlink == 0 {
                 // An `O_TMPFILE` (named `#<ino>` by the kernel), or a file
                 // unlinked by another thread during the open.
                 t.insert("deleted", true);
             }
         }
-        let names = names_of(e).filter(|_| status & file_status::COMPLETE != 0);
+        let names = names_of(&e.file).filter(|_| status & file_status::COMPLETE != 0);
         let Some(names) = names else {
             t.insert("kernel_path_incomplete", incomplete(status));
             return Some(r);
@@ -114,6 +114,30 @@ impl Decoder {
     }
 }
 
+/// What an exec ran (`bprm->file`), as the kernel named it: `binary`,
+/// beside the `path` the caller gave (a symlink, a `/proc/self/fd/N`, a
+/// script whose interpreter this is); `binary_deleted` for a file with no
+/// link left (a memfd, an unlinked file), `binary_incomplete` and why when
+/// the walk was not whole, with the names it read in `binary_tail`.
+pub(super) fn put_binary(t: &mut Target, f: &KernelFile) {
+    let status = f.status;
+    if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 && f.nlink == 0 {
+        t.insert("binary_deleted", true);
+    }
+    let names = names_of(f);
+    if status & file_status::COMPLETE != 0
+        && let Some(names) = &names
+    {
+        t.insert("binary", path_of(names));
+        return;
+    }
+    t.insert("binary_incomplete", incomplete(status));
+    if let Some(names) = names.filter(|n| !n.is_empty()) {
+        // The leaf side the kernel did name (`memfd:<name>` for a memfd).
+        t.insert("binary_tail", path_of(&names).trim_start_matches('/'));
+    }
+}
+
 /// Why a walk with `status` gave no whole path.
 fn incomplete(status: u32) -> &'static str {
     if status & file_status::NO_LAYOUT != 0 {
@@ -132,7 +156,7 @@ fn incomplete(status: u32) -> &'static str {
 }
 
 /// The names of `e`, leaf first (`None` when the buffer is inconsistent).
-fn names_of(e: &SysFileEvent) -> Option<Vec<&[u8]>> {
+fn names_of(e: &KernelFile) -> Option<Vec<&[u8]>> {
     let len = usize::try_from(e.names_len).ok()?;
     if len > FILE_NAMES_BYTES {
         return None;
@@ -182,34 +206,34 @@ mod tests {
         }
         // SAFETY: plain data; every bit pattern is valid.
         let mut e: SysFileEvent = unsafe { std::mem::zeroed() };
-        e.names = buf;
-        e.names_len = off as u32;
-        e.depth = names.len() as u32;
-        e.status = status;
-        e.dev = (8 << 20) | 1;
-        e.ino = 42;
-        e.nlink = 1;
+        e.file.names = buf;
+        e.file.names_len = off as u32;
+        e.file.depth = names.len() as u32;
+        e.file.status = status;
+        e.file.dev = (8 << 20) | 1;
+        e.file.ino = 42;
+        e.file.nlink = 1;
         e
     }
 
     #[test]
     fn names_are_joined_root_first() {
         let e = event(&["flagged", "work", "lab"], file_status::COMPLETE);
-        let names = names_of(&e).unwrap();
+        let names = names_of(&e.file).unwrap();
         assert_eq!(path_of(&names), "/lab/work/flagged");
         assert_eq!(path_of(&[]), "/");
-        assert_eq!(user_dev(e.dev), libc::makedev(8, 1));
+        assert_eq!(user_dev(e.file.dev), libc::makedev(8, 1));
     }
 
     #[test]
     fn inconsistent_buffers_are_refused() {
         let mut e = event(&["a", "b"], file_status::COMPLETE);
-        e.depth = 3;
-        assert!(names_of(&e).is_none());
+        e.file.depth = 3;
+        assert!(names_of(&e.file).is_none());
         let e = event(&["a/b"], file_status::COMPLETE);
-        assert!(names_of(&e).is_none());
+        assert!(names_of(&e.file).is_none());
         let mut e = event(&["a"], file_status::COMPLETE);
-        e.names_len = FILE_NAMES_BYTES as u32 + 1;
-        assert!(names_of(&e).is_none());
+        e.file.names_len = FILE_NAMES_BYTES as u32 + 1;
+        assert!(names_of(&e.file).is_none());
     }
 }

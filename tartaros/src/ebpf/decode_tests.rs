@@ -1,6 +1,6 @@
 use super::*;
 use serde_json::Map;
-use tartaros_common::capture::{ADDR_BYTES, ARGV_BYTES, UNIX_PATH_BYTES};
+use tartaros_common::capture::{ADDR_BYTES, ARGV_BYTES, KernelFile, UNIX_PATH_BYTES, file_status};
 
 fn bytes_of<T: Plain>(v: &T) -> Vec<u8> {
     // SAFETY: `T: Plain` is repr(C) plain data without padding.
@@ -68,9 +68,12 @@ fn exec_splits_argv_and_flags_truncation() {
         args_len: raw.len() as i32,
         filename,
         args,
+        // What the kernel ran: /bin/echo is a link to /usr/bin/echo.
+        file: kernel_file(&["echo", "bin", "usr"], file_status::COMPLETE),
     };
     let e = effect_of(&mut d, &bytes_of(&ev));
     assert_eq!(e.kind, "exec");
+    assert_eq!(target(&e)["binary"], "/usr/bin/echo");
     assert_eq!(e.decision, Decision::Allowed);
     assert_eq!(e.pid, std::process::id());
     assert_eq!(target(&e)["path"], "/bin/echo");
@@ -418,6 +421,23 @@ fn every_syscall_the_capture_classifies_passes_the_prefilter() {
     }
 }
 
+/// A kernel file of `names` (leaf first) and walk `status`.
+fn kernel_file(names: &[&str], status: u32) -> KernelFile {
+    // SAFETY: plain data; every bit pattern is valid.
+    let mut f: KernelFile = unsafe { std::mem::zeroed() };
+    let mut off = 0;
+    for n in names {
+        f.names[off..off + n.len()].copy_from_slice(n.as_bytes());
+        off += n.len() + 1;
+    }
+    f.names_len = off as u32;
+    f.depth = names.len() as u32;
+    f.status = status;
+    f.ino = 7;
+    f.nlink = 1;
+    f
+}
+
 /// A `SysFileEvent` of a successful write-open: `agent` is the string read
 /// at entry, `names` the kernel's walk of the returned descriptor.
 fn opened(agent: &str, names: &[&str], status: u32) -> SysFileEvent {
@@ -429,22 +449,12 @@ fn opened(agent: &str, names: &[&str], status: u32) -> SysFileEvent {
     let (path, len) = path_buf(agent);
     e.path = path;
     e.sys.len = len;
-    let mut off = 0;
-    for n in names {
-        e.names[off..off + n.len()].copy_from_slice(n.as_bytes());
-        off += n.len() + 1;
-    }
-    e.names_len = off as u32;
-    e.depth = names.len() as u32;
-    e.status = status | tartaros_common::capture::file_status::FD_CHANGED;
-    e.ino = 7;
-    e.nlink = 1;
+    e.file = kernel_file(names, status | file_status::FD_CHANGED);
     e
 }
 
 #[test]
 fn a_write_open_is_named_by_the_file_it_returned() {
-    use tartaros_common::capture::file_status;
     let mut d = Decoder::new();
     // The agent's buffer said one file, the descriptor holds another.
     let ev = opened(

@@ -1,6 +1,7 @@
 //! Offsets of the structures between a task and the names of a file it
 //! has open (`task_struct` -> `files_struct` -> `fdtable` -> `file` ->
-//! `dentry` / `mount` / `inode`), for `tartaros-ebpf/src/fdpath.rs`. Each
+//! `dentry` / `mount` / `inode`, and an exec's `linux_binprm` -> `file`),
+//! for `tartaros-ebpf/src/fdpath.rs`. Each
 //! one is looked up by name; one missing leaves the whole walk off (the
 //! records then say why), never a guessed offset.
 
@@ -12,7 +13,7 @@ use super::{Btf, KIND_STRUCT};
 /// The map value the program reads, as cached with the rest of the
 /// layout.
 pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
-    const STRUCTS: [&str; 9] = [
+    const STRUCTS: [&str; 10] = [
         "task_struct",
         "files_struct",
         "fdtable",
@@ -22,6 +23,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         "dentry",
         "mount",
         "vfsmount",
+        "linux_binprm",
     ];
     let wanted: Vec<(&str, u32)> = STRUCTS.iter().map(|s| (*s, KIND_STRUCT)).collect();
     let ids = btf.find(&wanted);
@@ -53,6 +55,8 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         mount_id: off("mount", "mnt_id")?,
         vfsmount_root: off("vfsmount", "mnt_root")?,
         file_mode: off("file", "f_mode")?,
+        bprm_file: off("linux_binprm", "file")?,
+        _pad: 0,
     })
 }
 

@@ -152,7 +152,8 @@ fn every_program_verifies_within_its_budget() {
             attach_btf_id: 0,
         })
         .chain(tracing.iter().map(|p| p.spec));
-    // About a quarter above what they walk now (session 8).
+    // About a quarter above what they walk now (session 8; the exec and
+    // sys_exit walks of the kernel file, session 10).
     let budget = |name: &str| match name {
         "sys_exit" => 3_400,
         "sys_enter" => 2_100,
@@ -161,7 +162,7 @@ fn every_program_verifies_within_its_budget() {
         "sendmsg6" => 750,
         "unix_connect" | "unix_sendmsg" => 1_000,
         "sendmsg4" => 700,
-        "sched_process_exec" => 600,
+        "sched_process_exec" => 1_400,
         _ => 400,
     };
     for spec in specs {

@@ -241,9 +241,15 @@ impl Collector {
                 == Some(crate::init::INIT_ARG);
             if let Some(p) = target.and_then(|t| t.get("path")).and_then(Value::as_str)
                 && !init
-                && (self.programs.len() < 10_000 || self.programs.contains_key(p))
             {
-                *self.programs.entry(text(p, 256)).or_insert(0) += 1;
+                // The name run, and what the kernel ran where that differs.
+                let p = match target.and_then(|t| render::ran_other_than(t, p)) {
+                    Some(ran) => format!("{} -> {}", text(p, 256), text(&ran, 256)),
+                    None => text(p, 256),
+                };
+                if self.programs.len() < 10_000 || self.programs.contains_key(&p) {
+                    *self.programs.entry(p).or_insert(0) += 1;
+                }
             }
         }
         let Some(t) = target else {

@@ -264,8 +264,30 @@ fn argument(s: &str, max: usize) -> String {
     }
 }
 
-/// `/bin/sh -c "make test"`: the path that ran, then argv[1..]; a cut argv
-/// always says so.
+/// What the kernel ran when it is not the file `path` names: the
+/// `binary` (a link's target, a script's interpreter), or the leaf of one
+/// in no directory (a memfd), with `(deleted)` when it has no link left.
+pub(crate) fn ran_other_than(
+    target: &serde_json::Map<String, Value>,
+    path: &str,
+) -> Option<String> {
+    let deleted = target.get("binary_deleted").and_then(Value::as_bool) == Some(true);
+    let ran = target
+        .get("binary")
+        .or_else(|| target.get("binary_tail"))
+        .and_then(Value::as_str)?;
+    if ran == path && !deleted {
+        return None;
+    }
+    Some(if deleted {
+        format!("{ran} (deleted)")
+    } else {
+        ran.to_string()
+    })
+}
+
+/// `/bin/sh -c "make test"`: the name that was run, then argv[1..]; a cut
+/// argv always says so.
 pub(crate) fn exec_text(target: &Value, max: usize) -> String {
     let argv = target.get("argv").and_then(Value::as_array);
     let mut words: Vec<String> = Vec::new();
@@ -273,6 +295,9 @@ pub(crate) fn exec_text(target: &Value, max: usize) -> String {
         // argv[0] is whatever the caller chose; the path is what ran.
         Some(path) => {
             words.push(text(path, max));
+            if let Some(ran) = target.as_object().and_then(|t| ran_other_than(t, path)) {
+                words.push(format!("[runs {}]", text(&ran, max)));
+            }
             if let Some(a) = argv {
                 words.extend(a.iter().skip(1).take(256).map(|v| match v.as_str() {
                     Some(s) => argument(s, max),

@@ -545,3 +545,20 @@ fn no_reader_panics_on_records_of_the_wrong_shape() {
         1
     );
 }
+
+#[test]
+fn an_exec_shows_what_the_kernel_ran_when_the_name_says_otherwise() {
+    let linked =
+        json!({"path": "/w/run-tests", "binary": "/usr/bin/curl", "argv": ["run-tests", "x"]});
+    assert_eq!(
+        render::exec_text(&linked, 100),
+        "/w/run-tests [runs /usr/bin/curl] x"
+    );
+    let memfd = json!({"path": "/dev/fd/3", "binary_tail": "memfd:p", "binary_deleted": true, "argv": ["p"]});
+    assert_eq!(
+        render::exec_text(&memfd, 100),
+        "/dev/fd/3 [runs memfd:p (deleted)]"
+    );
+    let same = json!({"path": "/usr/bin/true", "binary": "/usr/bin/true", "argv": ["true"]});
+    assert_eq!(render::exec_text(&same, 100), "/usr/bin/true");
+}
