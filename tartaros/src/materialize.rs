@@ -221,9 +221,26 @@ fn remove(registry: &Registry, path: &Path) {
         .map(|text| decode_created(&text))
         .unwrap_or_default();
     for dir in created.iter().rev() {
-        let _ = std::fs::remove_dir(dir);
+        remove_placeholder(dir);
     }
     let _ = std::fs::remove_file(&marker);
+}
+
+/// Removes the placeholder `dir` if it is still an empty directory,
+/// reaching it without following a symlink: the agent had the tree until
+/// now, and a parent it swapped for a link to a host directory must not
+/// make root remove a directory there.
+fn remove_placeholder(dir: &Path) {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return;
+    };
+    if let Ok(at) = crate::mount_tree::open_no_symlinks(parent) {
+        let _ = nix::unistd::unlinkat(
+            Some(at.as_raw_fd()),
+            name,
+            nix::unistd::UnlinkatFlags::RemoveDir,
+        );
+    }
 }
 
 /// The janitor's cleanup after a supervisor that died: removes each
@@ -303,7 +320,7 @@ pub fn materialize(
             })
             .map_err(|e| {
                 for dir in created.iter().rev() {
-                    let _ = std::fs::remove_dir(dir);
+                    remove_placeholder(dir);
                 }
                 failed(e)
             })?;
@@ -333,16 +350,16 @@ fn create(path: &Path, owner: Option<Identity>) -> Result<Vec<PathBuf>, Material
             source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
         });
     }
-    let mut created = Vec::new();
+    let mut created: Vec<PathBuf> = Vec::new();
     for dir in missing {
         let made = std::fs::create_dir(dir).and_then(|()| match owner {
             Some(who) => std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid)),
             None => Ok(()),
         });
         if let Err(source) = made {
-            let _ = std::fs::remove_dir(dir);
+            remove_placeholder(dir);
             for done in created.iter().rev() {
-                let _ = std::fs::remove_dir(done);
+                remove_placeholder(done);
             }
             return Err(MaterializeError::Create {
                 path: dir.to_path_buf(),
@@ -357,6 +374,19 @@ fn create(path: &Path, owner: Option<Identity>) -> Result<Vec<PathBuf>, Material
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_placeholder_behind_a_link_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(base.join("host/hooks")).unwrap();
+        std::fs::create_dir_all(base.join("tree/real/hooks")).unwrap();
+        std::os::unix::fs::symlink(base.join("host"), base.join("tree/.git")).unwrap();
+        remove_placeholder(&base.join("tree/.git/hooks"));
+        assert!(base.join("host/hooks").is_dir(), "removed through a link");
+        remove_placeholder(&base.join("tree/real/hooks"));
+        assert!(!base.join("tree/real/hooks").exists());
+    }
 
     #[test]
     fn registry_lives_outside_any_tree_per_user() {

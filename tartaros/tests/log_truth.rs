@@ -603,6 +603,13 @@ fn the_seal_lists_what_changed_with_hashes_and_bounds_the_cost() {
     );
     assert_eq!(files[0]["sha256"], Value::Null);
     assert_eq!(files[0]["skipped"], "too large");
+    let log = logs.join("effects.jsonl");
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    assert!(
+        stdout(&verify).contains("the seal has no hash for 1 changed files"),
+        "verify says which files the tree check cannot cover: {}",
+        stdout(&verify)
+    );
     assert_eq!(files[0]["size"], big);
     assert!(!paths.contains(&untouched.to_str().unwrap()));
 }

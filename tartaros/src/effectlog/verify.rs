@@ -116,6 +116,9 @@ struct Chain {
     degraded_capture: Vec<String>,
     sealed_at: Option<u64>,
     cgroup_empty: bool,
+    /// Changed files the seal lists without a hash, or not at all (its
+    /// bounds): the tree cannot be checked against the log for them.
+    unhashed: u64,
 }
 
 impl Chain {
@@ -207,6 +210,13 @@ impl Chain {
             ));
         }
         self.cgroup_empty = m.get("cgroup_empty").and_then(Value::as_bool) == Some(true);
+        let skipped = m.get("files").and_then(Value::as_array).map_or(0, |f| {
+            f.iter()
+                .filter(|e| e.get("sha256").is_some_and(Value::is_null))
+                .count()
+        });
+        let omitted = m.get("files_omitted").and_then(Value::as_u64).unwrap_or(0);
+        self.unhashed = (skipped as u64).saturating_add(omitted);
         self.sealed_at = Some(lineno);
         Ok(())
     }
@@ -278,10 +288,20 @@ impl Chain {
                 ),
             );
         }
+        // Every effect is recorded; the seal's hashes are bounded, and says
+        // so, so the reviewer knows which files the tree check cannot cover.
+        let unhashed = if self.unhashed > 0 {
+            format!(
+                "; the seal has no hash for {} changed files (over its size or count bounds)",
+                self.unhashed
+            )
+        } else {
+            String::new()
+        };
         Verdict::new(
             VERDICT_OK,
             format!(
-                "ok: {lines} records, sealed on line {sealed_at}, head {}",
+                "ok: {lines} records, sealed on line {sealed_at}, head {}{unhashed}",
                 hex::encode(self.prev)
             ),
         )
