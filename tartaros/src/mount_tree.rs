@@ -56,9 +56,24 @@ fn fd_result(rc: libc::c_long) -> Result<OwnedFd, nix::Error> {
 /// (nor /proc magic link) on the way: ELOOP if one is there. Pins the name
 /// the policy gave against a link swapped in after it was checked.
 pub fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
+    open2_no_symlinks(path, libc::O_PATH | libc::O_CLOEXEC)
+}
+
+/// `path` opened for reading without following any symlink or /proc magic
+/// link in any of its components (ELOOP), without blocking on a FIFO and
+/// without taking a terminal: how the supervisor, as root, reads a file an
+/// agent named or could have replaced (the seal's hashes), so a directory
+/// swapped for a link to `/etc` cannot make it read a host file.
+pub fn open_file_no_symlinks(path: &Path) -> Result<std::fs::File, nix::Error> {
+    let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    open2_no_symlinks(path, flags).map(std::fs::File::from)
+}
+
+/// `openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
+fn open2_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, nix::Error> {
     let name = c_path(path)?;
     let how = OpenHow {
-        flags: (libc::O_PATH | libc::O_CLOEXEC) as u64,
+        flags: flags as u64,
         mode: 0,
         resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
     };
@@ -73,31 +88,6 @@ pub fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
         )
     };
     fd_result(rc)
-}
-
-/// `path` opened for reading without following any symlink or /proc magic
-/// link in any of its components (ELOOP), without blocking on a FIFO and
-/// without taking a terminal: how the supervisor, as root, reads a file an
-/// agent named or could have replaced (the seal's hashes), so a directory
-/// swapped for a link to `/etc` cannot make it read a host file.
-pub fn open_file_no_symlinks(path: &Path) -> Result<std::fs::File, nix::Error> {
-    let name = c_path(path)?;
-    let how = OpenHow {
-        flags: (libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC) as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    };
-    // SAFETY: `name` and `how` outlive the call; the size is the struct's.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            libc::AT_FDCWD,
-            name.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    fd_result(rc).map(std::fs::File::from)
 }
 
 /// A detached copy of the mount tree at `at` (an `O_PATH` descriptor),

@@ -19,14 +19,8 @@ impl Decoder {
         let t = &mut r.target;
         t.insert("fd", e.sys.fd);
         let status = e.file.status;
-        if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
-            t.insert("ino", e.file.ino);
-            t.insert("dev", user_dev(e.file.dev));
-            if e.file.nlink == 0 {
-                // Named as it was before its last link went.
-                t.insert("deleted", true);
-            }
-        }
+        // Named as it was before its last link went, when it has none.
+        put_inode(t, &e.file);
         if status & file_status::FD_CHANGED != 0 {
             // Another thread sharing the fd table put another file at
             // this number during the call: the file named is the one
@@ -71,15 +65,9 @@ impl Decoder {
         let mut r = self.sys(&e.sys, Some(&e.path[..]), None, None)?;
         let t = &mut r.target;
         let status = e.file.status;
-        if status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
-            t.insert("ino", e.file.ino);
-            t.insert("dev", user_dev(e.file.dev));
-            if e.file.nlink == 0 {
-                // An `O_TMPFILE` (named `#<ino>` by the kernel), or a file
-                // unlinked by another thread during the open.
-                t.insert("deleted", true);
-            }
-        }
+        // `deleted`: an `O_TMPFILE` (named `#<ino>` by the kernel), or a
+        // file unlinked by another thread during the open.
+        put_inode(t, &e.file);
         let names = names_of(&e.file).filter(|_| status & file_status::COMPLETE != 0);
         let Some(names) = names else {
             t.insert("kernel_path_incomplete", incomplete(status));
@@ -111,6 +99,18 @@ impl Decoder {
             }
         }
         self.fd_path(tgid, fd)
+    }
+}
+
+/// `ino`, `dev` (as `stat` reports them) and `deleted` (no link left) of a
+/// file that was read.
+fn put_inode(t: &mut Target, f: &KernelFile) {
+    if f.status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0 {
+        t.insert("ino", f.ino);
+        t.insert("dev", user_dev(f.dev));
+        if f.nlink == 0 {
+            t.insert("deleted", true);
+        }
     }
 }
 
