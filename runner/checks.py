@@ -234,7 +234,10 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
                     "msg": f"{len(names)} files, {len(missing)} without a record: {missing[:5]}"})
     if "no_phantom" in spec:
         d = ex(spec["no_phantom"]).rstrip("/") + "/"
-        named = {p for p in map(record_path, recs) if p and p.startswith(d)}
+        # Effects that happened: a refused attempt names what the agent asked
+        # for, which need not exist (an open that failed with ENOENT).
+        done = [r for r in recs if r.get("decision", "allowed") == "allowed"]
+        named = {p for p in map(record_path, done) if p and p.startswith(d)}
         phantoms = sorted(p for p in named if not os.path.lexists(p))
         out.append({"check": "no_phantom", "arg": d, "held": not phantoms,
                     "msg": f"{len(phantoms)} records name files that never existed: {phantoms[:5]}"})
