@@ -73,26 +73,30 @@ pub fn file_at_entry(fd: i32) -> u64 {
     layout().map_or(0, |l| file_of(l, fd))
 }
 
-/// Whether `fd` holds a file that its open did not create: the opens for
-/// writing whose file no `FAN_CREATE` names, so the record names it.
+/// The file at `fd` if its open did not create it (0 otherwise): the
+/// opens for writing whose file no `FAN_CREATE` names, so the record names
+/// it. Handed to [`fill`] as `entry`, so the table is read once.
 #[inline(always)]
-pub fn opened_existing(fd: i32) -> bool {
+pub fn opened_existing(fd: i32) -> u64 {
     let Some(l) = layout() else {
-        return false;
+        return 0;
     };
     let file = file_of(l, fd);
-    file != 0
-        && read_kernel::<u32>(file + l.file_mode as u64).is_some_and(|m| m & FMODE_CREATED == 0)
+    let existing = file != 0
+        && read_kernel::<u32>(file + l.file_mode as u64).is_some_and(|m| m & FMODE_CREATED == 0);
+    if existing { file } else { 0 }
 }
 
-/// Fills `ev`, the file part of a reserved record, for `fd`, which held
-/// `entry` (from [`file_at_entry`]) when the call started.
+/// Fills `ev`, the file part of a reserved record, for `fd`. With
+/// `reread`, `entry` is the file `fd` held when the call started (from
+/// [`file_at_entry`]) and the table is read again to compare; without,
+/// `entry` is the file `fd` holds now (from [`opened_existing`]).
 #[inline(always)]
-pub fn fill(ev: *mut KernelFile, fd: i32, entry: u64) {
+pub fn fill(ev: *mut KernelFile, fd: i32, entry: u64, reread: bool) {
     let status = match layout() {
         None => file_status::NO_LAYOUT,
         Some(l) => {
-            let file = file_of(l, fd);
+            let file = if reread { file_of(l, fd) } else { entry };
             let changed = if file != entry {
                 file_status::FD_CHANGED
             } else {

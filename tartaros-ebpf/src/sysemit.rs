@@ -46,13 +46,13 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
         let mut fd = (*p).call.fd;
         // A successful open for writing: named by the descriptor it
         // returned, unless it created the file (its FAN_CREATE names it).
-        if rec == record::SYS_PATH
-            && (*p).call.flags & flag::OPENS_FILE != 0
-            && ret >= 0
-            && crate::fdpath::opened_existing(ret as i32)
-        {
-            rec = record::SYS_FILE;
-            fd = ret as i32;
+        let mut opened = 0;
+        if rec == record::SYS_PATH && (*p).call.flags & flag::OPENS_FILE != 0 && ret >= 0 {
+            opened = crate::fdpath::opened_existing(ret as i32);
+            if opened != 0 {
+                rec = record::SYS_FILE;
+                fd = ret as i32;
+            }
         }
         match rec {
             record::SYS_PATH => {
@@ -105,16 +105,20 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
-                // A kernel address, for the comparison only (0 for an
-                // open: its descriptor is new).
-                let at_entry = (*p).call.args[2];
+                // A kernel address, for the comparison only: the ioctl's
+                // file at entry, or the file an open just returned.
+                let (at_entry, reread) = if opened != 0 {
+                    (opened, false)
+                } else {
+                    ((*p).call.args[2], true)
+                };
                 (*ev).sys.args[2] = 0;
                 copy_kernel(
                     (&raw mut (*ev).path).cast::<u8>(),
                     PATH_BYTES as u32,
                     (&raw const (*p).path) as u64,
                 );
-                crate::fdpath::fill(&raw mut (*ev).file, fd, at_entry);
+                crate::fdpath::fill(&raw mut (*ev).file, fd, at_entry, reread);
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysFileEvent>()));
             }
             _ => {

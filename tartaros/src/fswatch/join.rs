@@ -319,10 +319,10 @@ impl Join {
                 }
             }
             let allowed = r.decision == Decision::Allowed;
-            // An open for writing already named by the kernel (the file
-            // behind the descriptor it returned): nothing to pair, and its
-            // file may change with no notification (a shared mapping), so
-            // the seal lists it.
+            // A record the capture already named from the kernel's file
+            // (an open for writing by the descriptor it returned, an
+            // inode-flag ioctl): nothing to pair, and the file may change
+            // with no notification (a shared mapping), so the seal lists it.
             if allowed
                 && let Some(path) = r.target.get("path").and_then(Value::as_str)
                 && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
