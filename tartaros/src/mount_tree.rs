@@ -69,6 +69,12 @@ pub fn open_file_no_symlinks(path: &Path) -> Result<std::fs::File, nix::Error> {
     open2_no_symlinks(path, flags).map(std::fs::File::from)
 }
 
+/// The directory `path` opened for listing, reached as
+/// [`open_file_no_symlinks`] reaches a file.
+pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
+    open2_no_symlinks(path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC)
+}
+
 /// `openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
 fn open2_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, nix::Error> {
     let name = c_path(path)?;

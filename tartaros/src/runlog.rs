@@ -162,6 +162,11 @@ pub async fn drain_with(
             let _ = writer.gap(refused, "refused-record");
         }
         writer.set_seal_files(seal);
+        // Closing the group waits for the kernel to free its marks (see
+        // `fswatch::Marks`): not in the way of the seal.
+        let _ = std::thread::Builder::new()
+            .name("fanotify-close".into())
+            .spawn(move || drop(truth));
     }
     flush(&mut writer);
     writer

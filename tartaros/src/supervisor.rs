@@ -200,6 +200,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             return Err(refusal);
         }
     };
+    let marks = truth.as_ref().map(crate::fswatch::FsWatch::marks);
     let drain = match log.take() {
         Some(mut writer) => {
             let genesis = Genesis::new(
@@ -256,6 +257,11 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
     let teardown = undo.unwind();
+    // Only once the sandbox is empty: a process left behind (teardown
+    // failed) keeps being watched until the log is sealed.
+    if let Some(marks) = marks.filter(|_| teardown.is_ok()) {
+        marks.remove();
+    }
     if let Some(relay) = relay {
         relay.finish(std::time::Duration::from_secs(2));
     }

@@ -66,6 +66,8 @@ pub struct LogWriter {
     /// it (see [`space`]).
     written: u64,
     reserved_end: u64,
+    /// Where the writeback started last (see [`space::start_writeback`]).
+    writeback_from: u64,
     /// Set once the filesystem has no room left for the reserve: effect
     /// records are then dropped (and counted), the reserve holds the gap
     /// and the seal.
@@ -110,6 +112,7 @@ impl LogWriter {
             batch_bytes: 0,
             written: 0,
             reserved_end: 0,
+            writeback_from: 0,
             full: None,
             dropped: 0,
             seal_extra: Map::new(),
@@ -212,6 +215,10 @@ impl LogWriter {
         }
         self.pending.clear();
         self.keep_reserve();
+        if self.written - self.writeback_from >= space::WRITEBACK_BYTES {
+            space::start_writeback(&self.file, self.writeback_from, self.written);
+            self.writeback_from = self.written;
+        }
         Ok(())
     }
 
@@ -536,6 +543,25 @@ mod space {
 
     /// 256 KiB: four full batches, or a seal listing ~2,000 files.
     pub const RESERVE: u64 = 256 * 1024;
+
+    /// Written data is sent to the disk every this many bytes, so that the
+    /// seal's fdatasync waits only for the last of it: for a log of 24 MB
+    /// (60,000 records) that sync took 13 ms after the agent had ended.
+    pub const WRITEBACK_BYTES: u64 = 1024 * 1024;
+
+    /// Starts writing `[from, to)` of the file to the disk without waiting
+    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): no durability promise of
+    /// its own (the seal's fdatasync keeps that), and a failure here is
+    /// one the fdatasync reports.
+    pub fn start_writeback(file: &File, from: u64, to: u64) {
+        let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
+            return;
+        };
+        // SAFETY: sync_file_range on an fd we own; no memory is passed.
+        let _ = unsafe {
+            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+        };
+    }
 
     /// Allocates `RESERVE` bytes from `offset` without changing the file's
     /// size. `Ok(false)`: the filesystem cannot (no reserve, not full);

@@ -12,11 +12,13 @@
 //! notification of that thread (of the matching kind) is the kernel's own
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::queue::Queue;
+use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target};
 
@@ -25,9 +27,6 @@ use crate::effectlog::{Decision, Record, Target};
 const HOLD_NS: u64 = 200_000_000;
 /// How long an unclaimed notification waits for a record that claims it.
 const ORPHAN_NS: u64 = 1_000_000_000;
-/// At most this many changed files are remembered for the seal (~100
-/// bytes each); later ones are only counted.
-const MAX_TOUCHED: usize = 1_000_000;
 
 /// The notification bits, as fanotify reports them.
 pub(super) mod bit {
@@ -75,10 +74,13 @@ pub(super) struct Notice {
     /// When the read before it started: the notification was queued
     /// later (else that read would have returned it).
     pub after_ns: u64,
+    /// The entry is deleted by this or a later notification of the same
+    /// read: a size looked up now would be another file's, or none.
+    pub gone: bool,
 }
 
 impl Notice {
-    fn is_dir(&self) -> bool {
+    pub(super) fn is_dir(&self) -> bool {
         self.mask & bit::ONDIR != 0
     }
 }
@@ -121,7 +123,7 @@ fn main_key(kind: &str) -> &'static str {
 pub(super) struct Join {
     tasks: HashMap<u32, Task>,
     /// Sandbox notifications with bits no record has claimed, per thread.
-    pending: HashMap<u32, VecDeque<Notice>>,
+    pending: HashMap<u32, Queue>,
     /// Records waiting for a positional pairing, in arrival order.
     held: Vec<(u32, Record)>,
     /// The newest record's time, per thread.
@@ -130,9 +132,7 @@ pub(super) struct Join {
     exited: BTreeSet<u32>,
     writes: WriteCounts,
     /// Regular files created or modified (for the seal), by kernel path.
-    touched: BTreeSet<PathBuf>,
-    /// Changed files not remembered (over MAX_TOUCHED).
-    untracked: u64,
+    touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
     wall_offset: i128,
 }
@@ -198,13 +198,13 @@ impl Join {
             if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
                 && !n.is_dir()
             {
-                self.touch(raw);
+                self.touched.touch(raw);
             }
             if n.mask & bit::MODIFY != 0 {
                 self.writes.count(path, task, n.read_ns);
             }
             if n.mask & bit::CLOSE_WRITE != 0 {
-                out.extend(self.flush_writes(path, Some(task.tgid)));
+                out.extend(self.flush_writes(path, Some(task.tgid), !n.gone));
             }
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
@@ -212,11 +212,11 @@ impl Join {
                 if !n.is_dir() {
                     self.writes.renamed(path, new);
                 }
-                self.renamed_touched(raw, new_raw, n.is_dir());
+                self.touched.renamed(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
                 // The file is gone: its writers' counts are final.
-                out.extend(self.flush_writes(path, None));
+                out.extend(self.flush_writes(path, None, false));
             }
         }
         // Close and modify notifications are counted, not claimed (only a
@@ -229,55 +229,24 @@ impl Join {
         out
     }
 
-    /// The `write` records of `path` (of one process, or of all).
-    fn flush_writes(&mut self, path: &str, tgid: Option<u32>) -> Vec<Record> {
+    /// The `write` records of `path` (of one process, or of all), with
+    /// the file's size when it still exists.
+    fn flush_writes(&mut self, path: &str, tgid: Option<u32>, exists: bool) -> Vec<Record> {
         let done = self.writes.flush(path, tgid);
-        done.iter().map(|w| self.write_record(path, w)).collect()
+        done.iter()
+            .map(|w| self.write_record(path, w, exists))
+            .collect()
     }
 
-    fn touch(&mut self, path: &Path) {
-        if self.touched.len() < MAX_TOUCHED {
-            self.touched.insert(path.to_path_buf());
-        } else if !self.touched.contains(path) {
-            self.untracked += 1;
-        }
-    }
-
-    /// Changed files the seal cannot list (over the memory bound).
-    pub fn untracked(&self) -> u64 {
-        self.untracked
-    }
-
-    /// Moves the changed files of a renamed file or directory.
-    fn renamed_touched(&mut self, from: &Path, to: &Path, dir: bool) {
-        if !dir {
-            if self.touched.remove(from) {
-                self.touch(to);
-            }
-            return;
-        }
-        // Component order keeps a directory's descendants together.
-        let moved: Vec<PathBuf> = self
-            .touched
-            .range(from.to_path_buf()..)
-            .take_while(|p| p.starts_with(from))
-            .filter(|p| p.as_path() != from)
-            .cloned()
-            .collect();
-        for p in moved {
-            self.touched.remove(&p);
-            if let Ok(rest) = p.strip_prefix(from) {
-                self.touched.insert(to.join(rest));
-            }
-        }
-    }
-
-    fn write_record(&self, path: &str, w: &Writes) -> Record {
+    fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
-        if let Some(size) = super::content::size_of(Path::new(path)) {
+        if let Some(size) = exists
+            .then(|| super::content::size_of(Path::new(path)))
+            .flatten()
+        {
             t.insert("size", size);
         }
         self.kernel_record("write", w.task, w.first_ns, t)
@@ -315,7 +284,7 @@ impl Join {
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
-                    out.push(self.write_record(&path, &w));
+                    out.push(self.write_record(&path, &w, true));
                 }
             }
             let allowed = r.decision == Decision::Allowed;
@@ -327,7 +296,7 @@ impl Join {
                 && let Some(path) = r.target.get("path").and_then(Value::as_str)
                 && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
             {
-                self.touch(Path::new(path));
+                self.touched.touch(Path::new(path));
                 out.push(r);
                 continue;
             }
@@ -343,7 +312,7 @@ impl Join {
                     });
                     match exact {
                         Some(n) => {
-                            apply(&mut r, &n);
+                            apply(&mut r, n);
                             out.push(r);
                         }
                         None => self.held.push((tid, r)),
@@ -380,7 +349,7 @@ impl Join {
             // belongs to a later call of the thread.
             let ended = r.mono_ns;
             match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
-                Some(n) => apply(&mut r, &n),
+                Some(n) => apply(&mut r, n),
                 None => {
                     r.target.insert("path_source", "agent");
                 }
@@ -425,7 +394,7 @@ impl Join {
         if all {
             let writes = self.writes.drain();
             for (path, w) in writes {
-                out.push(self.write_record(&path, &w));
+                out.push(self.write_record(&path, &w, true));
             }
         }
     }
@@ -438,13 +407,12 @@ impl Join {
     }
 
     /// Regular files created or modified, by kernel path.
-    pub fn touched(&self) -> &BTreeSet<PathBuf> {
+    pub fn touched(&self) -> &Touched {
         &self.touched
     }
 
-    /// The first pending notification of `tid` with `want` (for a
-    /// directory or not) that `fits`, and not yet claimed for `want`
-    /// unless `again`; its `want` bit is then claimed.
+    /// The first pending notification of `tid` that a record of `want`
+    /// may claim (see [`Queue::take`]).
     fn take(
         &mut self,
         tid: u32,
@@ -452,16 +420,8 @@ impl Join {
         dir: Option<bool>,
         again: bool,
         fits: impl Fn(&Notice) -> bool,
-    ) -> Option<Notice> {
-        let queue = self.pending.get_mut(&tid)?;
-        let at = queue.iter().position(|n| {
-            n.mask & want != 0
-                && (again || n.claimed & want == 0)
-                && dir.is_none_or(|d| n.is_dir() == d)
-                && fits(n)
-        })?;
-        queue[at].claimed |= want;
-        Some(queue[at].clone())
+    ) -> Option<&Notice> {
+        self.pending.get_mut(&tid)?.take(want, dir, again, fits)
     }
 
     /// Records for the bits of `n` no capture record claimed: effects the

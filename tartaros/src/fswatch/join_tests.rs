@@ -34,6 +34,7 @@ fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
         new_raw: None,
         read_ns,
         after_ns: 0,
+        gone: false,
     }
 }
 

@@ -20,6 +20,8 @@ mod content;
 mod join;
 mod notify;
 mod place;
+mod queue;
+mod touched;
 mod writes;
 
 use std::path::{Path, PathBuf};
@@ -111,6 +113,11 @@ impl FsWatch {
         out
     }
 
+    /// What stops the watch once the sandbox is empty (see [`Marks`]).
+    pub fn marks(&self) -> Marks {
+        Marks(self.group.dup())
+    }
+
     /// Notifications lost since the last call (queue overflow or a failed
     /// read), for a gap record.
     pub fn take_lost(&mut self) -> u64 {
@@ -130,8 +137,8 @@ impl FsWatch {
         }
         out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
         let join = &self.place.join;
-        let (files, omitted) = content::seal_files(join.touched(), &self.place.roots);
-        let omitted = omitted + join.untracked();
+        let (files, omitted) = content::seal_files(join.touched().iter(), &self.place.roots);
+        let omitted = omitted + join.touched().untracked();
         let mut seal = serde_json::Map::new();
         seal.insert("files".into(), Value::Array(files));
         if omitted > 0 {
@@ -163,6 +170,21 @@ impl FsWatch {
         };
         let now = crate::effectlog::mono_now_ns();
         (self.place.place(events, now, after, &facts), more)
+    }
+}
+
+/// The group's marks, held apart from the watch (which the log's writer
+/// owns), to be removed as soon as the sandbox is empty: no sandbox change
+/// can follow, the queued ones stay readable, and the kernel's slow part
+/// of closing the group (freeing marks) starts while the log is drained.
+pub struct Marks(Option<std::os::fd::OwnedFd>);
+
+impl Marks {
+    /// Stops new notifications. Call only once no sandbox process is left.
+    pub fn remove(self) {
+        if let Some(fd) = &self.0 {
+            notify::unmark_all(fd);
+        }
     }
 }
 

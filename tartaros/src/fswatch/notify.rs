@@ -45,7 +45,7 @@ pub(super) struct Handle {
 
 /// A directory entry: the directory's handle and the name in it (`.` for
 /// an event on the directory itself).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct DirEntry {
     pub dir: Handle,
     pub name: Vec<u8>,
@@ -204,6 +204,11 @@ impl Group {
         Ok(())
     }
 
+    /// A second descriptor of the group, for [`unmark_all`].
+    pub fn dup(&self) -> Option<OwnedFd> {
+        self.fd.try_clone().ok()
+    }
+
     /// Reads every queued event (the group is non-blocking).
     /// What is queued, up to [`READ_BATCH_BYTES`] of it: a busy host
     /// writing on a marked filesystem (its notifications are read to be
@@ -271,6 +276,25 @@ impl Group {
         let deleted = path.as_os_str().as_bytes().ends_with(b" (deleted)");
         (!deleted && path.is_absolute()).then_some(path)
     }
+}
+
+/// Removes every filesystem mark of the group `fd`; what is queued stays
+/// readable. The kernel frees marks after an SRCU grace period (5–15 ms
+/// here once files were changed), and closing the group waits for that:
+/// started when the sandbox is empty, the wait is mostly over by the time
+/// the log is sealed and the group closed.
+pub(super) fn unmark_all(fd: &OwnedFd) {
+    // SAFETY: fanotify_mark on a descriptor we own; FAN_MARK_FLUSH takes
+    // no path (NULL) and passes no memory.
+    let _ = unsafe {
+        libc::fanotify_mark(
+            fd.as_raw_fd(),
+            libc::FAN_MARK_FLUSH | libc::FAN_MARK_FILESYSTEM,
+            0,
+            libc::AT_FDCWD,
+            std::ptr::null(),
+        )
+    };
 }
 
 fn fsid_of(path: &CString) -> Result<[i32; 2], std::io::Error> {

@@ -68,7 +68,22 @@ impl Placement {
         facts: &dyn Facts,
     ) -> Vec<Record> {
         let mut out = Vec::new();
-        for event in events {
+        // The last deletion of each file entry in this read: a file closed
+        // before it is gone by now (when the supervisor lags, nearly every
+        // short-lived file is, and looking up its size was a failed path
+        // walk per file).
+        let deleted: HashMap<&DirEntry, usize> = events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.mask & bit::DELETE != 0 && e.mask & bit::ONDIR == 0)
+            .filter_map(|(i, e)| Some((e.entry.as_ref()?, i)))
+            .collect();
+        for (i, event) in events.iter().enumerate() {
+            let gone = event
+                .entry
+                .as_ref()
+                .and_then(|e| deleted.get(e))
+                .is_some_and(|&last| last >= i);
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
                 continue;
@@ -95,11 +110,11 @@ impl Placement {
                 }
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
-                    let n = self.notice(&event, now, after, facts);
+                    let n = self.notice(event, now, after, gone, facts);
                     out.extend(self.join.notice(n, task));
                 }
                 Member::Gone => {
-                    let n = self.notice(&event, now, after, facts);
+                    let n = self.notice(event, now, after, gone, facts);
                     let in_roots = n
                         .raw
                         .as_deref()
@@ -137,7 +152,14 @@ impl Placement {
         out
     }
 
-    fn notice(&mut self, event: &RawEvent, now: u64, after: u64, facts: &dyn Facts) -> Notice {
+    fn notice(
+        &mut self,
+        event: &RawEvent,
+        now: u64,
+        after: u64,
+        gone: bool,
+        facts: &dyn Facts,
+    ) -> Notice {
         let (raw, name) = match &event.entry {
             Some(entry) => (self.entry_path(entry, facts), display(&entry.name)),
             None => (None, String::new()),
@@ -161,6 +183,7 @@ impl Placement {
             new_raw,
             read_ns: now,
             after_ns: after,
+            gone,
         }
     }
 
@@ -231,6 +254,51 @@ mod tests {
 
     fn placement() -> Placement {
         Placement::new(Join::new(0), vec![PathBuf::from("/w")])
+    }
+
+    /// The sandbox thread 10, with handle [1] resolving to a real directory.
+    struct OnDisk(PathBuf);
+
+    impl Facts for OnDisk {
+        fn member(&self, _: u32) -> Member {
+            Member::Sandbox(Task {
+                tgid: 10,
+                ppid: 1,
+                uid: 65534,
+            })
+        }
+        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+            (dir.bytes == [1]).then(|| self.0.clone())
+        }
+    }
+
+    #[test]
+    fn a_file_deleted_later_in_the_same_read_gets_no_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        // Both exist now; `again` is a new file under the deleted name.
+        std::fs::write(root.join("kept"), b"12345").unwrap();
+        std::fs::write(root.join("again"), b"123").unwrap();
+        let mut p = Placement::new(Join::new(0), vec![root.clone()]);
+        let events = vec![
+            event(10, bit::MODIFY, 1, "kept"),
+            event(10, bit::CLOSE_WRITE, 1, "kept"),
+            event(10, bit::MODIFY, 1, "again"),
+            event(10, bit::CLOSE_WRITE, 1, "again"),
+            event(10, bit::DELETE, 1, "again"),
+            event(10, bit::CREATE, 1, "again"),
+        ];
+        let out = p.place(events, 100, 0, &OnDisk(root.clone()));
+        let size = |name: &str| {
+            let path = Value::from(root.join(name).to_string_lossy().into_owned());
+            let r = out
+                .iter()
+                .find(|r| r.kind == "write" && r.target.get("path") == Some(&path))
+                .unwrap_or_else(|| panic!("no write record of {name}: {out:?}"));
+            r.target.get("size").cloned()
+        };
+        assert_eq!(size("kept"), Some(Value::from(5)));
+        assert_eq!(size("again"), None, "the size would be the new file's");
     }
 
     #[test]
