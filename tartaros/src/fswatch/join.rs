@@ -74,8 +74,9 @@ pub(super) struct Notice {
     /// When the read before it started: the notification was queued
     /// later (else that read would have returned it).
     pub after_ns: u64,
-    /// The entry is deleted by this or a later notification of the same
-    /// read: a size looked up now would be another file's, or none.
+    /// A close whose entry is deleted by this or a later notification of
+    /// the same read: a size looked up now would be another file's, or
+    /// none.
     pub gone: bool,
 }
 

@@ -79,11 +79,13 @@ impl Placement {
             .filter_map(|(i, e)| Some((e.entry.as_ref()?, i)))
             .collect();
         for (i, event) in events.iter().enumerate() {
-            let gone = event
-                .entry
-                .as_ref()
-                .and_then(|e| deleted.get(e))
-                .is_some_and(|&last| last >= i);
+            // Only a close flushes a `write` record (with its size).
+            let gone = event.mask & bit::CLOSE_WRITE != 0
+                && event
+                    .entry
+                    .as_ref()
+                    .and_then(|e| deleted.get(e))
+                    .is_some_and(|&last| last >= i);
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
                 continue;

@@ -59,12 +59,9 @@ impl Touched {
             }
             return;
         }
-        let mut start = from.as_os_str().as_bytes().to_vec();
-        start.push(b'/');
-        let mut end = start.clone();
-        if let Some(last) = end.last_mut() {
-            *last = b'/' + 1;
-        }
+        let from = from.as_os_str().as_bytes();
+        let start = [from, b"/"].concat();
+        let end = [from, b"0"].concat();
         let moved: Vec<Vec<u8>> = self.paths.range(start.clone()..end).cloned().collect();
         for p in moved {
             self.paths.remove(&p);
