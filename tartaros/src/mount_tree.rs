@@ -1,8 +1,9 @@
 //! The kernel's file-descriptor mount API (Linux 5.12+): detached copies of
 //! mount trees (`open_tree`), attaching them (`move_mount`), per-mount flags
 //! on a whole tree at once (`mount_setattr`), and opening a path without
-//! following any symlink (`openat2`). The only `unsafe` of the mount plan
-//! lives here; `mounts.rs` decides what to do with it.
+//! following any symlink (`openat2`), and whether a directory opened so
+//! compares names byte for byte. The only `unsafe` of the mount plan lives
+//! here; `mounts.rs` decides what to do with it.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -67,6 +68,32 @@ pub fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
 pub fn open_file_no_symlinks(path: &Path) -> Result<std::fs::File, nix::Error> {
     let flags = libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
     open2_no_symlinks(path, flags).map(std::fs::File::from)
+}
+
+/// `FS_IOC_GETFLAGS` (`_IOR('f', 1, long)`) and its casefold bit.
+const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+const FS_CASEFOLD_FL: libc::c_long = 0x4000_0000;
+/// ext4, tmpfs and btrfs: filesystems whose directories compare names byte
+/// for byte unless they carry the casefold flag.
+const EXACT_NAME_FS: [libc::c_long; 3] = [0xEF53, 0x0102_1994, 0x9123_683E];
+
+/// Whether the directory `dir` looks names up byte for byte, so that a
+/// name missing from its listing does not exist. False on a
+/// case-insensitive directory (ext4 or tmpfs `casefold`, FAT, NTFS, ...),
+/// where the name the kernel reported for a file may differ in case from
+/// the listed one, and whenever that cannot be told.
+pub fn names_are_exact(dir: &OwnedFd) -> bool {
+    let Ok(fs) = nix::sys::statfs::fstatfs(dir) else {
+        return false;
+    };
+    if !EXACT_NAME_FS.contains(&(fs.filesystem_type().0 as libc::c_long)) {
+        return false;
+    }
+    let mut flags: libc::c_long = 0;
+    // SAFETY: the kernel writes at most a `long` into `flags`, which
+    // outlives the call; `dir` is an open descriptor.
+    let rc = unsafe { libc::ioctl(dir.as_raw_fd(), FS_IOC_GETFLAGS, &mut flags) };
+    rc == 0 && flags & FS_CASEFOLD_FL == 0
 }
 
 /// The directory `path` opened for listing, reached as

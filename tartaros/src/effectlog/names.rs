@@ -29,6 +29,36 @@ pub fn display(bytes: &[u8]) -> String {
     out
 }
 
+/// The bytes that [`display`] shows as `shown`, when `shown` is the
+/// escaped form of a name that is not UTF-8; `None` for anything else (a
+/// UTF-8 name is shown as it is, backslashes and all).
+pub fn undisplay(shown: &str) -> Option<Vec<u8>> {
+    if !shown.contains('\\') {
+        return None;
+    }
+    let bytes = shown.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1)) {
+            (b'\\', Some(b'\\')) => {
+                out.push(b'\\');
+                i += 2;
+            }
+            (b'\\', Some(b'x')) => {
+                out.push(u8::from_str_radix(shown.get(i + 2..i + 4)?, 16).ok()?);
+                i += 4;
+            }
+            (b'\\', _) => return None,
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    (std::str::from_utf8(&out).is_err() && display(&out) == shown).then_some(out)
+}
+
 /// [`display`] of a path.
 pub fn display_path(path: &Path) -> String {
     display(path.as_os_str().as_bytes())
@@ -44,5 +74,18 @@ mod tests {
         assert_eq!(display(b"/w/\xff"), "/w/\\xff");
         assert_eq!(display(b"/w/\\\xfe"), "/w/\\\\\\xfe");
         assert_ne!(display(b"/w/\xff"), display(b"/w/\xfe"));
+    }
+
+    #[test]
+    fn an_escaped_name_is_read_back_and_nothing_else_is() {
+        for raw in [&b"/w/\xff"[..], b"/w/\\\xfe", b"/w/\xc3(\\x"] {
+            assert_eq!(undisplay(&display(raw)).as_deref(), Some(raw));
+        }
+        // UTF-8 names are shown as they are, so they read back as nothing
+        // unless they look escaped (`a\\xff` may be either: the join
+        // touches both).
+        for shown in ["/w/plain", "/w/\\x", "/w/\\x+f", "/w/\\q"] {
+            assert_eq!(undisplay(shown), None, "{shown}");
+        }
     }
 }

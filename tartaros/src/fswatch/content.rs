@@ -94,9 +94,14 @@ impl Listings {
 }
 
 /// The names in `dir`, reached without a symlink; `None` when it cannot
-/// be read (then each file is opened).
+/// be read or does not compare names byte for byte (then each file is
+/// opened: on a case-insensitive directory a file the kernel named `FOO`
+/// is listed as `Foo`).
 fn list(dir: &Path) -> Option<HashSet<OsString>> {
     let fd = crate::mount_tree::open_dir_no_symlinks(dir).ok()?;
+    if !crate::mount_tree::names_are_exact(&fd) {
+        return None;
+    }
     let mut listing = nix::dir::Dir::from_fd(fd.into_raw_fd()).ok()?;
     listing
         .iter()
@@ -267,6 +272,18 @@ mod tests {
         let p = |n: &str| root.join(n).to_string_lossy().into_owned();
         assert_eq!(paths, vec![p("f7"), p("f9")]);
         assert_eq!(omitted, 0);
+    }
+
+    #[test]
+    fn only_directories_that_compare_names_as_bytes_are_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(
+            list(dir.path()).is_some(),
+            "{} is ext4 or tmpfs here",
+            dir.path().display()
+        );
+        // procfs is none of the filesystems known to compare bytes.
+        assert!(list(Path::new("/proc/1")).is_none());
     }
 
     #[test]

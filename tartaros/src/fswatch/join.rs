@@ -13,6 +13,8 @@
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
 use std::collections::{BTreeSet, HashMap};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -20,7 +22,7 @@ use serde_json::Value;
 use super::queue::Queue;
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
-use crate::effectlog::{Decision, Record, Target};
+use crate::effectlog::{Decision, Record, Target, names};
 
 /// How long a record waits for its thread to move on before it is paired
 /// by position (a thread that blocks after one create).
@@ -32,7 +34,6 @@ const ORPHAN_NS: u64 = 1_000_000_000;
 pub(super) mod bit {
     pub const MODIFY: u64 = libc::FAN_MODIFY;
     pub const ATTRIB: u64 = libc::FAN_ATTRIB;
-    pub const CLOSE_WRITE: u64 = libc::FAN_CLOSE_WRITE;
     pub const CREATE: u64 = libc::FAN_CREATE;
     pub const DELETE: u64 = libc::FAN_DELETE;
     pub const RENAME: u64 = libc::FAN_RENAME;
@@ -74,10 +75,6 @@ pub(super) struct Notice {
     /// When the read before it started: the notification was queued
     /// later (else that read would have returned it).
     pub after_ns: u64,
-    /// A close whose entry is deleted by this or a later notification of
-    /// the same read: a size looked up now would be another file's, or
-    /// none.
-    pub gone: bool,
 }
 
 impl Notice {
@@ -196,16 +193,11 @@ impl Join {
     pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
         let mut out = Vec::new();
         if let (Some(path), Some(raw)) = (&n.path, &n.raw) {
-            if n.mask & (bit::MODIFY | bit::CLOSE_WRITE | bit::CREATE | bit::ATTRIB) != 0
-                && !n.is_dir()
-            {
+            if n.mask & (bit::MODIFY | bit::CREATE | bit::ATTRIB) != 0 && !n.is_dir() {
                 self.touched.touch(raw);
             }
             if n.mask & bit::MODIFY != 0 {
                 self.writes.count(path, task, n.read_ns);
-            }
-            if n.mask & bit::CLOSE_WRITE != 0 {
-                out.extend(self.flush_writes(path, Some(task.tgid), !n.gone));
             }
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
@@ -220,10 +212,7 @@ impl Join {
                 out.extend(self.flush_writes(path, None, false));
             }
         }
-        // Close and modify notifications are counted, not claimed (only a
-        // truncate claims a modify).
-        let mut n = n;
-        n.mask &= !bit::CLOSE_WRITE;
+        // Modify notifications are counted, and claimed only by a truncate.
         if n.mask & !bit::ONDIR != 0 {
             self.pending.entry(n.tid).or_default().push_back(n);
         }
@@ -297,7 +286,13 @@ impl Join {
                 && let Some(path) = r.target.get("path").and_then(Value::as_str)
                 && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
             {
-                self.touched.touch(Path::new(path));
+                self.touched.touch_by_record(Path::new(path));
+                // A name that is not UTF-8 is shown escaped: the seal must
+                // open the file's own bytes.
+                if let Some(raw) = names::undisplay(path) {
+                    self.touched
+                        .touch_by_record(Path::new(OsStr::from_bytes(&raw)));
+                }
                 out.push(r);
                 continue;
             }
@@ -314,6 +309,7 @@ impl Join {
                     match exact {
                         Some(n) => {
                             apply(&mut r, n);
+                            self.claim_exchange_twin(tid, &r);
                             out.push(r);
                         }
                         None => self.held.push((tid, r)),
@@ -350,7 +346,10 @@ impl Join {
             // belongs to a later call of the thread.
             let ended = r.mono_ns;
             match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
-                Some(n) => apply(&mut r, n),
+                Some(n) => {
+                    apply(&mut r, n);
+                    self.claim_exchange_twin(tid, &r);
+                }
                 None => {
                     r.target.insert("path_source", "agent");
                 }
@@ -407,8 +406,33 @@ impl Join {
         out
     }
 
+    /// `renameat2(RENAME_EXCHANGE)` is reported as two renames, `a` to
+    /// `b` and `b` to `a`: the record of the call claims both, so the
+    /// second is not logged as an effect the capture did not see.
+    fn claim_exchange_twin(&mut self, tid: u32, r: &Record) {
+        const RENAME_EXCHANGE: u64 = 2;
+        let flags = r.target.get("flags").and_then(Value::as_u64).unwrap_or(0);
+        if r.kind != "rename" || flags & RENAME_EXCHANGE == 0 {
+            return;
+        }
+        let name = |key| r.target.get(key).and_then(Value::as_str);
+        let (Some(from), Some(to)) = (name("from"), name("to")) else {
+            return;
+        };
+        self.take(tid, bit::RENAME, None, false, |n| {
+            n.path.as_deref() == Some(to) && n.new_path.as_deref() == Some(from)
+        });
+    }
+
     /// Regular files created or modified, by kernel path.
+    #[cfg(test)]
     pub fn touched(&self) -> &Touched {
+        &self.touched
+    }
+
+    /// The same, with every rename followed, for the seal.
+    pub fn settled_touched(&mut self) -> &Touched {
+        self.touched.settle();
         &self.touched
     }
 

@@ -34,7 +34,6 @@ fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
         new_raw: None,
         read_ns,
         after_ns: 0,
-        gone: false,
     }
 }
 
@@ -182,7 +181,7 @@ fn a_truncate_claims_the_modify_and_it_still_counts_as_a_write() {
 }
 
 #[test]
-fn renames_move_touched_files_and_name_both_ends() {
+fn renames_add_touched_files_and_name_both_ends() {
     let mut j = Join::new(0);
     j.notice(notice(10, bit::CREATE, "/w/d/f", 1), T);
     let mut n = notice(10, bit::RENAME | bit::ONDIR, "/w/d", 2);
@@ -200,7 +199,18 @@ fn renames_move_touched_files_and_name_both_ends() {
     assert_eq!(s(rename, "from"), Some("/w/d"));
     assert_eq!(rename.target.get("claimed_from"), None);
     assert!(j.touched().contains(Path::new("/w/e/f")));
-    assert!(!j.touched().contains(Path::new("/w/d/f")));
+    // Kept for an exchange (touched.rs); the seal skips what is not there.
+    assert!(j.touched().contains(Path::new("/w/d/f")));
+}
+
+#[test]
+fn a_kernel_named_file_that_is_not_utf8_is_touched_by_its_bytes() {
+    let mut j = Join::new(0);
+    let mut r = record("open", 10, 1, "/w/a\\xff");
+    r.target.insert("path_source", "kernel");
+    assert_eq!(j.join(vec![r], 2).len(), 1);
+    let raw = std::ffi::OsStr::from_bytes(b"/w/a\xff");
+    assert!(j.touched().contains(Path::new(raw)), "the file's own bytes");
 }
 
 #[test]
@@ -326,4 +336,24 @@ fn a_write_open_the_kernel_named_is_kept_and_sealed() {
         rest.iter().all(|r| r.kind == "write"),
         "only the write count is left: {rest:?}"
     );
+}
+
+#[test]
+fn an_exchange_record_claims_both_of_its_renames() {
+    let mut j = Join::new(0);
+    for (from, to) in [("/w/a", "/w/b"), ("/w/b", "/w/a")] {
+        let mut n = notice(10, bit::RENAME, from, 1);
+        n.new_path = Some(to.into());
+        n.new_raw = Some(to.into());
+        j.notice(n, T);
+    }
+    let mut r = record("rename", 10, 2, "");
+    r.target.insert("from", "/w/a");
+    r.target.insert("to", "/w/b");
+    r.target.insert("flags", 2u64);
+    let mut out = j.join(vec![r], 3);
+    out.extend(j.finish(4));
+    let renames: Vec<_> = out.iter().filter(|r| r.kind == "rename").collect();
+    assert_eq!(renames.len(), 1, "{out:?}");
+    assert_eq!(s(renames[0], "path_source"), Some("kernel"));
 }

@@ -136,9 +136,9 @@ impl FsWatch {
             }
         }
         out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
-        let join = &self.place.join;
-        let (files, omitted) = content::seal_files(join.touched().iter(), &self.place.roots);
-        let omitted = omitted + join.touched().untracked();
+        let touched = self.place.join.settled_touched();
+        let (files, omitted) = content::seal_files(touched.iter(), &self.place.roots);
+        let omitted = omitted + touched.untracked();
         let mut seal = serde_json::Map::new();
         seal.insert("files".into(), Value::Array(files));
         if omitted > 0 {

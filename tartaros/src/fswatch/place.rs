@@ -68,24 +68,7 @@ impl Placement {
         facts: &dyn Facts,
     ) -> Vec<Record> {
         let mut out = Vec::new();
-        // The last deletion of each file entry in this read: a file closed
-        // before it is gone by now (when the supervisor lags, nearly every
-        // short-lived file is, and looking up its size was a failed path
-        // walk per file).
-        let deleted: HashMap<&DirEntry, usize> = events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.mask & bit::DELETE != 0 && e.mask & bit::ONDIR == 0)
-            .filter_map(|(i, e)| Some((e.entry.as_ref()?, i)))
-            .collect();
-        for (i, event) in events.iter().enumerate() {
-            // Only a close flushes a `write` record (with its size).
-            let gone = event.mask & bit::CLOSE_WRITE != 0
-                && event
-                    .entry
-                    .as_ref()
-                    .and_then(|e| deleted.get(e))
-                    .is_some_and(|&last| last >= i);
+        for event in &events {
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
                 continue;
@@ -112,11 +95,11 @@ impl Placement {
                 }
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
-                    let n = self.notice(event, now, after, gone, facts);
+                    let n = self.notice(event, now, after, facts);
                     out.extend(self.join.notice(n, task));
                 }
                 Member::Gone => {
-                    let n = self.notice(event, now, after, gone, facts);
+                    let n = self.notice(event, now, after, facts);
                     let in_roots = n
                         .raw
                         .as_deref()
@@ -154,14 +137,7 @@ impl Placement {
         out
     }
 
-    fn notice(
-        &mut self,
-        event: &RawEvent,
-        now: u64,
-        after: u64,
-        gone: bool,
-        facts: &dyn Facts,
-    ) -> Notice {
+    fn notice(&mut self, event: &RawEvent, now: u64, after: u64, facts: &dyn Facts) -> Notice {
         let (raw, name) = match &event.entry {
             Some(entry) => (self.entry_path(entry, facts), display(&entry.name)),
             None => (None, String::new()),
@@ -185,7 +161,6 @@ impl Placement {
             new_raw,
             read_ns: now,
             after_ns: after,
-            gone,
         }
     }
 
@@ -275,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn a_file_deleted_later_in_the_same_read_gets_no_size() {
+    fn a_deleted_file_s_writes_get_no_size() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().canonicalize().unwrap();
         // Both exist now; `again` is a new file under the deleted name.
@@ -284,13 +259,12 @@ mod tests {
         let mut p = Placement::new(Join::new(0), vec![root.clone()]);
         let events = vec![
             event(10, bit::MODIFY, 1, "kept"),
-            event(10, bit::CLOSE_WRITE, 1, "kept"),
             event(10, bit::MODIFY, 1, "again"),
-            event(10, bit::CLOSE_WRITE, 1, "again"),
             event(10, bit::DELETE, 1, "again"),
             event(10, bit::CREATE, 1, "again"),
         ];
-        let out = p.place(events, 100, 0, &OnDisk(root.clone()));
+        let mut out = p.place(events, 100, 0, &OnDisk(root.clone()));
+        out.extend(p.finish(100 + 10_000_000_000));
         let size = |name: &str| {
             let path = Value::from(root.join(name).to_string_lossy().into_owned());
             let r = out

@@ -107,7 +107,6 @@ mod tests {
             new_raw: None,
             read_ns: 0,
             after_ns: 0,
-            gone: false,
         }
     }
 

@@ -5,7 +5,7 @@
 //! byte order a directory's descendants are still one range (`d/` up to
 //! `d0`, `0` being the byte after `/`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
 use std::path::Path;
@@ -13,12 +13,25 @@ use std::path::Path;
 /// At most this many changed files are remembered (~100 bytes each);
 /// later ones are only counted.
 const MAX_TOUCHED: usize = 1_000_000;
+/// At most this many renames are remembered for [`Touched::settle`].
+const MAX_RENAMES: usize = 200_000;
+/// At most this many names one file touched by a record is followed to.
+const MAX_NAMES_PER_FILE: usize = 256;
 
 #[derive(Debug, Default)]
 pub(super) struct Touched {
     paths: BTreeSet<Vec<u8>>,
     /// Changed files not remembered (over MAX_TOUCHED).
     untracked: u64,
+    /// Every rename of the run, old name to new names, files and
+    /// directories apart.
+    renamed_files: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    renamed_dirs: HashMap<Vec<u8>, Vec<Vec<u8>>>,
+    renames: usize,
+    /// More renames than MAX_RENAMES happened.
+    renames_dropped: bool,
+    /// Files named by a capture record rather than a notification.
+    by_record: Vec<Vec<u8>>,
 }
 
 impl Touched {
@@ -32,6 +45,73 @@ impl Touched {
         } else {
             self.untracked += 1;
         }
+    }
+
+    /// A file a capture record names (an open for writing, by the
+    /// kernel's file). The record is joined after notifications read
+    /// with it or before it, so a rename of the file that came after the
+    /// open may already have been applied: [`Touched::settle`] follows
+    /// every rename of the run from it.
+    pub fn touch_by_record(&mut self, path: &Path) {
+        self.touch(path);
+        if self.by_record.len() < MAX_TOUCHED {
+            self.by_record.push(path.as_os_str().as_bytes().to_vec());
+        } else {
+            self.untracked += 1;
+        }
+    }
+
+    /// Before the seal: adds every name a file touched by a record may
+    /// have been renamed to (in any order: a name that holds nothing at
+    /// the seal is skipped there). When renames were too many to
+    /// remember, those files are counted as not hashed.
+    pub fn settle(&mut self) {
+        let by_record = std::mem::take(&mut self.by_record);
+        if self.renames_dropped {
+            self.untracked += by_record.len() as u64;
+        }
+        for start in by_record {
+            let mut seen: HashSet<Vec<u8>> = HashSet::new();
+            let mut next = vec![start];
+            while let Some(name) = next.pop() {
+                if seen.len() >= MAX_NAMES_PER_FILE || !seen.insert(name.clone()) {
+                    continue;
+                }
+                for new in self.new_names(&name) {
+                    self.touch(Path::new(OsStr::from_bytes(&new)));
+                    next.push(new);
+                }
+            }
+        }
+    }
+
+    /// The names `name` had after one rename of it or of a directory
+    /// above it.
+    fn new_names(&self, name: &[u8]) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = self.renamed_files.get(name).cloned().unwrap_or_default();
+        for (i, _) in name.iter().enumerate().filter(|(_, b)| **b == b'/') {
+            if let Some(tos) = self.renamed_dirs.get(&name[..i]) {
+                out.extend(tos.iter().map(|to| [to.as_slice(), &name[i..]].concat()));
+            }
+        }
+        out
+    }
+
+    fn remember_rename(&mut self, from: &Path, to: &Path, dir: bool) {
+        if self.renames >= MAX_RENAMES {
+            self.renames_dropped = true;
+            return;
+        }
+        self.renames += 1;
+        let index = if dir {
+            &mut self.renamed_dirs
+        } else {
+            &mut self.renamed_files
+        };
+        index
+            .entry(from.as_os_str().as_bytes().to_vec())
+            .or_default()
+            .push(to.as_os_str().as_bytes().to_vec());
     }
 
     #[cfg(test)]
@@ -51,10 +131,15 @@ impl Touched {
             .map(|p| Path::new(OsStr::from_bytes(p.as_slice())))
     }
 
-    /// Moves the changed files of a renamed file or directory.
+    /// Adds the new names of the changed files of a renamed file or
+    /// directory, and keeps the old ones: a `RENAME_EXCHANGE` is reported
+    /// as two renames (`a` to `b`, then `b` to `a`), and moving the names
+    /// would leave the changed file, now at `b`, unlisted. A name that
+    /// holds nothing at the seal is skipped there.
     pub fn renamed(&mut self, from: &Path, to: &Path, dir: bool) {
+        self.remember_rename(from, to, dir);
         if !dir {
-            if self.paths.remove(from.as_os_str().as_bytes()) {
+            if self.paths.contains(from.as_os_str().as_bytes()) {
                 self.touch(to);
             }
             return;
@@ -64,7 +149,6 @@ impl Touched {
         let end = [from, b"0"].concat();
         let moved: Vec<Vec<u8>> = self.paths.range(start.clone()..end).cloned().collect();
         for p in moved {
-            self.paths.remove(&p);
             let rest = OsString::from_vec(p[start.len()..].to_vec());
             self.touch(&to.join(rest));
         }
@@ -76,22 +160,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_renamed_directory_moves_its_descendants_and_nothing_else() {
+    fn a_renamed_directory_adds_its_descendants_and_nothing_else() {
         let mut t = Touched::default();
         for p in ["/w/d/f", "/w/d/e/g", "/w/d-x", "/w/d", "/w/dz/f", "/w/d0"] {
             t.touch(Path::new(p));
         }
         t.renamed(Path::new("/w/d"), Path::new("/w/n"), true);
         let now: Vec<&Path> = t.iter().collect();
-        let want: Vec<&Path> = ["/w/d", "/w/d-x", "/w/d0", "/w/dz/f", "/w/n/e/g", "/w/n/f"]
-            .into_iter()
-            .map(Path::new)
-            .collect();
+        let want: Vec<&Path> = [
+            "/w/d", "/w/d-x", "/w/d/e/g", "/w/d/f", "/w/d0", "/w/dz/f", "/w/n/e/g", "/w/n/f",
+        ]
+        .into_iter()
+        .map(Path::new)
+        .collect();
         assert_eq!(now, want);
         t.renamed(Path::new("/w/d0"), Path::new("/w/m"), false);
-        assert!(t.contains(Path::new("/w/m")) && !t.contains(Path::new("/w/d0")));
+        assert!(t.contains(Path::new("/w/m")) && t.contains(Path::new("/w/d0")));
         // A file never touched stays untouched when renamed.
         t.renamed(Path::new("/w/q"), Path::new("/w/r"), false);
         assert!(!t.contains(Path::new("/w/r")));
+    }
+
+    #[test]
+    fn an_exchange_keeps_the_changed_file_listed_under_its_new_name() {
+        // renameat2(a, b, RENAME_EXCHANGE) of a changed `a` and an
+        // unchanged `b`: the kernel reports a -> b, then b -> a.
+        let mut t = Touched::default();
+        t.touch(Path::new("/w/a"));
+        t.renamed(Path::new("/w/a"), Path::new("/w/b"), false);
+        t.renamed(Path::new("/w/b"), Path::new("/w/a"), false);
+        assert!(
+            t.contains(Path::new("/w/b")),
+            "the changed file is at b now"
+        );
+        let mut t = Touched::default();
+        t.touch(Path::new("/w/x/f"));
+        t.renamed(Path::new("/w/x"), Path::new("/w/y"), true);
+        t.renamed(Path::new("/w/y"), Path::new("/w/x"), true);
+        assert!(t.contains(Path::new("/w/y/f")));
+    }
+
+    #[test]
+    fn a_file_named_by_a_record_follows_renames_read_before_it() {
+        // The notifications of `mv a b`, `mv d e`, `mv e/b f` were read
+        // before the record of the open that changed `d/a`.
+        let mut t = Touched::default();
+        t.renamed(Path::new("/w/d/a"), Path::new("/w/d/b"), false);
+        t.renamed(Path::new("/w/d"), Path::new("/w/e"), true);
+        t.renamed(Path::new("/w/e/b"), Path::new("/w/f"), false);
+        t.renamed(Path::new("/w/f"), Path::new("/w/d/a"), false);
+        t.touch_by_record(Path::new("/w/d/a"));
+        t.settle();
+        for p in ["/w/d/a", "/w/d/b", "/w/e/b", "/w/f"] {
+            assert!(t.contains(Path::new(p)), "{p}");
+        }
+        assert_eq!(t.untracked(), 0);
     }
 }
