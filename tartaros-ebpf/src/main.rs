@@ -52,6 +52,8 @@ mod syscalls;
 #[cfg(target_arch = "bpf")]
 mod sysemit;
 #[cfg(target_arch = "bpf")]
+mod task_storage;
+#[cfg(target_arch = "bpf")]
 mod unix;
 
 /// GPL-compatible licence: needed by the tracing programs (tp_btf, LSM and

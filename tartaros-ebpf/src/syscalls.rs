@@ -22,12 +22,11 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, generated},
+    helpers::generated,
     macros::{btf_tracepoint, map},
-    maps::{HashMap, PerCpuArray},
+    maps::PerCpuArray,
     programs::BtfTracePointContext,
 };
-use tartaros_common::MAP_NO_PREALLOC;
 use tartaros_common::capture::{
     ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT,
     call_shape, effect, flag, ioctl, nr, oflag, record,
@@ -35,6 +34,7 @@ use tartaros_common::capture::{
 
 use crate::maps::{captured_run, count_lost, read_kernel};
 use crate::sysemit::emit;
+use crate::task_storage::TaskStorage;
 
 /// x86 `TS_COMPAT`: the current syscall came through the 32-bit entry.
 const TS_COMPAT: u32 = 0x0002;
@@ -48,9 +48,6 @@ const REGS_DI: usize = 14;
 const REGS_ORIG_AX: usize = 15;
 const EACCES: i64 = 13;
 const EPERM: i64 = 1;
-/// Calls in flight at once in the sandbox (one entry per thread). More are
-/// counted lost.
-const PENDING_MAX: u32 = 4096;
 
 /// When `sys_exit` writes the record ([`Call::when`]); one definition with
 /// the descriptor table's.
@@ -94,18 +91,15 @@ pub(crate) struct Pending {
 const _: () = assert!(size_of::<Pending>() == 592);
 const _: () = assert!(ADDR_BYTES <= PATH_BYTES);
 
-/// `sys_enter` builds the entry here (too big for the stack). Also breaks
-/// the verifier's tracking of `classify`'s constants: loaded back from a
-/// map, they are unknown to it, and what follows is walked once per record
-/// type instead of once per `classify` arm. One slot per program
-/// (`ENTER_SLOT`, `EXIT_SLOT`): the kernel never runs one program twice at
-/// once on a CPU (it skips and counts the second run), but nothing keeps
-/// `sys_exit` from running on a CPU where a preempted `sys_enter` is half
-/// way through its entry, on a kernel that runs these probes preemptible.
+/// `sys_exit` builds the entry of a call `sys_enter` did not note (a
+/// refused one) here: too big for the stack. The kernel never runs one
+/// program twice at once on a CPU (it skips and counts the second run).
 #[map(name = "SYS_CALL")]
-static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(2, 0);
-const ENTER_SLOT: u32 = 0;
-const EXIT_SLOT: u32 = 1;
+static SYS_CALL: PerCpuArray<Pending> = PerCpuArray::with_max_entries(1, 0);
+const EXIT_SLOT: u32 = 0;
+
+/// `nr` of an entry whose call has been written or dropped.
+const DONE: u64 = u64::MAX;
 
 /// `call_shape::TABLE`: each syscall number's effect kind and descriptor,
 /// in the frozen `.rodata`. Read at an index the verifier does not know,
@@ -125,13 +119,14 @@ fn table_entry(n: u64) -> u32 {
     unsafe { core::ptr::read_volatile((&raw const SYSCALL_TABLE).cast::<u32>().add(n as usize)) }
 }
 
-/// Calls in flight, by `pid_tgid`. Not preallocated: creating the 2.9 MB
-/// of a preallocated one took 0.6 ms of every `--log` start, before the
-/// verifier could begin; an entry comes from the kernel's per-CPU cache
-/// of the map's elements instead (Linux 6.1, `bpf_mem_alloc`), and goes
-/// back to it at exit. An allocation that fails is a loss, counted.
+/// The call in flight of each task (`task_storage.rs`): `sys_enter`
+/// writes it in place, `sys_exit` reads it and marks it [`DONE`]. Also
+/// breaks the verifier's tracking of `classify`'s constants: loaded back
+/// from a map value, they are unknown to it, and what follows is walked
+/// once per record type instead of once per `classify` arm. An entry that
+/// cannot be made is a loss, counted.
 #[map(name = "PENDING")]
-static PENDING: HashMap<u64, Pending> = HashMap::with_max_entries(PENDING_MAX, MAP_NO_PREALLOC);
+static PENDING: TaskStorage<Pending> = TaskStorage::new();
 
 impl Call {
     #[inline(always)]
@@ -253,17 +248,21 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         count_lost(run.id, effect::OTHER);
         return None;
     }
-    let slot = SYS_CALL.get_ptr_mut(ENTER_SLOT)?;
-    // SAFETY: this CPU's slot of a per-CPU map that only this program uses,
-    // which never runs twice at once on one CPU (see `SYS_CALL`). Every
-    // helper gets a destination inside the entry of the size it is told.
+    let Some(slot) = PENDING.get_or_create() else {
+        // No entry for this task (no memory): the loss is counted.
+        count_lost(run.id, call.effect);
+        return None;
+    };
+    // SAFETY: the current task's own entry, which only this task's
+    // programs use, one at a time. Every helper gets a destination inside
+    // the entry of the size it is told.
     unsafe {
         (*slot).call = call;
         (*slot).nr = number;
         (*slot).len = 0;
         (*slot).len2 = 0;
         // Volatile: the compiler must not hand the code below the
-        // constants it has just stored (see `SYS_CALL`).
+        // constants it has just stored (see `PENDING`).
         let c = core::ptr::read_volatile(&raw const (*slot).call);
         match c.record {
             record::SYS_PATH | record::SYS_PATH2 => {
@@ -309,11 +308,6 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
             }
             _ => {}
         }
-        let key = bpf_get_current_pid_tgid();
-        if PENDING.insert(&key, &*slot, 0).is_err() {
-            // Too many calls in flight: the loss is counted, never silent.
-            count_lost(run.id, (*slot).call.effect);
-        }
     }
     Some(())
 }
@@ -339,18 +333,18 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     let run = captured_run()?;
     let cfg = run.cfg;
     let number = reg(regs, REGS_ORIG_AX);
-    let key = bpf_get_current_pid_tgid();
     // One `emit` for every case below: inlined twice, it doubled the
     // verifier's work on this program.
-    let (p, pending) = match PENDING.get_ptr(&key).filter(|_| captured) {
-        // SAFETY: the entry of this task; only this task inserts or
-        // removes it, so it is not reused while it is read.
+    let noted = if captured { PENDING.get() } else { None };
+    let (p, pending) = match noted.filter(|p| unsafe { (**p).nr != DONE }) {
+        // SAFETY: the entry of this task; only this task's programs use
+        // it, one at a time, and the kernel frees it only with the task.
         Some(p) => unsafe {
             if (*p).nr != number || !wanted((*p).call.when, ret) {
-                let _ = PENDING.remove(&key);
+                (*p).nr = DONE;
                 return None;
             }
-            (p, true)
+            (p as *const Pending, true)
         },
         // No entry: the call was refused by seccomp before `sys_enter`, or
         // `sys_enter` chose not to record it (or counted it lost), or it is
@@ -404,7 +398,8 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     // Numbers beyond 32 bits (-1, bogus ones) keep their low half.
     emit(&run, p, number as u32, ret);
     if pending {
-        let _ = PENDING.remove(&key);
+        // SAFETY: as above; `p` is this task's entry.
+        unsafe { (*(p as *mut Pending)).nr = DONE };
     }
     Some(())
 }

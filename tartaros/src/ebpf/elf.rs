@@ -185,6 +185,36 @@ impl<'a> Elf<'a> {
         (0..symtab.size / 24).map(|i| self.symbol(i)).collect()
     }
 
+    /// A copy of the object whose task-storage maps are declared as
+    /// 1-entry arrays, for aya's loader (the doctor's probes, which use no
+    /// map): a map definition of the `maps` section has no BTF, which the
+    /// kernel requires of a task-storage map, so aya could not create it.
+    pub fn without_task_storage(&self) -> Result<Vec<u8>, RawError> {
+        const MAP_TYPE_ARRAY: u32 = 2;
+        let mut out = self.data.to_vec();
+        let Some(maps) = self.section_index("maps") else {
+            return Ok(out);
+        };
+        let base = self.section(maps)?.offset;
+        for s in self.symbols()? {
+            let at = base + s.value;
+            if s.section != maps
+                || s.size < MAP_DEF_BYTES
+                || u32_at(self.data, at)? != super::rawprog::MAP_TYPE_TASK_STORAGE
+            {
+                continue;
+            }
+            // type, key size, (value size kept), entries, flags.
+            for (word, value) in [(0, MAP_TYPE_ARRAY), (1, 4), (3, 1), (4, 0)] {
+                let slot = out
+                    .get_mut(at + 4 * word..at + 4 * word + 4)
+                    .ok_or_else(|| RawError::Elf(format!("map {} out of bounds", s.name)))?;
+                slot.copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        Ok(out)
+    }
+
     /// The maps the object declares, in symbol order.
     pub fn map_defs(&self) -> Result<Vec<MapDef>, RawError> {
         let Some(maps) = self.section_index("maps") else {

@@ -25,7 +25,11 @@ pub fn probe_program_types() -> Vec<(&'static str, bool)> {
     // fentry programs; without it those report `false`.
     let btf = Btf::from_sys_fs().ok();
     // aya's loader is fine here: `doctor` is not on the start-up path.
-    let Ok(mut ebpf) = aya::EbpfLoader::new().load(super::EBPF_OBJECT) else {
+    let object = super::elf::Elf::parse(super::EBPF_OBJECT).and_then(|e| e.without_task_storage());
+    let Ok(mut ebpf) = object
+        .map_err(|_| ())
+        .and_then(|o| aya::EbpfLoader::new().load(&o).map_err(|_| ()))
+    else {
         return PROBES.iter().map(|p| (*p, false)).collect();
     };
     PROBES

@@ -38,6 +38,8 @@ pub const ATTACH_UNIX_CONNECT: u32 = 49;
 pub const ATTACH_UNIX_SENDMSG: u32 = 50;
 /// `BPF_F_RDONLY_PROG`: programs may only read the map.
 pub const MAP_F_RDONLY_PROG: u32 = 1 << 7;
+/// `BPF_MAP_TYPE_TASK_STORAGE` (Linux 5.11 for tracing programs).
+pub const MAP_TYPE_TASK_STORAGE: u32 = 29;
 
 const BPF_MAP_CREATE: libc::c_long = 0;
 const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
@@ -252,21 +254,41 @@ const FUNC_TYPE_ID: u32 = 2;
 fn load_func_btf() -> std::io::Result<OwnedFd> {
     const BTF_KIND_FUNC: u32 = 12;
     const BTF_KIND_FUNC_PROTO: u32 = 13;
-    const STRINGS: &[u8] = b"\0f\0";
     // [1] FUNC_PROTO returning void, no arguments; [2] FUNC "f" of type 1,
     // linkage static (0 in `vlen`).
-    let types: [u32; 6] = [0, BTF_KIND_FUNC_PROTO << 24, 0, 1, BTF_KIND_FUNC << 24, 1];
+    let types = [0, BTF_KIND_FUNC_PROTO << 24, 0, 1, BTF_KIND_FUNC << 24, 1];
+    load_btf(&types, b"\0f\0")
+}
+
+/// Loads the smallest BTF a task-storage map needs: the kernel checks
+/// that its key is a 32-bit `INT` and that its value type is as big as
+/// the value. [1] `int`; [2] `char`; [3] `char[value_size]`.
+fn load_storage_btf(value_size: u32) -> std::io::Result<OwnedFd> {
+    const BTF_KIND_INT: u32 = 1;
+    const BTF_KIND_ARRAY: u32 = 3;
+    const INT_SIGNED: u32 = 1 << 24;
+    #[rustfmt::skip]
+    let types = [
+        1, BTF_KIND_INT << 24, 4, INT_SIGNED | 32,
+        5, BTF_KIND_INT << 24, 1, 8,
+        0, BTF_KIND_ARRAY << 24, 0, 2, 1, value_size,
+    ];
+    load_btf(&types, b"\0int\0char\0")
+}
+
+/// `BPF_BTF_LOAD` of `types` (raw `struct btf_type` words) and `strings`.
+fn load_btf(types: &[u32], strings: &[u8]) -> std::io::Result<OwnedFd> {
     let type_len = (types.len() * 4) as u32;
-    let mut blob = Vec::with_capacity(24 + type_len as usize + STRINGS.len());
+    let mut blob = Vec::with_capacity(24 + type_len as usize + strings.len());
     // `struct btf_header`: magic, version 1, flags 0, its own length,
     // then type and string sections (offsets after the header).
     blob.extend_from_slice(&0xeb9f_u16.to_le_bytes());
     blob.extend_from_slice(&[1, 0]);
-    for word in [24, 0, type_len, type_len, STRINGS.len() as u32] {
+    for word in [24, 0, type_len, type_len, strings.len() as u32] {
         blob.extend_from_slice(&u32::to_le_bytes(word));
     }
     blob.extend(types.iter().flat_map(|t| t.to_le_bytes()));
-    blob.extend_from_slice(STRINGS);
+    blob.extend_from_slice(strings);
     let mut attr = [0u8; ATTR_BYTES];
     put(&mut attr, 0, &(blob.as_ptr() as u64).to_le_bytes());
     put(&mut attr, 16, &(blob.len() as u32).to_le_bytes());
@@ -374,9 +396,24 @@ pub struct MapSpec<'a> {
     pub inner_map: Option<BorrowedFd<'a>>,
 }
 
-/// `BPF_MAP_CREATE`.
+/// `BPF_MAP_CREATE`; a task-storage map gets the BTF it must have.
 pub fn create_map(spec: MapSpec<'_>) -> Result<OwnedFd, RawError> {
+    let fail = |source| RawError::Map {
+        map: spec.name.to_owned(),
+        source,
+    };
     let mut attr = [0u8; ATTR_BYTES];
+    // Held until the map exists (the map keeps its own reference).
+    let btf = if spec.map_type == MAP_TYPE_TASK_STORAGE {
+        Some(load_storage_btf(spec.value_size).map_err(fail)?)
+    } else {
+        None
+    };
+    if let Some(btf) = &btf {
+        put(&mut attr, 48, &(btf.as_raw_fd() as u32).to_le_bytes());
+        put(&mut attr, 52, &1u32.to_le_bytes());
+        put(&mut attr, 56, &3u32.to_le_bytes());
+    }
     put(&mut attr, 0, &spec.map_type.to_le_bytes());
     put(&mut attr, 4, &spec.key_size.to_le_bytes());
     put(&mut attr, 8, &spec.value_size.to_le_bytes());
@@ -393,12 +430,7 @@ pub fn create_map(spec: MapSpec<'_>) -> Result<OwnedFd, RawError> {
         .take(15)
         .collect();
     put(&mut attr, 28, &short);
-    bpf(BPF_MAP_CREATE, &mut attr)
-        .map(owned)
-        .map_err(|source| RawError::Map {
-            map: spec.name.to_owned(),
-            source,
-        })
+    bpf(BPF_MAP_CREATE, &mut attr).map(owned).map_err(fail)
 }
 
 /// Stores `value` at index 0 of the array `map` and freezes the map, so
