@@ -30,8 +30,9 @@ pub(super) struct Touched {
     renames: usize,
     /// More renames than MAX_RENAMES happened.
     renames_dropped: bool,
-    /// Files named by a capture record rather than a notification.
-    by_record: Vec<Vec<u8>>,
+    /// Files named by a capture record rather than a notification (a
+    /// set: a file opened for writing a million times is one entry).
+    by_record: BTreeSet<Vec<u8>>,
 }
 
 impl Touched {
@@ -54,8 +55,12 @@ impl Touched {
     /// every rename of the run from it.
     pub fn touch_by_record(&mut self, path: &Path) {
         self.touch(path);
+        let key = path.as_os_str().as_bytes();
+        if self.by_record.contains(key) {
+            return;
+        }
         if self.by_record.len() < MAX_TOUCHED {
-            self.by_record.push(path.as_os_str().as_bytes().to_vec());
+            self.by_record.insert(key.to_vec());
         } else {
             self.untracked += 1;
         }
@@ -69,6 +74,9 @@ impl Touched {
         let by_record = std::mem::take(&mut self.by_record);
         if self.renames_dropped {
             self.untracked += by_record.len() as u64;
+        }
+        if self.renames == 0 {
+            return;
         }
         for start in by_record {
             let mut seen: HashSet<Vec<u8>> = HashSet::new();
@@ -89,6 +97,9 @@ impl Touched {
     /// above it.
     fn new_names(&self, name: &[u8]) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = self.renamed_files.get(name).cloned().unwrap_or_default();
+        if self.renamed_dirs.is_empty() {
+            return out;
+        }
         for (i, _) in name.iter().enumerate().filter(|(_, b)| **b == b'/') {
             if let Some(tos) = self.renamed_dirs.get(&name[..i]) {
                 out.extend(tos.iter().map(|to| [to.as_slice(), &name[i..]].concat()));
