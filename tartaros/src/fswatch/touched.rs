@@ -15,8 +15,13 @@ use std::path::Path;
 const MAX_TOUCHED: usize = 1_000_000;
 /// At most this many renames are remembered for [`Touched::settle`].
 const MAX_RENAMES: usize = 200_000;
-/// At most this many names one file touched by a record is followed to.
+/// At most this many names one file touched by a record is followed to,
+/// and one name is remembered to have been renamed to.
 const MAX_NAMES_PER_FILE: usize = 256;
+/// At most this many names are looked up in all at the seal (an agent
+/// that renames a directory along a long chain must not stall the seal);
+/// the files not followed are counted as not hashed.
+const MAX_SETTLE_STEPS: usize = 1 << 22;
 
 #[derive(Debug, Default)]
 pub(super) struct Touched {
@@ -75,20 +80,35 @@ impl Touched {
         if self.renames_dropped {
             self.untracked += by_record.len() as u64;
         }
-        if self.renames == 0 {
+        if self.renames == 0 || self.renames_dropped {
             return;
         }
+        let mut steps = MAX_SETTLE_STEPS;
         for start in by_record {
-            let mut seen: HashSet<Vec<u8>> = HashSet::new();
+            let mut seen: HashSet<Vec<u8>> = HashSet::from([start.clone()]);
             let mut next = vec![start];
+            let mut cut = false;
             while let Some(name) = next.pop() {
-                if seen.len() >= MAX_NAMES_PER_FILE || !seen.insert(name.clone()) {
-                    continue;
+                if steps == 0 {
+                    cut = true;
+                    break;
                 }
+                steps -= 1;
                 for new in self.new_names(&name) {
+                    if seen.contains(&new) {
+                        continue;
+                    }
+                    if seen.len() >= MAX_NAMES_PER_FILE {
+                        cut = true;
+                        break;
+                    }
+                    seen.insert(new.clone());
                     self.touch(Path::new(OsStr::from_bytes(&new)));
                     next.push(new);
                 }
+            }
+            if cut {
+                self.untracked += 1;
             }
         }
     }
@@ -119,10 +139,14 @@ impl Touched {
         } else {
             &mut self.renamed_files
         };
-        index
+        let tos = index
             .entry(from.as_os_str().as_bytes().to_vec())
-            .or_default()
-            .push(to.as_os_str().as_bytes().to_vec());
+            .or_default();
+        if tos.len() >= MAX_NAMES_PER_FILE {
+            self.renames_dropped = true;
+            return;
+        }
+        tos.push(to.as_os_str().as_bytes().to_vec());
     }
 
     #[cfg(test)]
@@ -226,5 +250,24 @@ mod tests {
             assert!(t.contains(Path::new(p)), "{p}");
         }
         assert_eq!(t.untracked(), 0);
+    }
+
+    #[test]
+    fn a_long_chain_of_renames_is_followed_within_bounds_and_counted() {
+        // d0 -> d1 -> ... -> d999: a file under d0 has 1,000 names, more
+        // than are followed; it is counted as not hashed.
+        let mut t = Touched::default();
+        for i in 0..1000 {
+            t.renamed(
+                Path::new(&format!("/w/d{i}")),
+                Path::new(&format!("/w/d{}", i + 1)),
+                true,
+            );
+        }
+        t.touch_by_record(Path::new("/w/d0/f"));
+        t.settle();
+        assert!(t.contains(Path::new("/w/d1/f")) && t.contains(Path::new("/w/d255/f")));
+        assert!(!t.contains(Path::new("/w/d999/f")));
+        assert_eq!(t.untracked(), 1);
     }
 }
