@@ -42,13 +42,7 @@ pub(super) struct Touched {
 
 impl Touched {
     pub fn touch(&mut self, path: &Path) {
-        let key = path.as_os_str().as_bytes();
-        if self.paths.contains(key) {
-            return;
-        }
-        if self.paths.len() < MAX_TOUCHED {
-            self.paths.insert(key.to_vec());
-        } else {
+        if !insert_bounded(&mut self.paths, path) {
             self.untracked += 1;
         }
     }
@@ -60,13 +54,7 @@ impl Touched {
     /// every rename of the run from it.
     pub fn touch_by_record(&mut self, path: &Path) {
         self.touch(path);
-        let key = path.as_os_str().as_bytes();
-        if self.by_record.contains(key) {
-            return;
-        }
-        if self.by_record.len() < MAX_TOUCHED {
-            self.by_record.insert(key.to_vec());
-        } else {
+        if !insert_bounded(&mut self.by_record, path) {
             self.untracked += 1;
         }
     }
@@ -188,6 +176,19 @@ impl Touched {
             self.touch(&to.join(rest));
         }
     }
+}
+
+/// Adds `path` to `set` unless it is there; false when the set is full.
+fn insert_bounded(set: &mut BTreeSet<Vec<u8>>, path: &Path) -> bool {
+    let key = path.as_os_str().as_bytes();
+    if set.contains(key) {
+        return true;
+    }
+    if set.len() >= MAX_TOUCHED {
+        return false;
+    }
+    set.insert(key.to_vec());
+    true
 }
 
 #[cfg(test)]
