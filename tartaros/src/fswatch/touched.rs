@@ -35,6 +35,9 @@ pub(super) struct Touched {
     renames: usize,
     /// More renames than MAX_RENAMES happened.
     renames_dropped: bool,
+    /// Names renamed to more than MAX_NAMES_PER_FILE targets: a file
+    /// whose walk meets one is counted as not hashed.
+    overflowed: HashSet<Vec<u8>>,
     /// Files named by a capture record rather than a notification (a
     /// set: a file opened for writing a million times is one entry).
     by_record: BTreeSet<Vec<u8>>,
@@ -82,7 +85,9 @@ impl Touched {
                     break;
                 }
                 steps -= 1;
-                for new in self.new_names(&name) {
+                let (names, full) = self.new_names(&name);
+                cut |= full;
+                for new in names {
                     if seen.contains(&new) {
                         continue;
                     }
@@ -102,18 +107,21 @@ impl Touched {
     }
 
     /// The names `name` had after one rename of it or of a directory
-    /// above it.
-    fn new_names(&self, name: &[u8]) -> Vec<Vec<u8>> {
+    /// above it, and whether some were not remembered.
+    fn new_names(&self, name: &[u8]) -> (Vec<Vec<u8>>, bool) {
         let mut out: Vec<Vec<u8>> = self.renamed_files.get(name).cloned().unwrap_or_default();
+        let mut full = self.overflowed.contains(name);
         if self.renamed_dirs.is_empty() {
-            return out;
+            return (out, full);
         }
         for (i, _) in name.iter().enumerate().filter(|(_, b)| **b == b'/') {
-            if let Some(tos) = self.renamed_dirs.get(&name[..i]) {
+            let dir = &name[..i];
+            if let Some(tos) = self.renamed_dirs.get(dir) {
                 out.extend(tos.iter().map(|to| [to.as_slice(), &name[i..]].concat()));
             }
+            full |= self.overflowed.contains(dir);
         }
-        out
+        (out, full)
     }
 
     fn remember_rename(&mut self, from: &Path, to: &Path, dir: bool) {
@@ -127,11 +135,11 @@ impl Touched {
         } else {
             &mut self.renamed_files
         };
-        let tos = index
-            .entry(from.as_os_str().as_bytes().to_vec())
-            .or_default();
+        let key = from.as_os_str().as_bytes();
+        let tos = index.entry(key.to_vec()).or_default();
         if tos.len() >= MAX_NAMES_PER_FILE {
-            self.renames_dropped = true;
+            // Only the files whose walk meets this name are affected.
+            self.overflowed.insert(key.to_vec());
             return;
         }
         tos.push(to.as_os_str().as_bytes().to_vec());
@@ -269,6 +277,22 @@ mod tests {
         t.settle();
         assert!(t.contains(Path::new("/w/d1/f")) && t.contains(Path::new("/w/d255/f")));
         assert!(!t.contains(Path::new("/w/d999/f")));
+        assert_eq!(t.untracked(), 1);
+    }
+
+    #[test]
+    fn a_name_renamed_too_often_costs_only_the_files_that_met_it() {
+        // `a` is created and renamed away 300 times: only a file whose
+        // walk reaches `a` is counted; another file is followed as usual.
+        let mut t = Touched::default();
+        for i in 0..300 {
+            t.renamed(Path::new("/w/a"), Path::new(&format!("/w/x{i}")), false);
+        }
+        t.renamed(Path::new("/w/b"), Path::new("/w/c"), false);
+        t.touch_by_record(Path::new("/w/a"));
+        t.touch_by_record(Path::new("/w/b"));
+        t.settle();
+        assert!(t.contains(Path::new("/w/c")) && t.contains(Path::new("/w/x0")));
         assert_eq!(t.untracked(), 1);
     }
 }
