@@ -663,6 +663,9 @@ fn mapped_changes_are_sealed_after_an_exchange_and_under_odd_names() {
     let odd = root.path().join(std::ffi::OsStr::from_bytes(b"odd\xff"));
     std::fs::write(&odd, "clean o\n").unwrap();
     chown(&odd, NOBODY);
+    // A UTF-8 name that spells the escape of the other one.
+    let spelled = root.file("odd\\xff", "clean u\n");
+    chown(&spelled, NOBODY);
     let r = root.path().display();
     let code = format!(
         "import ctypes, mmap, os\n\
@@ -679,7 +682,10 @@ fn mapped_changes_are_sealed_after_an_exchange_and_under_odd_names() {
          exchange(b'{r}/a', b'{r}/b')\n\
          change(b'{r}/d/f')\n\
          exchange(b'{r}/d', b'{r}/e')\n\
-         change(b'{r}/odd\\xff')\n"
+         change(b'{r}/odd\\xff')\n\
+         fd = os.open(b'{r}/odd\\\\xff', os.O_WRONLY | os.O_TRUNC)\n\
+         os.write(fd, b'plain u\\n')\n\
+         os.close(fd)\n"
     );
     let (out, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -704,6 +710,24 @@ fn mapped_changes_are_sealed_after_an_exchange_and_under_odd_names() {
     has("b", b"EVILn a\n");
     has("e/f", b"EVILn f\n");
     has("odd\\xff", b"EVILn o\n");
+    has("odd\\\\xff", b"plain u\n");
+    // The written file is named as itself, with its size; the mapped one
+    // has no write record (a mapping makes no modify notification).
+    let writes: Vec<&Value> = records.iter().filter(|r| r["kind"] == "write").collect();
+    let spelled = format!("{r}/odd\\\\xff");
+    assert!(
+        writes
+            .iter()
+            .any(|w| field(w, "path") == Some(spelled.as_str()) && w["target"]["size"] == 8),
+        "{writes:#?}"
+    );
+    let odd = format!("{r}/odd\\xff");
+    assert!(
+        !writes
+            .iter()
+            .any(|w| field(w, "path") == Some(odd.as_str())),
+        "{writes:#?}"
+    );
     assert_eq!(std::fs::read(root.join("b")).unwrap(), b"EVILn a\n");
     // Each exchange is one record, named by the kernel: its second rename
     // notification is not an effect the capture missed.

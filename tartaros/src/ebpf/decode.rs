@@ -290,7 +290,7 @@ impl Decoder {
         // fd-based calls have no path.
         let xattr_fd = matches!(s.nr, nr::FSETXATTR | nr::FREMOVEXATTR);
         let (path, path2) = if h.effect == effect::XATTR {
-            let name = path2.and_then(|p| cstr(p, s.len2)).map(lossy);
+            let name = path2.and_then(|p| cstr(p, s.len2)).map(shown);
             t.insert("name", name.unwrap_or_default());
             flags_for(
                 &mut t,
@@ -311,7 +311,7 @@ impl Decoder {
                 };
                 if h.effect == effect::SYMLINK {
                     // The link's contents are stored, never looked up now.
-                    let v = cstr(p, s.len).map(lossy).unwrap_or_default();
+                    let v = cstr(p, s.len).map(shown).unwrap_or_default();
                     t.insert(k1, v);
                     flags_for(
                         &mut t,
@@ -453,7 +453,7 @@ impl Decoder {
             t.insert(key, "");
             return;
         };
-        let path = lossy(raw);
+        let path = shown(raw);
         if path.starts_with('/') {
             t.insert(key, path);
             return;
@@ -491,7 +491,7 @@ impl Decoder {
         }
         let cwd = std::fs::read_link(format!("{}/{tgid}/cwd", self.proc_root))
             .ok()
-            .map(|p| p.to_string_lossy().into_owned())?;
+            .map(|p| crate::effectlog::names::display_path(&p))?;
         self.cwds.insert(tgid, cwd.clone());
         Some(cwd)
     }
@@ -504,7 +504,7 @@ impl Decoder {
                 // `..` stays: through a symlink (`chdir("link/..")`) it is
                 // not the lexical parent, and folding it put files in the
                 // wrong directory.
-                match cstr(buf, s.len).map(lossy) {
+                match cstr(buf, s.len).map(shown) {
                     Some(p) if p.starts_with('/') => Some(join("/", &p)),
                     Some(p) => self.cwd(tgid).map(|base| join(&base, &p)),
                     None => None,
@@ -526,7 +526,7 @@ impl Decoder {
         }
         std::fs::read_link(format!("{}/{tgid}/fd/{fd}", self.proc_root))
             .ok()
-            .map(|p| p.to_string_lossy().into_owned())
+            .map(|p| crate::effectlog::names::display_path(&p))
     }
 }
 
@@ -564,8 +564,10 @@ fn cstr(buf: &[u8], len: i32) -> Option<&[u8]> {
     Some(&s[..end])
 }
 
-fn lossy(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+/// An agent's name as the log shows kernel names, so that the two compare
+/// equal for one file and two files never show one name.
+pub(super) fn shown(b: &[u8]) -> String {
+    crate::effectlog::names::display(b)
 }
 
 /// `rel` appended to `base`, without `.` components (which change nothing;

@@ -44,7 +44,7 @@ impl Decoder {
                 let name = &a[2..];
                 if name.first() == Some(&0) {
                     // Abstract: the whole name, NULs included, is the address.
-                    t.insert("path", format!("@{}", lossy(&name[1..])));
+                    t.insert("path", format!("@{}", shown(&name[1..])));
                     t.insert("abstract", true);
                 } else {
                     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
@@ -82,7 +82,7 @@ impl Decoder {
         let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
         let name = &e.path[..len];
         let end = name.iter().position(|&b| b == 0).unwrap_or(len);
-        t.insert("path", lossy(&name[..end]));
+        t.insert("path", shown(&name[..end]));
         let reason = match e.verdict {
             unix_verdict::DENY => "outside the allowed socket directories",
             unix_verdict::DENY_RELATIVE => "relative socket path",

@@ -5,12 +5,16 @@
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-/// A kernel name as the log shows it: itself when it is UTF-8; otherwise
-/// every byte that is not part of valid UTF-8 as `\xNN` and every `\` as
-/// `\\`, so that two different names never show the same (U+FFFD would
-/// let an agent give two files one name, or hide one from the seal).
+/// A kernel name as the log shows it: itself when it is UTF-8 without a
+/// `\`; otherwise every byte that is not part of valid UTF-8 as `\xNN`
+/// and every `\` as `\\`, so that two different names never show the
+/// same: U+FFFD would let an agent give two files one name, or hide one
+/// from the seal, and so would a UTF-8 name that spells an escape (the
+/// four characters `\xff` beside the byte 0xff).
 pub fn display(bytes: &[u8]) -> String {
-    if let Ok(s) = std::str::from_utf8(bytes) {
+    if let Ok(s) = std::str::from_utf8(bytes)
+        && !s.contains('\\')
+    {
         return s.to_string();
     }
     let mut out = String::with_capacity(bytes.len() + 8);
@@ -29,9 +33,8 @@ pub fn display(bytes: &[u8]) -> String {
     out
 }
 
-/// The bytes that [`display`] shows as `shown`, when `shown` is the
-/// escaped form of a name that is not UTF-8; `None` for anything else (a
-/// UTF-8 name is shown as it is, backslashes and all).
+/// The bytes that [`display`] shows as `shown`, when `shown` is an escaped
+/// form (it holds a `\`); `None` for a name shown as it is.
 pub fn undisplay(shown: &str) -> Option<Vec<u8>> {
     if !shown.contains('\\') {
         return None;
@@ -56,7 +59,16 @@ pub fn undisplay(shown: &str) -> Option<Vec<u8>> {
             }
         }
     }
-    (std::str::from_utf8(&out).is_err() && display(&out) == shown).then_some(out)
+    (display(&out) == shown).then_some(out)
+}
+
+/// The path a name shown by [`display`] stands for on disk.
+pub fn on_disk(shown: &str) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStringExt as _;
+    match undisplay(shown) {
+        Some(raw) => std::ffi::OsString::from_vec(raw).into(),
+        None => shown.into(),
+    }
 }
 
 /// [`display`] of a path.
@@ -69,22 +81,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_that_are_not_utf8_are_shown_escaped_and_distinct() {
-        assert_eq!(display(b"/w/plain \\ name"), "/w/plain \\ name");
+    fn names_that_are_not_plain_are_shown_escaped_and_distinct() {
+        assert_eq!(display(b"/w/plain name"), "/w/plain name");
+        assert_eq!(display(b"/w/plain \\ name"), "/w/plain \\\\ name");
         assert_eq!(display(b"/w/\xff"), "/w/\\xff");
         assert_eq!(display(b"/w/\\\xfe"), "/w/\\\\\\xfe");
         assert_ne!(display(b"/w/\xff"), display(b"/w/\xfe"));
+        // A UTF-8 name that spells an escape is not the byte it spells.
+        assert_ne!(display(b"/w/\\xff"), display(b"/w/\xff"));
     }
 
     #[test]
     fn an_escaped_name_is_read_back_and_nothing_else_is() {
-        for raw in [&b"/w/\xff"[..], b"/w/\\\xfe", b"/w/\xc3(\\x"] {
+        for raw in [
+            &b"/w/\xff"[..],
+            b"/w/\\\xfe",
+            b"/w/\xc3(\\x",
+            b"/w/\\xff",
+            b"/w/a\\b",
+        ] {
             assert_eq!(undisplay(&display(raw)).as_deref(), Some(raw));
         }
-        // UTF-8 names are shown as they are, so they read back as nothing
-        // unless they look escaped (`a\\xff` may be either: the join
-        // touches both).
-        for shown in ["/w/plain", "/w/\\x", "/w/\\x+f", "/w/\\q"] {
+        // A name shown as it is, or no escape `display` writes.
+        for shown in ["/w/plain", "/w/\\x", "/w/\\x+f", "/w/\\q", "/w/\\xz1"] {
             assert_eq!(undisplay(shown), None, "{shown}");
         }
     }

@@ -13,9 +13,7 @@
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
 use std::collections::{BTreeSet, HashMap};
-use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -234,7 +232,7 @@ impl Join {
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
         if let Some(size) = exists
-            .then(|| super::content::size_of(Path::new(path)))
+            .then(|| super::content::size_of(&names::on_disk(path)))
             .flatten()
         {
             t.insert("size", size);
@@ -286,13 +284,9 @@ impl Join {
                 && let Some(path) = r.target.get("path").and_then(Value::as_str)
                 && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
             {
-                self.touched.touch_by_record(Path::new(path));
-                // A name that is not UTF-8 is shown escaped: the seal must
+                // A name that is not plain is shown escaped: the seal must
                 // open the file's own bytes.
-                if let Some(raw) = names::undisplay(path) {
-                    self.touched
-                        .touch_by_record(Path::new(OsStr::from_bytes(&raw)));
-                }
+                self.touched.touch_by_record(&names::on_disk(path));
                 out.push(r);
                 continue;
             }

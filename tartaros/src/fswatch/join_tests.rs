@@ -1,3 +1,6 @@
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::Path;
+
 use super::*;
 
 const T: Task = Task {
@@ -211,6 +214,9 @@ fn a_kernel_named_file_that_is_not_utf8_is_touched_by_its_bytes() {
     assert_eq!(j.join(vec![r], 2).len(), 1);
     let raw = std::ffi::OsStr::from_bytes(b"/w/a\xff");
     assert!(j.touched().contains(Path::new(raw)), "the file's own bytes");
+    // The shown string is no file's name: a UTF-8 name with a `\` is
+    // shown escaped too.
+    assert!(!j.touched().contains(Path::new("/w/a\\xff")));
 }
 
 #[test]
