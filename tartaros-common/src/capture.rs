@@ -480,8 +480,8 @@ pub mod call_shape;
 mod file;
 mod syscall_numbers;
 pub use file::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, KernelFile,
-    MAP_FILE_LAYOUT, SysFileEvent, file_status,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FMODE_WRITE, FileLayout,
+    KernelFile, MAP_FILE_LAYOUT, SysFileEvent, file_status,
 };
 pub use syscall_numbers::{AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag};
 

@@ -19,8 +19,8 @@ use core::ffi::c_void;
 
 use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 use tartaros_common::capture::{
-    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FileLayout, KernelFile,
-    file_status,
+    FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FMODE_WRITE, FileLayout,
+    KernelFile, file_status,
 };
 
 use crate::maps::read_kernel;
@@ -73,9 +73,11 @@ pub fn file_at_entry(fd: i32) -> u64 {
     layout().map_or(0, |l| file_of(l, fd))
 }
 
-/// The file at `fd` if its open did not create it (0 otherwise): the
-/// opens for writing whose file no `FAN_CREATE` names, so the record names
-/// it. Handed to [`fill`] as `entry`, so the table is read once.
+/// The file at `fd` if it is open for writing and its open did not create
+/// it (0 otherwise): the opens for writing whose file no `FAN_CREATE`
+/// names, so the record names it. The mode is the kernel's, not the flags
+/// the agent claimed. Handed to [`fill`] as `entry`, so the table is read
+/// once.
 #[inline(always)]
 pub fn opened_existing(fd: i32) -> u64 {
     let Some(l) = layout() else {
@@ -83,7 +85,8 @@ pub fn opened_existing(fd: i32) -> u64 {
     };
     let file = file_of(l, fd);
     let existing = file != 0
-        && read_kernel::<u32>(file + l.file_mode as u64).is_some_and(|m| m & FMODE_CREATED == 0);
+        && read_kernel::<u32>(file + l.file_mode as u64)
+            .is_some_and(|m| m & (FMODE_WRITE | FMODE_CREATED) == FMODE_WRITE);
     if existing { file } else { 0 }
 }
 

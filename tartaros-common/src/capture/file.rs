@@ -87,6 +87,11 @@ pub struct FileLayout {
 /// `FAN_CREATE` notification; the others get the walk.
 pub const FMODE_CREATED: u32 = 1 << 20;
 
+/// `FMODE_WRITE` of `file.f_mode` (include/linux/fs.h, unchanged since
+/// Linux 2.6): the file is open for writing, whatever flags the agent's
+/// memory claimed (`openat2` reads them from there).
+pub const FMODE_WRITE: u32 = 1 << 1;
+
 /// A file as the kernel had it: its inode and the names up its dentry
 /// chain (`tartaros-ebpf/src/fdpath.rs`). 1056 bytes, no padding.
 #[repr(C)]

@@ -59,8 +59,10 @@ impl Decoder {
 
     /// An open for writing that succeeded without creating its file: the
     /// record of its agent string, named by the file the kernel put at the
-    /// returned descriptor. With an incomplete walk the agent's string
-    /// stays, and the fswatch join marks it as the agent's.
+    /// returned descriptor. With an incomplete walk (a tree deeper than
+    /// the walk) the descriptor is looked up while the process holds it,
+    /// checked against the kernel's inode; failing that the record says
+    /// the path is unresolved, and the seal counts the file as unhashed.
     fn opened_file(&mut self, e: &SysFileEvent) -> Option<Record> {
         let mut r = self.sys(&e.sys, Some(&e.path[..]), None, None)?;
         let t = &mut r.target;
@@ -71,6 +73,29 @@ impl Decoder {
         let names = names_of(&e.file).filter(|_| status & file_status::COMPLETE != 0);
         let Some(names) = names else {
             t.insert("kernel_path_incomplete", incomplete(status));
+            mark_write_mode(t);
+            if let Some(tail) = names_of(&e.file).filter(|n| !n.is_empty()) {
+                t.insert("kernel_tail", path_of(&tail).trim_start_matches('/'));
+            }
+            let known = (status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0)
+                .then_some((user_dev(e.file.dev), e.file.ino));
+            let fd = i32::try_from(e.sys.ret).unwrap_or(-1);
+            let found = known.and_then(|k| self.fd_path_checked(e.sys.header.tgid, fd, Some(k)));
+            match found {
+                Some(p) => {
+                    if let Some(agent) = t.get("path").and_then(|v| v.as_str())
+                        && agent != p
+                    {
+                        let agent = agent.to_string();
+                        t.insert("claimed_path", agent);
+                    }
+                    t.remove("path_unresolved");
+                    t.insert("path", p);
+                    t.insert("resolved_from", "fd");
+                    t.insert("path_source", "proc");
+                }
+                None => t.insert("path_unresolved", true),
+            }
             return Some(r);
         };
         let kernel = path_of(&names);
@@ -83,6 +108,7 @@ impl Decoder {
         t.remove("path_unresolved");
         t.insert("path", kernel);
         t.insert("path_source", "kernel");
+        mark_write_mode(t);
         Some(r)
     }
 
@@ -99,6 +125,19 @@ impl Decoder {
             }
         }
         self.fd_path(tgid, fd)
+    }
+}
+
+/// Only a file the kernel opened for writing gets here (`FMODE_WRITE`):
+/// when the flags the agent's memory gave (`openat2`) say otherwise, or
+/// could not be read, the record says which is the kernel's.
+fn mark_write_mode(t: &mut Target) {
+    const O_ACCMODE: u64 = 3;
+    const O_PATH: u64 = 0o10_000_000;
+    let claimed = t.get("flags").and_then(|v| v.as_u64()).unwrap_or(0);
+    let unreadable = t.get("flags_unreadable").is_some();
+    if unreadable || claimed & O_ACCMODE == 0 || claimed & O_PATH != 0 {
+        t.insert("opened_for_writing", true);
     }
 }
 

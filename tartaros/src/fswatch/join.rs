@@ -209,6 +209,16 @@ impl Join {
                 // The file is gone: its writers' counts are final.
                 out.extend(self.flush_writes(path, None, false));
             }
+        } else if n.mask & bit::RENAME != 0
+            && let Some(new_raw) = &n.new_raw
+        {
+            // Moved in from a directory removed before it could be named:
+            // what it holds may have been changed there.
+            if n.is_dir() {
+                self.touched.touch_tree(new_raw);
+            } else {
+                self.touched.touch(new_raw);
+            }
         }
         // Modify notifications are counted, and claimed only by a truncate.
         if n.mask & !bit::ONDIR != 0 {
@@ -280,13 +290,39 @@ impl Join {
             // (an open for writing by the descriptor it returned, an
             // inode-flag ioctl): nothing to pair, and the file may change
             // with no notification (a shared mapping), so the seal lists it.
+            // A tree deeper than the kernel walk is named by the process's
+            // descriptor checked against the kernel's inode ("proc"), or
+            // not at all: that file is counted as unhashed.
+            let source = r.target.get("path_source").and_then(Value::as_str);
             if allowed
                 && let Some(path) = r.target.get("path").and_then(Value::as_str)
-                && r.target.get("path_source").and_then(Value::as_str) == Some("kernel")
+                && matches!(source, Some("kernel" | "proc"))
             {
                 // A name that is not plain is shown escaped: the seal must
                 // open the file's own bytes.
                 self.touched.touch_by_record(&names::on_disk(path));
+                if r.kind == "truncate" {
+                    // An `openat2` whose agent flags say `O_TRUNC`: its
+                    // modify notification is counted, not an effect of
+                    // its own.
+                    let path = path.to_string();
+                    self.take(tid, bit::MODIFY, Some(false), true, |n| {
+                        n.path.as_deref() == Some(path.as_str())
+                    });
+                }
+                out.push(r);
+                continue;
+            }
+            if allowed
+                && r.target.get("path_unresolved").is_some()
+                && r.target.get("kernel_path_incomplete").is_some()
+            {
+                if let (Some(dev), Some(ino)) = (
+                    r.target.get("dev").and_then(Value::as_u64),
+                    r.target.get("ino").and_then(Value::as_u64),
+                ) {
+                    self.touched.unnamed(dev, ino);
+                }
                 out.push(r);
                 continue;
             }
@@ -425,7 +461,9 @@ impl Join {
     }
 
     /// The same, with every rename followed, for the seal.
-    pub fn settled_touched(&mut self) -> &Touched {
+    pub fn settled_touched(&mut self, roots: &[PathBuf]) -> &Touched {
+        self.touched
+            .name_unnamed(|wanted| super::content::find_inodes(roots, wanted));
         self.touched.settle();
         &self.touched
     }

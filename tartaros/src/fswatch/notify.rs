@@ -271,11 +271,73 @@ impl Group {
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-        // An unlinked directory that is still open reads "... (deleted)".
-        let deleted = path.as_os_str().as_bytes().ends_with(b" (deleted)");
-        (!deleted && path.is_absolute()).then_some(path)
+        // Gone by its link count, not by the " (deleted)" that the kernel
+        // appends to its name: a directory may be named that.
+        let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+        if st.st_nlink == 0 {
+            return None;
+        }
+        path_of_dir(fd)
     }
+}
+
+/// At most this many directories are climbed to name a directory whose
+/// path is longer than `PATH_MAX` (which `/proc/self/fd` cannot show).
+const MAX_CLIMB: usize = 4096;
+
+/// The path of the directory `fd` (an `O_PATH` descriptor). Past
+/// `PATH_MAX` the kernel will not show it: the names are then read by
+/// climbing `..` until an ancestor's path can be shown, each name found in
+/// its parent by inode. `None` when that fails (a mount point on the way).
+fn path_of_dir(fd: OwnedFd) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt as _;
+    let shown = |fd: &OwnedFd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    let mut names: Vec<Vec<u8>> = Vec::new();
+    let mut cur = fd;
+    for _ in 0..MAX_CLIMB {
+        match shown(&cur) {
+            Ok(path) if path.is_absolute() => {
+                let mut out = path.into_os_string().into_vec();
+                for name in names.iter().rev() {
+                    out.push(b'/');
+                    out.extend_from_slice(name);
+                }
+                return Some(PathBuf::from(std::ffi::OsString::from_vec(out)));
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {}
+            _ => return None,
+        }
+        let here = nix::sys::stat::fstat(cur.as_raw_fd()).ok()?;
+        let parent = nix::fcntl::openat(
+            Some(cur.as_raw_fd()),
+            "..",
+            nix::fcntl::OFlag::O_RDONLY
+                | nix::fcntl::OFlag::O_DIRECTORY
+                | nix::fcntl::OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .ok()?;
+        // SAFETY: `openat` returned a new descriptor that nothing else owns.
+        let parent = unsafe { OwnedFd::from_raw_fd(parent) };
+        let up = nix::sys::stat::fstat(parent.as_raw_fd()).ok()?;
+        if up.st_dev != here.st_dev {
+            return None;
+        }
+        names.push(name_in(&parent, here.st_ino)?);
+        cur = parent;
+    }
+    None
+}
+
+/// The name of inode `ino` in the directory `dir`.
+fn name_in(dir: &OwnedFd, ino: u64) -> Option<Vec<u8>> {
+    use std::os::fd::IntoRawFd as _;
+    let dup = dir.try_clone().ok()?;
+    let mut listing = nix::dir::Dir::from_fd(dup.into_raw_fd()).ok()?;
+    listing.iter().flatten().find_map(|entry| {
+        let name = entry.file_name().to_bytes();
+        (entry.ino() == ino && name != b"." && name != b"..").then(|| name.to_vec())
+    })
 }
 
 /// Removes every filesystem mark of the group `fd`; what is queued stays

@@ -8,7 +8,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt as _, OsStringExt as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// At most this many changed files are remembered (~100 bytes each);
 /// later ones are only counted.
@@ -41,6 +41,13 @@ pub(super) struct Touched {
     /// Files named by a capture record rather than a notification (a
     /// set: a file opened for writing a million times is one entry).
     by_record: BTreeSet<Vec<u8>>,
+    /// Files opened for writing that neither the kernel's walk nor the
+    /// process's descriptor named (`dev`, `ino`): counted as not hashed,
+    /// once each.
+    unnamed: HashSet<(u64, u64)>,
+    /// Directory entries read by [`Touched::touch_tree`] so far (bounded:
+    /// the supervisor must not be made to walk big trees again and again).
+    tree_read: usize,
 }
 
 impl Touched {
@@ -152,7 +159,47 @@ impl Touched {
 
     /// Changed files the seal cannot list (over the memory bound).
     pub fn untracked(&self) -> u64 {
-        self.untracked
+        self.untracked.saturating_add(self.unnamed.len() as u64)
+    }
+
+    /// Names the files known only by inode, with `find` (a search of the
+    /// roots); those it does not find stay counted as not hashed.
+    pub fn name_unnamed(&mut self, find: impl FnOnce(&HashSet<(u64, u64)>) -> Vec<PathBuf>) {
+        if self.unnamed.is_empty() {
+            return;
+        }
+        let found = find(&self.unnamed);
+        let missing = (self.unnamed.len() as u64).saturating_sub(found.len() as u64);
+        self.unnamed.clear();
+        self.untracked = self.untracked.saturating_add(missing);
+        for path in found {
+            self.touch(&path);
+        }
+    }
+
+    /// Every regular file under `dir` now (a directory that arrived from
+    /// where its files' changes could not be named); past the walk's
+    /// bound, one more file counted as not hashed.
+    pub fn touch_tree(&mut self, dir: &Path) {
+        let mut budget = super::content::MAX_INODE_SEARCH.saturating_sub(self.tree_read);
+        let before = budget;
+        let (files, whole) = super::content::files_under(dir, &mut budget);
+        self.tree_read += before - budget;
+        for file in files {
+            self.touch(&file);
+        }
+        if !whole {
+            self.untracked += 1;
+        }
+    }
+
+    /// A file changed through a descriptor whose name is not known.
+    pub fn unnamed(&mut self, dev: u64, ino: u64) {
+        if self.unnamed.len() < MAX_TOUCHED {
+            self.unnamed.insert((dev, ino));
+        } else if !self.unnamed.contains(&(dev, ino)) {
+            self.untracked += 1;
+        }
     }
 
     /// The remembered files, in byte order.
