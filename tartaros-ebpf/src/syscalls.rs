@@ -426,9 +426,28 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     let entry = table_entry(nr);
     let e = call_shape::kind_of(entry);
     let described = entry & call_shape::DESCRIPTOR_MASK;
-    if described != call_shape::SPECIAL {
-        return Some(from_shape(e, described, a));
+    let mut call = if described != call_shape::SPECIAL {
+        let mut c = from_shape(e, described, a);
+        // Calls on a descriptor alone: named by the kernel's file at exit,
+        // not by a `/proc/<pid>/fd` lookup after another thread may have
+        // put another file at that number.
+        if matches!(n, nr::FTRUNCATE | nr::FCHMOD | nr::FCHOWN) {
+            c.record = record::SYS_FILE;
+        }
+        c
+    } else {
+        special(n, e, a)?
+    };
+    if call.record == record::SYS_FILE {
+        // The fd's file now, to compare with the one named at exit.
+        call.args[2] = crate::fdpath::file_at_entry(call.fd);
     }
+    Some(call)
+}
+
+/// The calls whose record depends on their arguments' values.
+#[inline(always)]
+fn special(n: u32, e: u16, a: [u64; 6]) -> Option<Call> {
     let fd = |v: u64| v as i32;
     let call = match n {
         nr::OPEN => open_call(AT_FDCWD, a[0], a[1], a[2]),
@@ -462,14 +481,16 @@ fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
             };
             Call::path(e, fd(a[0]), a[1], [a[2], 0, 0])
         }
-        // utimensat(fd, NULL, ...) is futimens(fd).
-        nr::UTIMENSAT if a[1] == 0 => Call::plain(e, fd(a[0]), [a[3], 0, 0]),
+        // utimensat(fd, NULL, ...) is futimens(fd): named like fchmod.
+        nr::UTIMENSAT if a[1] == 0 => {
+            let mut c = Call::plain(e, fd(a[0]), [a[3], 0, 0]);
+            c.record = record::SYS_FILE;
+            c
+        }
         nr::UTIMENSAT => Call::path(e, fd(a[0]), a[1], [a[3], 0, 0]),
-        // The fd's file now, to compare with the one named at exit.
         nr::IOCTL if ioctl::sets_flags(a[1]) => {
             let value = read_user::<u32>(a[2]).map(u64::from).unwrap_or(u64::MAX);
-            let file = crate::fdpath::file_at_entry(fd(a[0]));
-            let mut c = Call::plain(e, fd(a[0]), [a[1], value, file]);
+            let mut c = Call::plain(e, fd(a[0]), [a[1], value, 0]);
             c.record = record::SYS_FILE;
             c
         }

@@ -101,6 +101,28 @@ pub(super) fn wanted(kind: &str) -> Option<(u64, Option<bool>)> {
     })
 }
 
+/// The notification a record named by the kernel's file still claims (its
+/// own, by path): the calls by descriptor that have one. Not the opens for
+/// writing: a create notification of the same name is another effect.
+fn named_pairs(kind: &str) -> Option<(u64, Option<bool>)> {
+    match kind {
+        "chmod" | "chown" | "utime" | "xattr" | "truncate" => wanted(kind),
+        _ => None,
+    }
+}
+
+/// The path of a record the capture named from the kernel's file.
+fn kernel_named(r: &Record) -> Option<String> {
+    let source = r.target.get("path_source").and_then(Value::as_str)?;
+    if !matches!(source, "kernel" | "proc") {
+        return None;
+    }
+    r.target
+        .get("path")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 /// Record kinds whose path is the agent's (denied, or never confirmed).
 fn is_file_kind(kind: &str) -> bool {
     kind == "open" || wanted(kind).is_some()
@@ -301,14 +323,18 @@ impl Join {
                 // A name that is not plain is shown escaped: the seal must
                 // open the file's own bytes.
                 self.touched.touch_by_record(&names::on_disk(path));
-                if r.kind == "truncate" {
-                    // An `openat2` whose agent flags say `O_TRUNC`: its
-                    // modify notification is counted, not an effect of
-                    // its own.
+                // A metadata change or truncate by descriptor (fchmod,
+                // ftruncate, ...) has its notification: it claims only one
+                // that names the same file, never one by position.
+                if let Some((want, dir)) = named_pairs(r.kind) {
                     let path = path.to_string();
-                    self.take(tid, bit::MODIFY, Some(false), true, |n| {
+                    let exact = self.take(tid, want, dir, true, |n| {
                         n.path.as_deref() == Some(path.as_str())
                     });
+                    if exact.is_none() {
+                        self.held.push((tid, r));
+                        continue;
+                    }
                 }
                 out.push(r);
                 continue;
@@ -375,6 +401,14 @@ impl Join {
             // A notification queued after the record's syscall ended
             // belongs to a later call of the thread.
             let ended = r.mono_ns;
+            if let Some(path) = kernel_named(&r) {
+                // Named by the kernel's file: only that file's notification.
+                self.take(tid, want, dir, false, |n| {
+                    n.after_ns < ended && n.path.as_deref() == Some(path.as_str())
+                });
+                out.push(r);
+                continue;
+            }
             match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
                 Some(n) => {
                     apply(&mut r, n);

@@ -359,3 +359,5 @@ pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
     fds.sort();
     fds
 }
+
+pub mod logged;

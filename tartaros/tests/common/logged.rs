@@ -1,0 +1,94 @@
+//! Helpers of the tests that run an adversarial agent under `tartaros run
+//! --log` and check the log against the tree seen from the host.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::*;
+
+/// Whether the host can run these tests (root, gcc).
+pub fn usable(test: &str) -> bool {
+    if !can_run(test) {
+        return false;
+    }
+    if !Path::new("/usr/bin/gcc").exists() {
+        skip(test, "/usr/bin/gcc is missing");
+        return false;
+    }
+    true
+}
+
+/// Compiles `source` into a directory the agent can read and execute.
+pub fn compile(bin: &Dir, name: &str, source: &str) -> PathBuf {
+    let c = bin.join(&format!("{name}.c"));
+    std::fs::write(&c, source).expect("write C source");
+    let exe = bin.join(name);
+    let out = Command::new("/usr/bin/gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&c)
+        .output()
+        .expect("run gcc");
+    assert!(
+        out.status.success(),
+        "gcc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    chown(&exe, NOBODY);
+    exe
+}
+
+/// Runs `argv` under `tartaros run --log` with `root` writable; returns
+/// the run's output and the log's records.
+pub fn run_logged(root: &Dir, logs: &Dir, argv: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let log = logs.join("effects.jsonl");
+    let mut args = vec![
+        "run",
+        "--write",
+        root.path().to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    let out = tartaros(&args, root.path());
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "verify: {}\nrun stderr: {}",
+        stdout(&verify),
+        stderr(&out)
+    );
+    (out, records)
+}
+
+pub fn field<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
+    r["target"][key].as_str()
+}
+
+pub fn allowed(r: &Value) -> bool {
+    r["decision"] == "allowed"
+}
+
+pub fn seal(records: &[Value]) -> &Value {
+    records
+        .iter()
+        .find(|r| r["kind"] == "seal")
+        .expect("a seal record")
+}
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
