@@ -310,7 +310,7 @@ fn syscall_nr(name: &str) -> Option<i64> {
         SYS_init_module SYS_finit_module SYS_delete_module SYS_mount SYS_umount2
         SYS_pivot_root SYS_move_mount SYS_open_tree SYS_fsopen SYS_fsmount SYS_fsconfig
         SYS_fspick SYS_mount_setattr SYS_setns SYS_unshare SYS_clone SYS_clone3 SYS_keyctl
-        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_uring_setup
+        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_setup SYS_io_submit SYS_io_uring_setup
         SYS_io_uring_enter SYS_io_uring_register SYS_socket SYS_socketpair SYS_acct
         SYS_swapon SYS_swapoff SYS_reboot SYS_syslog SYS_quotactl SYS_quotactl_fd
         SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality

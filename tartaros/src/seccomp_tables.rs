@@ -18,6 +18,7 @@ pub(super) const DEFAULT_ALWAYS: &[(&[&str], &str)] = &[
     (&["keyctl", "add_key", "request_key"], WHY_KEYS),
     (&["userfaultfd"], "stalls kernel page faults: the standard tool to win kernel races"),
     (&["io_uring_setup", "io_uring_enter", "io_uring_register"], WHY_URING),
+    (&["io_setup", "io_submit"], WHY_AIO),
     (&["acct"], "host-wide process accounting"),
     (&["swapon", "swapoff"], "host-wide swap configuration"),
     (&["reboot"], "reboots or halts the host"),
@@ -49,6 +50,8 @@ pub(super) const WHY_KEYS: &str =
     "keyrings are per user, not per sandbox: could read or plant the launching user's keys";
 pub(super) const WHY_URING: &str =
     "does I/O through no syscall seccomp sees, frequent kernel bugs; tools fall back to syscalls";
+pub(super) const WHY_AIO: &str =
+    "Linux AIO writes files with no change notification (unlogged); tools fall back to syscalls";
 pub(super) const WHY_CLOCK: &str =
     "sets the host clock (skewing the log's wall time); adjtimex's read-only mode is in a struct";
 pub(super) const WHY_NS: &str = "new namespaces: a user namespace grants capabilities and a large kernel \

@@ -73,6 +73,8 @@ fn default_set_denies_what_breaks_the_walls() {
         "io_uring_setup",
         "io_uring_enter",
         "io_uring_register",
+        "io_setup",
+        "io_submit",
         "acct",
         "swapon",
         "swapoff",

@@ -126,6 +126,9 @@ inet = struct.pack('<H', socket.AF_INET) + struct.pack('>H', 9) + socket.inet_at
 attempt('sendmmsg_unix', lambda: sendmmsg(socket.AF_UNIX, socket.SOCK_DGRAM, unix))
 attempt('sendmmsg_inet', lambda: sendmmsg(socket.AF_INET, socket.SOCK_DGRAM, inet))
 attempt('io_uring', lambda: checked(libc.syscall(425, 1, ctypes.create_string_buffer(120))))
+# Linux AIO writes send no change notification: refused, and recorded.
+aio_ctx = ctypes.c_ulong(0)
+attempt('io_setup', lambda: checked(libc.syscall(206, 8, ctypes.byref(aio_ctx))))
 import termios
 attempt('tiocsti', lambda: fcntl.ioctl(1, termios.TIOCSTI, b'x'))
 ro = os.open(W + '/target.txt', os.O_RDONLY | os.O_CREAT, 0o644)
@@ -171,6 +174,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "immutable", "EPERM");
     expect(&out, "sendmmsg_inet", "EPERM");
     expect(&out, "io_uring", "EPERM");
+    expect(&out, "io_setup", "EPERM");
     expect(&out, "tiocsti", "EPERM");
     expect(&out, "core_limit", "(0, 0)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -273,6 +277,11 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     });
     denied(uring, libc::EPERM);
     assert_eq!(t(uring, "refused_by"), "seccomp");
+    let aio = find(&log, "syscall", "io_setup", |r| {
+        t(r, "syscall") == "io_setup"
+    });
+    denied(aio, libc::EPERM);
+    assert_eq!(t(aio, "refused_by"), "seccomp");
     let sti = find(&log, "syscall", "TIOCSTI", |r| t(r, "cmd") == "TIOCSTI");
     denied(sti, libc::EPERM);
     assert_eq!(

@@ -260,7 +260,7 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_init_module SYS_finit_module SYS_delete_module SYS_mount SYS_umount2
         SYS_pivot_root SYS_move_mount SYS_open_tree SYS_fsopen SYS_fsmount SYS_fsconfig
         SYS_fspick SYS_mount_setattr SYS_setns SYS_unshare SYS_clone SYS_clone3 SYS_keyctl
-        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_uring_setup
+        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_setup SYS_io_submit SYS_io_uring_setup
         SYS_io_uring_enter SYS_io_uring_register SYS_socket SYS_socketpair SYS_acct
         SYS_swapon SYS_swapoff SYS_reboot SYS_syslog SYS_quotactl SYS_quotactl_fd
         SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
@@ -449,6 +449,8 @@ PROBES = [
     ("io_uring_setup", lambda: sc("io_uring_setup", 1, 0)),
     ("io_uring_enter", lambda: sc("io_uring_enter", -1, 0, 0, 0, 0, 0)),
     ("io_uring_register", lambda: sc("io_uring_register", -1, 0, 0, 0)),
+    ("io_setup", lambda: sc("io_setup", 0, 0)),
+    ("io_submit", lambda: sc("io_submit", 0, 0, 0)),
     ("ioctl_tiocsti", lambda: pty_ioctl(0x5412, b"x")),
     ("ioctl_tiocsti_high", lambda: pty_ioctl(0x1_0000_5412, b"x")),
     ("ioctl_tioclinux", lambda: pty_ioctl(0x541C, buf())),
