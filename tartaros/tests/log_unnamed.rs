@@ -257,3 +257,26 @@ fn chown_tree(dir: &std::path::Path) {
         }
     }
 }
+
+#[test]
+fn a_change_through_a_temporary_hard_link_is_sealed_under_the_file_s_own_name() {
+    if !usable("hard_link_change") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let config = root.file("config.txt", "original config\n");
+    let r = root.path().display();
+    let script = format!("cd {r} && ln config.txt .tmp_x && echo evil=1 >> .tmp_x && rm .tmp_x");
+    let (out, records) = run_logged(&root, &logs, &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(&config).unwrap(),
+        b"original config\nevil=1\n"
+    );
+    assert_sealed(&records, &config);
+    let link = records
+        .iter()
+        .find(|r| r["kind"] == "link")
+        .unwrap_or_else(|| panic!("no link record: {records:#?}"));
+    assert_eq!(field(link, "from_source"), Some("agent"), "{link}");
+}

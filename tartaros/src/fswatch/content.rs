@@ -95,15 +95,20 @@ pub fn files_under(dir: &Path, budget: &mut usize) -> (Vec<PathBuf>, bool) {
     (files, true)
 }
 
-/// A path under `roots` of each file `(dev, ino)` in `wanted`: files
-/// changed through a descriptor in a tree deeper than the kernel walk,
-/// whose name nothing else gave. Symlinks are not followed; the walk is
-/// bounded, and what it does not find stays unhashed (counted).
-pub fn find_inodes(roots: &[PathBuf], wanted: &HashSet<(u64, u64)>) -> Vec<PathBuf> {
+/// The paths under `roots` of the files `(dev, ino)` in `wanted`, which
+/// maps each to how many links it has: files changed through a name that
+/// is gone or that the kernel walk could not give (a tree deeper than
+/// it), and files with other links (a change through `.tmp` is a change
+/// of `config` when both are one file). Symlinks are not followed; the
+/// walk is bounded, and ends once every link is found.
+pub fn find_inodes(
+    roots: &[PathBuf],
+    wanted: &HashMap<(u64, u64), u32>,
+) -> Vec<((u64, u64), PathBuf)> {
     use std::os::unix::fs::{DirEntryExt as _, MetadataExt as _};
-    let inos: HashSet<u64> = wanted.iter().map(|&(_, ino)| ino).collect();
+    let inos: HashSet<u64> = wanted.keys().map(|&(_, ino)| ino).collect();
+    let mut left: u64 = wanted.values().map(|&n| u64::from(n.max(1))).sum();
     let mut found = Vec::new();
-    let mut seen = HashSet::new();
     let mut stack: Vec<PathBuf> = roots.to_vec();
     let mut budget = MAX_INODE_SEARCH;
     while let Some(dir) = stack.pop() {
@@ -111,7 +116,7 @@ pub fn find_inodes(roots: &[PathBuf], wanted: &HashSet<(u64, u64)>) -> Vec<PathB
             continue;
         };
         for entry in entries.flatten() {
-            if budget == 0 || found.len() == wanted.len() {
+            if budget == 0 || left == 0 {
                 return found;
             }
             budget -= 1;
@@ -123,11 +128,10 @@ pub fn find_inodes(roots: &[PathBuf], wanted: &HashSet<(u64, u64)>) -> Vec<PathB
             } else if kind.is_file()
                 && inos.contains(&entry.ino())
                 && let Ok(meta) = std::fs::symlink_metadata(entry.path())
-                && wanted.contains(&(meta.dev(), meta.ino()))
-                && seen.insert((meta.dev(), meta.ino()))
+                && wanted.contains_key(&(meta.dev(), meta.ino()))
             {
-                // One name of each: a file with two links is hashed once.
-                found.push(entry.path());
+                left = left.saturating_sub(1);
+                found.push(((meta.dev(), meta.ino()), entry.path()));
             }
         }
     }

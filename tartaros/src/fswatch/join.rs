@@ -323,6 +323,17 @@ impl Join {
                 // A name that is not plain is shown escaped: the seal must
                 // open the file's own bytes.
                 self.touched.touch_by_record(&names::on_disk(path));
+                // A file with other links changed under every name: the
+                // seal lists those in the roots, and counts it unhashed
+                // when one is outside them.
+                if let (Some(links), Some(dev), Some(ino)) = (
+                    r.target.get("links").and_then(Value::as_u64),
+                    r.target.get("dev").and_then(Value::as_u64),
+                    r.target.get("ino").and_then(Value::as_u64),
+                ) {
+                    self.touched
+                        .unnamed(dev, ino, u32::try_from(links).unwrap_or(u32::MAX));
+                }
                 // A metadata change or truncate by descriptor (fchmod,
                 // ftruncate, ...) has its notification: it claims only one
                 // that names the same file, never one by position.
@@ -347,7 +358,9 @@ impl Join {
                     r.target.get("dev").and_then(Value::as_u64),
                     r.target.get("ino").and_then(Value::as_u64),
                 ) {
-                    self.touched.unnamed(dev, ino);
+                    let links = r.target.get("links").and_then(Value::as_u64).unwrap_or(1);
+                    self.touched
+                        .unnamed(dev, ino, u32::try_from(links).unwrap_or(u32::MAX));
                 }
                 out.push(r);
                 continue;
@@ -609,6 +622,11 @@ fn apply(r: &mut Record, n: &Notice) {
         }
     }
     r.target.insert("path_source", "kernel");
+    if r.kind == "link" {
+        // Its notification names only the new link: the existing file's
+        // name is the agent's string, resolved after the call.
+        r.target.insert("from_source", "agent");
+    }
 }
 
 #[cfg(test)]

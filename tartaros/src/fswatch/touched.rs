@@ -42,9 +42,10 @@ pub(super) struct Touched {
     /// set: a file opened for writing a million times is one entry).
     by_record: BTreeSet<Vec<u8>>,
     /// Files opened for writing that neither the kernel's walk nor the
-    /// process's descriptor named (`dev`, `ino`): counted as not hashed,
-    /// once each.
-    unnamed: HashSet<(u64, u64)>,
+    /// process's descriptor named, or that have other links (`dev`,
+    /// `ino`, links): looked for at the seal, counted as not hashed when
+    /// no name of theirs is found.
+    unnamed: HashMap<(u64, u64), u32>,
     /// Directory entries read by [`Touched::touch_tree`] so far (bounded:
     /// the supervisor must not be made to walk big trees again and again).
     tree_read: usize,
@@ -164,15 +165,19 @@ impl Touched {
 
     /// Names the files known only by inode, with `find` (a search of the
     /// roots); those it does not find stay counted as not hashed.
-    pub fn name_unnamed(&mut self, find: impl FnOnce(&HashSet<(u64, u64)>) -> Vec<PathBuf>) {
+    pub fn name_unnamed(
+        &mut self,
+        find: impl FnOnce(&HashMap<(u64, u64), u32>) -> Vec<((u64, u64), PathBuf)>,
+    ) {
         if self.unnamed.is_empty() {
             return;
         }
         let found = find(&self.unnamed);
-        let missing = (self.unnamed.len() as u64).saturating_sub(found.len() as u64);
+        let named: HashSet<(u64, u64)> = found.iter().map(|(id, _)| *id).collect();
+        let missing = self.unnamed.keys().filter(|id| !named.contains(id)).count();
         self.unnamed.clear();
-        self.untracked = self.untracked.saturating_add(missing);
-        for path in found {
+        self.untracked = self.untracked.saturating_add(missing as u64);
+        for (_, path) in found {
             self.touch(&path);
         }
     }
@@ -193,11 +198,12 @@ impl Touched {
         }
     }
 
-    /// A file changed through a descriptor whose name is not known.
-    pub fn unnamed(&mut self, dev: u64, ino: u64) {
-        if self.unnamed.len() < MAX_TOUCHED {
-            self.unnamed.insert((dev, ino));
-        } else if !self.unnamed.contains(&(dev, ino)) {
+    /// A file changed through a descriptor whose names are not all known
+    /// (`links`: how many it has, at least the one to find).
+    pub fn unnamed(&mut self, dev: u64, ino: u64, links: u32) {
+        if self.unnamed.len() < MAX_TOUCHED || self.unnamed.contains_key(&(dev, ino)) {
+            self.unnamed.insert((dev, ino), links.max(1));
+        } else {
             self.untracked += 1;
         }
     }
