@@ -30,6 +30,8 @@ pub struct Stat {
     pub uid: u32,
     pub gid: u32,
     pub mode: u32,
+    /// Hard links (names) of the file.
+    pub links: u64,
 }
 
 /// The facts about the host's files and users the decisions read.
@@ -63,6 +65,7 @@ impl Facts for HostFiles {
             uid: meta.uid(),
             gid: meta.gid(),
             mode: meta.mode(),
+            links: meta.nlink(),
         })
     }
 
@@ -171,6 +174,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     }
 
     let materialize = absent_denies(policy, facts.files, &mut ledger)?;
+    linked_denies(policy, facts.files, &mut ledger)?;
 
     // The agent must not open, truncate, rename or delete the log, even
     // when it lies inside a writable root: it is denied like a secret.
@@ -334,6 +338,30 @@ fn absent_denies(
         }
     }
     Ok(create)
+}
+
+/// A denied file with more than one name: the deny guards the name it
+/// was given, and another link (planted by an earlier run, say) reads and
+/// writes the same file. Refused under `--strict`, degraded otherwise.
+fn linked_denies(policy: &Policy, files: &dyn Facts, ledger: &mut Ledger) -> Result<(), Refusal> {
+    let denies = policy.read_denies.iter().chain(&policy.write_denies);
+    for path in denies {
+        let Some(stat) = files.stat(path, false) else {
+            continue;
+        };
+        if stat.kind == PathKind::File && stat.links > 1 {
+            ledger.lose(
+                Guarantee::DenyMounts,
+                format!(
+                    "denied file {} has {} hard links, and the deny holds only this name; remove the other links (find / -xdev -samefile {}) or deny them too",
+                    path.display(),
+                    stat.links,
+                    path.display()
+                ),
+            )?;
+        }
+    }
+    Ok(())
 }
 
 /// Warnings for writable roots the agent's user cannot write.

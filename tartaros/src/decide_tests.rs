@@ -19,6 +19,7 @@ impl FakeFiles {
                 uid,
                 gid: uid,
                 mode,
+                links: 1,
             },
         );
         self
@@ -229,6 +230,43 @@ fn an_absent_deny_without_materialize_degrades_or_refuses() {
     };
     let refusal = decide_with(&strict, &root_host(), &project(), None, &[]).unwrap_err();
     assert!(refusal.message.contains("does not exist"));
+}
+
+#[test]
+fn a_denied_file_with_other_links_degrades_or_refuses() {
+    let mut files = project().with("/w/.env", PathKind::File, 65534, 0o600);
+    let lenient = Policy {
+        read_denies: vec!["/w/.env".into()],
+        ..policy()
+    };
+    let mut plan = decide_with(&lenient, &root_host(), &files, None, &[]).unwrap();
+    assert!(plan.ledger.names(false).is_empty(), "one link is fine");
+    assert!(
+        !plan
+            .ledger
+            .take_warnings()
+            .iter()
+            .any(|w| w.contains("hard links"))
+    );
+    files.paths.get_mut(Path::new("/w/.env")).unwrap().links = 2;
+    let mut plan = decide_with(&lenient, &root_host(), &files, None, &[]).unwrap();
+    assert_eq!(plan.ledger.names(false), vec!["deny-mounts"]);
+    assert!(
+        plan.ledger
+            .take_warnings()
+            .iter()
+            .any(|w| w.contains("has 2 hard links"))
+    );
+    let strict = Policy {
+        strict: true,
+        ..lenient
+    };
+    let refusal = decide_with(&strict, &root_host(), &files, None, &[]).unwrap_err();
+    assert!(
+        refusal.message.contains("hard links"),
+        "{}",
+        refusal.message
+    );
 }
 
 #[test]

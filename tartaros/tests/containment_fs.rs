@@ -874,3 +874,49 @@ fn without_root_the_genesis_and_doctor_say_the_unix_policy_is_missing() {
         stderr(&denied)
     );
 }
+
+#[test]
+fn a_denied_file_with_another_hard_link_is_refused_or_warned_about() {
+    if !can_run("deny_hard_link") {
+        return;
+    }
+    let work = Dir::new();
+    let secret = work.file(".env", "TOKEN=hunter2\n");
+    // Planted by an earlier run with a broader policy.
+    std::fs::hard_link(&secret, work.join("notes.txt")).unwrap();
+    let read_other = format!("cat {}", work.join("notes.txt").display());
+    let w = work.path().to_str().unwrap();
+    let s = secret.to_str().unwrap();
+    for flag in ["--read-deny", "--write-deny"] {
+        let out = tartaros(
+            &[
+                "run",
+                "--strict",
+                "--write",
+                w,
+                flag,
+                s,
+                "--",
+                "sh",
+                "-c",
+                &read_other,
+            ],
+            work.path(),
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(78), "{flag}: {err}");
+        assert!(err.contains("has 2 hard links"), "{err}");
+        assert!(!stdout(&out).contains("hunter2"));
+    }
+    // Without --strict the run goes on, and says the deny is degraded.
+    let out = tartaros(
+        &["run", "--write", w, "--read-deny", s, "--", "true"],
+        work.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has 2 hard links"),
+        "{}",
+        stderr(&out)
+    );
+}
