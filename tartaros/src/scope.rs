@@ -53,32 +53,26 @@ fn fail<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(nix::Error) -> Sc
 
 /// Mounts the scope (in the init's mount namespace, still privileged).
 pub fn apply(mounts: &ScopeMounts) -> Result<(), ScopeError> {
-    const NONE: Option<&str> = None;
+    use crate::mount_tree::{NO_DEV, NO_SUID, READ_ONLY};
     for bind in &mounts.binds {
-        mount(
-            Some(bind.source.as_path()),
-            bind.target.as_path(),
-            NONE,
-            MsFlags::MS_BIND | MsFlags::MS_REC,
-            NONE,
-        )
-        .map_err(fail("bind onto", &bind.target))?;
-        // Flags of the source mount are locked in a user namespace; keep
-        // them and add read-only.
-        let locked = locked_flags(&bind.target);
-        mount(
-            NONE,
-            bind.target.as_path(),
-            NONE,
-            MsFlags::MS_BIND
-                | MsFlags::MS_REMOUNT
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_NODEV
-                | locked,
-            NONE,
-        )
-        .map_err(fail("make read-only the bind on", &bind.target))?;
+        // Both names are canonical (policy::scope): reached without
+        // following any symlink, the source is the directory the caller's
+        // read was checked on, not a link swapped in since (a bind by
+        // path, as root, followed one into a root-only directory).
+        let source = crate::mount_tree::open_no_symlinks(&bind.source).map_err(fail(
+            "open (without following symlinks) the bind source",
+            &bind.source,
+        ))?;
+        let tree = crate::mount_tree::clone_tree(&source, true)
+            .map_err(fail("copy the mounts of", &bind.source))?;
+        // Set, never cleared: flags locked in a user namespace stay.
+        crate::mount_tree::set_flags(&tree, READ_ONLY | NO_SUID | NO_DEV, 0, true)
+            .map_err(fail("make read-only the bind of", &bind.source))?;
+        let target = crate::mount_tree::open_no_symlinks(&bind.target).map_err(fail(
+            "open (without following symlinks) the bind target",
+            &bind.target,
+        ))?;
+        crate::mount_tree::attach(&tree, &target).map_err(fail("bind onto", &bind.target))?;
     }
     for dir in &mounts.tmpfs {
         let options = match mounts.owner {
@@ -95,23 +89,4 @@ pub fn apply(mounts: &ScopeMounts) -> Result<(), ScopeError> {
         .map_err(fail("mount a tmpfs on", dir))?;
     }
     Ok(())
-}
-
-fn locked_flags(path: &Path) -> MsFlags {
-    use nix::sys::statvfs::FsFlags;
-    let Ok(st) = nix::sys::statvfs::statvfs(path) else {
-        return MsFlags::empty();
-    };
-    let mut flags = MsFlags::empty();
-    for (fs, ms) in [
-        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
-        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
-        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
-        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
-    ] {
-        if st.flags().contains(fs) {
-            flags |= ms;
-        }
-    }
-    flags
 }

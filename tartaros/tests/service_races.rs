@@ -1,0 +1,85 @@
+//! The root service against a caller who swaps a directory of its own for
+//! a symlink into a root-only directory while the service works on its
+//! paths (session 13's review): what the service binds must be what it
+//! checked the caller could read. Runs many attempts against a flipper and
+//! asserts from the host side that nothing root-only was ever shown.
+
+mod common;
+#[path = "support/service.rs"]
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+
+use common::*;
+use harness::Service;
+
+const CAROL: u32 = 47_000 + 141;
+
+/// Swaps `w/d` (a directory) and `w/dl` (a symlink to `target`) with
+/// `RENAME_EXCHANGE` for `secs` seconds, as `uid`.
+const FLIP: &str = r#"
+import ctypes, os, sys, time
+w, target, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs(w + "/d", exist_ok=True)
+os.symlink(target, w + "/dl")
+a, b = (w + "/d").encode(), (w + "/dl").encode()
+end = time.time() + secs
+while time.time() < end:
+    if libc.renameat2(-100, a, -100, b, 2) != 0:
+        sys.exit(1)
+"#;
+
+#[test]
+fn a_bind_source_swapped_for_a_symlink_never_shows_a_root_only_file() {
+    if !can_run("bind_swap") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(CAROL);
+    let private = Dir::new();
+    chown(private.path(), 0);
+    std::fs::set_permissions(private.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    let public = private.join("pub");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(public.join("secret.txt"), "root-only-marker\n").unwrap();
+    let w = work.path().to_str().unwrap();
+    let mut flipper = Command::new("setpriv")
+        .args(["--reuid", &CAROL.to_string(), "--regid", &CAROL.to_string()])
+        .args(["--clear-groups", "/usr/bin/python3", "-c", FLIP, w])
+        .arg(&public)
+        .arg("15")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the flipper");
+    let source = work.join("d");
+    assert!(eventually(5, || work.join("dl").exists()), "the flipper did not start");
+    let mut ran = 0;
+    for _ in 0..300 {
+        let out = service.run(
+            CAROL,
+            &[
+                "run",
+                "-q",
+                "--bind",
+                source.to_str().unwrap(),
+                "/mnt",
+                "--",
+                "cat",
+                "/mnt/secret.txt",
+            ],
+            work.path(),
+        );
+        assert!(
+            !stdout(&out).contains("root-only-marker"),
+            "the caller read a root-only file through a bind"
+        );
+        ran += usize::from(out.status.code().is_some());
+    }
+    let _ = flipper.kill();
+    let _ = flipper.wait();
+    assert_eq!(ran, 300, "every attempt ended");
+}
