@@ -280,3 +280,46 @@ fn a_change_through_a_temporary_hard_link_is_sealed_under_the_file_s_own_name() 
         .unwrap_or_else(|| panic!("no link record: {records:#?}"));
     assert_eq!(field(link, "from_source"), Some("agent"), "{link}");
 }
+
+/// Unmounts on drop, so a failing test leaves no mount behind.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn files_on_a_mount_below_a_root_are_named_and_sealed() {
+    if !usable("submount") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let sub = root.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m,mode=0777", "tt-sub"])
+        .arg(&sub)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mount a tmpfs below the root");
+    let _mounted = Mounted(sub.clone());
+    let existing = sub.join("existing");
+    std::fs::write(&existing, "orig\n").unwrap();
+    chown(&existing, NOBODY);
+    let r = root.path().display();
+    let script = format!("cd {r} && echo over > sub/existing && echo new > sub/created");
+    let (out, records) = run_logged(&root, &logs, &["sh", "-c", &script]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    for path in [existing, sub.join("created")] {
+        assert_sealed(&records, &path);
+        assert!(
+            records
+                .iter()
+                .any(|r| r["kind"] == "write" && field(r, "path") == path.to_str()),
+            "no write record for {}: {records:#?}",
+            path.display()
+        );
+    }
+}

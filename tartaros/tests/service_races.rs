@@ -56,7 +56,10 @@ fn a_bind_source_swapped_for_a_symlink_never_shows_a_root_only_file() {
         .spawn()
         .expect("start the flipper");
     let source = work.join("d");
-    assert!(eventually(5, || work.join("dl").exists()), "the flipper did not start");
+    assert!(
+        eventually(5, || work.join("dl").exists()),
+        "the flipper did not start"
+    );
     let mut ran = 0;
     for _ in 0..300 {
         let out = service.run(

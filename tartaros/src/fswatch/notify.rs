@@ -157,8 +157,15 @@ impl Group {
             mounts: Vec::new(),
             buf: vec![0u8; 64 * 1024],
         };
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         for root in roots {
             group.mark(root)?;
+            // The root is given to the agent with its submounts (a tmpfs
+            // or another disk below it): their filesystems are watched
+            // too, or the watch fails (and the log says incomplete).
+            for below in mounts_under(root, &mountinfo) {
+                group.mark(&below)?;
+            }
         }
         Ok(group)
     }
@@ -359,6 +366,44 @@ pub(super) fn unmark_all(fd: &OwnedFd) {
     };
 }
 
+/// The mount points strictly below `root` in `mountinfo` (the text of
+/// `/proc/self/mountinfo`, whose fifth field is the mount point with
+/// space, tab, newline and backslash as octal escapes).
+fn mounts_under(root: &Path, mountinfo: &str) -> Vec<PathBuf> {
+    use std::os::unix::ffi::OsStringExt as _;
+    let mut out: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| {
+            let raw = field.as_bytes();
+            let mut bytes = Vec::with_capacity(raw.len());
+            let mut i = 0;
+            while i < raw.len() {
+                let octal = raw.get(i + 1..i + 4).and_then(|d| {
+                    std::str::from_utf8(d)
+                        .ok()
+                        .and_then(|d| u8::from_str_radix(d, 8).ok())
+                });
+                match (raw[i], octal) {
+                    (b'\\', Some(b)) => {
+                        bytes.push(b);
+                        i += 4;
+                    }
+                    (b, _) => {
+                        bytes.push(b);
+                        i += 1;
+                    }
+                }
+            }
+            PathBuf::from(std::ffi::OsString::from_vec(bytes))
+        })
+        .filter(|point| point != root && point.starts_with(root))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 fn fsid_of(path: &CString) -> Result<[i32; 2], std::io::Error> {
     // SAFETY: an all-zero statfs is a valid value for the kernel to fill.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
@@ -375,6 +420,19 @@ fn fsid_of(path: &CString) -> Result<[i32; 2], std::io::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mounts_below_a_root_are_found_with_escaped_names() {
+        let info = "22 1 8:1 / / rw - ext4 /dev/vda rw\n\
+                    30 22 0:5 / /w/build rw - tmpfs t rw\n\
+                    31 22 0:6 / /w/my\\040disk rw - ext4 /dev/vdb rw\n\
+                    32 22 0:7 / /w rw - ext4 /dev/vdc rw\n\
+                    33 22 0:8 / /wx rw - tmpfs t rw\n";
+        assert_eq!(
+            mounts_under(Path::new("/w"), info),
+            vec![PathBuf::from("/w/build"), PathBuf::from("/w/my disk")]
+        );
+    }
 
     fn info_fid(info_type: u8, fsid: [i32; 2], handle: &[u8], name: &[u8]) -> Vec<u8> {
         let mut r = vec![info_type, 0, 0, 0];
