@@ -16,6 +16,7 @@ const AGENT: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -28,6 +29,11 @@ static void scribble(int fd) {
     if (m == MAP_FAILED) exit(3);
     memcpy(m, "EVIL", 4);
     munmap(m, 4);
+}
+
+static void *speak(void *line) {
+    write(1, line, strlen(line));
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -60,6 +66,15 @@ int main(int argc, char **argv) {
         int fd = open("A/f", O_RDWR);
         if (fd < 0) return 7;
         scribble(fd);
+        return 0;
+    }
+    if (!strcmp(argv[1], "thread-write")) {
+        /* A thread that writes to the inherited stdout and is gone before
+           the supervisor can look it up. */
+        pthread_t t;
+        pthread_create(&t, 0, speak, argv[2]);
+        pthread_join(t, 0);
+        usleep(300000);
         return 0;
     }
     return 1;
@@ -322,4 +337,37 @@ fn files_on_a_mount_below_a_root_are_named_and_sealed() {
             path.display()
         );
     }
+}
+
+#[test]
+fn a_short_lived_thread_s_write_to_the_inherited_stdout_file_is_a_record() {
+    if !usable("thread_stdout") {
+        return;
+    }
+    let (root, logs, exe, outside) = (Dir::new(), Dir::new(), Dir::new(), Dir::new());
+    let agent = compile(&exe, "agent", AGENT);
+    let out_file = outside.join("agent-output.txt");
+    let log = logs.join("effects.jsonl");
+    let status = std::process::Command::new(bin())
+        .args([
+            "run",
+            "-q",
+            "--write",
+            root.path().to_str().unwrap(),
+            "--log",
+        ])
+        .arg(&log)
+        .args(["--", agent.to_str().unwrap(), "thread-write", "a line\n"])
+        .current_dir(root.path())
+        .stdout(std::fs::File::create(&out_file).unwrap())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read(&out_file).unwrap(), b"a line\n");
+    let records = common::records(&log);
+    let write = records
+        .iter()
+        .find(|r| r["kind"] == "write" && field(r, "path") == out_file.to_str())
+        .unwrap_or_else(|| panic!("no write record for the output file: {records:#?}"));
+    assert_eq!(field(write, "path_source"), Some("kernel"));
 }

@@ -269,6 +269,11 @@ impl Join {
         {
             t.insert("size", size);
         }
+        if !self.tasks.contains_key(&w.task.tgid) {
+            // A thread gone before it could be looked up, that no record
+            // named: its process and user are not known.
+            t.insert("pid_unverified", true);
+        }
         self.kernel_record("write", w.task, w.first_ns, t)
     }
 

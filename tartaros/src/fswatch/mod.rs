@@ -68,6 +68,15 @@ pub struct FsWatch {
     last_poll_ns: u64,
 }
 
+/// The regular files behind this process's standard streams, which the
+/// agent inherits.
+fn standard_files() -> Vec<PathBuf> {
+    (0..3)
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|path| path.is_absolute() && std::fs::metadata(path).is_ok_and(|m| m.is_file()))
+        .collect()
+}
+
 impl FsWatch {
     /// Marks the filesystems of `roots`; call before any process joins
     /// `cgroup_dir`, so that no change precedes the watch.
@@ -81,10 +90,12 @@ impl FsWatch {
         let group = Group::new(&roots)?;
         let wall_offset = i128::from(crate::effectlog::wall_now_ns())
             - i128::from(crate::effectlog::mono_now_ns());
+        let mut place = Placement::new(Join::new(wall_offset), roots);
+        place.inherited = standard_files();
         Ok(Self {
             group,
             cgroup,
-            place: Placement::new(Join::new(wall_offset), roots),
+            place,
             last_poll_ns: 0,
         })
     }

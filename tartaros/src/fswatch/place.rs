@@ -37,6 +37,10 @@ pub(super) trait Facts {
 pub(super) struct Placement {
     pub join: Join,
     pub roots: Vec<PathBuf>,
+    /// Regular files the agent inherits as its standard streams (outside
+    /// the roots, say the harness's output file): a short-lived thread's
+    /// write there is kept like a change in a root.
+    pub inherited: Vec<PathBuf>,
     /// Notifications lost (queue overflow, failed reads), for a gap.
     pub lost: u64,
     host: HashMap<u32, u64>,
@@ -51,6 +55,7 @@ impl Placement {
         Self {
             join,
             roots,
+            inherited: Vec::new(),
             lost: 0,
             host: HashMap::new(),
             dirs: HashMap::new(),
@@ -100,10 +105,10 @@ impl Placement {
                 }
                 Member::Gone => {
                     let n = self.notice(event, now, after, facts);
-                    let in_roots = n
-                        .raw
-                        .as_deref()
-                        .is_some_and(|p| self.roots.iter().any(|r| p.starts_with(r)));
+                    let in_roots = n.raw.as_deref().is_some_and(|p| {
+                        self.roots.iter().any(|r| p.starts_with(r))
+                            || self.inherited.iter().any(|f| p == f.as_path())
+                    });
                     if in_roots {
                         self.unplaced.push(n);
                     }
