@@ -1,6 +1,7 @@
 //! `tartaros service` under a hostile ordinary user: what one user can take
 //! from the host and from the other users (root worker processes held by
-//! connections that never finish their request).
+//! connections that never finish their request), and what the answers to
+//! one user's run tell it about another user's files.
 //!
 //! Each test starts its own service on a socket of its own, acts as uids
 //! with no passwd entry (nothing to create or remove on the host), and
@@ -20,6 +21,7 @@ use harness::Service;
 
 const ALICE: u32 = 47_000 + 151;
 const BOB: u32 = 47_000 + 152;
+const CAROL: u32 = 47_000 + 153;
 
 /// The service's bound on workers still reading their request, per user.
 const PER_USER: usize = 16;
@@ -267,5 +269,89 @@ fn one_user_holding_connections_gets_a_bounded_number_of_workers_and_others_are_
     // And the user gets its runs again.
     let again = service.run(ALICE, &["run", "--", "true"], own.path());
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    drop(service);
+}
+
+/// What `args` (with `{}` replaced by `path`) tells `uid`: exit status and
+/// stderr, with `path` itself written as `PATH`.
+fn answer(service: &Service, uid: u32, args: &[&str], path: &Path, cwd: &Path) -> String {
+    let path_text = path.to_str().unwrap();
+    let args: Vec<String> = args.iter().map(|a| a.replace("{}", path_text)).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = service.run(uid, &args, cwd);
+    format!(
+        "exit {:?}: {}{}",
+        out.status.code(),
+        stdout(&out),
+        stderr(&out)
+    )
+    .replace(path_text, "PATH")
+}
+
+#[test]
+fn nothing_is_told_of_what_lies_behind_a_directory_the_caller_cannot_search() {
+    if !can_run("service_lookups") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(CAROL);
+    std::fs::create_dir(work.join("view")).unwrap();
+    chown(&work.join("view"), CAROL);
+    // Bob's private directory: a file, a directory, a symlink to a place
+    // whose name is a secret, and (by name only) something absent.
+    let bobs = owned_dir(BOB);
+    std::fs::set_permissions(
+        bobs.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    std::fs::write(bobs.join("there"), "bob's\n").unwrap();
+    chown(&bobs.join("there"), BOB);
+    std::fs::create_dir(bobs.join("dir")).unwrap();
+    chown(&bobs.join("dir"), BOB);
+    let secret = Dir::new();
+    let target = secret.join("secret-target-marker");
+    std::fs::write(&target, "x\n").unwrap();
+    std::os::unix::fs::symlink(&target, bobs.join("link")).unwrap();
+    let names = ["there", "dir", "link", "absent"];
+    let probes: [&[&str]; 9] = [
+        &["run", "--log", "{}", "--", "true"],
+        &["run", "--read-allow", "{}", "--", "true"],
+        &["run", "--exec-allow", "{}", "--", "true"],
+        &["run", "--write", "{}", "--", "true"],
+        &["run", "--write-deny", "{}", "--", "true"],
+        &["run", "--read-deny", "{}", "--", "true"],
+        &["run", "--tmpfs", "{}", "--", "true"],
+        &["run", "--chdir", "{}", "--", "true"],
+        &["run", "--bind", "{}", "view", "--", "true"],
+    ];
+    for probe in probes {
+        let answers: Vec<String> = names
+            .iter()
+            .map(|name| answer(&service, CAROL, probe, &bobs.join(name), work.path()))
+            .collect();
+        for (name, said) in names.iter().zip(&answers) {
+            assert!(
+                !said.contains("secret-target-marker"),
+                "{probe:?} on {name} shows where Bob's link points: {said}"
+            );
+            assert_eq!(
+                said, &answers[0],
+                "{probe:?} tells {name} from {}",
+                names[0]
+            );
+        }
+    }
+    // The same names in a directory the caller may search are answered as
+    // before: an existing log is refused as existing.
+    let mine = work.join("mine.jsonl");
+    std::fs::write(&mine, "").unwrap();
+    chown(&mine, CAROL);
+    let out = service.run(
+        CAROL,
+        &["run", "--log", mine.to_str().unwrap(), "--", "true"],
+        work.path(),
+    );
+    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
     drop(service);
 }
