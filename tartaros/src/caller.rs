@@ -2,9 +2,12 @@
 //! service/): its identity, a fact of the worker process set once before
 //! the run starts, and its file access, which the run takes on for what it
 //! reads or creates on the caller's behalf (the config file, the log,
-//! placeholders). Outside a service worker there is no caller and these do
-//! nothing.
+//! placeholders) and for its lookups of the paths it was given (no answer
+//! may tell the caller what lies where it cannot look). Outside a service
+//! worker there is no caller and these do nothing.
 
+use std::cell::Cell;
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// At most this many supplementary groups are taken from the caller.
@@ -21,6 +24,12 @@ pub struct Caller {
 
 static CALLER: OnceLock<Caller> = OnceLock::new();
 
+thread_local! {
+    /// Whether this thread has the caller's file access now: an inner
+    /// [`as_caller`] must not hand root's back to the outer one's rest.
+    static TAKEN: Cell<bool> = const { Cell::new(false) };
+}
+
 /// The caller of this process's run, if it is a service worker: a fact of
 /// the process, like its euid, set once before the run starts.
 pub fn caller() -> Option<&'static Caller> {
@@ -33,11 +42,15 @@ pub(crate) fn set(caller: Caller) {
 
 /// Runs `f` with the caller's file access on this thread (fsuid, fsgid and
 /// supplementary groups; the kernel keeps these per thread), then returns to
-/// root's. Outside a service worker it just runs `f`.
+/// root's. Outside a service worker, or within another `as_caller`, it just
+/// runs `f`.
 pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
     let Some(caller) = caller() else {
         return f();
     };
+    if TAKEN.get() {
+        return f();
+    }
     let mut saved = vec![0 as libc::gid_t; MAX_GROUPS];
     // A change of fsuid clears the parent-death signal (prctl(2)); the
     // worker must still die with the service, so it is set again after.
@@ -78,7 +91,9 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
             std::process::exit(crate::exit::START_FAILURE);
         }
     }
+    TAKEN.set(true);
     let result = f();
+    TAKEN.set(false);
     // SAFETY: as above; back to root's file access.
     unsafe {
         libc::syscall(libc::SYS_setfsuid, 0);
@@ -96,7 +111,7 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
 
 /// Whether the service's caller may create entries in `dir` (true outside a
 /// service worker): the kernel's own check, with the caller's file access.
-pub fn may_create_in(dir: &std::path::Path) -> bool {
+pub fn may_create_in(dir: &Path) -> bool {
     access(dir, libc::W_OK | libc::X_OK)
 }
 
@@ -104,8 +119,53 @@ pub fn may_create_in(dir: &std::path::Path) -> bool {
 /// service worker): reach it through every directory on the way, and read
 /// it (a directory: read and search it). A bind of it into the sandbox must
 /// not show the caller what the caller could not see.
-pub fn may_read(path: &std::path::Path) -> bool {
-    let mode = if path.is_dir() {
+pub fn may_read(path: &Path) -> bool {
+    caller().is_none() || as_caller(|| std::fs::metadata(path)).is_ok_and(|m| readable(path, &m))
+}
+
+/// Whether the caller could not see `path` itself (false outside a service
+/// worker): it is there and the caller cannot read it, or the caller
+/// cannot tell whether it is there (a directory on the way it may not
+/// search). Only a path the caller can see to be absent (every directory on
+/// the way searchable) counts as absent, so the answer, and the refusal
+/// that follows it, is the same whether or not such a path exists.
+pub fn hidden_from_caller(path: &Path) -> bool {
+    if caller().is_none() {
+        return false;
+    }
+    match as_caller(|| std::fs::metadata(path)) {
+        Ok(meta) => !readable(path, &meta),
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)),
+    }
+}
+
+/// The refusal for a path the run would bind or keep visible for the agent
+/// (`--bind` sources, writable roots, read and exec allows) that the
+/// caller could not see itself ([`hidden_from_caller`]): the same one line
+/// whether or not it exists.
+pub fn check_visible(policy: &crate::policy::Policy) -> Result<(), String> {
+    let named = policy
+        .binds
+        .iter()
+        .map(|b| ("--bind", &b.source))
+        .chain(policy.writable_roots.iter().map(|p| ("--write", p)))
+        .chain(policy.read_allows.iter().map(|p| ("--read-allow", p)))
+        .chain(policy.exec_allows.iter().map(|p| ("--exec-allow", p)));
+    for (flag, path) in named {
+        if hidden_from_caller(path) {
+            return Err(format!(
+                "{flag} {}: you cannot read it yourself, and the service grants nothing you could not",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// With the caller's file access: whether it may read the object at `path`
+/// whose (followed) metadata is `meta`, and search it if it is a directory.
+fn readable(path: &Path, meta: &std::fs::Metadata) -> bool {
+    let mode = if meta.is_dir() {
         libc::R_OK | libc::X_OK
     } else {
         libc::R_OK
@@ -113,7 +173,7 @@ pub fn may_read(path: &std::path::Path) -> bool {
     access(path, mode)
 }
 
-fn access(path: &std::path::Path, mode: libc::c_int) -> bool {
+fn access(path: &Path, mode: libc::c_int) -> bool {
     if caller().is_none() {
         return true;
     }

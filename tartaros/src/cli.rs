@@ -3,7 +3,7 @@
 //! Bad input of any kind exits 78 with one `tartaros:` line, so a harness can
 //! tell a refusal from the agent's own failure.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -168,16 +168,16 @@ fn run_command(mut args: RunArgs) -> i32 {
         Ok(policy) => policy,
         Err(e) => return end(exit::REFUSED, e.to_string()),
     };
+    // Run by the service, what the policy names is looked up with the
+    // caller's file access (so are the lookups in `build`): an answer must
+    // not tell the caller what lies where it cannot look itself.
+    if let Err(e) = crate::caller::check_visible(&policy) {
+        return end(exit::REFUSED, e);
+    }
     if let Some(log) = &args.log
-        && std::fs::symlink_metadata(log).is_ok()
+        && let Err(e) = log_is_new(log)
     {
-        return end(
-            exit::REFUSED,
-            format!(
-                "--log {} already exists; choose a new file (the log is append-only and never overwritten)",
-                log.display()
-            ),
-        );
+        return end(exit::REFUSED, e);
     }
     let log_buffer = match ring_size(args.log_buffer) {
         Ok(size) => size,
@@ -230,6 +230,23 @@ fn run_command(mut args: RunArgs) -> i32 {
     match runtime.block_on(run(request)) {
         Ok(code) => code,
         Err(refusal) => end(refusal.code, refusal.message),
+    }
+}
+
+/// Refuses a `--log` path that exists, or that the caller (the service's,
+/// with its own file access) cannot look at: the same line whether or not
+/// something is there behind a directory it may not search.
+fn log_is_new(log: &Path) -> Result<(), String> {
+    match crate::caller::as_caller(|| std::fs::symlink_metadata(log)) {
+        Ok(_) => Err(format!(
+            "--log {} already exists; choose a new file (the log is append-only and never overwritten)",
+            log.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!(
+            "--log {}: failed to look it up ({e}); choose a new file in a directory you can write",
+            log.display()
+        )),
     }
 }
 

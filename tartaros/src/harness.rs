@@ -3,6 +3,7 @@
 
 use std::io::BufRead;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::credentials::Identity;
@@ -78,8 +79,18 @@ pub fn announce_exit(announce: &Announce, exit: Exit) {
 
 /// Warns (as root) about PATH directories the agent's user cannot reach,
 /// e.g. a toolchain under a `0700` /root: its commands would be "not found".
+/// Run by the service, the lookups are the caller's: a directory the
+/// caller cannot tell is there counts as there, so that the warning says
+/// nothing of what lies where the caller cannot look.
 pub fn warn_unreachable_path(env: &[(String, String)], program: &str, identity: Identity) {
-    let mut dirs = crate::environment::unreachable_path_dirs(env, &|d| d.is_dir(), &|d| {
+    use crate::caller::{as_caller, caller};
+    let exists = |d: &Path| match as_caller(|| std::fs::metadata(d)) {
+        Ok(meta) => meta.is_dir(),
+        Err(e) => {
+            caller().is_some() && !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR))
+        }
+    };
+    let mut dirs = crate::environment::unreachable_path_dirs(env, &exists, &|d| {
         crate::environment::searchable_by(d, identity.uid, identity.gid)
     });
     dirs.sort();
@@ -95,7 +106,7 @@ pub fn warn_unreachable_path(env: &[(String, String)], program: &str, identity: 
     // The command itself, when only such a directory has it.
     let found = crate::environment::exec_candidates(program, path)
         .into_iter()
-        .find(|c| c.is_file());
+        .find(|c| as_caller(|| c.is_file()));
     match found {
         Some(file) if dirs.iter().any(|d| file.starts_with(d)) => crate::tt_warn!(
             "{} is {}, which the agent (uid {}) cannot reach; install it where that user can read it, or choose the user with --user",

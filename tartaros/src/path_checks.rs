@@ -4,7 +4,8 @@
 //! user gave, so a path that is or passes through a symlink is refused).
 //!
 //! Pure: the filesystem is asked through a closure, so every refusal is
-//! unit-tested.
+//! unit-tested. The host's closure asks it with the service caller's file
+//! access ([`host_read_link`]).
 
 use std::path::{Component, Path, PathBuf};
 
@@ -73,13 +74,17 @@ pub fn first_symlink(
     None
 }
 
-/// The host's answer for [`first_symlink`].
+/// The host's answer for [`first_symlink`]; run by the service, with the
+/// caller's file access: a link the caller cannot reach (a directory on the
+/// way it may not search) is not read, nor named in a refusal.
 pub fn host_read_link(path: &Path) -> Option<PathBuf> {
-    let meta = std::fs::symlink_metadata(path).ok()?;
-    if !meta.file_type().is_symlink() {
-        return None;
-    }
-    std::fs::read_link(path).ok()
+    crate::caller::as_caller(|| {
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        if !meta.file_type().is_symlink() {
+            return None;
+        }
+        std::fs::read_link(path).ok()
+    })
 }
 
 /// The one-line refusal for `flag path` passing through `found`, naming
@@ -122,9 +127,31 @@ pub fn check_given(
         return Ok(());
     }
     let named = lexical(given, cwd);
-    match first_symlink(&named, &host_read_link) {
-        Some(found) => Err(symlink_refusal(label, &named, &found, &resolve(&named))),
+    if let Some(found) = first_symlink(&named, &host_read_link) {
+        return Err(symlink_refusal(label, &named, &found, &resolve(&named)));
+    }
+    match host_lookup(&named) {
+        Some(e) => Err(format!(
+            "{label} {}: failed to look it up ({e}); name a path you can reach yourself",
+            named.display()
+        )),
         None => Ok(()),
+    }
+}
+
+/// Run by the service: why its caller cannot look `path` up, if it cannot,
+/// other than by its being absent. Behind a directory the caller may not
+/// search, the walk for symlinks sees none, whatever is there, and what
+/// the run did next would tell (a deny of a symlink fails at the mount):
+/// such a root or deny is refused the same way whether or not it exists
+/// (a deny there guards nothing the caller can reach today). A direct run
+/// looks with its own access, and tells its user nothing new.
+fn host_lookup(path: &Path) -> Option<std::io::Error> {
+    crate::caller::caller()?;
+    match crate::caller::as_caller(|| std::fs::symlink_metadata(path)) {
+        Ok(_) => None,
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => None,
+        Err(e) => Some(e),
     }
 }
 

@@ -79,7 +79,8 @@ impl HarnessArgs {
             return Ok(cwd.to_path_buf());
         };
         let dir = crate::policy::resolve(dir, cwd);
-        if !dir.is_dir() {
+        // With the service caller's file access, as `resolve`.
+        if !crate::caller::as_caller(|| dir.is_dir()) {
             return Err(format!(
                 "--chdir {} is not an existing directory; create it or name another",
                 dir.display()

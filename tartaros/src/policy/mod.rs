@@ -369,8 +369,15 @@ fn sorted<T: Ord>(items: Vec<T>) -> Vec<T> {
 
 /// Makes `path` absolute against `cwd`, folds `.` and `..` lexically, and
 /// resolves symlinks in the longest existing prefix so that the mounts and
-/// Landlock rules land on the object the agent will actually reach.
+/// Landlock rules land on the object the agent will actually reach. Run by
+/// the service, with the caller's file access: the longest prefix the
+/// caller can reach, so that no symlink is followed (and shown in a
+/// message) where the caller could not follow it itself.
 pub fn resolve(path: &Path, cwd: &Path) -> PathBuf {
+    crate::caller::as_caller(|| resolve_here(path, cwd))
+}
+
+fn resolve_here(path: &Path, cwd: &Path) -> PathBuf {
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -436,12 +443,24 @@ fn check_ports(policy: &Policy) -> Result<(), PolicyError> {
 
 fn check_paths(policy: &Policy) -> Result<(), PolicyError> {
     for root in &policy.writable_roots {
-        if !root.exists() {
-            return Err(invalid(format!(
-                "writable root {} does not exist; create it first or drop --write {}",
-                root.display(),
-                root.display()
-            )));
+        // With the caller's file access, as `resolve`: behind a directory
+        // the caller may not search, whether it exists is not said.
+        match crate::caller::as_caller(|| root.try_exists()) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(invalid(format!(
+                    "writable root {} does not exist; create it first or drop --write {}",
+                    root.display(),
+                    root.display()
+                )));
+            }
+            Err(e) => {
+                return Err(invalid(format!(
+                    "writable root {}: failed to look it up ({e}); name a directory you can reach, or drop --write {}",
+                    root.display(),
+                    root.display()
+                )));
+            }
         }
         if root == Path::new("/") {
             return Err(invalid(

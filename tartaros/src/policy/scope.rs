@@ -93,7 +93,8 @@ pub fn check(policy: &Policy) -> Result<(), PolicyError> {
                 "--tmpfs / would hide the whole system; name a directory".into(),
             ));
         }
-        if !dir.is_dir() {
+        // Looked up with the service caller's file access, as `resolve`.
+        if !crate::caller::as_caller(|| dir.is_dir()) {
             return Err(invalid(format!(
                 "--tmpfs {} is not an existing directory; create it first",
                 dir.display()
@@ -116,10 +117,12 @@ pub fn check(policy: &Policy) -> Result<(), PolicyError> {
         }
     }
     for bind in &policy.binds {
-        let (Ok(source), Ok(target)) = (
-            std::fs::metadata(&bind.source),
-            std::fs::metadata(&bind.target),
-        ) else {
+        let (Ok(source), Ok(target)) = crate::caller::as_caller(|| {
+            (
+                std::fs::metadata(&bind.source),
+                std::fs::metadata(&bind.target),
+            )
+        }) else {
             return Err(invalid(format!(
                 "--bind {} {}: both paths must exist (create the target first)",
                 bind.source.display(),

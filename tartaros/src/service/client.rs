@@ -81,10 +81,18 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
     }
     let rights = [ControlMessage::ScmRights(&fds)];
     let iov = [std::io::IoSlice::new(&bytes[..4])];
-    if let Err(e) = sendmsg::<()>(conn.as_raw_fd(), &iov, &rights, MsgFlags::empty(), None) {
-        return fail(format!("failed to send the run to the service: {e}"));
-    }
-    if let Err(e) = (&mut &*conn).write_all(&bytes[4..]) {
+    let sent = sendmsg::<()>(conn.as_raw_fd(), &iov, &rights, MsgFlags::empty(), None)
+        .map_err(std::io::Error::from)
+        .and_then(|_| (&mut &*conn).write_all(&bytes[4..]));
+    if let Err(e) = sent {
+        // A busy service refuses before reading anything and closes: its
+        // one line, if it sent one, says more than the broken pipe. (A
+        // bound on the wait, should the connection still be open.)
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+        if let Ok(Message::Refused { code, message }) = frame::read::<Message>(&mut &*conn) {
+            eprintln!("tartaros: {}", frame::one_line(&message));
+            return code;
+        }
         return fail(format!("failed to send the run to the service: {e}"));
     }
     forward_signals(conn);

@@ -5,7 +5,8 @@
 //! - [`server`]: accepts connections on a unix socket and starts one
 //!   worker process per connection (a fresh exec of our binary, dying with
 //!   the service), handing it the maps of the eBPF programs it loaded once
-//!   ([`programs`]);
+//!   ([`programs`]), and refusing connections over the bounds on workers
+//!   still reading their request ([`pending`]);
 //! - [`worker`]: authenticates the caller (`SO_PEERCRED`, `SO_PEERGROUPS`),
 //!   takes its stdio, and runs the ordinary `tartaros run` path as root with
 //!   the caller's identity for the agent and the caller's file access for
@@ -18,6 +19,7 @@
 
 pub mod client;
 pub mod frame;
+pub mod pending;
 pub mod programs;
 pub mod server;
 pub mod worker;

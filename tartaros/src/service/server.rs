@@ -1,15 +1,23 @@
 //! The service's listener: a unix socket that every user may connect to
 //! (authentication is the worker's, from the kernel's peer credentials),
-//! and one worker process per connection. Workers die with the service
+//! and one worker process per connection, within the bounds of
+//! [`super::pending`] for workers still reading their request (a
+//! connection over them gets a one-line refusal from the service itself,
+//! and the service goes on serving the others). Workers die with the service
 //! (`PR_SET_PDEATHSIG`), and so, through their own death signals and
 //! janitors, do their sandboxes: no sandbox outlives the service
 //! unsupervised.
 
-use std::os::fd::AsRawFd;
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+
+use super::frame::{self, Message};
+use super::pending::{Pending, STARTED_FD_ENV};
+use crate::exit;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
@@ -82,16 +90,22 @@ fn accept_loop(
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     eprintln!("tartaros: service listening on {}", socket.display());
     let exe = std::env::current_exe().map_err(prepare)?;
+    let mut pending = Pending::default();
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
+        let Some((uid, started_read, started_write)) = admit(&conn, &mut pending) else {
+            continue;
+        };
         // The maps the worker inherits, a ring ready for it, and the
         // manifest naming them.
         let given = programs.as_ref().map(|p| p.for_worker());
         let fd = conn.as_raw_fd();
+        let started_fd = started_write.as_raw_fd();
         let mut command = std::process::Command::new(&exe);
         command
             .arg(super::WORKER_ARG)
             .env_clear()
+            .env(STARTED_FD_ENV, started_fd.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::inherit());
@@ -103,8 +117,9 @@ fn accept_loop(
             None => Vec::new(),
         };
         // SAFETY: between fork and exec only async-signal-safe calls: the
-        // connection onto fd 3, the maps' descriptors kept open across the
-        // exec (fcntl on the child's own table), and the death signal.
+        // connection onto fd 3, the maps' descriptors and the "started"
+        // pipe kept open across the exec (fcntl on the child's own table),
+        // and the death signal.
         unsafe {
             command.pre_exec(move || {
                 // dup2 onto itself would keep close-on-exec.
@@ -116,16 +131,20 @@ fn accept_loop(
                 if placed < 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                for map in &shared_fds {
-                    if libc::fcntl(*map, libc::F_SETFD, 0) < 0 {
+                for kept in shared_fds.iter().chain([&started_fd]) {
+                    if libc::fcntl(*kept, libc::F_SETFD, 0) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
                 Ok(())
             });
         }
-        match command.spawn() {
+        let spawned = command.spawn();
+        // The worker holds its end now; the service keeps only the read end.
+        drop(started_write);
+        match spawned {
             Ok(child) => {
+                pending.add(uid, started_read);
                 if let (Some(p), Some(given)) = (programs.as_ref(), given) {
                     p.started(child.id(), given);
                 }
@@ -141,4 +160,43 @@ fn accept_loop(
         drop(conn);
     }
     Ok(())
+}
+
+/// The caller's uid and the two ends of the "started" pipe for a worker of
+/// this connection, or `None` when the connection was refused here (too
+/// many workers still reading their request, or no peer credentials).
+fn admit(conn: &UnixStream, pending: &mut Pending) -> Option<(u32, OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let refuse = |message: String| {
+        // Never blocks the accept loop: the frame is small and the
+        // connection new, and a client that cannot take it loses it.
+        let _ = conn.set_nonblocking(true);
+        if let Ok(bytes) = frame::encode(&Message::Refused {
+            code: exit::START_FAILURE,
+            message,
+        }) {
+            let _ = (&mut &*conn).write_all(&bytes);
+        }
+    };
+    let uid = match getsockopt(conn, PeerCredentials) {
+        Ok(cred) => cred.uid(),
+        Err(e) => {
+            refuse(format!("failed to read the caller's credentials: {e}"));
+            return None;
+        }
+    };
+    if let Err(message) = pending.admit(uid) {
+        refuse(message);
+        return None;
+    }
+    match super::pending::channel() {
+        Ok((read, write)) => Some((uid, read, write)),
+        Err(e) => {
+            eprintln!("tartaros: service: failed to start a worker: {e}");
+            refuse(format!(
+                "failed to start a worker: {e}; see the service's own log"
+            ));
+            None
+        }
+    }
 }

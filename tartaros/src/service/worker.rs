@@ -13,19 +13,31 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
 
 use super::frame::{self, MAX_FRAME, Message, Request};
+use super::pending::Started;
 use crate::caller::{Caller, as_caller};
 use crate::exit::{self, Refusal};
 
-/// How long a client may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send its whole request, from the
+/// worker's start: an absolute deadline, not one per read, so that a
+/// request trickled in a byte at a time is cut off too.
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Past the deadline by this much, a worker still without its request
+/// ends by SIGALRM: a stall the deadline did not foresee must not keep a
+/// root process (and a pending slot of the caller's) for ever.
+const REQUEST_BACKSTOP: Duration = Duration::from_secs(5);
 
 /// Runs the worker; never returns.
 pub fn main() -> ! {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    // SAFETY: alarm takes a plain integer; SIGALRM's default action ends
+    // the process, and `serve` cancels it once the request is in.
+    unsafe { libc::alarm((REQUEST_TIMEOUT + REQUEST_BACKSTOP).as_secs() as libc::c_uint) };
+    let started = Started::from_env();
     // SAFETY: the service placed the connection on fd 3 for us alone.
     let conn = unsafe { UnixStream::from_raw_fd(3) };
     set_cloexec(3);
@@ -34,7 +46,7 @@ pub fn main() -> ! {
     if let Err(e) = crate::ebpf::shared::adopt_from_env() {
         eprintln!("tartaros: service worker: warning: {e}; loading the eBPF programs for this run");
     }
-    let code = match serve(&conn) {
+    let code = match serve(&conn, deadline, started) {
         Ok(code) => {
             let _ = send(&conn, &Message::Exit(code));
             code
@@ -57,13 +69,15 @@ fn refuse(message: impl std::fmt::Display) -> Refusal {
     Refusal::new(exit::REFUSED, message)
 }
 
-fn serve(conn: &UnixStream) -> Result<i32, Refusal> {
+fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, Refusal> {
     let caller = peer(conn)?;
-    conn.set_read_timeout(Some(REQUEST_TIMEOUT))
-        .map_err(|e| refuse(format!("failed to set a timeout: {e}")))?;
-    let (request, stdio) = receive(conn)?;
+    let (request, stdio) = receive(conn, deadline)?;
     conn.set_read_timeout(None)
         .map_err(|e| refuse(format!("failed to clear a timeout: {e}")))?;
+    // SAFETY: alarm(0) only cancels the backstop set in `main`.
+    unsafe { libc::alarm(0) };
+    // No longer pending: the request is in.
+    started.report();
     if request.version != frame::VERSION {
         return Err(refuse(format!(
             "the service speaks version {} and this tartaros {}; use the same version of both",
@@ -191,9 +205,32 @@ fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
     })
 }
 
-/// The request frame and the three descriptors sent with its first bytes.
-fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
+/// The refusal of a request that did not arrive whole by the deadline.
+fn too_slow() -> Refusal {
+    refuse(format!(
+        "the request did not arrive within {} seconds; send it whole at once",
+        REQUEST_TIMEOUT.as_secs()
+    ))
+}
+
+/// Bounds the next read on `conn` by what is left until `deadline`: a
+/// read waits at most that long, so the reads of one request together do.
+fn bound_read(conn: &UnixStream, deadline: Instant) -> Result<(), Refusal> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(too_slow());
+    }
+    conn.set_read_timeout(Some(left))
+        .map_err(|e| refuse(format!("failed to set a timeout: {e}")))
+}
+
+/// The request frame and the three descriptors sent with its first bytes,
+/// all by `deadline`.
+fn receive(conn: &UnixStream, deadline: Instant) -> Result<(Request, Vec<OwnedFd>), Refusal> {
     let bad = |what: &str| refuse(format!("a malformed request: {what}"));
+    // One recvmsg for the head: the kernel counts its timeout down over
+    // the waits of a MSG_WAITALL read.
+    bound_read(conn, deadline)?;
     let mut head = [0u8; 4];
     let mut space = nix::cmsg_space!([RawFd; 4]);
     let mut fds: Vec<OwnedFd> = Vec::new();
@@ -205,7 +242,10 @@ fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
             Some(&mut space),
             MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_WAITALL,
         )
-        .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
+        .map_err(|e| match e {
+            nix::errno::Errno::EAGAIN => too_slow(),
+            e => refuse(format!("failed to read the request: {e}")),
+        })?;
         let cmsgs = msg
             .cmsgs()
             .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
@@ -221,7 +261,11 @@ fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
         (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC))
     };
     if got != 4 {
-        return Err(bad("it ended early"));
+        return Err(if Instant::now() >= deadline {
+            too_slow()
+        } else {
+            bad("it ended early")
+        });
     }
     if truncated || !(3..=4).contains(&fds.len()) {
         return Err(bad(
@@ -233,8 +277,24 @@ fn receive(conn: &UnixStream) -> Result<(Request, Vec<OwnedFd>), Refusal> {
         return Err(bad("it is too large"));
     }
     let mut body = vec![0u8; len];
-    std::io::Read::read_exact(&mut &*conn, &mut body)
-        .map_err(|e| refuse(format!("failed to read the request: {e}")))?;
+    let mut filled = 0;
+    while filled < len {
+        bound_read(conn, deadline)?;
+        match std::io::Read::read(&mut &*conn, &mut body[filled..]) {
+            Ok(0) => return Err(bad("it ended early")),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(too_slow());
+            }
+            Err(e) => return Err(refuse(format!("failed to read the request: {e}"))),
+        }
+    }
     let request: Request = serde_json::from_slice(&body).map_err(|e| bad(&format!("{e}")))?;
     Ok((request, fds))
 }
