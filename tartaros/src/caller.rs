@@ -91,9 +91,16 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
             std::process::exit(crate::exit::START_FAILURE);
         }
     }
+    // The fsuid change drops only the file capabilities from the
+    // effective set: CAP_SYS_PTRACE would still follow another user's
+    // `/proc/<pid>/cwd` for the caller. None are in effect for `f`.
+    let effective = effective_caps(None);
     TAKEN.set(true);
     let result = f();
     TAKEN.set(false);
+    if let Some(saved) = effective {
+        effective_caps(Some(saved));
+    }
     // SAFETY: as above; back to root's file access.
     unsafe {
         libc::syscall(libc::SYS_setfsuid, 0);
@@ -107,6 +114,58 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
         }
     }
     result
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3` and its two 32-bit words per set.
+const CAP_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// With `None`, empties this thread's effective capabilities and returns
+/// what they were (the permitted set stays, so they can come back); with
+/// `Some`, puts them back. Ends the worker when they cannot be emptied:
+/// acting for a caller with root's capabilities would fail open.
+fn effective_caps(restore: Option<[u32; 2]>) -> Option<[u32; 2]> {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: raw capget/capset on this thread with a header and two data
+    // words we own (glibc has no per-thread wrapper).
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if got != 0 {
+        fail_closed();
+    }
+    let saved = [data[0].effective, data[1].effective];
+    let [low, high] = restore.unwrap_or([0, 0]);
+    data[0].effective = low;
+    data[1].effective = high;
+    // SAFETY: as above.
+    let set = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if set != 0 && restore.is_none() {
+        fail_closed();
+    }
+    Some(saved)
+}
+
+fn fail_closed() -> ! {
+    crate::warn::say(format_args!(
+        "failed to take on the caller's file access; ending the run"
+    ));
+    std::process::exit(crate::exit::START_FAILURE);
 }
 
 /// Whether the service's caller may create entries in `dir` (true outside a

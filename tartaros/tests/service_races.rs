@@ -86,3 +86,43 @@ fn a_bind_source_swapped_for_a_symlink_never_shows_a_root_only_file() {
     let _ = flipper.wait();
     assert_eq!(ran, 300, "every attempt ended");
 }
+
+#[test]
+fn a_sandboxed_agent_cannot_ask_a_service_started_after_its_run_for_more() {
+    if !can_run("sandboxed_caller") {
+        return;
+    }
+    let home = owned_dir(CAROL);
+    let escaped = home.join("escaped");
+    let socket_dir = Dir::new();
+    std::fs::set_permissions(socket_dir.path(), PermissionsExt::from_mode(0o755)).unwrap();
+    let socket = socket_dir.join("tartaros.sock");
+    // On the user-namespace path (no service when it starts), only the
+    // sockets listening at the start are hidden: this one comes later.
+    let inner = format!(
+        "sleep 2; TARTAROS_SERVICE={} {} run -q --write {} -- touch {}; echo inner=$?",
+        socket.display(),
+        bin(),
+        home.path().display(),
+        escaped.display()
+    );
+    let outer = tartaros_as(CAROL, &["run", "-q", "--", "sh", "-c", &inner], home.path())
+        .env("TARTAROS_SERVICE", home.join("none.sock"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the outer run");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let service = Service::start_in(socket_dir);
+    let out = outer.wait_with_output().unwrap();
+    drop(service);
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(
+        !escaped.exists(),
+        "the inner run wrote outside the sandbox: {text}"
+    );
+    assert!(
+        text.contains("inside a sandbox") || text.contains("inside a TartarOS sandbox"),
+        "{text}"
+    );
+}

@@ -7,7 +7,8 @@
 //!   the service), handing it the maps of the eBPF programs it loaded once
 //!   ([`programs`]), and refusing connections over the bounds on workers
 //!   still reading their request ([`pending`]);
-//! - [`worker`]: authenticates the caller (`SO_PEERCRED`, `SO_PEERGROUPS`),
+//! - [`worker`]: authenticates the caller (`SO_PEERCRED`, `SO_PEERGROUPS`;
+//!   a caller that is itself a sandboxed agent is refused, [`sandboxed`]),
 //!   takes its stdio, and runs the ordinary `tartaros run` path as root with
 //!   the caller's identity for the agent and the caller's file access for
 //!   everything it creates on the caller's behalf (the log, placeholders);
@@ -21,6 +22,7 @@ pub mod client;
 pub mod frame;
 pub mod pending;
 pub mod programs;
+pub mod sandboxed;
 pub mod server;
 pub mod worker;
 

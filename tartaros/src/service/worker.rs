@@ -180,6 +180,11 @@ fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
     if rc != 0 {
         return Err(refuse("failed to read the caller's credentials"));
     }
+    let facts = super::sandboxed::facts_of(conn, cred.pid)
+        .ok_or_else(|| refuse("the caller exited before it could be checked"))?;
+    if let Some(why) = super::sandboxed::refusal(&facts) {
+        return Err(refuse(why));
+    }
     let mut groups = vec![0 as libc::gid_t; crate::caller::MAX_GROUPS];
     let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
     // SAFETY: a valid socket, buffer and length.

@@ -24,7 +24,11 @@ pub struct Service {
 
 impl Service {
     pub fn start() -> Self {
-        let dir = Dir::new();
+        Self::start_in(Dir::new())
+    }
+
+    /// [`Self::start`] with its socket at `dir`/tartaros.sock.
+    pub fn start_in(dir: Dir) -> Self {
         let socket = dir.join("tartaros.sock");
         let errors = std::fs::File::create(dir.join("service.err")).expect("service.err");
         let child = Command::new(bin())
