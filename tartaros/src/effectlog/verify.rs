@@ -292,7 +292,7 @@ impl Chain {
         // so, so the reviewer knows which files the tree check cannot cover.
         let unhashed = if self.unhashed > 0 {
             format!(
-                "; the seal has no hash for {} changed files (over its size or count bounds)",
+                "; the seal has no hash for {} changed files (over its bounds, or with no name it could open)",
                 self.unhashed
             )
         } else {
