@@ -40,6 +40,8 @@
 #[cfg(target_arch = "bpf")]
 mod capture;
 #[cfg(target_arch = "bpf")]
+mod classify;
+#[cfg(target_arch = "bpf")]
 mod fdpath;
 #[cfg(target_arch = "bpf")]
 mod filter;

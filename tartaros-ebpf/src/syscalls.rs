@@ -28,10 +28,11 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tartaros_common::capture::{
-    ADDR_BYTES, AT_FDCWD, AT_REMOVEDIR, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT,
-    call_shape, effect, flag, ioctl, nr, oflag, record,
+    ADDR_BYTES, AT_FDCWD, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT, call_shape,
+    effect, flag, ioctl, nr, record,
 };
 
+use crate::classify::classify;
 use crate::maps::{captured_run, count_lost, read_kernel};
 use crate::sysemit::emit;
 use crate::task_storage::TaskStorage;
@@ -63,13 +64,13 @@ pub(crate) struct Call {
     pub(crate) fd2: i32,
     pub(crate) flags: u32,
     /// User pointer of the (first) path or of the socket address.
-    ptr: u64,
+    pub(crate) ptr: u64,
     /// User pointer of the second string.
-    ptr2: u64,
+    pub(crate) ptr2: u64,
     /// Address length (`SYS_ADDR`).
-    len: u32,
+    pub(crate) len: u32,
     /// One of [`when`].
-    when: u32,
+    pub(crate) when: u32,
     pub(crate) args: [u64; 3],
 }
 
@@ -110,7 +111,7 @@ static SYSCALL_TABLE: [u32; SYSCALL_KINDS as usize] = call_shape::TABLE;
 
 /// The table's entry of `n`; 0 (no kind, decided in code) past its end.
 #[inline(always)]
-fn table_entry(n: u64) -> u32 {
+pub(crate) fn table_entry(n: u64) -> u32 {
     if n >= SYSCALL_KINDS as u64 {
         return 0;
     }
@@ -130,7 +131,7 @@ static PENDING: TaskStorage<Pending> = TaskStorage::new();
 
 impl Call {
     #[inline(always)]
-    const fn new(effect: u16, record: u16) -> Self {
+    pub(crate) const fn new(effect: u16, record: u16) -> Self {
         Self {
             effect,
             record,
@@ -146,7 +147,7 @@ impl Call {
     }
 
     #[inline(always)]
-    const fn path(effect: u16, fd: i32, ptr: u64, args: [u64; 3]) -> Self {
+    pub(crate) const fn path(effect: u16, fd: i32, ptr: u64, args: [u64; 3]) -> Self {
         let mut c = Self::new(effect, record::SYS_PATH);
         c.fd = fd;
         c.ptr = ptr;
@@ -155,7 +156,7 @@ impl Call {
     }
 
     #[inline(always)]
-    const fn plain(effect: u16, fd: i32, args: [u64; 3]) -> Self {
+    pub(crate) const fn plain(effect: u16, fd: i32, args: [u64; 3]) -> Self {
         let mut c = Self::new(effect, record::SYS);
         c.fd = fd;
         c.args = args;
@@ -163,7 +164,7 @@ impl Call {
     }
 
     #[inline(always)]
-    const fn addr(effect: u16, fd: i32, ptr: u64, len: u64, args: [u64; 3]) -> Self {
+    pub(crate) const fn addr(effect: u16, fd: i32, ptr: u64, len: u64, args: [u64; 3]) -> Self {
         let mut c = Self::new(effect, record::SYS_ADDR);
         c.fd = fd;
         c.ptr = ptr;
@@ -177,7 +178,7 @@ impl Call {
     }
 
     #[inline(always)]
-    const fn only(mut self, when: u32) -> Self {
+    pub(crate) const fn only(mut self, when: u32) -> Self {
         self.when = when;
         self
     }
@@ -414,184 +415,8 @@ fn wanted(when: u32, ret: i64) -> bool {
     }
 }
 
-/// Decides whether syscall `nr` with arguments `a` is recorded, and how.
-/// x86_64 numbering; the kinds, and the fields of every call not decided
-/// by its arguments' values, come from `SYSCALL_TABLE`.
 #[inline(always)]
-fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
-    if nr > u32::MAX as u64 {
-        return None;
-    }
-    let n = nr as u32;
-    let entry = table_entry(nr);
-    let e = call_shape::kind_of(entry);
-    let described = entry & call_shape::DESCRIPTOR_MASK;
-    let mut call = if described != call_shape::SPECIAL {
-        let mut c = from_shape(e, described, a);
-        // Calls on a descriptor alone: named by the kernel's file at exit,
-        // not by a `/proc/<pid>/fd` lookup after another thread may have
-        // put another file at that number.
-        if matches!(n, nr::FTRUNCATE | nr::FCHMOD | nr::FCHOWN) {
-            c.record = record::SYS_FILE;
-        }
-        c
-    } else {
-        special(n, e, a)?
-    };
-    if call.record == record::SYS_FILE {
-        // The fd's file now, to compare with the one named at exit.
-        call.args[2] = crate::fdpath::file_at_entry(call.fd);
-    }
-    Some(call)
-}
-
-/// The calls whose record depends on their arguments' values.
-#[inline(always)]
-fn special(n: u32, e: u16, a: [u64; 6]) -> Option<Call> {
-    let fd = |v: u64| v as i32;
-    let call = match n {
-        nr::OPEN => open_call(AT_FDCWD, a[0], a[1], a[2]),
-        nr::OPENAT => open_call(fd(a[0]), a[1], a[2], a[3]),
-        nr::CREAT => open_call(AT_FDCWD, a[0], oflag::CREAT_FLAGS, a[1]),
-        // struct open_how { u64 flags; u64 mode; u64 resolve; }, read here
-        // once: the kernel has copied it before any lookup.
-        // Recorded whatever the flags say: they are in the agent's memory,
-        // and a thread flipping them between this read and the kernel's
-        // (or a page the kernel faults in and this read cannot) could pass
-        // a write-open off as a read-only one. So the returned descriptor
-        // is always looked at: `sys_exit` names its file when the kernel
-        // opened it for writing.
-        nr::OPENAT2 => {
-            let mut c = match read_user::<[u64; 2]>(a[2]) {
-                Some(how) => open_call(fd(a[0]), a[1], how[0], how[1]).only(when::ALWAYS),
-                None => {
-                    let mut c = Call::path(e, fd(a[0]), a[1], [0; 3]);
-                    c.flags = flag::ADDR_UNREADABLE;
-                    c
-                }
-            };
-            c.flags |= flag::OPENS_FILE;
-            c
-        }
-        nr::UNLINKAT => {
-            let e = if a[2] & AT_REMOVEDIR != 0 {
-                effect::RMDIR
-            } else {
-                effect::UNLINK
-            };
-            Call::path(e, fd(a[0]), a[1], [a[2], 0, 0])
-        }
-        // utimensat(fd, NULL, ...) is futimens(fd): named like fchmod.
-        nr::UTIMENSAT if a[1] == 0 => {
-            let mut c = Call::plain(e, fd(a[0]), [a[3], 0, 0]);
-            c.record = record::SYS_FILE;
-            c
-        }
-        nr::UTIMENSAT => Call::path(e, fd(a[0]), a[1], [a[3], 0, 0]),
-        nr::IOCTL if ioctl::sets_flags(a[1]) => {
-            let value = read_user::<u32>(a[2]).map(u64::from).unwrap_or(u64::MAX);
-            let mut c = Call::plain(e, fd(a[0]), [a[1], value, 0]);
-            c.record = record::SYS_FILE;
-            c
-        }
-        nr::CONNECT | nr::BIND => Call::addr(e, fd(a[0]), a[1], a[2], [0; 3]),
-        // Without a destination it is a send on a connected socket, whose
-        // destination was recorded at connect.
-        nr::SENDTO if a[4] == 0 => return None,
-        nr::SENDTO => Call::addr(e, fd(a[0]), a[4], a[5], [a[3], 0, 0]),
-        // struct msghdr { void *msg_name; int msg_namelen; ... }; sendmmsg's
-        // first struct mmsghdr starts with one.
-        nr::SENDMSG | nr::SENDMMSG => {
-            let extra = if n == nr::SENDMMSG {
-                [a[3], a[2], 0]
-            } else {
-                [a[2], 0, 0]
-            };
-            match read_user::<[u64; 2]>(a[1]) {
-                Some(m) if m[0] == 0 => return None,
-                Some(m) => Call::addr(e, fd(a[0]), m[0], m[1] & 0xffff_ffff, extra),
-                None => {
-                    let mut c = Call::addr(e, fd(a[0]), 0, 0, extra);
-                    c.flags = flag::ADDR_UNREADABLE;
-                    c
-                }
-            }
-        }
-        // The other ioctls, and anything the supervisor gave no shape.
-        _ => return None,
-    };
-    Some(call)
-}
-
-/// The call of descriptor `d` (`call_shape`): each field is an argument
-/// register or a constant, picked by index.
-#[inline(always)]
-fn from_shape(effect: u16, d: u32, a: [u64; 6]) -> Call {
-    const NONE: u32 = call_shape::src::NONE as u32;
-    const CWD: u32 = call_shape::src::CWD as u32;
-    const _: () = assert!(NONE == 6 && CWD == 7);
-    // Sources NONE and CWD: 0 and 1, or for a descriptor -1 and AT_FDCWD.
-    let v = [a[0], a[1], a[2], a[3], a[4], a[5], 0, 1];
-    let value = |shift: u32| v[((d >> shift) & 7) as usize];
-    let fd = |shift: u32| match (d >> shift) & 7 {
-        NONE => -1,
-        CWD => AT_FDCWD,
-        s => v[s as usize] as i32,
-    };
-    Call {
-        effect,
-        record: call_shape::record_of(d),
-        fd: fd(call_shape::FD_SHIFT),
-        fd2: fd(call_shape::FD2_SHIFT),
-        flags: 0,
-        ptr: value(call_shape::PTR_SHIFT),
-        ptr2: value(call_shape::PTR2_SHIFT),
-        len: 0,
-        when: (d >> 2) & 3,
-        args: [
-            value(call_shape::ARGS_SHIFT),
-            value(call_shape::ARGS_SHIFT + 3),
-            value(call_shape::ARGS_SHIFT + 6),
-        ],
-    }
-}
-
-/// Opens are recorded when they may write (write access, create, truncate,
-/// tmpfile), and read-only opens only when they were refused (EACCES /
-/// EPERM): the denied reads.
-#[inline(always)]
-fn open_call(fd: i32, path: u64, flags: u64, mode: u64) -> Call {
-    let path_only = flags & oflag::O_PATH != 0;
-    let access = flags & oflag::O_ACCMODE;
-    let creates = flags & (oflag::O_CREAT | oflag::O_TMPFILE_BIT) != 0;
-    let truncates = flags & oflag::O_TRUNC != 0;
-    let writes = !path_only && (access != 0 || creates || truncates);
-    let e = if !writes {
-        effect::OPEN
-    } else if creates {
-        effect::CREATE
-    } else if truncates {
-        effect::TRUNCATE
-    } else {
-        effect::OPEN
-    };
-    let mut call = Call::path(e, fd, path, [flags, mode, 0]);
-    if writes {
-        // A truncating open of an existing file sends FAN_MODIFY, which
-        // names it (the join); the others may send nothing: `sys_exit`
-        // names them by the descriptor (`sysemit::emit`). File churn
-        // (`O_CREAT | O_TRUNC`) so pays no descriptor lookup.
-        if !truncates {
-            call.flags = flag::OPENS_FILE;
-        }
-        call
-    } else {
-        call.only(when::REFUSED)
-    }
-}
-
-#[inline(always)]
-fn read_user<T>(addr: u64) -> Option<T> {
+pub(crate) fn read_user<T>(addr: u64) -> Option<T> {
     // SAFETY: bpf_probe_read_user checks the address and fails cleanly.
     unsafe { aya_ebpf::helpers::bpf_probe_read_user(addr as *const T) }.ok()
 }

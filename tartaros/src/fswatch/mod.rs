@@ -19,6 +19,7 @@
 mod content;
 mod join;
 mod notify;
+mod pairing;
 mod place;
 mod queue;
 mod touched;
