@@ -168,12 +168,6 @@ fn fail_closed() -> ! {
     std::process::exit(crate::exit::START_FAILURE);
 }
 
-/// Whether the service's caller may create entries in `dir` (true outside a
-/// service worker): the kernel's own check, with the caller's file access.
-pub fn may_create_in(dir: &Path) -> bool {
-    access(dir, libc::W_OK | libc::X_OK)
-}
-
 /// Whether the service's caller may read `path` itself (true outside a
 /// service worker): reach it through every directory on the way, and read
 /// it (a directory: read and search it). A bind of it into the sandbox must

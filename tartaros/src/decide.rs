@@ -325,9 +325,14 @@ fn absent_denies(
             )?;
             continue;
         }
+        // Only below the root the placeholder belongs to; a deny under a
+        // private /tmp or a tmpfs alone is hidden from the sandbox anyway.
+        let Some((root, _)) = crate::materialize::anchor(policy, path) else {
+            continue;
+        };
         let mut missing: Vec<PathBuf> = path
             .ancestors()
-            .take_while(|a| files.stat(a, false).is_none())
+            .take_while(|a| *a != root && files.stat(a, false).is_none())
             .map(Path::to_path_buf)
             .collect();
         missing.reverse();

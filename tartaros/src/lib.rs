@@ -13,6 +13,7 @@ pub mod config;
 pub mod credentials;
 pub mod debris;
 pub mod decide;
+pub mod deputy;
 pub mod devfs;
 pub mod doctor;
 pub mod doctor_report;

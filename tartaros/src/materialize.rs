@@ -17,13 +17,17 @@
 //!
 //! Placeholders are owned by the agent's user, so its ordinary tools can
 //! create what they need around a denied path (`git init` beside a
-//! write-denied `.git/hooks`).
+//! write-denied `.git/hooks`). The agent (or the service's caller) can
+//! change the tree while root makes them, so they are made by descriptor
+//! from the writable root down, never through a symlink, with the caller's
+//! file access (deputy.rs), and never outside the root ([`anchor`]).
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use crate::credentials::Identity;
 use crate::policy::Policy;
@@ -275,7 +279,7 @@ pub fn materialize(
         .read_denies
         .iter()
         .chain(&policy.write_denies)
-        .filter(|p| policy.is_writable(p))
+        .filter(|p| anchor(policy, p).is_some())
         .collect();
     denies.sort();
     denies.dedup();
@@ -288,7 +292,7 @@ pub fn materialize(
     placeholders.registry = Some(dir);
     for path in denies {
         let marker_path = registry.marker(path);
-        if std::fs::symlink_metadata(path).is_ok() {
+        if crate::caller::as_caller(|| std::fs::symlink_metadata(path).is_ok()) {
             // Someone's placeholder (or a crashed run's): share it.
             if let Ok(marker) = File::open(&marker_path) {
                 flock(&marker, libc::LOCK_SH).map_err(|e| MaterializeError::Registry {
@@ -307,7 +311,10 @@ pub fn materialize(
         if !policy.materialize_absent_handoff {
             continue;
         }
-        let created = create(path, owner)?;
+        let Some((root, names)) = anchor(policy, path) else {
+            continue;
+        };
+        let created = create(root, &names, owner)?;
         let failed = |source| MaterializeError::Create {
             path: path.clone(),
             source,
@@ -332,43 +339,46 @@ pub fn materialize(
     Ok(placeholders)
 }
 
-/// Creates `path` and its missing parents; returns them outermost first.
-fn create(path: &Path, owner: Option<Identity>) -> Result<Vec<PathBuf>, MaterializeError> {
-    let mut missing: Vec<&Path> = path
-        .ancestors()
-        .take_while(|a| std::fs::symlink_metadata(a).is_err())
-        .collect();
-    missing.reverse();
-    // Run by the service for a caller: never where the caller could not
-    // create it itself.
-    if let Some(first) = missing.first()
-        && let Some(parent) = first.parent()
-        && !crate::caller::may_create_in(parent)
-    {
-        return Err(MaterializeError::Create {
-            path: first.to_path_buf(),
-            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
-        });
-    }
-    let mut created: Vec<PathBuf> = Vec::new();
-    for dir in missing {
-        let made = std::fs::create_dir(dir).and_then(|()| match owner {
-            Some(who) => std::os::unix::fs::lchown(dir, Some(who.uid), Some(who.gid)),
-            None => Ok(()),
-        });
-        if let Err(source) = made {
-            remove_placeholder(dir);
-            for done in created.iter().rev() {
-                remove_placeholder(done);
-            }
-            return Err(MaterializeError::Create {
-                path: dir.to_path_buf(),
-                source,
-            });
-        }
-        created.push(dir.to_path_buf());
-    }
-    Ok(created)
+/// Where the placeholder for the deny `path` may be made: the writable root
+/// it lies in (the innermost, when roots nest) and the names below it, each
+/// a plain component. None when no root the sandbox shows holds it (a deny
+/// only under a private /tmp or a `--tmpfs`, where the sandbox never sees
+/// the host's path) or when it names `.` or `..`: a placeholder is never
+/// made outside the root it belongs to.
+pub fn anchor<'a>(policy: &'a Policy, path: &'a Path) -> Option<(&'a Path, Vec<&'a OsStr>)> {
+    let root = policy
+        .writable_roots
+        .iter()
+        .filter(|root| root.is_absolute() && path.starts_with(root))
+        .filter(|root| !(policy.private_tmp && root.as_path() == Path::new("/tmp")))
+        .max_by_key(|root| root.components().count())?;
+    let names = path
+        .strip_prefix(root)
+        .ok()?
+        .components()
+        .map(|c| match c {
+            Component::Normal(name) => Some(name),
+            _ => None,
+        })
+        .collect::<Option<Vec<&OsStr>>>()?;
+    Some((root.as_path(), names))
+}
+
+/// Creates the missing directories of `names` below `root`, by descriptor
+/// and with the service caller's file access (see deputy.rs): a link
+/// swapped into the tree meanwhile fails the run instead of sending root's
+/// `mkdir` and `chown` outside. Returns them outermost first.
+fn create(
+    root: &Path,
+    names: &[&OsStr],
+    owner: Option<Identity>,
+) -> Result<Vec<PathBuf>, MaterializeError> {
+    crate::caller::as_caller(|| crate::deputy::make_dirs(root, names, owner))
+        .map(|walked| walked.created)
+        .map_err(|e| {
+            let (path, source) = e.into_parts();
+            MaterializeError::Create { path, source }
+        })
 }
 
 #[cfg(test)]
@@ -386,6 +396,43 @@ mod tests {
         assert!(base.join("host/hooks").is_dir(), "removed through a link");
         remove_placeholder(&base.join("tree/real/hooks"));
         assert!(!base.join("tree/real/hooks").exists());
+    }
+
+    #[test]
+    fn a_placeholder_is_anchored_in_its_innermost_root_only() {
+        let policy = Policy {
+            writable_roots: vec!["/w".into(), "/w/sub".into(), "/tmp".into()],
+            ..Policy::default()
+        };
+        fn names(list: &[&'static str]) -> Vec<&'static OsStr> {
+            list.iter().map(|s| OsStr::new(*s)).collect()
+        }
+        assert_eq!(
+            anchor(&policy, Path::new("/w/.git/hooks")),
+            Some((Path::new("/w"), names(&[".git", "hooks"])))
+        );
+        assert_eq!(
+            anchor(&policy, Path::new("/w/sub/a")),
+            Some((Path::new("/w/sub"), names(&["a"])))
+        );
+        assert_eq!(anchor(&policy, Path::new("/wx/a")), None);
+        assert_eq!(anchor(&policy, Path::new("/w/../etc/x")), None);
+        assert_eq!(anchor(&policy, Path::new("/elsewhere")), None);
+        // A private /tmp hides the host's: no root there to anchor in.
+        let private = Policy {
+            private_tmp: true,
+            ..policy.clone()
+        };
+        assert_eq!(anchor(&private, Path::new("/tmp/x")), None);
+        assert_eq!(
+            anchor(&policy, Path::new("/tmp/x")),
+            Some((Path::new("/tmp"), names(&["x"])))
+        );
+        let relative = Policy {
+            writable_roots: vec!["w".into()],
+            ..Policy::default()
+        };
+        assert_eq!(anchor(&relative, Path::new("w/x")), None);
     }
 
     #[test]

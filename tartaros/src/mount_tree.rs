@@ -1,8 +1,8 @@
 //! The kernel's file-descriptor mount API (Linux 5.12+): detached copies of
 //! mount trees (`open_tree`), attaching them (`move_mount`), per-mount flags
-//! on a whole tree at once (`mount_setattr`), and opening a path without
-//! following any symlink (`openat2`), and whether a directory opened so
-//! compares names byte for byte. The only `unsafe` of the mount plan lives
+//! on a whole tree at once (`mount_setattr`), and opening a path (or one
+//! entry of an open directory) without following any symlink (`openat2`),
+//! and whether a directory opened so compares names byte for byte. The only `unsafe` of the mount plan lives
 //! here; `mounts.rs` decides what to do with it.
 
 use std::ffi::CString;
@@ -17,6 +17,7 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_BENEATH: u64 = 0x08;
 
 /// Per-mount flags for [`set_flags`].
 pub const READ_ONLY: u64 = 0x1;
@@ -104,17 +105,53 @@ pub fn open_dir_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
 
 /// `openat2(AT_FDCWD, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)`.
 fn open2_no_symlinks(path: &Path, flags: libc::c_int) -> Result<OwnedFd, nix::Error> {
+    open2(libc::AT_FDCWD, path, flags, 0, 0)
+}
+
+/// The directory `path` as an `O_PATH` descriptor, reached without
+/// following any symlink: where a walk by descriptor starts.
+pub fn open_dir_path_no_symlinks(path: &Path) -> Result<OwnedFd, nix::Error> {
+    open2_no_symlinks(path, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+}
+
+/// The entry `name` of the directory `dir` (one component, never `..`),
+/// opened with `flags` (and `mode`, with `O_CREAT`) without following a
+/// symlink, not even the entry itself (ELOOP), and never leaving `dir`:
+/// one step of a walk that a symlink swapped in cannot redirect.
+pub fn open_beneath(
+    dir: &OwnedFd,
+    name: &std::ffi::OsStr,
+    flags: libc::c_int,
+    mode: u32,
+) -> Result<OwnedFd, nix::Error> {
+    open2(
+        dir.as_raw_fd(),
+        Path::new(name),
+        flags | libc::O_CLOEXEC,
+        mode,
+        RESOLVE_BENEATH,
+    )
+}
+
+/// `openat2(at, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | more)`.
+fn open2(
+    at: libc::c_int,
+    path: &Path,
+    flags: libc::c_int,
+    mode: u32,
+    more: u64,
+) -> Result<OwnedFd, nix::Error> {
     let name = c_path(path)?;
     let how = OpenHow {
         flags: flags as u64,
-        mode: 0,
-        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        mode: u64::from(mode),
+        resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | more,
     };
     // SAFETY: `name` and `how` outlive the call; the size is the struct's.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_openat2,
-            libc::AT_FDCWD,
+            at,
             name.as_ptr(),
             &how as *const OpenHow,
             std::mem::size_of::<OpenHow>(),

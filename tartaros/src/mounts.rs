@@ -354,19 +354,16 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                     continue;
                 };
                 let (_, copy, is_dir) = held.swap_remove(index);
-                // A private tmpfs starts empty: make the mount point.
+                // A private tmpfs starts empty: make the mount point, by
+                // descriptor (a link swapped in elsewhere must not move it).
                 if std::fs::symlink_metadata(path).is_err() {
-                    let made = if is_dir {
-                        std::fs::create_dir_all(path)
-                    } else {
-                        path.parent()
-                            .map_or(Ok(()), std::fs::create_dir_all)
-                            .and_then(|()| std::fs::File::create(path).map(drop))
-                    };
-                    made.map_err(|e| MountError::Mount {
-                        what: "make the mount point",
-                        path: path.clone(),
-                        source: nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+                    crate::deputy::make_mount_point(path, is_dir).map_err(|e| {
+                        let source = e.into_parts().1.raw_os_error().unwrap_or(libc::EIO);
+                        MountError::Mount {
+                            what: "make the mount point",
+                            path: path.clone(),
+                            source: nix::Error::from_raw(source),
+                        }
                     })?;
                 }
                 let onto = open(path)?;

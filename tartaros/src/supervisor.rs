@@ -368,10 +368,10 @@ fn create_on_host(
     // Created before the init mounts, so that its plan can hide the log.
     let log = match &request.log {
         Some(path) => {
-            let mut writer = as_caller(|| LogWriter::create(path))
+            let (mut writer, created) = as_caller(|| LogWriter::create_undoable(path))
                 .map_err(|e| Refusal::new(exit::REFUSED, e))?;
             writer.set_batch_bytes(crate::runlog::BATCH_BYTES);
-            undo.push(Undo::UnwrittenLog(path.clone()));
+            undo.push(Undo::UnwrittenLog(created));
             Some(writer)
         }
         None => None,

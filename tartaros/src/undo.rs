@@ -3,8 +3,6 @@
 //! and the janitor is told each step as it is pushed, so that a SIGKILLed
 //! supervisor is unwound by the janitor the same way.
 
-use std::path::PathBuf;
-
 use crate::cgroup::{CgroupError, RunCgroup, TEARDOWN_TIMEOUT};
 use crate::janitor::Janitor;
 
@@ -14,8 +12,11 @@ pub enum Undo {
     /// other run uses and still empty are removed.
     Placeholders(crate::materialize::Placeholders),
     /// A log file nothing was written to yet: removed, so that a run that
-    /// never started leaves no empty log behind.
-    UnwrittenLog(PathBuf),
+    /// never started leaves no empty log behind. Removed from the directory
+    /// it was created in and only if it is still that file, never by path:
+    /// the caller (or an agent) may have swapped that directory's path for
+    /// a link to one where root would unlink something else.
+    UnwrittenLog(crate::deputy::CreatedFile),
     /// The run's cgroup (and its v1 limit cgroups): killed and removed.
     Cgroup(RunCgroup),
 }
@@ -73,8 +74,9 @@ impl UndoStack {
         while let Some(step) = self.steps.pop() {
             match step {
                 Undo::Placeholders(mut held) => held.release(),
-                Undo::UnwrittenLog(path) => {
-                    let _ = std::fs::remove_file(path);
+                Undo::UnwrittenLog(created) => {
+                    // With the caller's file access, as it was created.
+                    crate::caller::as_caller(|| created.remove());
                 }
                 Undo::Cgroup(cgroup) => teardown = cgroup.kill_and_remove(TEARDOWN_TIMEOUT),
             }

@@ -2,9 +2,8 @@
 //! record to the previous line's hash, and writes whole lines only.
 
 use std::collections::BTreeMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{ErrorKind, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
@@ -14,6 +13,7 @@ use super::record::Record;
 use super::schema::{self, Decision, Genesis, Seal};
 use super::secrets::{Secrets, zeroize_vec};
 use super::{LogError, MAX_LINE_BYTES};
+use crate::deputy::CreatedFile;
 
 /// CLOCK_MONOTONIC in ns: the clock eBPF's `bpf_ktime_get_ns` reads, so kernel
 /// and supervisor timestamps share one time line.
@@ -82,13 +82,15 @@ impl LogWriter {
     /// file or symlink is refused, never overwritten or appended to),
     /// O_APPEND, O_CLOEXEC, O_NOFOLLOW, mode 0600.
     pub fn create(path: &Path) -> Result<Self, LogError> {
-        let file = OpenOptions::new()
-            .append(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|source| match source.kind() {
+        Self::create_undoable(path).map(|(writer, _)| writer)
+    }
+
+    /// [`Self::create`], and what removes the file again from the directory
+    /// it was made in (for a run that fails to start; see deputy.rs).
+    pub fn create_undoable(path: &Path) -> Result<(Self, CreatedFile), LogError> {
+        let flags = libc::O_WRONLY | libc::O_APPEND;
+        let (file, created) = crate::deputy::create_file(path, flags, 0o600).map_err(|source| {
+            match source.kind() {
                 ErrorKind::AlreadyExists => LogError::Exists {
                     path: path.to_path_buf(),
                 },
@@ -96,8 +98,9 @@ impl LogWriter {
                     path: path.to_path_buf(),
                     source,
                 },
-            })?;
-        Ok(Self {
+            }
+        })?;
+        let mut writer = Self {
             file,
             path: path.to_path_buf(),
             next_seq: 0,
@@ -116,11 +119,9 @@ impl LogWriter {
             full: None,
             dropped: 0,
             seal_extra: Map::new(),
-        })
-        .map(|mut writer| {
-            writer.keep_reserve();
-            writer
-        })
+        };
+        writer.keep_reserve();
+        Ok((writer, created))
     }
 
     /// Keeps [`space::RESERVE`] bytes allocated past the end of the file
