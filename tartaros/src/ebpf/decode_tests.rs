@@ -400,7 +400,11 @@ fn every_captured_syscall_decodes_to_its_table_kind() {
 /// prefilter by `call_shape`'s own tests).
 #[test]
 fn every_syscall_the_capture_classifies_passes_the_prefilter() {
-    let capture = include_str!("../../../tartaros-ebpf/src/syscalls.rs");
+    let capture = [
+        include_str!("../../../tartaros-ebpf/src/syscalls.rs"),
+        include_str!("../../../tartaros-ebpf/src/classify.rs"),
+    ]
+    .concat();
     let common = include_str!("../../../tartaros-common/src/capture/syscall_numbers.rs");
     let start = common.find("pub const fn is_effect").unwrap();
     let prefilter = &common[start..];
