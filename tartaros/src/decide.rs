@@ -98,6 +98,10 @@ pub struct HostFacts<'a> {
     /// The host's listening pathname sockets outside the roots, resolved
     /// (`mounts::host_sockets`): hidden by the mount plan.
     pub host_sockets: &'a [PathBuf],
+    /// The service's eBPF programs are attached above the run's cgroup
+    /// (adopted maps): they refuse what a run they do not know does, so
+    /// every run registers, even one that uses none of them.
+    pub shared_programs: bool,
     pub files: &'a dyn Facts,
 }
 
@@ -196,7 +200,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             .stat(path, true)
             .map(|s| s.kind == PathKind::Dir)
     };
-    let watch = watch_options(request, &mut ledger)?;
+    let watch = watch_options(request, facts.shared_programs, &mut ledger)?;
     let unix_mirrors = match &watch {
         Some(w) if w.unix_policy => w.unix_allowed.clone(),
         _ => Vec::new(),
@@ -271,9 +275,13 @@ fn lookup_env(env: &[(String, String)], name: &str) -> Option<String> {
 /// The eBPF programs to attach, if the connect filter is installed (it
 /// needs root and the run's own cgroup, so `None` means no cgroup or no
 /// eBPF at all).
-fn watch_options(request: &Request, ledger: &mut Ledger) -> Result<Option<AttachOptions>, Refusal> {
+fn watch_options(
+    request: &Request,
+    shared: bool,
+    ledger: &mut Ledger,
+) -> Result<Option<AttachOptions>, Refusal> {
     let filter = ledger.installed(Guarantee::ConnectFilter);
-    if !filter && !ledger.installed(Guarantee::UnixSocketPolicy) {
+    if !filter && !ledger.installed(Guarantee::UnixSocketPolicy) && !shared {
         return Ok(None);
     }
     let policy = request.policy;
@@ -290,7 +298,7 @@ fn watch_options(request: &Request, ledger: &mut Ledger) -> Result<Option<Attach
         ledger.lose(Guarantee::UnixSocketPolicy, why)?;
         options.unix_policy = false;
     }
-    if !options.filter && !options.unix_policy {
+    if !options.filter && !options.unix_policy && !shared {
         return Ok(None);
     }
     if !ledger.installed(Guarantee::TransparentInterception) {

@@ -89,6 +89,7 @@ fn decide_with(
         current: Identity { uid: 0, gid: 0 },
         on_behalf: false,
         host_sockets: &[],
+        shared_programs: false,
         files,
     };
     decide(&request, &facts)
@@ -373,6 +374,7 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         current: caller,
         on_behalf: true,
         host_sockets: &[],
+        shared_programs: false,
         files: &files,
     };
     let request = |policy| Request {
@@ -427,6 +429,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         current: Identity { uid: 0, gid: 0 },
         on_behalf: false,
         host_sockets: &sockets,
+        shared_programs: false,
         files: &files,
     };
     let mut plan = decide(&request, &facts).unwrap();

@@ -106,6 +106,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         current,
         on_behalf: crate::caller::caller().is_some(),
         host_sockets: &host_sockets,
+        shared_programs: crate::ebpf::shared::adopted(),
         files: &crate::decide::HostFiles,
     };
     let decided = crate::decide::decide(

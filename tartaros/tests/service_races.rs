@@ -126,3 +126,36 @@ fn a_sandboxed_agent_cannot_ask_a_service_started_after_its_run_for_more() {
         "{text}"
     );
 }
+
+#[test]
+fn a_run_through_the_service_that_uses_none_of_its_programs_still_starts() {
+    if !can_run("service_unregistered") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(CAROL);
+    // The service's programs sit above every run's cgroup and refuse the
+    // sockets of a run they do not know: a run with neither the connect
+    // filter nor the unix policy must still be registered, or its init
+    // cannot even bring up loopback.
+    let out = service.run(
+        CAROL,
+        &["run", "-q", "--deny-unix", "--", "true"],
+        work.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let long = work.join(&"r".repeat(100));
+    std::fs::create_dir(&long).unwrap();
+    chown(&long, CAROL);
+    let out = service.run(
+        CAROL,
+        &["run", "--write", long.to_str().unwrap(), "--", "true"],
+        work.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("too long for the unix socket policy"),
+        "{}",
+        stderr(&out)
+    );
+}
