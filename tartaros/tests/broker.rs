@@ -93,6 +93,20 @@ async fn upstream(
                                 )
                                 .header("x-safe", "kept")
                                 .body(Full::new(Bytes::from_static(b"echoed"))),
+                            // The credential in the status line.
+                            "/v1/reason" => {
+                                let echoed =
+                                    headers.get("authorization").cloned().unwrap_or_default();
+                                let mut response = Response::builder()
+                                    .body(Full::new(Bytes::from_static(b"reason")))
+                                    .unwrap();
+                                if let Ok(reason) = hyper::ext::ReasonPhrase::try_from(
+                                    format!("Echo {echoed}").into_bytes(),
+                                ) {
+                                    response.extensions_mut().insert(reason);
+                                }
+                                Ok(response)
+                            }
                             _ => Response::builder()
                                 .body(Full::new(Bytes::from(format!("ok {}", request.uri())))),
                         };
@@ -333,6 +347,15 @@ async fn an_upstream_echoing_the_credential_in_a_header_is_redacted() {
         answer.to_ascii_lowercase().contains("x-safe: kept"),
         "{answer}"
     );
+    s.effect().await;
+}
+
+#[tokio::test]
+async fn an_upstream_echoing_the_credential_in_its_status_line_is_redacted() {
+    let mut s = setup(true).await;
+    let answer = s.call("GET", "/api/v1/reason", Some(TOKEN)).await;
+    assert_eq!(status(&answer), 200, "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     s.effect().await;
 }
 

@@ -310,6 +310,9 @@ async fn handle(
     for name in leaking {
         parts.headers.remove(name);
     }
+    // Nor in its status line: hyper keeps a non-canonical reason phrase
+    // and writes it back; without it the agent gets the canonical one.
+    parts.extensions.remove::<hyper::ext::ReasonPhrase>();
     pending
         .status
         .store(parts.status.as_u16(), Ordering::Relaxed);
