@@ -325,6 +325,13 @@ pub fn sock_ops(ctx: SockOpsContext) -> u32 {
     SOCK_OPS_OK
 }
 
+/// `::ffff:a.b.c.d` (the words in network byte order, as sock_ops has
+/// them).
+#[inline(always)]
+fn v4_mapped(ip6: [u32; 4]) -> bool {
+    ip6[0] == 0 && ip6[1] == 0 && ip6[2] == 0x0000_ffff_u32.to_be()
+}
+
 fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     if ctx.op() != BPF_SOCK_OPS_TCP_CONNECT_CB {
         return Ok(());
@@ -336,7 +343,11 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     // the same socket, which run before this.
     if let Some(owner) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
         let _ = OWNER_COOKIE.remove(&cookie);
-        let family = if ctx.family() == u32::from(AF_INET6) {
+        // Keyed by the family the gateway sees: an IPv6 socket connected
+        // to an IPv4-mapped address reaches it as IPv4. Keyed by the
+        // socket's own family instead, an older IPv4 entry of the same
+        // port (another process's, long gone) answered for it.
+        let family = if ctx.family() == u32::from(AF_INET6) && !v4_mapped(ctx.remote_ip6()) {
             AF_INET6
         } else {
             AF_INET

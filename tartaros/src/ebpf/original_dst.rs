@@ -70,21 +70,14 @@ impl OwnerMap {
         })
     }
 
-    /// The tgid that connected from `peer`. A dual-stack client may have
-    /// connected through an IPv6 socket to an IPv4-mapped address: its key
-    /// then has the other family.
+    /// The tgid that connected from `peer`. The program keys an IPv6
+    /// socket connected to an IPv4-mapped address as IPv4, as the gateway
+    /// sees it, so one family is looked up: a fallback to the other found
+    /// a stale entry of another process that had used the same port.
     pub(super) fn owner(&self, peer: SocketAddr) -> Option<u32> {
         let key = transparent_key(self.run, peer);
-        let other = TransparentKey {
-            family: if key.family == tartaros_common::AF_INET {
-                tartaros_common::AF_INET6
-            } else {
-                tartaros_common::AF_INET
-            },
-            ..key
-        };
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(&key, 0).or_else(|_| map.get(&other, 0)).ok()
+        map.get(&key, 0).ok()
     }
 }
 

@@ -1,0 +1,67 @@
+//! Who opened a gateway connection (issue 13, session 13's review): a
+//! process that reaches the proxy through a dual-stack IPv6 socket, from a
+//! local port another process used before over IPv4, must be named, not
+//! that other process. Seen from the log: the `proxy` record's pid is the
+//! pid that created X's marker file.
+
+mod common;
+
+use common::*;
+
+const POLICY: &str =
+    "[proxy]\nallow_internal = true\nhttp_ports = [18080]\nconnect_ports = [18080]\n";
+
+#[test]
+fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_port() {
+    if !can_run("gateway_owner") {
+        return;
+    }
+    let (work, logs) = (Dir::new(), Dir::new());
+    let policy = logs.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let script = work.join("attr.py");
+    std::fs::write(&script, include_str!("support/attr_owner.py")).unwrap();
+    let log = logs.join("effects.jsonl");
+    let w = work.path().to_str().unwrap();
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--strict",
+            "--allow-domain",
+            "localhost",
+            "--config",
+            policy.to_str().unwrap(),
+            "--write",
+            w,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+            w,
+        ],
+        work.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = records(&log);
+    let pid_of_marker = |name: &str| {
+        records
+            .iter()
+            .find(|r| {
+                r["target"]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with(name))
+            })
+            .unwrap_or_else(|| panic!("no record of {name}: {records:#?}"))["pid"]
+            .as_u64()
+            .unwrap()
+    };
+    let (x, y) = (pid_of_marker("/X_marker"), pid_of_marker("/Y_marker"));
+    assert_ne!(x, y);
+    let proxy = records
+        .iter()
+        .find(|r| r["kind"] == "proxy")
+        .unwrap_or_else(|| panic!("no proxy record: {records:#?}"));
+    assert_eq!(proxy["pid"].as_u64(), Some(x), "{proxy}");
+}
