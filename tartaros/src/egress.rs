@@ -131,6 +131,14 @@ pub fn plan(policy: &Policy, transparent: bool) -> Vec<Gateway> {
             false,
             GatewayKind::Transparent,
         ));
+        // `connect6` sends IPv6 destinations to [::1]: without a listener
+        // there they failed, or reached whatever sandbox process bound
+        // that port first (while the log said an allowed connect).
+        wanted.push(at(
+            SocketAddr::from((Ipv6Addr::LOCALHOST, TRANSPARENT_PORT)),
+            true,
+            GatewayKind::Transparent,
+        ));
     }
     if let Some(config) = &policy.broker {
         wanted.push(at(
@@ -256,8 +264,11 @@ mod tests {
                 GatewayKind::Proxy,
                 GatewayKind::Proxy,
                 GatewayKind::Transparent,
+                GatewayKind::Transparent,
             ]
         );
+        assert_eq!(planned[5].listen.addr, "[::1]:3129".parse().unwrap());
+        assert!(planned[5].listen.optional);
         // IPv6 loopback is optional: a kernel without it still runs.
         assert!(planned[1].listen.optional && !planned[0].listen.optional);
         assert_eq!(planned[4].listen.addr.port(), TRANSPARENT_PORT);

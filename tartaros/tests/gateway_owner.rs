@@ -65,3 +65,54 @@ fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_po
         .unwrap_or_else(|| panic!("no proxy record: {records:#?}"));
     assert_eq!(proxy["pid"].as_u64(), Some(x), "{proxy}");
 }
+
+#[test]
+fn an_intercepted_ipv6_connect_reaches_the_transparent_proxy_and_no_squatter() {
+    if !can_run("transparent_v6") {
+        return;
+    }
+    let (work, logs) = (Dir::new(), Dir::new());
+    let policy = logs.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = logs.join("effects.jsonl");
+    let code = "import socket\n\
+        s = socket.socket(socket.AF_INET6)\n\
+        try:\n    s.bind(('::1', 3129)); print('squat ok')\n\
+        except OSError as e:\n    print('squat', e.errno)\n\
+        c = socket.socket(socket.AF_INET6); c.settimeout(5)\n\
+        c.connect(('2001:db8::1', 18080))\n\
+        c.sendall(b'GET /v6 HTTP/1.1\\r\\nHost: localhost:18080\\r\\nConnection: close\\r\\n\\r\\n')\n\
+        print('got', c.recv(12))\n";
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--strict",
+            "--allow-domain",
+            "localhost",
+            "--config",
+            policy.to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            code,
+        ],
+        work.path(),
+    );
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("squat 98"),
+        "[::1]:3129 is the gateway's: {text}"
+    );
+    assert!(text.contains("got b'HTTP/1.1"), "{text}");
+    let records = records(&log);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["kind"] == "proxy" && r["target"]["mode"] == "transparent"),
+        "{records:#?}"
+    );
+}
