@@ -175,13 +175,11 @@ fn open_call(fd: i32, path: u64, flags: u64, mode: u64) -> Call {
     };
     let mut call = Call::path(e, fd, path, [flags, mode, 0]);
     if writes {
-        // A truncating open of an existing file sends FAN_MODIFY, which
-        // names it (the join); the others may send nothing: `sys_exit`
-        // names them by the descriptor (`sysemit::emit`). File churn
-        // (`O_CREAT | O_TRUNC`) so pays no descriptor lookup.
-        if !truncates {
-            call.flags = flag::OPENS_FILE;
-        }
+        // Named by the descriptor it returned (`sysemit::emit`), unless
+        // the open created the file (its FAN_CREATE names it). A
+        // truncating open too: pairing its FAN_MODIFY by position could
+        // take one of an earlier write of the thread (session 13).
+        call.flags = flag::OPENS_FILE;
         call
     } else {
         call.only(when::REFUSED)

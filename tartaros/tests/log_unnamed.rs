@@ -371,3 +371,42 @@ fn a_short_lived_thread_s_write_to_the_inherited_stdout_file_is_a_record() {
         .unwrap_or_else(|| panic!("no write record for the output file: {records:#?}"));
     assert_eq!(field(write, "path_source"), Some("kernel"));
 }
+
+#[test]
+fn a_truncate_through_a_symlink_is_not_pinned_on_the_file_written_before() {
+    if !usable("truncate_symlink") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    root.file("notes.txt", "notes\n");
+    let data = root.file("data.bin", "0123456789\n");
+    let r = root.path().display();
+    let code = format!(
+        "import os\n\
+         os.chdir('{r}')\n\
+         fd = os.open('notes.txt', os.O_WRONLY | os.O_APPEND)\n\
+         os.write(fd, b'more\\n'); os.close(fd)\n\
+         os.symlink('data.bin', 'link')\n\
+         os.truncate('link', 0)\n\
+         fd = os.open('link', os.O_WRONLY | os.O_TRUNC); os.close(fd)\n"
+    );
+    let (out, records) = run_logged(&root, &logs, &["python3", "-c", &code]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(std::fs::metadata(&data).unwrap().len(), 0);
+    let notes = format!("{r}/notes.txt");
+    let truncates: Vec<&Value> = records.iter().filter(|r| r["kind"] == "truncate").collect();
+    assert_eq!(truncates.len(), 2, "{records:#?}");
+    for t in &truncates {
+        assert_ne!(field(t, "path"), Some(notes.as_str()), "{t:#}");
+    }
+    // The truncating open is named by the kernel's file.
+    let data_path = data.to_str().unwrap();
+    assert!(
+        truncates
+            .iter()
+            .any(|t| field(t, "path") == Some(data_path)
+                && field(t, "path_source") == Some("kernel")),
+        "{truncates:#?}"
+    );
+    assert_sealed(&records, &data);
+}

@@ -321,7 +321,23 @@ impl Join {
                 out.push(r);
                 continue;
             }
-            match self.take(tid, want, dir, false, |n| n.after_ns < ended) {
+            // A modify notification comes from every write of the thread
+            // too: a truncate whose string is not the kernel's name (a
+            // symlink, `..`) is never paired by position, or it took the
+            // last written file's; it stays the agent's claim, and the
+            // truncated file's own notification is a kernel-named `write`.
+            let agent = r
+                .target
+                .get(main_key(r.kind))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let by_name_only = want == bit::MODIFY;
+            let found = self.take(tid, want, dir, false, |n| {
+                n.after_ns < ended
+                    && (!by_name_only
+                        || (agent.is_some() && notice_main(n, r.kind) == agent.as_deref()))
+            });
+            match found {
                 Some(n) => {
                     apply(&mut r, n);
                     self.claim_exchange_twin(tid, &r);

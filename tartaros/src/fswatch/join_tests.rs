@@ -171,16 +171,32 @@ fn writes_are_counted_per_file_and_written_at_close() {
 }
 
 #[test]
-fn a_truncate_claims_the_modify_and_it_still_counts_as_a_write() {
+fn a_truncate_claims_only_its_own_files_modify_which_still_counts_as_a_write() {
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::MODIFY, "/w/src/notes.txt", 20), T);
+    let out = j.join(vec![record("truncate", 10, 10, "/w/src/notes.txt")], 30);
+    let t = out.iter().find(|r| r.kind == "truncate").unwrap();
+    assert_eq!(s(t, "path"), Some("/w/src/notes.txt"));
+    assert_eq!(s(t, "path_source"), Some("kernel"));
+    let out = j.finish(40);
+    assert!(out.iter().any(|r| r.kind == "write"));
+}
+
+#[test]
+fn a_truncate_is_never_paired_by_position_with_another_files_modify() {
+    // The modify is an earlier write's (or the string was swapped): the
+    // truncate stays the agent's claim, and the modified file is named
+    // by the kernel in its `write` record.
     let mut j = Join::new(0);
     j.notice(notice(10, bit::MODIFY, "/w/hooks/pre-commit", 20), T);
-    let out = j.join(vec![record("truncate", 10, 10, "/w/src/notes.txt")], 30);
+    let out = j.join(vec![record("truncate", 10, 10, "/w/link")], 30);
     assert!(out.is_empty(), "held until the thread moves on");
     let out = j.finish(40);
     let t = out.iter().find(|r| r.kind == "truncate").unwrap();
-    assert_eq!(s(t, "path"), Some("/w/hooks/pre-commit"));
-    assert_eq!(s(t, "claimed_path"), Some("/w/src/notes.txt"));
-    assert!(out.iter().any(|r| r.kind == "write"));
+    assert_eq!(s(t, "path"), Some("/w/link"));
+    assert_eq!(s(t, "path_source"), Some("agent"));
+    let w = out.iter().find(|r| r.kind == "write").unwrap();
+    assert_eq!(s(w, "path"), Some("/w/hooks/pre-commit"));
 }
 
 #[test]
