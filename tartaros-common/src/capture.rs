@@ -131,7 +131,15 @@ pub mod flag {
     /// file, `sys_exit` names the descriptor it returned
     /// ([`super::SysFileEvent`]).
     pub const OPENS_FILE: u32 = 1 << 11;
+    /// A call with `AT_EMPTY_PATH` (`fchownat`, `fchmodat2`, `utimensat`):
+    /// when the path read at entry is empty, the call changed the file of
+    /// its descriptor, and `sys_exit` names that file
+    /// ([`super::SysFileEvent`]).
+    pub const BY_FD: u32 = 1 << 12;
 }
+
+/// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).
+pub const AT_EMPTY_PATH: u64 = 0x1000;
 
 /// The x32 ABI bit of x86_64 syscall numbers (`__X32_SYSCALL_BIT`).
 pub const X32_SYSCALL_BIT: u64 = 0x4000_0000;

@@ -5,7 +5,7 @@
 //! address-carrying socket calls).
 
 use tartaros_common::capture::{
-    AT_FDCWD, AT_REMOVEDIR, call_shape, effect, flag, ioctl, nr, oflag, record,
+    AT_EMPTY_PATH, AT_FDCWD, AT_REMOVEDIR, call_shape, effect, flag, ioctl, nr, oflag, record,
 };
 
 use crate::syscalls::{Call, read_user, table_entry};
@@ -36,6 +36,15 @@ pub(crate) fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     } else {
         special(n, e, a)?
     };
+    // A path-and-flags call that may act on its descriptor itself.
+    let empty_path_flag = match n {
+        nr::FCHOWNAT => a[4],
+        nr::FCHMODAT2 | nr::UTIMENSAT => a[3],
+        _ => 0,
+    };
+    if call.record == record::SYS_PATH && empty_path_flag & AT_EMPTY_PATH != 0 {
+        call.flags |= flag::BY_FD;
+    }
     if call.record == record::SYS_FILE {
         // The fd's file now, to compare with the one named at exit.
         call.args[2] = crate::fdpath::file_at_entry(call.fd);

@@ -54,6 +54,16 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                 fd = ret as i32;
             }
         }
+        // `AT_EMPTY_PATH` with the empty path it read at entry (one NUL,
+        // or a NULL pointer): the call's file is its descriptor's, named
+        // like an fchmod's.
+        let len = (*p).len;
+        if rec == record::SYS_PATH && (*p).call.flags & flag::BY_FD != 0 && (0..=1).contains(&len) {
+            opened = crate::fdpath::file_at_entry(fd);
+            if opened != 0 {
+                rec = record::SYS_FILE;
+            }
+        }
         match rec {
             record::SYS_PATH => {
                 let Some((ring, mut entry)) = run.reserve::<SysPathEvent>(kind) else {

@@ -48,12 +48,14 @@ int main(int argc, char **argv) {
         scribble(fd);
         return 0;
     }
-    if (!strcmp(argv[1], "fchmod")) {
+    if (!strcmp(argv[1], "fchmod") || !strcmp(argv[1], "fchmodat2")) {
         /* Made setuid, then another file put at its number. */
         int y = open("notes.txt", O_RDONLY);
         futimens(y, NULL);
         int x = open("hook.sh", O_RDONLY);
-        if (fchmod(x, 04755)) return 5;
+        if (!strcmp(argv[1], "fchmodat2")) {
+            if (syscall(452, x, "", 04755, AT_EMPTY_PATH)) return 5;
+        } else if (fchmod(x, 04755)) return 5;
         dup2(y, x);
         sleep(1);
         return 0;
@@ -144,6 +146,12 @@ fn a_descriptor_swapped_after_fchmod_does_not_rename_the_setuid_file() {
     if !usable("fchmod_swap") {
         return;
     }
+    for how in ["fchmod", "fchmodat2"] {
+        fchmod_then_swap(how);
+    }
+}
+
+fn fchmod_then_swap(how: &str) {
     let (root, logs, bin) = (Dir::new(), Dir::new(), Dir::new());
     let agent = compile(&bin, "agent", AGENT);
     root.file("notes.txt", "notes\n");
@@ -160,7 +168,7 @@ fn a_descriptor_swapped_after_fchmod_does_not_rename_the_setuid_file() {
             log.to_str().unwrap(),
             "--",
             agent.to_str().unwrap(),
-            "fchmod",
+            how,
         ],
         root.path(),
     );
