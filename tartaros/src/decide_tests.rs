@@ -293,10 +293,11 @@ fn allowed_domains_open_gateways_and_interception() {
         [
             GatewayKind::Proxy,
             GatewayKind::Proxy,
+            GatewayKind::Transparent,
             GatewayKind::Transparent
         ]
     );
-    assert_eq!(plan.init.listeners.len(), 3);
+    assert_eq!(plan.init.listeners.len(), 4);
     let watch = plan.watch.unwrap();
     assert!(!watch.capture);
     assert!(watch.transparent_port.is_some());
