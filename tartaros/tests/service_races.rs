@@ -159,3 +159,56 @@ fn a_run_through_the_service_that_uses_none_of_its_programs_still_starts() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_broker_ca_file_is_read_with_the_callers_access_and_never_quoted() {
+    if !can_run("service_ca_file") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(CAROL);
+    let private = Dir::new();
+    chown(private.path(), 0);
+    std::fs::set_permissions(private.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    let secret = private.join("secret.pem");
+    std::fs::write(&secret, "-----BEGIN password=hunter2\n").unwrap();
+    let answer = |ca: &std::path::Path| {
+        let config = work.join("policy.toml");
+        let text = format!(
+            "[broker]\nport = 18977\nauth_header = \"X-Broker-Auth\"\ntoken_env = \"TT_TOKEN\"\n\
+             allowed_hosts = [\"upstream.test\"]\nca_file = \"{}\"\n\n\
+             [[broker.capability]]\nname = \"api\"\nupstream = \"upstream.test\"\n\
+             header = \"Authorization\"\nvalue_env = \"TT_KEY\"\nmethods = [\"GET\"]\npath_prefix = \"/v1/\"\n",
+            ca.display()
+        );
+        std::fs::write(&config, text).unwrap();
+        chown(&config, CAROL);
+        let out = service
+            .command(
+                CAROL,
+                &[
+                    "run",
+                    "-q",
+                    "--config",
+                    config.to_str().unwrap(),
+                    "--",
+                    "true",
+                ],
+                work.path(),
+            )
+            .env("TT_TOKEN", "agent-token-0123456789")
+            .env("TT_KEY", "Bearer k")
+            .output()
+            .unwrap();
+        assert_ne!(out.status.code(), Some(0));
+        stderr(&out)
+    };
+    let present = answer(&secret);
+    assert!(!present.contains("hunter2"), "{present}");
+    let absent = answer(&private.join("absent.pem"));
+    assert_eq!(
+        present.replace("secret.pem", "X"),
+        absent.replace("absent.pem", "X"),
+        "the answer tells whether a root-only file exists"
+    );
+}

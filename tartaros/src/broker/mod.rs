@@ -41,11 +41,10 @@ pub enum BrokerError {
         "failed to load the broker secrets: the environment variable {name} is empty or holds characters that cannot go in an HTTP header (control characters, newlines); fix its value"
     )]
     InvalidValue { name: String },
-    #[error("failed to read the extra CA file {path}: {source}")]
-    ReadCa {
-        path: PathBuf,
-        source: rustls_pki_types::pem::Error,
-    },
+    #[error(
+        "failed to read the broker's CA file {path}: {why}; give a PEM file of certificates (at most 1 MiB) that you can read"
+    )]
+    ReadCa { path: PathBuf, why: &'static str },
     #[error("failed to use a certificate from {path}: {source}")]
     AddCa {
         path: PathBuf,
@@ -161,6 +160,22 @@ impl BrokerSecrets {
     }
 }
 
+/// The bytes of the CA file `path`: a regular file of at most 1 MiB.
+fn read_ca(path: &Path) -> Result<Vec<u8>, &'static str> {
+    use std::io::Read as _;
+    const MAX: u64 = 1 << 20;
+    let file = std::fs::File::open(path).map_err(|_| "cannot open it")?;
+    let meta = file.metadata().map_err(|_| "cannot open it")?;
+    if !meta.is_file() || meta.len() > MAX {
+        return Err("not a regular file of at most 1 MiB");
+    }
+    let mut pem = Vec::new();
+    file.take(MAX)
+        .read_to_end(&mut pem)
+        .map_err(|_| "cannot read it")?;
+    Ok(pem)
+}
+
 /// The TLS client configuration for upstreams: the system's roots, plus
 /// the certificates of `extra_ca_pem` if given (a private CA, or a test
 /// CA). HTTP/1.1 only, ring as the crypto provider.
@@ -171,20 +186,23 @@ pub fn client_tls(extra_ca_pem: Option<&Path>) -> Result<Arc<rustls::ClientConfi
     let mut roots = rustls::RootCertStore::empty();
     // Unreadable or unparsable system certificates are skipped: one bad
     // file in /etc/ssl must not take the broker down.
-    let native = rustls_native_certs::load_native_certs();
+    // `SSL_CERT_FILE` / `SSL_CERT_DIR` come from the launcher's
+    // environment: read with the service caller's file access too.
+    let native = crate::caller::as_caller(rustls_native_certs::load_native_certs);
     for cert in native.certs {
         let _ = roots.add(cert);
     }
     if let Some(path) = extra_ca_pem {
-        let certs = CertificateDer::pem_file_iter(path).map_err(|source| BrokerError::ReadCa {
+        let failed = |why| BrokerError::ReadCa {
             path: path.to_path_buf(),
-            source,
-        })?;
-        for cert in certs {
-            let cert = cert.map_err(|source| BrokerError::ReadCa {
-                path: path.to_path_buf(),
-                source,
-            })?;
+            why,
+        };
+        // Read with the service caller's file access, bounded, and never
+        // quoted back: a root read of any path (a root-only file, a device)
+        // told the caller what was there (session 13).
+        let pem = crate::caller::as_caller(|| read_ca(path)).map_err(failed)?;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|_| failed("not a PEM certificate file"))?;
             roots.add(cert).map_err(|source| BrokerError::AddCa {
                 path: path.to_path_buf(),
                 source,
