@@ -131,26 +131,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     let broker = crate::egress::BrokerSetup::load(&request.policy)
         .map_err(|e| Refusal::new(exit::REFUSED, e))?;
     // Run by the service, a bind (or a root kept in a private /tmp, or a
-    // grant) of what the caller cannot reach would show it what root sees.
-    let policy = &request.policy;
-    let named = policy
-        .binds
-        .iter()
-        .map(|b| ("--bind", &b.source))
-        .chain(policy.writable_roots.iter().map(|p| ("--write", p)))
-        .chain(policy.read_allows.iter().map(|p| ("--read-allow", p)))
-        .chain(policy.exec_allows.iter().map(|p| ("--exec-allow", p)));
-    for (flag, path) in named.filter(|_| crate::caller::caller().is_some()) {
-        if path.exists() && !crate::caller::may_read(path) {
-            return Err(Refusal::new(
-                exit::REFUSED,
-                format!(
-                    "{flag} {}: you cannot read it yourself, and the service grants nothing you could not",
-                    path.display()
-                ),
-            ));
-        }
-    }
+    // grant) of what the caller cannot reach would show it what root sees
+    // (checked by the CLI too; here for any other way in).
+    crate::caller::check_visible(&request.policy).map_err(|m| Refusal::new(exit::REFUSED, m))?;
 
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
