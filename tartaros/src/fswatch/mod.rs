@@ -150,7 +150,7 @@ impl FsWatch {
         out.extend(self.place.finish(crate::effectlog::mono_now_ns()));
         let touched = self.place.join.settled_touched(&self.place.roots);
         let (files, omitted) = content::seal_files(touched.iter(), &self.place.roots);
-        let omitted = omitted + touched.untracked();
+        let omitted = omitted + touched.untracked() + self.group.unnamed_dirs();
         let mut seal = serde_json::Map::new();
         seal.insert("files".into(), Value::Array(files));
         if omitted > 0 {

@@ -139,6 +139,12 @@ pub(super) struct Group {
     mounts: Vec<([i32; 2], OwnedFd)>,
     /// The read buffer, kept: the group is read once per batch of records.
     buf: Vec<u8>,
+    /// Directory levels climbed so far by [`path_of_dir`], in all.
+    climbed: std::cell::Cell<usize>,
+    /// Live directories that could not be named (past the climb's bounds,
+    /// or a mount crossed on the way): what changed in them is counted as
+    /// not hashed, never dropped silently.
+    unnamed: std::cell::Cell<u64>,
 }
 
 impl Group {
@@ -156,6 +162,8 @@ impl Group {
             fd,
             mounts: Vec::new(),
             buf: vec![0u8; 64 * 1024],
+            climbed: std::cell::Cell::new(0),
+            unnamed: std::cell::Cell::new(0),
         };
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         for root in roots {
@@ -284,36 +292,49 @@ impl Group {
         if st.st_nlink == 0 {
             return None;
         }
-        path_of_dir(fd)
+        let named = path_of_dir(fd, &self.climbed);
+        if named.is_none() {
+            self.unnamed.set(self.unnamed.get().saturating_add(1));
+        }
+        named
+    }
+
+    /// Live directories that could not be named (see [`Self::resolve`]).
+    pub fn unnamed_dirs(&self) -> u64 {
+        self.unnamed.get()
     }
 }
 
-/// At most this many directories are climbed to name a directory whose
-/// path is longer than `PATH_MAX` (which `/proc/self/fd` cannot show).
+/// At most this many directories are climbed to name one directory whose
+/// path is longer than `PATH_MAX` (which `/proc/self/fd` cannot show), and
+/// this many in all for a run: an agent nesting thousands of directories
+/// must not make the supervisor's work grow with the square of the depth.
 const MAX_CLIMB: usize = 4096;
+const MAX_CLIMB_TOTAL: usize = 1 << 16;
+/// The kernel is asked for an ancestor's path every this many levels
+/// (each ask walks up to `PATH_MAX` bytes of names).
+const SHOW_EVERY: usize = 64;
 
 /// The path of the directory `fd` (an `O_PATH` descriptor). Past
 /// `PATH_MAX` the kernel will not show it: the names are then read by
 /// climbing `..` until an ancestor's path can be shown, each name found in
 /// its parent by inode. `None` when that fails (a mount point on the way).
-fn path_of_dir(fd: OwnedFd) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStringExt as _;
+fn path_of_dir(fd: OwnedFd, climbed: &std::cell::Cell<usize>) -> Option<PathBuf> {
     let shown = |fd: &OwnedFd| std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()));
     let mut names: Vec<Vec<u8>> = Vec::new();
     let mut cur = fd;
-    for _ in 0..MAX_CLIMB {
-        match shown(&cur) {
-            Ok(path) if path.is_absolute() => {
-                let mut out = path.into_os_string().into_vec();
-                for name in names.iter().rev() {
-                    out.push(b'/');
-                    out.extend_from_slice(name);
-                }
-                return Some(PathBuf::from(std::ffi::OsString::from_vec(out)));
+    for level in 0..MAX_CLIMB {
+        if level % SHOW_EVERY == 0 {
+            match shown(&cur) {
+                Ok(path) if path.is_absolute() => return Some(below(path, &names)),
+                Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {}
+                _ => return None,
             }
-            Err(e) if e.raw_os_error() == Some(libc::ENAMETOOLONG) => {}
-            _ => return None,
         }
+        if climbed.get() >= MAX_CLIMB_TOTAL {
+            return None;
+        }
+        climbed.set(climbed.get() + 1);
         let here = nix::sys::stat::fstat(cur.as_raw_fd()).ok()?;
         let parent = nix::fcntl::openat(
             Some(cur.as_raw_fd()),
@@ -328,12 +349,31 @@ fn path_of_dir(fd: OwnedFd) -> Option<PathBuf> {
         let parent = unsafe { OwnedFd::from_raw_fd(parent) };
         let up = nix::sys::stat::fstat(parent.as_raw_fd()).ok()?;
         if up.st_dev != here.st_dev {
-            return None;
+            // A mount's root: its own path may be short enough to show.
+            let path = shown(&cur).ok().filter(|p| p.is_absolute())?;
+            return Some(below(path, &names));
+        }
+        if up.st_ino == here.st_ino {
+            // The root, reached between two asks: its names are the path.
+            return Some(below(PathBuf::from("/"), &names));
         }
         names.push(name_in(&parent, here.st_ino)?);
         cur = parent;
     }
     None
+}
+
+/// `top` with `names` (climbed, so innermost first) below it.
+fn below(top: PathBuf, names: &[Vec<u8>]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt as _;
+    let mut out = top.into_os_string().into_vec();
+    for name in names.iter().rev() {
+        if out.last() != Some(&b'/') {
+            out.push(b'/');
+        }
+        out.extend_from_slice(name);
+    }
+    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// The name of inode `ino` in the directory `dir`.
