@@ -11,40 +11,56 @@ use common::*;
 const POLICY: &str =
     "[proxy]\nallow_internal = true\nhttp_ports = [18080]\nconnect_ports = [18080]\n";
 
+/// `tartaros run --strict --allow-domain localhost` with the loopback
+/// upstream policy, `--log` into `logs`, extra flags, then `argv`.
+fn run_with_proxy(
+    work: &Dir,
+    logs: &Dir,
+    flags: &[&str],
+    argv: &[&str],
+) -> (std::process::Output, Vec<serde_json::Value>) {
+    let policy = logs.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let log = logs.join("effects.jsonl");
+    let mut args = vec![
+        "run",
+        "-q",
+        "--strict",
+        "--allow-domain",
+        "localhost",
+        "--config",
+        policy.to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+    ];
+    args.extend_from_slice(flags);
+    args.push("--");
+    args.extend_from_slice(argv);
+    let out = tartaros(&args, work.path());
+    let records = if log.exists() {
+        records(&log)
+    } else {
+        Vec::new()
+    };
+    (out, records)
+}
+
 #[test]
 fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_port() {
     if !can_run("gateway_owner") {
         return;
     }
     let (work, logs) = (Dir::new(), Dir::new());
-    let policy = logs.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
     let script = work.join("attr.py");
     std::fs::write(&script, include_str!("support/attr_owner.py")).unwrap();
-    let log = logs.join("effects.jsonl");
     let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--strict",
-            "--allow-domain",
-            "localhost",
-            "--config",
-            policy.to_str().unwrap(),
-            "--write",
-            w,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "python3",
-            script.to_str().unwrap(),
-            w,
-        ],
-        work.path(),
+    let (out, records) = run_with_proxy(
+        &work,
+        &logs,
+        &["--write", w],
+        &["python3", script.to_str().unwrap(), w],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let records = records(&log);
     let pid_of_marker = |name: &str| {
         records
             .iter()
@@ -72,9 +88,6 @@ fn an_intercepted_ipv6_connect_reaches_the_transparent_proxy_and_no_squatter() {
         return;
     }
     let (work, logs) = (Dir::new(), Dir::new());
-    let policy = logs.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let log = logs.join("effects.jsonl");
     let code = "import socket\n\
         s = socket.socket(socket.AF_INET6)\n\
         try:\n    s.bind(('::1', 3129)); print('squat ok')\n\
@@ -83,24 +96,7 @@ fn an_intercepted_ipv6_connect_reaches_the_transparent_proxy_and_no_squatter() {
         c.connect(('2001:db8::1', 18080))\n\
         c.sendall(b'GET /v6 HTTP/1.1\\r\\nHost: localhost:18080\\r\\nConnection: close\\r\\n\\r\\n')\n\
         print('got', c.recv(12))\n";
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--strict",
-            "--allow-domain",
-            "localhost",
-            "--config",
-            policy.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "python3",
-            "-c",
-            code,
-        ],
-        work.path(),
-    );
+    let (out, records) = run_with_proxy(&work, &logs, &[], &["python3", "-c", code]);
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     assert!(
@@ -108,7 +104,6 @@ fn an_intercepted_ipv6_connect_reaches_the_transparent_proxy_and_no_squatter() {
         "[::1]:3129 is the gateway's: {text}"
     );
     assert!(text.contains("got b'HTTP/1.1"), "{text}");
-    let records = records(&log);
     assert!(
         records
             .iter()

@@ -83,6 +83,23 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// `tartaros run --log LOG` of `argv` with `root` writable and current.
+fn run_in(root: &Dir, log: &std::path::Path, argv: &[&str]) -> std::process::Output {
+    let r = root.path().to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "--write",
+        r,
+        "--chdir",
+        r,
+        "--log",
+        log.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    tartaros(&args, root.path())
+}
+
 fn sealed(records: &[Value]) -> Vec<(String, String)> {
     seal(records)["files"]
         .as_array()
@@ -157,21 +174,7 @@ fn fchmod_then_swap(how: &str) {
     root.file("notes.txt", "notes\n");
     let hook = root.file("hook.sh", "#!/bin/sh\n");
     let log = logs.join("effects.jsonl");
-    let out = tartaros(
-        &[
-            "run",
-            "--write",
-            root.path().to_str().unwrap(),
-            "--chdir",
-            root.path().to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            agent.to_str().unwrap(),
-            how,
-        ],
-        root.path(),
-    );
+    let out = run_in(&root, &log, &[agent.to_str().unwrap(), how]);
     assert!(out.status.success(), "{}", stderr(&out));
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&hook).unwrap().permissions().mode() & 0o7777;
@@ -201,21 +204,10 @@ fn a_write_open_deeper_than_the_kernel_walk_is_sealed() {
     std::fs::write(&changed, "clean A\n").unwrap();
     chown_tree(root.path());
     let log = logs.join("effects.jsonl");
-    let out = tartaros(
-        &[
-            "run",
-            "--write",
-            root.path().to_str().unwrap(),
-            "--chdir",
-            root.path().to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            agent.to_str().unwrap(),
-            "deep",
-            &levels.to_string(),
-        ],
-        root.path(),
+    let out = run_in(
+        &root,
+        &log,
+        &[agent.to_str().unwrap(), "deep", &levels.to_string()],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(std::fs::read(&changed).unwrap(), b"EVILn A\n");

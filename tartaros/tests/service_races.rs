@@ -31,6 +31,14 @@ while time.time() < end:
         sys.exit(1)
 "#;
 
+/// A directory only root may enter (like /root or another user's home).
+fn root_only_dir() -> Dir {
+    let dir = Dir::new();
+    chown(dir.path(), 0);
+    std::fs::set_permissions(dir.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    dir
+}
+
 #[test]
 fn a_bind_source_swapped_for_a_symlink_never_shows_a_root_only_file() {
     if !can_run("bind_swap") {
@@ -38,9 +46,7 @@ fn a_bind_source_swapped_for_a_symlink_never_shows_a_root_only_file() {
     }
     let service = Service::start();
     let work = owned_dir(CAROL);
-    let private = Dir::new();
-    chown(private.path(), 0);
-    std::fs::set_permissions(private.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    let private = root_only_dir();
     let public = private.join("pub");
     std::fs::create_dir(&public).unwrap();
     std::fs::set_permissions(&public, PermissionsExt::from_mode(0o755)).unwrap();
@@ -167,9 +173,7 @@ fn a_broker_ca_file_is_read_with_the_callers_access_and_never_quoted() {
     }
     let service = Service::start();
     let work = owned_dir(CAROL);
-    let private = Dir::new();
-    chown(private.path(), 0);
-    std::fs::set_permissions(private.path(), PermissionsExt::from_mode(0o700)).unwrap();
+    let private = root_only_dir();
     let secret = private.join("secret.pem");
     std::fs::write(&secret, "-----BEGIN password=hunter2\n").unwrap();
     let answer = |ca: &std::path::Path| {
