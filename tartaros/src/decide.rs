@@ -10,7 +10,7 @@ use crate::ebpf::AttachOptions;
 use crate::exit::{self, Refusal};
 use crate::guarantee::{Guarantee, Ledger};
 use crate::host_facts::Host;
-use crate::plan::{Plan, SeccompPlan};
+use crate::plan::{Late, Plan, SeccompPlan};
 use crate::policy::Policy;
 
 /// What a path is, as far as the decisions need to know.
@@ -110,6 +110,8 @@ pub struct HostFacts<'a> {
 pub struct RunPlan {
     /// What the sandbox init does.
     pub init: Plan,
+    /// What it does once the eBPF programs are attached (or not).
+    pub late: Late,
     pub ledger: Ledger,
     /// Directories `--materialize` creates before the init starts,
     /// outermost first (the stage shares those another run made).
@@ -130,9 +132,9 @@ impl RunPlan {
     /// The unix policy did not attach: no mirrors, and hide what the host
     /// has listening now, as in a run that never planned the policy.
     pub fn unix_policy_lost(&mut self) {
-        self.init.unix_mirrors.clear();
-        self.init
-            .mounts
+        self.late.unix_mirrors.clear();
+        self.late
+            .hide_sockets
             .extend(std::mem::take(&mut self.unattached_unix_hiding));
     }
 }
@@ -240,7 +242,6 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         scope: crate::scope::ScopeMounts::of(policy, identity),
         // The agent keeps the launcher's own ids (identity_map.rs).
         map_user: user_namespace.then_some(facts.current),
-        unix_mirrors,
         // Known once the cgroups exist (supervisor.rs).
         limit_cgroups: Vec::new(),
     };
@@ -259,6 +260,10 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     init.listeners = gateways.iter().map(|g| g.listen).collect();
     Ok(RunPlan {
         init,
+        late: Late {
+            unix_mirrors,
+            hide_sockets: Vec::new(),
+        },
         ledger,
         materialize,
         cgroup,

@@ -434,24 +434,26 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         files: &files,
     };
     let mut plan = decide(&request, &facts).unwrap();
-    let hides = |plan: &RunPlan| {
-        plan.init
-            .mounts
-            .iter()
-            .any(|op| matches!(op, MountOp::HideSocket(p) if p == Path::new("/run/docker.sock")))
-    };
+    // In the plan the init gets at once, or in its late part when the
+    // unix policy did not attach.
+    let hides =
+        |plan: &RunPlan| {
+            plan.init.mounts.iter().chain(&plan.late.hide_sockets).any(
+                |op| matches!(op, MountOp::HideSocket(p) if p == Path::new("/run/docker.sock")),
+            )
+        };
     // Mirrored in the slot order of the unix programs' prefixes.
     let watch = plan.watch.as_ref().unwrap();
-    assert_eq!(plan.init.unix_mirrors, watch.unix_allowed);
+    assert_eq!(plan.late.unix_mirrors, watch.unix_allowed);
     assert_eq!(
-        plan.init.unix_mirrors,
+        plan.late.unix_mirrors,
         vec![PathBuf::from("/w"), PathBuf::from("/scratch")]
     );
     assert!(plan.init.mounts.iter().any(|op| matches!(op,
         MountOp::PrivateDev { mount_points } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
     assert!(!hides(&plan), "nothing to hide: the hook refuses the name");
     plan.unix_policy_lost();
-    assert!(plan.init.unix_mirrors.is_empty());
+    assert!(plan.late.unix_mirrors.is_empty());
     assert!(hides(&plan), "without the hook, hide what listens now");
 
     // A run without the policy hides from the start.
@@ -464,6 +466,6 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         ..request
     };
     let plan = decide(&request, &facts).unwrap();
-    assert!(plan.init.unix_mirrors.is_empty());
+    assert!(plan.late.unix_mirrors.is_empty());
     assert!(hides(&plan));
 }

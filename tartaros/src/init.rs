@@ -9,12 +9,16 @@
 //! 2. name the UTS namespace, make the gateways' listeners and pass them
 //!    to the supervisor (fd 5), apply the mount plan (still root);
 //! 3. open the Landlock paths and compile seccomp (still root, pure);
-//! 4. fork the agent; in the child: new session (no TIOCSTI into the
+//!    all of this overlaps the supervisor's eBPF verification;
+//! 4. receive the late part of the plan (sent once the eBPF programs are
+//!    attached to our cgroup, or have failed to) and make its mounts: the
+//!    unix policy's mirrors, or the hiding of the host's sockets;
+//! 5. fork the agent; in the child: new session (no TIOCSTI into the
 //!    launcher's terminal), drop to the agent's uid/gid with no
 //!    capabilities and `no_new_privs`, enforce Landlock, enter the working
 //!    directory, mark every inherited fd beyond stdio close-on-exec, install
 //!    seccomp last, `execve`;
-//! 5. reap orphans and forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to the agent
+//! 6. reap orphans and forward SIGINT/SIGTERM/SIGHUP/SIGQUIT to the agent
 //!    until the agent exits; report its status (fd 4) and exit with it.
 //!    Leaving kills whatever is left in the namespace.
 
@@ -27,7 +31,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
 use crate::exit;
-use crate::plan::{Plan, Report};
+use crate::plan::{Late, Plan, Report};
 use crate::spawn::{GATEWAY_FD, PLAN_FD, REPORT_FD};
 
 /// The hidden argument that makes `main()` run the init.
@@ -71,7 +75,6 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // SAFETY: the supervisor placed the plan pipe on fd 3 for us alone.
     let mut plan_pipe = std::io::BufReader::new(unsafe { File::from_raw_fd(PLAN_FD) });
     let plan = Plan::receive(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
-    drop(plan_pipe);
     // First, before the mounts change what /sys shows, and while this
     // process is single-threaded (a fresh exec, no runtime): nothing of
     // the agent may start outside its limits.
@@ -84,12 +87,6 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
-    crate::unix_mirror::apply(&plan.unix_mirrors).map_err(|e| failure(exit::START_FAILURE, e))?;
-    if plan.pty {
-        // After the mounts: the pty comes from the sandbox's own devpts
-        // when it has one.
-        crate::pty::open_in_sandbox(plan.identity).map_err(|e| failure(exit::START_FAILURE, e))?;
-    }
 
     // Stage 3: decide and open everything the child will install.
     let landlock = match &plan.landlock {
@@ -110,7 +107,20 @@ fn run(report: &mut File) -> Result<i32, Failure> {
         None => None,
     };
 
-    // Stage 4: the agent. Signals are blocked here and waited for
+    // Stage 4. All of the above overlapped the verifier; what follows
+    // depends on whether the eBPF programs attached, and only after it may
+    // the agent start.
+    let late = Late::receive(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
+    drop(plan_pipe);
+    crate::mounts::apply(&late.hide_sockets).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::unix_mirror::apply(&late.unix_mirrors).map_err(|e| failure(exit::START_FAILURE, e))?;
+    if plan.pty {
+        // After the mounts: the pty comes from the sandbox's own devpts
+        // when it has one.
+        crate::pty::open_in_sandbox(plan.identity).map_err(|e| failure(exit::START_FAILURE, e))?;
+    }
+
+    // Stage 5: the agent. Signals are blocked here and waited for
     // synchronously below; the child restores an empty mask before exec.
     let mut forwarded = SigSet::empty();
     for signal in [
@@ -164,7 +174,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     }
     let _ = report.write_all(&Report::Started.to_line());
 
-    // Stage 5: reap and forward until the agent is gone.
+    // Stage 6: reap and forward until the agent is gone.
     let status = supervise(agent, &forwarded);
     let _ = report.write_all(&status.to_line());
     Ok(match status {

@@ -54,8 +54,9 @@ pub struct Spawned {
     gateway_read: Option<OwnedFd>,
     /// Our end of the pty channel.
     pty: Option<OwnedFd>,
-    /// The id map and the start gate (user namespace), done at spawn.
-    mapped: Result<(), String>,
+    /// The id map and the start gate (user namespace) and the plan, done
+    /// at spawn.
+    sent: Result<(), String>,
 }
 
 impl Drop for Spawned {
@@ -69,10 +70,11 @@ impl Drop for Spawned {
     }
 }
 
-/// Starts the init, straight into `cgroup` and new namespaces, and gives
-/// it its identity mapping (user namespace). It then waits for its plan,
-/// so later stages may still change the plan (and attach the eBPF programs
-/// to the cgroup it is in).
+/// Starts the init, straight into `cgroup` and new namespaces, gives it
+/// its identity mapping (user namespace) and its plan. It builds the
+/// sandbox and then waits for the late part of its plan, so later stages
+/// may still change that part (and attach the eBPF programs to the cgroup
+/// it is in) while it works.
 pub fn spawn(
     cgroup: Option<&RunCgroup>,
     run: &RunPlan,
@@ -155,17 +157,19 @@ pub fn spawn(
     });
     drop(gate_write);
     drop(gate_read);
+    let mut plan_pipe = std::fs::File::from(plan_write);
+    let sent = mapped.and_then(|()| run.init.send(&mut plan_pipe).map_err(|e| e.to_string()));
     Ok(Spawned {
         init,
-        plan_write: Some(plan_write),
+        plan_write: Some(plan_pipe.into()),
         report_read: Some(report_read),
         gateway_read: Some(gateway_read),
         pty,
-        mapped,
+        sent,
     })
 }
 
-/// Sends the spawned init its plan, serves the gateways, relays the pty, forwards signals until it exits,
+/// Sends the spawned init the late part of its plan, serves the gateways, relays the pty, forwards signals until it exits,
 /// and reads how the agent ended.
 pub async fn start_and_wait(
     mut spawned: Spawned,
@@ -192,12 +196,12 @@ pub async fn start_and_wait(
         )
     })?;
     let reports = crate::harness::read_reports(report_read, announce.clone(), spawned.init.pid);
-    let mapped = std::mem::replace(&mut spawned.mapped, Ok(()));
+    let sent = std::mem::replace(&mut spawned.sent, Ok(()));
     let plan_write = spawned.plan_write.take();
-    let sent = mapped.and_then(|()| {
+    let sent = sent.and_then(|()| {
         let mut plan_pipe =
             std::fs::File::from(plan_write.ok_or_else(|| "the plan was already sent".to_string())?);
-        run.init.send(&mut plan_pipe).map_err(|e| e.to_string())
+        run.late.send(&mut plan_pipe).map_err(|e| e.to_string())
     });
     let gateway_read = spawned
         .gateway_read

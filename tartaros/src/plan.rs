@@ -1,6 +1,9 @@
 //! The plan: everything the sandbox init needs, decided by the supervisor and
 //! sent over an inherited pipe (fd 3), so the init parses no policy and
-//! looks nothing up.
+//! looks nothing up. It comes in two parts: the [`Plan`] as soon as the
+//! init exists, so that it builds the sandbox while the eBPF programs are
+//! verified, and the [`Late`] part, which depends on whether they
+//! attached, once they are; the init starts the agent only after both.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -56,10 +59,6 @@ pub struct Plan {
     /// (see identity_map.rs).
     #[serde(default)]
     pub map_user: Option<Identity>,
-    /// The unix policy's directories, in slot order, mirrored after the
-    /// scope (`unix_mirror.rs`); empty without the eBPF unix policy.
-    #[serde(default)]
-    pub unix_mirrors: Vec<PathBuf>,
     /// The run's v1 limit cgroups, which the init joins itself before
     /// anything else (`cgroup::join_v1_self`); set once they exist.
     #[serde(default)]
@@ -72,20 +71,53 @@ pub struct SeccompPlan {
     pub deny_unix: bool,
 }
 
+/// The part of the plan that waits for the eBPF attach: sent once the
+/// programs are attached to the init's cgroup (or have failed to), the
+/// fanotify marks are placed and the genesis is written. The init makes
+/// these mounts after the scope, then starts the agent.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Late {
+    /// The unix policy's directories, in slot order, mirrored after the
+    /// scope (`unix_mirror.rs`); empty without the eBPF unix policy.
+    pub unix_mirrors: Vec<PathBuf>,
+    /// The host's listening sockets to hide because the unix policy was
+    /// planned but did not attach (`decide::RunPlan::unix_policy_lost`).
+    pub hide_sockets: Vec<MountOp>,
+}
+
 impl Plan {
-    /// Sends the plan as one line (compact JSON has no newline).
-    pub fn send(&self, mut to: impl Write) -> Result<(), PlanError> {
-        let mut bytes = serde_json::to_vec(self).map_err(PlanError::Encode)?;
-        bytes.push(b'\n');
-        to.write_all(&bytes).map_err(PlanError::Send)
+    pub fn send(&self, to: impl Write) -> Result<(), PlanError> {
+        send_line(self, to)
     }
 
     pub fn receive(from: &mut impl BufRead) -> Result<Self, PlanError> {
-        let mut bytes = Vec::new();
-        from.read_until(b'\n', &mut bytes)
-            .map_err(PlanError::Receive)?;
-        serde_json::from_slice(&bytes).map_err(PlanError::Decode)
+        receive_line(from)
     }
+}
+
+impl Late {
+    pub fn send(&self, to: impl Write) -> Result<(), PlanError> {
+        send_line(self, to)
+    }
+
+    /// The same reader as the [`Plan`]'s: it may hold both lines.
+    pub fn receive(from: &mut impl BufRead) -> Result<Self, PlanError> {
+        receive_line(from)
+    }
+}
+
+/// One JSON line (compact JSON has no newline).
+fn send_line(value: &impl Serialize, mut to: impl Write) -> Result<(), PlanError> {
+    let mut bytes = serde_json::to_vec(value).map_err(PlanError::Encode)?;
+    bytes.push(b'\n');
+    to.write_all(&bytes).map_err(PlanError::Send)
+}
+
+fn receive_line<T: serde::de::DeserializeOwned>(from: &mut impl BufRead) -> Result<T, PlanError> {
+    let mut bytes = Vec::new();
+    from.read_until(b'\n', &mut bytes)
+        .map_err(PlanError::Receive)?;
+    serde_json::from_slice(&bytes).map_err(PlanError::Decode)
 }
 
 /// What the init reports back on fd 4, one JSON line each.
@@ -142,15 +174,23 @@ mod tests {
             pty: false,
             scope: Default::default(),
             map_user: None,
-            unix_mirrors: Vec::new(),
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
+        let late = Late {
+            unix_mirrors: vec![PathBuf::from("/work")],
+            hide_sockets: vec![MountOp::HideSocket("/run/x.sock".into())],
+        };
+        // Both lines in one buffer: the reader must not lose the second.
         let mut buf = Vec::new();
         plan.send(&mut buf).unwrap();
-        let mut from = &buf[..];
+        late.send(&mut buf).unwrap();
+        let mut from = std::io::BufReader::new(&buf[..]);
         let back = Plan::receive(&mut from).unwrap();
         assert_eq!(back.argv, plan.argv);
         assert_eq!(back.limit_cgroups, plan.limit_cgroups);
+        let back = Late::receive(&mut from).unwrap();
+        assert_eq!(back.unix_mirrors, late.unix_mirrors);
+        assert_eq!(back.hide_sockets.len(), 1);
         let mut lines = Report::Started.to_line();
         lines.extend(
             Report::Exited {
