@@ -8,11 +8,14 @@
 //! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
 //! 2. name the UTS namespace, make the gateways' listeners and pass them
 //!    to the supervisor (fd 5), apply the mount plan (still root);
-//! 3. open the Landlock paths and compile seccomp (still root, pure);
-//!    all of this overlaps the supervisor's eBPF verification;
+//! 3. compile seccomp (pure); stages 2 and 3 overlap the supervisor's eBPF
+//!    verification;
 //! 4. receive the late part of the plan (sent once the eBPF programs are
-//!    attached to our cgroup, or have failed to) and make its mounts: the
-//!    unix policy's mirrors, or the hiding of the host's sockets;
+//!    attached to our cgroup, or have failed to) and finish the mounts in
+//!    the order a plan made in one piece had them: the hiding of the
+//!    host's sockets (should the unix policy have failed to attach), the
+//!    scope (`--bind`, `--tmpfs`), the unix policy's mirrors; then open
+//!    the pty and the Landlock paths;
 //! 5. fork the agent; in the child: new session (no TIOCSTI into the
 //!    launcher's terminal), drop to the agent's uid/gid with no
 //!    capabilities and `no_new_privs`, enforce Landlock, enter the working
@@ -86,16 +89,8 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
     pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
-    crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
 
-    // Stage 3: decide and open everything the child will install.
-    let landlock = match &plan.landlock {
-        Some(rules) => Some(
-            crate::landlock::prepare(rules, plan.strict)
-                .map_err(|e| failure(exit::START_FAILURE, e))?,
-        ),
-        None => None,
-    };
+    // Stage 3: the seccomp program the child will install (pure).
     let seccomp = match &plan.seccomp {
         Some(options) => Some(
             crate::seccomp::build_program(&crate::seccomp::SeccompOptions {
@@ -112,13 +107,27 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // the agent start.
     let late = Late::receive(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
     drop(plan_pipe);
+    // Hidden sockets before the scope, as when they are planned from the
+    // start: a `--bind` of a directory holding one copies the hiding with
+    // its source's mounts, where a later hiding would miss the copy.
     crate::mounts::apply(&late.hide_sockets).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::scope::apply(&plan.scope).map_err(|e| failure(exit::START_FAILURE, e))?;
+    // Last, so that the mirrors show the denies and the scope's mounts.
     crate::unix_mirror::apply(&late.unix_mirrors).map_err(|e| failure(exit::START_FAILURE, e))?;
     if plan.pty {
         // After the mounts: the pty comes from the sandbox's own devpts
         // when it has one.
         crate::pty::open_in_sandbox(plan.identity).map_err(|e| failure(exit::START_FAILURE, e))?;
     }
+    // Opened once every mount is in place: a rule on a directory the scope
+    // mounts over must hold the mounted one.
+    let landlock = match &plan.landlock {
+        Some(rules) => Some(
+            crate::landlock::prepare(rules, plan.strict)
+                .map_err(|e| failure(exit::START_FAILURE, e))?,
+        ),
+        None => None,
+    };
 
     // Stage 5: the agent. Signals are blocked here and waited for
     // synchronously below; the child restores an empty mask before exec.

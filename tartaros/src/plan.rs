@@ -74,7 +74,7 @@ pub struct SeccompPlan {
 /// The part of the plan that waits for the eBPF attach: sent once the
 /// programs are attached to the init's cgroup (or have failed to), the
 /// fanotify marks are placed and the genesis is written. The init makes
-/// these mounts after the scope, then starts the agent.
+/// the hiding before the scope and the mirrors after it, then starts the agent.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Late {
     /// The unix policy's directories, in slot order, mirrored after the
