@@ -42,6 +42,10 @@ pub enum Command {
         /// The unix socket to listen on.
         #[arg(long, value_name = "PATH", default_value = crate::service::DEFAULT_SOCKET)]
         socket: PathBuf,
+        /// Runs one user may have in progress at once (the rest are refused).
+        #[arg(long, value_name = "N", default_value_t = crate::service::running::DEFAULT_PER_USER,
+              value_parser = clap::value_parser!(u16).range(1..=i64::from(tartaros_common::MAX_RUNS)))]
+        max_runs_per_user: u16,
     },
     /// Verify or read an effect log.
     #[command(subcommand)]
@@ -103,7 +107,10 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             subcommand.as_deref(),
             <Cli as clap::CommandFactory>::command(),
         ),
-        Command::Service { socket } => match crate::service::server::serve(&socket) {
+        Command::Service {
+            socket,
+            max_runs_per_user,
+        } => match crate::service::server::serve(&socket, usize::from(max_runs_per_user)) {
             Ok(()) => 0,
             Err(e) => fail(exit::START_FAILURE, e),
         },

@@ -355,3 +355,46 @@ fn nothing_is_told_of_what_lies_behind_a_directory_the_caller_cannot_search() {
     assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
     drop(service);
 }
+
+/// Every run the service holds takes an entry of its shared eBPF maps
+/// (1,024 in all): one user's idle runs must not keep the others out.
+/// With a bound of 2 per user, Alice's third run is refused with a
+/// one-line error while Bob still gets in, and her next run starts once
+/// one of hers has ended.
+#[test]
+fn one_user_cannot_hold_every_run_the_service_can_take() {
+    if !can_run("service_runs_per_user") {
+        return;
+    }
+    let service = Service::start_with(Dir::new(), &["--max-runs-per-user", "2"]);
+    let alices = owned_dir(ALICE);
+    let bobs = owned_dir(BOB);
+    let sleep = ["run", "--", "sleep", "60"];
+    let mut first = service.spawn_quiet(ALICE, &sleep, alices.path());
+    let _second = service.spawn_quiet(ALICE, &sleep, alices.path());
+    assert!(
+        eventually(10, || workers(&service).len() == 2),
+        "Alice's two runs did not start: {}",
+        service.errors()
+    );
+    let out = service.run(ALICE, &["run", "--", "true"], alices.path());
+    let said = stderr(&out);
+    assert_eq!(out.status.code(), Some(125), "{said}");
+    assert!(said.contains("at most 2 per user"), "{said}");
+    assert_eq!(said.trim_end().lines().count(), 1, "{said}");
+    assert_eq!(workers(&service).len(), 2, "a worker for a refused run");
+    // Another user is not held up by Alice's runs.
+    let out = service.run(BOB, &["run", "--", "true"], bobs.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // One of Alice's runs ends: she may start another.
+    let mut client = first.take();
+    let _ = client.kill();
+    let _ = client.wait();
+    assert!(
+        eventually(10, || workers(&service).len() == 1),
+        "the killed client's run did not end"
+    );
+    let out = service.run(ALICE, &["run", "--", "true"], alices.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    drop(service);
+}

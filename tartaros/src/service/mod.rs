@@ -6,7 +6,8 @@
 //!   worker process per connection (a fresh exec of our binary, dying with
 //!   the service), handing it the maps of the eBPF programs it loaded once
 //!   ([`programs`]), and refusing connections over the bounds on workers
-//!   still reading their request ([`pending`]);
+//!   still reading their request ([`pending`]) and on runs in progress per
+//!   caller ([`running`]);
 //! - [`worker`]: authenticates the caller (`SO_PEERCRED`, `SO_PEERGROUPS`;
 //!   a caller that is itself a sandboxed agent is refused, [`sandboxed`]),
 //!   takes its stdio, and runs the ordinary `tartaros run` path as root with
@@ -22,6 +23,7 @@ pub mod client;
 pub mod frame;
 pub mod pending;
 pub mod programs;
+pub mod running;
 pub mod sandboxed;
 pub mod server;
 pub mod worker;

@@ -122,7 +122,7 @@ impl Started {
 }
 
 /// Whether `fd` has something to read or its other end is closed.
-fn is_readable(fd: &OwnedFd) -> bool {
+pub(crate) fn is_readable(fd: &OwnedFd) -> bool {
     let mut poll = libc::pollfd {
         fd: fd.as_fd().as_raw_fd(),
         events: libc::POLLIN,

@@ -1,9 +1,10 @@
 //! The service's listener: a unix socket that every user may connect to
 //! (authentication is the worker's, from the kernel's peer credentials),
 //! and one worker process per connection, within the bounds of
-//! [`super::pending`] for workers still reading their request (a
-//! connection over them gets a one-line refusal from the service itself,
-//! and the service goes on serving the others). Workers die with the service
+//! [`super::pending`] for workers still reading their request and of
+//! [`super::running`] for runs in progress per caller (a connection over
+//! them gets a one-line refusal from the service itself, and the service
+//! goes on serving the others). Workers die with the service
 //! (`PR_SET_PDEATHSIG`), and so, through their own death signals and
 //! janitors, do their sandboxes: no sandbox outlives the service
 //! unsupervised.
@@ -17,6 +18,7 @@ use std::path::Path;
 
 use super::frame::{self, Message};
 use super::pending::{Pending, STARTED_FD_ENV};
+use super::running::Running;
 use crate::exit;
 
 #[derive(Debug, thiserror::Error)]
@@ -51,11 +53,12 @@ fn activated() -> Option<UnixListener> {
 /// Serves until killed. Returns only on a setup failure. Must be called
 /// while the process is single-threaded (it forks the janitor of the runs'
 /// parent cgroup).
-pub fn serve(socket: &Path) -> Result<(), ServerError> {
+pub fn serve(socket: &Path, runs_per_user: usize) -> Result<(), ServerError> {
+    let running = Running::new(runs_per_user);
     if let Some(listener) = activated() {
         // SAFETY: F_SETFD only changes the flags of our socket.
         unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
-        return accept_loop(listener, socket, super::programs::start());
+        return accept_loop(listener, socket, super::programs::start(), running);
     }
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
@@ -73,13 +76,14 @@ pub fn serve(socket: &Path) -> Result<(), ServerError> {
         source,
     })?;
     std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o666)).map_err(prepare)?;
-    accept_loop(listener, socket, super::programs::start())
+    accept_loop(listener, socket, super::programs::start(), running)
 }
 
 fn accept_loop(
     listener: UnixListener,
     socket: &Path,
     programs: Option<super::programs::Programs>,
+    mut running: Running,
 ) -> Result<(), ServerError> {
     let prepare = |source| ServerError::Prepare {
         path: socket.display().to_string(),
@@ -93,7 +97,8 @@ fn accept_loop(
     let mut pending = Pending::default();
     for conn in listener.incoming() {
         let Ok(conn) = conn else { continue };
-        let Some((uid, started_read, started_write)) = admit(&conn, &mut pending) else {
+        let Some((uid, started_read, started_write)) = admit(&conn, &mut pending, &mut running)
+        else {
             continue;
         };
         // The maps the worker inherits, a ring ready for it, and the
@@ -145,6 +150,7 @@ fn accept_loop(
         match spawned {
             Ok(child) => {
                 pending.add(uid, started_read);
+                running.add(uid, child.id());
                 if let (Some(p), Some(given)) = (programs.as_ref(), given) {
                     p.started(child.id(), given);
                 }
@@ -164,8 +170,13 @@ fn accept_loop(
 
 /// The caller's uid and the two ends of the "started" pipe for a worker of
 /// this connection, or `None` when the connection was refused here (too
-/// many workers still reading their request, or no peer credentials).
-fn admit(conn: &UnixStream, pending: &mut Pending) -> Option<(u32, OwnedFd, OwnedFd)> {
+/// many workers still reading their request or runs in progress, or no
+/// peer credentials).
+fn admit(
+    conn: &UnixStream,
+    pending: &mut Pending,
+    running: &mut Running,
+) -> Option<(u32, OwnedFd, OwnedFd)> {
     use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
     let refuse = |message: String| {
         // Never blocks the accept loop: the frame is small and the
@@ -185,7 +196,7 @@ fn admit(conn: &UnixStream, pending: &mut Pending) -> Option<(u32, OwnedFd, Owne
             return None;
         }
     };
-    if let Err(message) = pending.admit(uid) {
+    if let Err(message) = pending.admit(uid).and_then(|()| running.admit(uid)) {
         refuse(message);
         return None;
     }

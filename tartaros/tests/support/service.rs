@@ -29,10 +29,16 @@ impl Service {
 
     /// [`Self::start`] with its socket at `dir`/tartaros.sock.
     pub fn start_in(dir: Dir) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// [`Self::start_in`] with more arguments for `tartaros service`.
+    pub fn start_with(dir: Dir, args: &[&str]) -> Self {
         let socket = dir.join("tartaros.sock");
         let errors = std::fs::File::create(dir.join("service.err")).expect("service.err");
         let child = Command::new(bin())
             .args(["service", "--socket", socket.to_str().unwrap()])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(errors)
             .spawn()
