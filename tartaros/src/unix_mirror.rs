@@ -79,15 +79,10 @@ pub fn apply(dirs: &[PathBuf]) -> Result<(), MirrorError> {
         let at = mount_tree::open_no_symlinks(dir).map_err(fail("open", dir))?;
         let top = mount_tree::mount_id(&at).map_err(fail("find the mount of", dir))?;
         let hidden = covers(&table, top, dir)?;
-        // The root's own mount alone. In a user namespace the kernel
-        // refuses that (EINVAL) when mounts from the host are locked below
-        // it, as it would show what they hide: there the copy is
-        // recursive, and the same covers go over the copied mounts.
-        let copy = match mount_tree::clone_tree(&at, false) {
-            Err(nix::Error::EINVAL) => mount_tree::clone_tree(&at, true),
-            other => other,
-        }
-        .map_err(fail("copy", dir))?;
+        // The root's own mount alone. Only a root init gets here (the
+        // policy is eBPF): in a user namespace the kernel would refuse this
+        // copy (EINVAL) when host mounts are locked below the root.
+        let copy = mount_tree::clone_tree(&at, false).map_err(fail("copy", dir))?;
         mount_tree::set_flags(
             &copy,
             READ_ONLY | NO_SUID | NO_DEV | NO_EXEC | NO_SYMFOLLOW,

@@ -196,6 +196,47 @@ attempt('foreign-below-outer', lambda: connect('{w}/sub/host.sock'))"
 }
 
 #[test]
+fn a_host_socket_in_a_directory_kept_in_the_private_tmp_is_out_of_reach() {
+    if !can_run("unix_private_tmp_submount") {
+        return;
+    }
+    // Both under the host's /tmp: the root is attached into the private
+    // /tmp read-write, the read allow as a read-only copy of the host's.
+    let work = Dir::new();
+    let kept = Dir::open_to_all();
+    let host = listen(&kept.join("host.sock"));
+    let own = listen(&work.join("own.sock"));
+    let (w, k) = (work.path().display(), kept.path().display());
+    let code = format!(
+        "{ATTEMPT}{CONNECT}
+attempt('kept-host-socket', lambda: connect('{k}/host.sock'))
+attempt('control-root', lambda: connect('{w}/own.sock'))
+attempt('control-private-tmp', lambda: serve_and_connect('/tmp/agent.sock'))"
+    );
+    let out = python(
+        &[
+            "--strict",
+            "--private-tmp",
+            "--write",
+            work.path().to_str().unwrap(),
+            "--read-allow",
+            kept.path().to_str().unwrap(),
+        ],
+        work.path(),
+        &code,
+    );
+    expect(&out, "kept-host-socket", "ENOENT");
+    expect(&out, "control-root", "OK");
+    expect(&out, "control-private-tmp", "OK");
+    assert!(
+        host.accept().is_err(),
+        "the host socket kept in the private /tmp got a connection"
+    );
+    assert!(own.accept().is_ok(), "the root's socket was not reached");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn a_bind_on_or_above_a_writable_root_is_refused() {
     if !can_run("unix_bind_over_root") {
         return;
