@@ -255,7 +255,8 @@ extern "C" fn dotdot_word(index: u64, ctx: *mut c_void) -> i64 {
 }
 
 /// `bpf_loop` callback: whether the path starts with prefix `index`; stops
-/// the loop at the first match.
+/// the loop at the first match, the longest (the supervisor stores the
+/// prefixes longest first, so a root nested in another gets its own slot).
 extern "C" fn prefix_matches(index: u64, ctx: *mut c_void) -> i64 {
     let p = index as usize;
     if p >= UNIX_PREFIXES as usize {

@@ -145,6 +145,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     let host = facts.host;
     let capture = request.log.is_some();
     let mut ledger = crate::guarantee::requested(policy, host, capture)?;
+    binds_hiding_roots(policy)?;
 
     // An ordinary user gets a user namespace in which the init is root,
     // mapped to that user; the agent stays that user, without capabilities.
@@ -310,6 +311,31 @@ fn watch_options(
         options.transparent_port = None;
     }
     Ok(Some(options))
+}
+
+/// A `--bind` onto a writable root or the private /tmp, or onto a
+/// directory above one, would show its source in the root's place: a
+/// read-only tree instead of the agent's work, and to the unix policy,
+/// which allows socket names under the root, the source's sockets (the
+/// mirror of a root is whatever is mounted there). A bind below a root is
+/// fine: the mirror covers it (`unix_mirror.rs`).
+fn binds_hiding_roots(policy: &Policy) -> Result<(), Refusal> {
+    let tmp = PathBuf::from("/tmp");
+    let private_tmp = policy.private_tmp.then_some(&tmp);
+    for root in policy.writable_roots.iter().chain(private_tmp) {
+        if let Some(bind) = policy.binds.iter().find(|b| root.starts_with(&b.target)) {
+            return Err(Refusal::new(
+                exit::REFUSED,
+                format!(
+                    "--bind {} {} would hide the writable root {}; bind it elsewhere",
+                    bind.source.display(),
+                    bind.target.display(),
+                    root.display()
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The absent denied paths the agent could create, as directories to make

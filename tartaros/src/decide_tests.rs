@@ -447,7 +447,8 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
     assert_eq!(plan.late.unix_mirrors, watch.unix_allowed);
     assert_eq!(
         plan.late.unix_mirrors,
-        vec![PathBuf::from("/w"), PathBuf::from("/scratch")]
+        vec![PathBuf::from("/scratch"), PathBuf::from("/w")],
+        "longest first"
     );
     assert!(plan.init.mounts.iter().any(|op| matches!(op,
         MountOp::PrivateDev { mount_points } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
@@ -468,4 +469,64 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
     let plan = decide(&request, &facts).unwrap();
     assert!(plan.late.unix_mirrors.is_empty());
     assert!(hides(&plan));
+}
+
+#[test]
+fn a_root_nested_in_another_has_the_first_slot_of_the_two() {
+    let policy = Policy {
+        writable_roots: vec!["/w".into(), "/w/sub".into(), "/a/b/c".into()],
+        tmpfs: vec!["/w/sub/t".into()],
+        private_tmp: true,
+        ..policy()
+    };
+    let plan = decide_with(&policy, &root_host(), &project(), None, &[]).unwrap();
+    let watch = plan.watch.as_ref().unwrap();
+    let want: Vec<PathBuf> = ["/w/sub/t", "/a/b/c", "/w/sub", "/tmp", "/w"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    // The programs take the first prefix that matches; the mirrors follow
+    // the same slots.
+    assert_eq!(watch.unix_allowed, want);
+    assert_eq!(plan.late.unix_mirrors, want);
+}
+
+#[test]
+fn a_bind_on_or_above_a_writable_root_is_refused() {
+    use crate::policy::scope::Bind;
+    let bind = |target: &str| Bind {
+        source: "/srv".into(),
+        target: target.into(),
+    };
+    let with = |target: &str, private_tmp: bool| Policy {
+        writable_roots: vec!["/w/project".into()],
+        binds: vec![bind(target)],
+        private_tmp,
+        ..policy()
+    };
+    for (target, private_tmp) in [("/w/project", false), ("/w", false), ("/tmp", true)] {
+        let refusal = decide_with(
+            &with(target, private_tmp),
+            &root_host(),
+            &project(),
+            None,
+            &[],
+        )
+        .unwrap_err();
+        assert_eq!(refusal.code, exit::REFUSED, "{target}");
+        assert!(
+            refusal.message.ends_with("; bind it elsewhere")
+                && refusal.message.contains("would hide the writable root"),
+            "{}",
+            refusal.message
+        );
+    }
+    // Below a root (the mirror covers it), beside it, or /tmp without a
+    // private one.
+    for target in ["/w/project/sub", "/w/other", "/tmp"] {
+        assert!(
+            decide_with(&with(target, false), &root_host(), &project(), None, &[]).is_ok(),
+            "{target}"
+        );
+    }
 }

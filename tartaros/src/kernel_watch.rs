@@ -49,6 +49,15 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
         unix_allowed.push(PathBuf::from("/tmp"));
     }
     unix_allowed.extend(policy.tmpfs.iter().cloned());
+    // The programs take the first slot whose prefix matches, and a root
+    // nested in another must map to its own slot: the outer root's mirror
+    // covers every mount below it (`unix_mirror.rs`), and the inner one's
+    // names through that mirror would find nothing. Longest first.
+    unix_allowed.sort_by(|a, b| {
+        let len = |p: &PathBuf| p.as_os_str().len();
+        len(b).cmp(&len(a)).then_with(|| a.cmp(b))
+    });
+    unix_allowed.dedup();
     let transparent = !policy.allow_domains.is_empty();
     AttachOptions {
         // The record of every attempt, and the interception, need the

@@ -2,8 +2,10 @@
 //! mount trees (`open_tree`), attaching them (`move_mount`), per-mount flags
 //! on a whole tree at once (`mount_setattr`), and opening a path (or one
 //! entry of an open directory) without following any symlink (`openat2`),
-//! and whether a directory opened so compares names byte for byte. The only `unsafe` of the mount plan lives
-//! here; `mounts.rs` decides what to do with it.
+//! whether a directory opened so compares names byte for byte, which mount
+//! a descriptor lies on (`statx`), and covering a mount point with an empty
+//! mount. The only `unsafe` of the mount plan lives here; `mounts.rs` and
+//! `unix_mirror.rs` decide what to do with it.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -224,4 +226,57 @@ pub fn attach(tree: &OwnedFd, onto: &OwnedFd) -> Result<(), nix::Error> {
         return Err(nix::Error::last());
     }
     Ok(())
+}
+
+/// The id of the mount the object `fd` names lies on (`statx` with
+/// `STATX_MNT_ID`, Linux 5.8): the first field of its line in
+/// /proc/self/mountinfo. For a mount point, the topmost mount there.
+pub fn mount_id(fd: &OwnedFd) -> Result<u64, nix::Error> {
+    let empty = c"";
+    // SAFETY: an empty path with AT_EMPTY_PATH names `fd` itself; `buf` is
+    // plain data (all zeroes is a valid value) that outlives the call, and
+    // the kernel writes at most a `struct statx` into it.
+    let (rc, buf) = unsafe {
+        let mut buf: libc::statx = std::mem::zeroed();
+        let rc = libc::statx(
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            AT_EMPTY_PATH as libc::c_int,
+            libc::STATX_MNT_ID,
+            &mut buf,
+        );
+        (rc, buf)
+    };
+    if rc < 0 {
+        return Err(nix::Error::last());
+    }
+    if buf.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(nix::Error::EOPNOTSUPP);
+    }
+    Ok(buf.stx_mnt_id)
+}
+
+/// Covers the object `at` names (an `O_PATH` descriptor on an attached
+/// mount) with an empty, read-only mount: a directory with an empty tmpfs,
+/// anything else with /dev/null on a `nodev` mount. No name below it
+/// reaches what was there, and a socket name there finds no socket.
+pub fn cover(at: &OwnedFd) -> Result<(), nix::Error> {
+    use nix::mount::MsFlags;
+    let stat = nix::sys::stat::fstat(at.as_raw_fd())?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        let null = open_no_symlinks(Path::new("/dev/null"))?;
+        let copy = clone_tree(&null, false)?;
+        set_flags(&copy, READ_ONLY | NO_SUID | NO_DEV | NO_EXEC, 0, false)?;
+        return attach(&copy, at);
+    }
+    // mount(2) takes a path: the descriptor's, through the fresh /proc.
+    let target = format!("/proc/self/fd/{}", at.as_raw_fd());
+    let flags = MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(
+        Some("tmpfs"),
+        target.as_str(),
+        Some("tmpfs"),
+        flags,
+        Some("mode=0555,size=4k,nr_inodes=1"),
+    )
 }
