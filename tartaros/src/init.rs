@@ -6,12 +6,14 @@
 //! our own binary dispatched in `main()`. Stages, in this fixed order:
 //!
 //! 1. receive the plan (fd 3); EOF means the supervisor died: exit;
-//! 2. name the UTS namespace, make the gateways' listeners and pass them
-//!    to the supervisor (fd 5), apply the mount plan (still root);
+//! 2. name the UTS namespace, apply the mount plan (still root; no socket,
+//!    see stage 4);
 //! 3. compile seccomp (pure); stages 2 and 3 overlap the supervisor's eBPF
 //!    verification;
 //! 4. receive the late part of the plan (sent once the eBPF programs are
-//!    attached to our cgroup, or have failed to) and finish the mounts in
+//!    attached to our cgroup and the run is registered, or they have
+//!    failed to attach): bring up loopback, make the gateways' listeners
+//!    and pass them to the supervisor (fd 5), and finish the mounts in
 //!    the order a plan made in one piece had them: the hiding of the
 //!    host's sockets (should the unix policy have failed to attach), the
 //!    scope (`--bind`, `--tmpfs`), the unix policy's mirrors; then open
@@ -84,10 +86,11 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     crate::cgroup::join_v1_self(&plan.limit_cgroups)
         .map_err(|e| failure(exit::START_FAILURE, e))?;
 
-    // Stage 2: namespaces. Still root, so mounts can be made.
+    // Stage 2: namespaces. Still root, so mounts can be made. No socket
+    // yet: the eBPF programs may be attached to our cgroup at any moment
+    // from here on, and until the run is registered they refuse every
+    // socket of a task in it.
     let _ = nix::unistd::sethostname("tartaros");
-    crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
-    pass_listeners(&plan)?;
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 3: the seccomp program the child will install (pure).
@@ -107,6 +110,9 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // the agent start.
     let late = Late::receive(&mut plan_pipe).map_err(|e| failure(exit::START_FAILURE, e))?;
     drop(plan_pipe);
+    // The run is registered (or has no programs): sockets may be made.
+    crate::network::loopback_up().map_err(|e| failure(exit::START_FAILURE, e))?;
+    pass_listeners(&plan)?;
     // Hidden sockets before the scope, as when they are planned from the
     // start: a `--bind` of a directory holding one copies the hiding with
     // its source's mounts, where a later hiding would miss the copy.

@@ -249,8 +249,9 @@ pub fn attach_preloaded(
     let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
     load::set_run_level(&mut object, load::cgroup_level(cgroup_dir))?;
     // Attached before the run is registered, while the prepared ring is
-    // mapped. The init already waits in the cgroup but does nothing before
-    // it gets its plan, which comes after this.
+    // mapped. The init already works in the cgroup, but makes no socket
+    // (which the programs would refuse until the run is registered) before
+    // the late part of its plan, which comes after this (init.rs).
     let transparent = options.transparent_port.is_some();
     let attached = attach_steps::link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
     drop(loaded);
