@@ -296,7 +296,9 @@ impl Join {
                     }
                 }
                 _ => {
-                    if is_file_kind(r.kind) {
+                    // A refused call on a descriptor keeps the kernel's
+                    // name of the file it was refused on.
+                    if is_file_kind(r.kind) && kernel_named(&r).is_none() {
                         r.target.insert("path_source", "agent");
                     }
                     out.push(r);

@@ -329,6 +329,19 @@ fn an_fd_based_change_gets_the_kernels_path_and_no_empty_claim() {
     assert_eq!(s(&out[0], "path_source"), Some("kernel"));
 }
 
+#[test]
+fn a_refused_descriptor_call_keeps_the_kernel_s_name() {
+    let mut j = Join::new(0);
+    let mut r = record("xattr", 10, 3, "/w/locked");
+    r.decision = Decision::Denied;
+    r.errno = 13;
+    r.target.insert("path_source", "kernel");
+    let mut out = j.join(vec![r], 4);
+    out.extend(j.finish(5));
+    assert_eq!(out.len(), 1);
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
+}
+
 /// A call on a shared descriptor asserts no path and claims nothing: the
 /// notification of the file it changed stands as a kernel-named record.
 #[test]
