@@ -30,7 +30,8 @@ pub mod record {
     /// [`super::UnixEvent`]: a decision of the unix-socket path policy.
     pub const UNIX: u16 = 0x17;
     /// [`super::SysFileEvent`]: a call on a descriptor, with the file the
-    /// kernel had behind it (the inode-flag ioctls).
+    /// kernel had behind it (`fchmod`, `fsetxattr`, `futimens`, the
+    /// inode-flag ioctls, an open's returned descriptor, ...).
     pub const SYS_FILE: u16 = 0x18;
 
     /// Whether `r` (the `u16` at offset 28) is a capture record.
@@ -131,11 +132,19 @@ pub mod flag {
     /// file, `sys_exit` names the descriptor it returned
     /// ([`super::SysFileEvent`]).
     pub const OPENS_FILE: u32 = 1 << 11;
-    /// A call with `AT_EMPTY_PATH` (`fchownat`, `fchmodat2`, `utimensat`):
-    /// when the path read at entry is empty, the call changed the file of
-    /// its descriptor, and `sys_exit` names that file
-    /// ([`super::SysFileEvent`]).
+    /// A call that may act on its descriptor's file: `AT_EMPTY_PATH`
+    /// (`fchownat`, `fchmodat2`, `utimensat`, `setxattrat`,
+    /// `removexattrat`, `file_setattr`), `futimesat(fd, NULL)`, and
+    /// `fsetxattr` / `fremovexattr`. When the path read at entry is empty
+    /// (or NULL), the call changed the file of its descriptor, and
+    /// `sys_exit` names that file ([`super::SysFileEvent`]).
     pub const BY_FD: u32 = 1 << 12;
+    /// The caller's fd table was shared (`files_struct.count > 1`: another
+    /// thread, or a `CLONE_FILES` child) when a call on a descriptor
+    /// started: another task could swap the descriptor between the
+    /// kernel's lookup and `sys_exit`, so the file read at exit is not
+    /// proof of the file the call changed.
+    pub const FD_SHARED: u32 = 1 << 13;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).

@@ -27,8 +27,8 @@ pub(crate) fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     let mut call = if described != call_shape::SPECIAL {
         let mut c = from_shape(e, described, a);
         // Calls on a descriptor alone: named by the kernel's file at exit,
-        // not by a `/proc/<pid>/fd` lookup after another thread may have
-        // put another file at that number.
+        // not by a `/proc/<pid>/fd` lookup after the agent may have put
+        // another file at that number (`sys_enter` notes the file at entry).
         if matches!(n, nr::FTRUNCATE | nr::FCHMOD | nr::FCHOWN) {
             c.record = record::SYS_FILE;
         }
@@ -36,18 +36,20 @@ pub(crate) fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
     } else {
         special(n, e, a)?
     };
-    // A path-and-flags call that may act on its descriptor itself.
-    let empty_path_flag = match n {
-        nr::FCHOWNAT => a[4],
+    // A call that may act on its descriptor's file: with `AT_EMPTY_PATH`
+    // and an empty path, with a NULL path (`futimesat`), or always (the
+    // xattr calls on a descriptor, whose path pointer is none). Whether
+    // the path is empty is known once `sys_enter` has read it.
+    let by_fd = match n {
+        nr::FCHOWNAT | nr::FILE_SETATTR => a[4],
         nr::FCHMODAT2 | nr::UTIMENSAT => a[3],
+        nr::SETXATTRAT | nr::REMOVEXATTRAT => a[2],
+        nr::FSETXATTR | nr::FREMOVEXATTR => AT_EMPTY_PATH,
+        nr::FUTIMESAT if a[1] == 0 => AT_EMPTY_PATH,
         _ => 0,
     };
-    if call.record == record::SYS_PATH && empty_path_flag & AT_EMPTY_PATH != 0 {
+    if call.record != record::SYS_FILE && by_fd & AT_EMPTY_PATH != 0 {
         call.flags |= flag::BY_FD;
-    }
-    if call.record == record::SYS_FILE {
-        // The fd's file now, to compare with the one named at exit.
-        call.args[2] = crate::fdpath::file_at_entry(call.fd);
     }
     Some(call)
 }

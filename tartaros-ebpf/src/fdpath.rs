@@ -1,5 +1,6 @@
 //! The file behind a descriptor, from the kernel's own objects, for the
-//! records of calls that name no path (the inode-flag ioctls) and of the
+//! records of calls that name no path (`fchmod`, `fsetxattr`, `futimens`,
+//! the inode-flag ioctls, `*at` calls with `AT_EMPTY_PATH`) and of the
 //! opens for writing that did not create their file (the descriptor they
 //! return; the file behind it is the one opened, whatever the agent's
 //! string said when `sys_enter` read it): at
@@ -46,15 +47,21 @@ fn at(base: u64, offset: u32) -> Option<u64> {
     read_kernel::<u64>(base + offset as u64)
 }
 
-/// The `struct file *` at `fd` in the current task's table (0: none).
+/// The current task's `struct files_struct *` (0: none).
 #[inline(always)]
-fn file_of(l: &FileLayout, fd: i32) -> u64 {
+fn files(l: &FileLayout) -> u64 {
+    // SAFETY: helper without arguments; used as an address only.
+    let task = unsafe { generated::bpf_get_current_task() };
+    at(task, l.task_files).unwrap_or(0)
+}
+
+/// The `struct file *` at `fd` in the table `files` (0: none).
+#[inline(always)]
+fn file_in(l: &FileLayout, files: u64, fd: i32) -> u64 {
     if fd < 0 {
         return 0;
     }
-    // SAFETY: helper without arguments; used as an address only.
-    let task = unsafe { generated::bpf_get_current_task() };
-    let Some(fdt) = at(task, l.task_files).and_then(|files| at(files, l.files_fdt)) else {
+    let Some(fdt) = at(files, l.files_fdt) else {
         return 0;
     };
     let max = read_kernel::<u32>(fdt + l.fdt_max_fds as u64).unwrap_or(0);
@@ -66,11 +73,30 @@ fn file_of(l: &FileLayout, fd: i32) -> u64 {
         .unwrap_or(0)
 }
 
-/// The file at `fd` when the call starts, compared at exit (0 when the
-/// offsets are unknown or the fd is not open).
+/// The `struct file *` at `fd` in the current task's table (0: none).
 #[inline(always)]
-pub fn file_at_entry(fd: i32) -> u64 {
-    layout().map_or(0, |l| file_of(l, fd))
+fn file_of(l: &FileLayout, fd: i32) -> u64 {
+    file_in(l, files(l), fd)
+}
+
+/// At `sys_enter` of a call on `fd`: the file there (0 when the offsets
+/// are unknown or the fd is not open), compared at exit, and whether
+/// another task shares the table (`files_struct.count > 1`, or unread).
+/// A table not shared when the call starts stays so until it ends: only
+/// a task holding it can share it (`clone(CLONE_FILES)`), and its one
+/// holder is in this call. Shared, another thread can swap the fd between
+/// the kernel's lookup and `sys_exit`, so the file at exit is no proof.
+#[inline(always)]
+pub fn note(fd: i32) -> (u64, bool) {
+    let Some(l) = layout() else {
+        return (0, false);
+    };
+    let files = files(l);
+    if files == 0 {
+        return (0, false);
+    }
+    let count = read_kernel::<u32>(files + l.files_count as u64).unwrap_or(u32::MAX);
+    (file_in(l, files, fd), count > 1)
 }
 
 /// The file at `fd` if it is open for writing and its open did not create
@@ -92,7 +118,7 @@ pub fn opened_existing(fd: i32) -> u64 {
 
 /// Fills `ev`, the file part of a reserved record, for `fd`. With
 /// `reread`, `entry` is the file `fd` held when the call started (from
-/// [`file_at_entry`]) and the table is read again to compare; without,
+/// [`note`]) and the table is read again to compare; without,
 /// `entry` is the file `fd` holds now (from [`opened_existing`]).
 #[inline(always)]
 pub fn fill(ev: *mut KernelFile, fd: i32, entry: u64, reread: bool) {

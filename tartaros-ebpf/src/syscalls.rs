@@ -85,11 +85,15 @@ pub(crate) struct Pending {
     nr: u64,
     pub(crate) len: i32,
     pub(crate) len2: i32,
+    /// The `struct file *` at the call's descriptor when it started, for
+    /// a call that may act on it (`SYS_FILE`, `BY_FD`): compared with the
+    /// one at exit, never written to a record.
+    pub(crate) file: u64,
     pub(crate) path: [u8; PATH_BYTES],
     pub(crate) path2: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(size_of::<Pending>() == 592);
+const _: () = assert!(size_of::<Pending>() == 600);
 const _: () = assert!(ADDR_BYTES <= PATH_BYTES);
 
 /// `sys_exit` builds the entry of a call `sys_enter` did not note (a
@@ -265,6 +269,16 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         // Volatile: the compiler must not hand the code below the
         // constants it has just stored (see `PENDING`).
         let c = core::ptr::read_volatile(&raw const (*slot).call);
+        (*slot).file = 0;
+        if c.record == record::SYS_FILE || c.flags & flag::BY_FD != 0 {
+            // The file before the kernel looks the fd up; `sys_exit`
+            // names the one there then, and says when they differ.
+            let (file, shared) = crate::fdpath::note(c.fd);
+            (*slot).file = file;
+            if shared {
+                (*slot).call.flags |= flag::FD_SHARED;
+            }
+        }
         match c.record {
             record::SYS_PATH | record::SYS_PATH2 => {
                 let (n, f) = read_path(

@@ -4,7 +4,7 @@
 
 use tartaros_common::capture::{
     ADDR_BYTES, PATH_BYTES, RunConfig, SysAddrEvent, SysEvent, SysFileEvent, SysPath2Event,
-    SysPathEvent, flag, record,
+    SysPathEvent, effect, flag, record,
 };
 
 use crate::maps::{Run, copy_kernel, fill_header, wake_flags};
@@ -54,15 +54,14 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                 fd = ret as i32;
             }
         }
-        // `AT_EMPTY_PATH` with the empty path it read at entry (one NUL,
-        // or a NULL pointer): the call's file is its descriptor's, named
-        // like an fchmod's.
+        // A call that may act on its descriptor, with the empty path it
+        // read at entry (one NUL, or a NULL pointer) and a file at the fd
+        // then: the call's file is its descriptor's, named like an
+        // fchmod's. (An xattr call keeps its attribute name.)
         let len = (*p).len;
-        if rec == record::SYS_PATH && (*p).call.flags & flag::BY_FD != 0 && (0..=1).contains(&len) {
-            opened = crate::fdpath::file_at_entry(fd);
-            if opened != 0 {
-                rec = record::SYS_FILE;
-            }
+        let by_fd = (*p).call.flags & flag::BY_FD != 0 && (0..=1).contains(&len) && (*p).file != 0;
+        if by_fd && (rec == record::SYS_PATH || rec == record::SYS_PATH2) {
+            rec = record::SYS_FILE;
         }
         match rec {
             record::SYS_PATH => {
@@ -115,18 +114,24 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                 };
                 let ev = entry.as_mut_ptr();
                 fill_sys(&raw mut (*ev).sys, cfg, p, rec, nr, ret);
-                // A kernel address, for the comparison only: the ioctl's
-                // file at entry, or the file an open just returned.
+                // A kernel address, for the comparison only (never in the
+                // record): the call's file at entry, or the file an open
+                // just returned.
                 let (at_entry, reread) = if opened != 0 {
                     (opened, false)
                 } else {
-                    ((*p).call.args[2], true)
+                    ((*p).file, true)
                 };
-                (*ev).sys.args[2] = 0;
+                // An xattr call's string is its attribute's name.
+                let text = if kind == effect::XATTR {
+                    &raw const (*p).path2
+                } else {
+                    &raw const (*p).path
+                };
                 copy_kernel(
                     (&raw mut (*ev).path).cast::<u8>(),
                     PATH_BYTES as u32,
-                    (&raw const (*p).path) as u64,
+                    text as u64,
                 );
                 crate::fdpath::fill(&raw mut (*ev).file, fd, at_entry, reread);
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysFileEvent>()));

@@ -219,11 +219,17 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     let acl = xattr("system.posix_acl_access");
     allowed(acl);
     assert_eq!(t(acl, "path").as_str(), Some(p("reg").as_str()));
+    // Named by the file the kernel had behind the descriptor, not by a
+    // /proc lookup when the record is read (log_fd_swap.rs).
     let fset = xattr("user.f");
     allowed(fset);
     assert_eq!(
-        (t(fset, "path").as_str(), t(fset, "resolved_from").as_str()),
-        (Some(p("reg").as_str()), Some("fd"))
+        (t(fset, "path").as_str(), t(fset, "path_source").as_str()),
+        (Some(p("reg").as_str()), Some("kernel"))
+    );
+    assert!(
+        t(fset, "ino").is_u64() && t(fset, "resolved_from").is_null(),
+        "{fset}"
     );
     let removed = find(&log, "xattr", "remove user.k", |r| t(r, "op") == "remove");
     assert_eq!(t(removed, "path").as_str(), Some(p("reg").as_str()));

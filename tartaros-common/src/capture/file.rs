@@ -79,7 +79,9 @@ pub struct FileLayout {
     /// `linux_binprm.file`: the file an exec runs (the interpreter's, for
     /// a script).
     pub bprm_file: u32,
-    pub _pad: u32,
+    /// `files_struct.count`: above 1, another task shares the fd table
+    /// and can swap a descriptor while a call of this one uses it.
+    pub files_count: u32,
 }
 
 /// `FMODE_CREATED` of `file.f_mode` (include/linux/fs.h, the same bit since
@@ -117,15 +119,19 @@ pub struct KernelFile {
 }
 
 /// [`SysEvent`] of a call on a descriptor, with the file behind it: the
-/// inode-flag ioctls (the descriptor passed), and the opens for writing
-/// that did not create their file (the descriptor returned; `path` is the
-/// agent's string, read at entry). 1408 bytes, no padding.
+/// calls that name their file by a descriptor only (the descriptor passed:
+/// `fchmod`, `fsetxattr`, `futimens`, the inode-flag ioctls, `*at` calls
+/// with `AT_EMPTY_PATH` and an empty path, ...), and the opens for writing
+/// that did not create their file (the descriptor returned). `path` is a
+/// string read at entry: an open's path argument, an xattr call's
+/// attribute name. 1408 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct SysFileEvent {
     pub sys: SysEvent,
     pub file: KernelFile,
-    /// An open's path argument as `sys_enter` read it (unused otherwise).
+    /// An open's path argument, or an xattr call's attribute name, as
+    /// `sys_enter` read it (the header's `len` / `len2` say how much).
     pub path: [u8; PATH_BYTES],
 }
 

@@ -1,12 +1,17 @@
 //! Records of calls on a descriptor that carry the file the kernel had
-//! behind it ([`SysFileEvent`], the inode-flag ioctls): the path is the
-//! kernel's names at the syscall's exit, not a `/proc/<pid>/fd` lookup made
-//! when the record is read (by then the process may be gone, or the fd
-//! closed or reused). See docs/ebpf.md, "Kernel-sourced paths".
+//! behind it ([`SysFileEvent`]: `fchmod`, `fsetxattr`, `futimens`, the
+//! inode-flag ioctls, `*at` calls with `AT_EMPTY_PATH`, opens for
+//! writing): the path is the kernel's names at the syscall's exit, not a
+//! `/proc/<pid>/fd` lookup made when the record is read (by then the
+//! process may be gone, or the fd closed or reused). With a shared fd
+//! table the record asserts no path (`path_unverified`). See docs/ebpf.md,
+//! "Descriptor-named calls".
 
 use std::os::unix::fs::MetadataExt;
 
-use tartaros_common::capture::{FILE_NAMES_BYTES, KernelFile, SysFileEvent, file_status, flag};
+use tartaros_common::capture::{
+    FILE_NAMES_BYTES, KernelFile, SysFileEvent, effect, file_status, flag,
+};
 
 use super::*;
 
@@ -15,12 +20,12 @@ impl Decoder {
         if e.sys.header.flags & flag::OPENS_FILE != 0 {
             return self.opened_file(e);
         }
-        let mut r = self.sys(&e.sys, None, None, None)?;
+        // An xattr call's attribute name, read at entry.
+        let name = (e.sys.header.effect == effect::XATTR).then_some(&e.path[..]);
+        let mut r = self.sys(&e.sys, None, name, None)?;
         let t = &mut r.target;
         t.insert("fd", e.sys.fd);
         let status = e.file.status;
-        // Named as it was before its last link went, when it has none.
-        put_inode(t, &e.file);
         if status & file_status::FD_CHANGED != 0 {
             // Another thread sharing the fd table put another file at
             // this number during the call: the file named is the one
@@ -28,6 +33,12 @@ impl Decoder {
             t.insert("fd_changed", true);
         }
         let names = names_of(&e.file);
+        if e.sys.header.flags & flag::FD_SHARED != 0 {
+            unverified(t, &e.file, names.as_deref());
+            return Some(r);
+        }
+        // Named as it was before its last link went, when it has none.
+        put_inode(t, &e.file);
         if status & file_status::COMPLETE != 0
             && let Some(names) = names
         {
@@ -125,6 +136,24 @@ impl Decoder {
             }
         }
         self.fd_path(tgid, fd)
+    }
+}
+
+/// A call on a descriptor of a shared fd table: another thread could have
+/// swapped the descriptor between the kernel's lookup and the exit, where
+/// the file was read, even back again (`fd_changed` sees only a file that
+/// stayed swapped). So the record asserts no path: the file read at exit
+/// is `fd_path_at_exit`, and the file the call changed is named by its
+/// kernel notification (the join leaves it to it; docs/ebpf.md,
+/// "Descriptor-named calls").
+fn unverified(t: &mut Target, f: &KernelFile, names: Option<&[&[u8]]>) {
+    t.insert("fd_shared", true);
+    t.insert("path_unverified", true);
+    match names {
+        Some(names) if f.status & file_status::COMPLETE != 0 => {
+            t.insert("fd_path_at_exit", path_of(names));
+        }
+        _ => t.insert("fd_at_exit_incomplete", incomplete(f.status)),
     }
 }
 

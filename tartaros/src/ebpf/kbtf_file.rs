@@ -56,7 +56,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         vfsmount_root: off("vfsmount", "mnt_root")?,
         file_mode: off("file", "f_mode")?,
         bprm_file: off("linux_binprm", "file")?,
-        _pad: 0,
+        files_count: off("files_struct", "count")?,
     })
 }
 

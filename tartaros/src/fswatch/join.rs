@@ -42,6 +42,9 @@ pub(super) struct Join {
     last_ns: HashMap<u32, u64>,
     /// Threads of processes that exited.
     exited: BTreeSet<u32>,
+    /// Threads with a call on a descriptor of a shared fd table, whose
+    /// record asserts no path: their notifications name what changed.
+    unverified_fd: BTreeSet<u32>,
     writes: WriteCounts,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: Touched,
@@ -207,6 +210,15 @@ impl Join {
                 }
             }
             let allowed = r.decision == Decision::Allowed;
+            if r.target.get("path_unverified").is_some() {
+                // A call on a descriptor another thread could swap: the
+                // record claims no notification, so the one the kernel
+                // queued for the file the call changed stands as its own
+                // record, named exactly (an `attrib`, or a `write` count).
+                self.unverified_fd.insert(tid);
+                out.push(r);
+                continue;
+            }
             // A record the capture already named from the kernel's file
             // (an open for writing by the descriptor it returned, an
             // inode-flag ioctl): nothing to pair, and the file may change
@@ -284,7 +296,9 @@ impl Join {
                     }
                 }
                 _ => {
-                    if is_file_kind(r.kind) {
+                    // A refused call on a descriptor keeps the kernel's
+                    // name of the file it was refused on.
+                    if is_file_kind(r.kind) && kernel_named(&r).is_none() {
                         r.target.insert("path_source", "agent");
                     }
                     out.push(r);
@@ -473,7 +487,13 @@ impl Join {
                 t.insert("dir", true);
             }
             t.insert("path_source", "kernel");
-            t.insert("uncaptured", true);
+            if b == bit::ATTRIB && self.unverified_fd.contains(&n.tid) {
+                // Most likely the change of one of the thread's calls on
+                // a shared descriptor, whose records name no file.
+                t.insert("unverified_fd_call", true);
+            } else {
+                t.insert("uncaptured", true);
+            }
             if !self.tasks.contains_key(&n.tid) {
                 t.insert("pid_unverified", true);
             }

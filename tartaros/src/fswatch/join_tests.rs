@@ -330,6 +330,48 @@ fn an_fd_based_change_gets_the_kernels_path_and_no_empty_claim() {
 }
 
 #[test]
+fn a_refused_descriptor_call_keeps_the_kernel_s_name() {
+    let mut j = Join::new(0);
+    let mut r = record("xattr", 10, 3, "/w/locked");
+    r.decision = Decision::Denied;
+    r.errno = 13;
+    r.target.insert("path_source", "kernel");
+    let mut out = j.join(vec![r], 4);
+    out.extend(j.finish(5));
+    assert_eq!(out.len(), 1);
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
+}
+
+/// A call on a shared descriptor asserts no path and claims nothing: the
+/// notification of the file it changed stands as a kernel-named record.
+#[test]
+fn an_unverified_descriptor_call_leaves_its_notification_to_name_the_file() {
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    j.notice(notice(10, bit::ATTRIB, "/w/changed", 5), T);
+    let mut r = record("xattr", 10, 6, "");
+    r.target = Target::new();
+    r.target.insert("fd", 40);
+    r.target.insert("path_unverified", true);
+    r.target.insert("fd_path_at_exit", "/w/other");
+    let mut out = j.join(vec![r], 7);
+    out.extend(j.finish(8));
+    assert_eq!(out.len(), 2, "{out:#?}");
+    let call = out.iter().find(|r| r.kind == "xattr").unwrap();
+    assert_eq!(call.target.get("path"), None);
+    assert_eq!(call.target.get("path_source"), None);
+    let attrib = out.iter().find(|r| r.kind == "attrib").unwrap();
+    assert_eq!(s(attrib, "path"), Some("/w/changed"));
+    assert_eq!(s(attrib, "path_source"), Some("kernel"));
+    assert_eq!(
+        attrib.target.get("unverified_fd_call"),
+        Some(&Value::from(true))
+    );
+    assert_eq!(attrib.target.get("uncaptured"), None);
+    assert!(j.touched().contains(Path::new("/w/changed")));
+}
+
+#[test]
 fn a_write_open_the_kernel_named_is_kept_and_sealed() {
     // O_TRUNC of an existing file: named from its descriptor by the
     // capture, and its FAN_MODIFY is counted, not claimed.
