@@ -77,6 +77,18 @@ fn store_layout(layout: &KernelLayout) {
     }
 }
 
+/// Takes the layout from the cache if it is there; whether it was.
+pub(super) fn kernel_layout_from_cache() -> bool {
+    match cached_layout() {
+        Some(layout) => {
+            // Another thread may have set it meanwhile: the same value.
+            let _ = KERNEL_LAYOUT.set(Ok(layout));
+            true
+        }
+        None => false,
+    }
+}
+
 pub(super) fn kernel_layout_ready() -> bool {
     KERNEL_LAYOUT.get().is_some()
 }

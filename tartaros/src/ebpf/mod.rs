@@ -270,10 +270,13 @@ pub fn prepare_ring(bytes: u32) {
 /// Starts reading the structure offsets and tracepoint ids that capture
 /// and the unix policy need (the kernel BTF pass, ~9 ms when not cached) on
 /// a background thread, so a later [`attach_with`] does not wait for it.
+/// Cached (every run after the first since boot), they are read here: a
+/// file of under 1 KiB costs less than starting a thread, which on a busy
+/// host may wait milliseconds for a CPU while the preload waits for it.
 /// Optional; call it early at start-up. If the thread cannot be spawned,
 /// attach does the work itself.
 pub fn warm_up_capture() {
-    if load::kernel_layout_ready() {
+    if load::kernel_layout_ready() || load::kernel_layout_from_cache() {
         return;
     }
     let _ = std::thread::Builder::new()
