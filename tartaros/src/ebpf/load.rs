@@ -287,7 +287,9 @@ fn events_map(max_entries: u32) -> Result<OwnedFd, RawError> {
     early_ring::create_outer(template.as_fd(), max_entries)
 }
 
-pub(super) use super::layout_cache::{kernel_layout, kernel_layout_from_cache, kernel_layout_ready};
+pub(super) use super::layout_cache::{
+    kernel_layout, kernel_layout_from_cache, kernel_layout_ready,
+};
 
 pub(super) fn missing(what: String) -> EbpfError {
     EbpfError::MissingInObject { what }
