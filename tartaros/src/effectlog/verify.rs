@@ -119,6 +119,10 @@ struct Chain {
     /// Changed files the seal lists without a hash, or not at all (its
     /// bounds): the tree cannot be checked against the log for them.
     unhashed: u64,
+    /// File records whose name is neither the kernel's nor whole (see
+    /// [`nameless`]), and the line of the first.
+    nameless: u64,
+    first_nameless: Option<(u64, String)>,
 }
 
 impl Chain {
@@ -164,7 +168,14 @@ impl Chain {
                 self.log_full |= m.get("lost_kind").and_then(Value::as_str) == Some("log-full");
             }
             "seal" => self.seal(lineno, m)?,
-            k if schema::is_effect_kind(k) => schema::check_effect(m)?,
+            k if schema::is_effect_kind(k) => {
+                schema::check_effect(m)?;
+                if let Some(key) = nameless(m) {
+                    self.nameless += 1;
+                    self.first_nameless
+                        .get_or_insert((lineno, format!("{} `{key}`", plain(k))));
+                }
+            }
             other => return Err(format!("unknown kind `{}`", terminal_capped(other, 64))),
         }
         if kind != "seal" {
@@ -288,6 +299,15 @@ impl Chain {
                 ),
             );
         }
+        if let Some((line, what)) = &self.first_nameless {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: line {line}: {} file record(s) name no file (first: {what} unreadable or cut at 255 bytes, and no kernel name)",
+                    self.nameless
+                ),
+            );
+        }
         // Every effect is recorded; the seal's hashes are bounded, and says
         // so, so the reviewer knows which files the tree check cannot cover.
         let unhashed = if self.unhashed > 0 {
@@ -306,6 +326,28 @@ impl Chain {
             ),
         )
     }
+}
+
+/// The name of a file record that names no file: the agent's string the
+/// capture could not read (a page the kernel faults in, the capture
+/// cannot) or cut at 255 bytes, where the kernel gave no name in its
+/// place (a refused call, whose file the kernel never reached). Such a
+/// record still says an attempt was made, but not on what: a refused read
+/// of a secret would read as a refused read of nothing.
+fn nameless(m: &Map<String, Value>) -> Option<&'static str> {
+    let t = m.get("target")?.as_object()?;
+    let flag = |k: &str| t.get(k).and_then(Value::as_bool) == Some(true);
+    let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
+    // `from` of a link stays the agent's even when `to` is the kernel's.
+    let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
+    [("path", kernel), ("to", kernel), ("from", from_kernel)]
+        .into_iter()
+        .find(|(key, named)| {
+            !named
+                && t.contains_key(*key)
+                && (flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")))
+        })
+        .map(|(key, _)| key)
 }
 
 /// The capture guarantees the genesis lists as degraded: any guarantee
@@ -392,6 +434,28 @@ mod tests {
         assert!(v.message.contains("ebpf-capture was degraded"), "{v:?}");
         let v = sealed(&dir.path().join("b"), &["unix-socket-policy"], None);
         assert_eq!(v.code, VERDICT_OK, "another degraded guarantee: {v:?}");
+    }
+
+    #[test]
+    fn a_record_that_names_no_file_is_found() {
+        let t = |v: serde_json::Value| {
+            let m = serde_json::json!({"target": v});
+            nameless(m.as_object().unwrap())
+        };
+        let denied =
+            serde_json::json!({"path": "", "path_source": "agent", "path_unreadable": true});
+        assert_eq!(t(denied), Some("path"));
+        let cut =
+            serde_json::json!({"path": "/a/./.", "path_source": "agent", "path_truncated": true});
+        assert_eq!(t(cut), Some("path"));
+        let named = serde_json::json!({"path": "/a/b", "path_source": "kernel", "claimed_path": "", "path_unreadable": true});
+        assert_eq!(t(named), None, "the kernel named it");
+        let link = serde_json::json!({"from": "", "to": "/r/b", "path_source": "kernel", "from_source": "agent", "from_unreadable": true});
+        assert_eq!(t(link), Some("from"));
+        let whole = serde_json::json!({"path": "/etc/shadow", "path_source": "agent"});
+        assert_eq!(t(whole), None);
+        let argv = serde_json::json!({"path": "/bin/sh", "argv_truncated": true});
+        assert_eq!(t(argv), None, "a long command line is not a lost name");
     }
 
     #[test]

@@ -1,0 +1,156 @@
+//! Session 15's adversarial review of the effect log: ways a hostile
+//! agent made the log miss an effect, name the wrong file, or made
+//! `verify` say ok when it should not. Each test runs the agent under
+//! `tartaros run --log` and checks the records and `verify`'s exit code
+//! from the host side. Needs root and gcc (fails under CI=true without).
+
+mod common;
+
+use std::path::Path;
+
+use common::logged::*;
+use common::*;
+use serde_json::Value;
+
+const AGENT: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (!strcmp(argv[1], "unfaulted")) {
+        /* The path to read lies on a page of a file mapping never
+           touched: the kernel faults it in, the capture cannot. */
+        int h = open(argv[2], O_RDONLY);
+        char *p = mmap(0, 4096, PROT_READ, MAP_PRIVATE, h, 0);
+        if (p == MAP_FAILED) return 2;
+        return open(p, O_RDONLY) < 0 ? 0 : 3;
+    }
+    if (!strcmp(argv[1], "read")) {
+        return open(argv[2], O_RDONLY) < 0 ? 0 : 3;
+    }
+    if (!strcmp(argv[1], "whiteout")) {
+        /* Leaves a character device (0, 0) where argv[2] was. */
+        return syscall(SYS_renameat2, AT_FDCWD, argv[2], AT_FDCWD, argv[3],
+                       RENAME_WHITEOUT) ? 4 : 0;
+    }
+    return 1;
+}
+"#;
+
+/// A run of `argv` with `root` writable and current and `deny` unreadable;
+/// the records and `verify`'s exit code and line.
+fn run(root: &Dir, deny: &Path, argv: &[&str]) -> (Vec<Value>, Option<i32>, String) {
+    let logs = Dir::new();
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "-q",
+        "--write",
+        r,
+        "--chdir",
+        r,
+        "--read-deny",
+        deny.to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    let out = tartaros(&args, root.path());
+    assert!(out.status.success(), "run: {}", stderr(&out));
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    (records(&log), verify.status.code(), stdout(&verify))
+}
+
+/// A directory the agent may not read, holding `key`.
+fn secret() -> Dir {
+    let dir = Dir::open_to_all();
+    let key = dir.file("key", "the secret\n");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    dir
+}
+
+fn refused_opens(records: &[Value]) -> Vec<&Value> {
+    records
+        .iter()
+        .filter(|r| r["kind"] == "open" && r["decision"] == "denied")
+        .collect()
+}
+
+#[test]
+fn a_refused_read_whose_name_the_capture_cannot_read_is_not_ok() {
+    if !usable("adv_unfaulted") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    chown(root.path(), NOBODY);
+    let agent = compile(&bin, "agent", AGENT);
+    let key = secret.join("key");
+    let mut page = key.to_str().unwrap().as_bytes().to_vec();
+    page.resize(4096, 0);
+    let name_file = bin.join("name.bin");
+    std::fs::write(&name_file, &page).unwrap();
+    chown(&name_file, NOBODY);
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[
+            agent.to_str().unwrap(),
+            "unfaulted",
+            name_file.to_str().unwrap(),
+        ],
+    );
+    // The attempt is there, refused, but names no file.
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    assert_eq!(refused[0]["errno"], 13, "{}", refused[0]);
+    assert_eq!(
+        refused[0]["target"]["path_unreadable"], true,
+        "{}",
+        refused[0]
+    );
+    // Before: `ok`, a refused read of the secret that names nothing.
+    assert_eq!(code, Some(3), "verify: {line}");
+    assert!(line.contains("name no file"), "{line}");
+}
+
+#[test]
+fn a_refused_read_whose_name_is_cut_is_not_ok() {
+    if !usable("adv_cut_name") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    chown(root.path(), NOBODY);
+    let agent = compile(&bin, "agent", AGENT);
+    // 300 bytes of "./" before the secret's name: the capture keeps 255.
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let long = format!("{parent}/{}{leaf}/key", "./".repeat(150));
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "read", &long],
+    );
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    assert_eq!(
+        refused[0]["target"]["path_truncated"], true,
+        "{}",
+        refused[0]
+    );
+    assert!(
+        !refused[0]["target"]["path"]
+            .as_str()
+            .unwrap()
+            .contains("key"),
+        "{}",
+        refused[0]
+    );
+    assert_eq!(code, Some(3), "verify: {line}");
+}
