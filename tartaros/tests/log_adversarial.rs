@@ -15,13 +15,34 @@ use serde_json::Value;
 const AGENT: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+static void *idle(void *arg) {
+    usleep(300000);
+    return arg;
+}
+
 int main(int argc, char **argv) {
+    if (!strcmp(argv[1], "setflags")) {
+        /* An inode flag set while another thread shares the fd table:
+           no notification names the file, and the capture cannot vouch
+           for the file at the number. */
+        pthread_t t;
+        pthread_create(&t, 0, idle, 0);
+        int fd = open(argv[2], O_RDONLY), flags = 0;
+        if (fd < 0 || ioctl(fd, FS_IOC_GETFLAGS, &flags)) return 5;
+        flags |= FS_NODUMP_FL | FS_NOATIME_FL;
+        if (ioctl(fd, FS_IOC_SETFLAGS, &flags)) return 6;
+        pthread_join(t, 0);
+        return 0;
+    }
     if (!strcmp(argv[1], "unfaulted")) {
         /* The path to read lies on a page of a file mapping never
            touched: the kernel faults it in, the capture cannot. */
@@ -153,4 +174,34 @@ fn a_refused_read_whose_name_is_cut_is_not_ok() {
         refused[0]
     );
     assert_eq!(code, Some(3), "verify: {line}");
+}
+
+#[test]
+fn an_inode_flag_set_on_a_shared_descriptor_is_not_ok() {
+    if !usable("adv_shared_setflags") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let file = root.file("hook.sh", "#!/bin/sh\n");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "setflags", file.to_str().unwrap()],
+    );
+    let set: Vec<&Value> = records.iter().filter(|r| r["kind"] == "setflags").collect();
+    assert_eq!(set.len(), 1, "{records:#?}");
+    assert_eq!(set[0]["decision"], "allowed", "{}", set[0]);
+    assert_eq!(set[0]["target"]["path_unverified"], true, "{}", set[0]);
+    // No record names the file from the kernel.
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["target"]["path"] == file.to_str().unwrap()
+                && r["target"]["path_source"] == "kernel"),
+        "{records:#?}"
+    );
+    // Before: `ok`, with the flag's file named only by a claim.
+    assert_eq!(code, Some(3), "verify: {line}");
+    assert!(line.contains("shared descriptor"), "{line}");
 }

@@ -170,10 +170,10 @@ impl Chain {
             "seal" => self.seal(lineno, m)?,
             k if schema::is_effect_kind(k) => {
                 schema::check_effect(m)?;
-                if let Some(key) = nameless(m) {
+                if let Some(why) = nameless(m) {
                     self.nameless += 1;
                     self.first_nameless
-                        .get_or_insert((lineno, format!("{} `{key}`", plain(k))));
+                        .get_or_insert((lineno, format!("{} {why}", plain(k))));
                 }
             }
             other => return Err(format!("unknown kind `{}`", terminal_capped(other, 64))),
@@ -303,7 +303,7 @@ impl Chain {
             return Verdict::new(
                 VERDICT_INCOMPLETE,
                 format!(
-                    "incomplete: line {line}: {} file record(s) name no file (first: {what} unreadable or cut at 255 bytes, and no kernel name)",
+                    "incomplete: line {line}: {} file record(s) name no file (first: {what}, and no kernel name)",
                     self.nameless
                 ),
             );
@@ -328,15 +328,27 @@ impl Chain {
     }
 }
 
-/// The name of a file record that names no file: the agent's string the
-/// capture could not read (a page the kernel faults in, the capture
-/// cannot) or cut at 255 bytes, where the kernel gave no name in its
-/// place (a refused call, whose file the kernel never reached). Such a
-/// record still says an attempt was made, but not on what: a refused read
-/// of a secret would read as a refused read of nothing.
-fn nameless(m: &Map<String, Value>) -> Option<&'static str> {
+/// Why a file record names no file, if it does not:
+/// - the agent's string the capture could not read (a page the kernel
+///   faults in, the capture cannot) or cut at 255 bytes, where the kernel
+///   gave no name in its place (a refused call, whose file the kernel
+///   never reached). The record says an attempt was made, but not on
+///   what: a refused read of a secret would read as a refused read of
+///   nothing;
+/// - a descriptor call made while another task shared the fd table
+///   (`path_unverified`: the file at the number may have been swapped in
+///   between) where no notification names the file instead: a refused
+///   call changes nothing, and the inode-flag calls send none (an allowed
+///   `fchmod` and the like leave their kernel-named `attrib` record).
+fn nameless(m: &Map<String, Value>) -> Option<String> {
     let t = m.get("target")?.as_object()?;
     let flag = |k: &str| t.get(k).and_then(Value::as_bool) == Some(true);
+    if flag("path_unverified")
+        && (m.get("decision").and_then(Value::as_str) != Some("allowed")
+            || m.get("kind").and_then(Value::as_str) == Some("setflags"))
+    {
+        return Some("on a shared descriptor, unverified".into());
+    }
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
     // `from` of a link stays the agent's even when `to` is the kernel's.
     let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
@@ -347,7 +359,7 @@ fn nameless(m: &Map<String, Value>) -> Option<&'static str> {
                 && t.contains_key(*key)
                 && (flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")))
         })
-        .map(|(key, _)| key)
+        .map(|(key, _)| format!("`{key}` unreadable or cut at 255 bytes"))
 }
 
 /// The capture guarantees the genesis lists as degraded: any guarantee
@@ -439,23 +451,32 @@ mod tests {
     #[test]
     fn a_record_that_names_no_file_is_found() {
         let t = |v: serde_json::Value| {
-            let m = serde_json::json!({"target": v});
+            let m = serde_json::json!({"target": v, "kind": "open", "decision": "denied"});
             nameless(m.as_object().unwrap())
+                .map(|why| why.split('`').nth(1).unwrap_or(&why).to_string())
         };
         let denied =
             serde_json::json!({"path": "", "path_source": "agent", "path_unreadable": true});
-        assert_eq!(t(denied), Some("path"));
+        assert_eq!(t(denied).as_deref(), Some("path"));
         let cut =
             serde_json::json!({"path": "/a/./.", "path_source": "agent", "path_truncated": true});
-        assert_eq!(t(cut), Some("path"));
+        assert_eq!(t(cut).as_deref(), Some("path"));
         let named = serde_json::json!({"path": "/a/b", "path_source": "kernel", "claimed_path": "", "path_unreadable": true});
         assert_eq!(t(named), None, "the kernel named it");
         let link = serde_json::json!({"from": "", "to": "/r/b", "path_source": "kernel", "from_source": "agent", "from_unreadable": true});
-        assert_eq!(t(link), Some("from"));
+        assert_eq!(t(link).as_deref(), Some("from"));
         let whole = serde_json::json!({"path": "/etc/shadow", "path_source": "agent"});
         assert_eq!(t(whole), None);
         let argv = serde_json::json!({"path": "/bin/sh", "argv_truncated": true});
         assert_eq!(t(argv), None, "a long command line is not a lost name");
+        let fd = |kind: &str, decision: &str| {
+            let m = serde_json::json!({"kind": kind, "decision": decision,
+                "target": {"fd": 3, "fd_shared": true, "path_unverified": true}});
+            nameless(m.as_object().unwrap()).is_some()
+        };
+        assert!(fd("setflags", "allowed"), "no notification names it");
+        assert!(fd("chmod", "denied"), "a refused call changed nothing");
+        assert!(!fd("chmod", "allowed"), "its attrib record names the file");
     }
 
     #[test]
