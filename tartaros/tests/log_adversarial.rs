@@ -51,6 +51,16 @@ int main(int argc, char **argv) {
         if (p == MAP_FAILED) return 2;
         return open(p, O_RDONLY) < 0 ? 0 : 3;
     }
+    if (!strcmp(argv[1], "dirfd")) {
+        /* A refused read relative to a directory descriptor, then another
+           directory put at that number before the record is read. */
+        int d = open(argv[2], O_PATH | O_DIRECTORY);
+        if (d < 0) return 7;
+        int fd = openat(d, argv[3], O_RDONLY);
+        dup2(open("/usr", O_PATH | O_DIRECTORY), d);
+        usleep(200000);
+        return fd < 0 ? 0 : 3;
+    }
     if (!strcmp(argv[1], "read")) {
         return open(argv[2], O_RDONLY) < 0 ? 0 : 3;
     }
@@ -204,4 +214,33 @@ fn an_inode_flag_set_on_a_shared_descriptor_is_not_ok() {
     // Before: `ok`, with the flag's file named only by a claim.
     assert_eq!(code, Some(3), "verify: {line}");
     assert!(line.contains("shared descriptor"), "{line}");
+}
+
+#[test]
+fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
+    if !usable("adv_dirfd") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let relative = format!("{leaf}/key");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "dirfd", parent, &relative],
+    );
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    assert_eq!(
+        refused[0]["target"]["resolved_from"], "dirfd",
+        "{}",
+        refused[0]
+    );
+    // The record names what was at the number when it was read.
+    eprintln!("recorded as {}", refused[0]["target"]["path"]);
+    // Before: `ok`, a refused read of the secret logged under /usr.
+    assert_eq!(code, Some(3), "verify: {line}");
+    assert!(line.contains("relative to a descriptor"), "{line}");
 }

@@ -335,6 +335,10 @@ impl Chain {
 ///   never reached). The record says an attempt was made, but not on
 ///   what: a refused read of a secret would read as a refused read of
 ///   nothing;
+/// - the same string relative to a directory descriptor, which only
+///   `/proc/<pid>/fd/<dirfd>` read after the call resolves: a refused
+///   `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr` onto
+///   `dirfd` read as a refused open of `/usr/secret/key`;
 /// - a descriptor call made while another task shared the fd table
 ///   (`path_unverified`: the file at the number may have been swapped in
 ///   between) where no notification names the file instead: a refused
@@ -352,14 +356,29 @@ fn nameless(m: &Map<String, Value>) -> Option<String> {
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
     // `from` of a link stays the agent's even when `to` is the kernel's.
     let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
-    [("path", kernel), ("to", kernel), ("from", from_kernel)]
+    let agents = [("path", kernel), ("to", kernel), ("from", from_kernel)]
         .into_iter()
-        .find(|(key, named)| {
-            !named
-                && t.contains_key(*key)
-                && (flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")))
-        })
-        .map(|(key, _)| format!("`{key}` unreadable or cut at 255 bytes"))
+        .filter(|(key, named)| !named && t.contains_key(*key))
+        .map(|(key, _)| key);
+    for key in agents {
+        if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
+            return Some(format!("`{key}` unreadable or cut at 255 bytes"));
+        }
+        let from = if key == "path" {
+            "resolved_from".to_string()
+        } else {
+            format!("{key}_resolved_from")
+        };
+        if t.get(&from).and_then(Value::as_str) == Some("dirfd") {
+            // Relative to a descriptor looked up in /proc when the record
+            // was read: the agent may have put another directory at that
+            // number since (`dup2` right after the call).
+            return Some(format!(
+                "`{key}` relative to a descriptor, resolved after the call"
+            ));
+        }
+    }
+    None
 }
 
 /// The capture guarantees the genesis lists as degraded: any guarantee
@@ -467,6 +486,11 @@ mod tests {
         assert_eq!(t(link).as_deref(), Some("from"));
         let whole = serde_json::json!({"path": "/etc/shadow", "path_source": "agent"});
         assert_eq!(t(whole), None);
+        let dirfd = serde_json::json!({"path": "/usr/secret/key", "path_source": "agent", "resolved_from": "dirfd"});
+        assert_eq!(t(dirfd).as_deref(), Some("path"));
+        let cwd =
+            serde_json::json!({"path": "/w/key", "path_source": "agent", "resolved_from": "cwd"});
+        assert_eq!(t(cwd), None);
         let argv = serde_json::json!({"path": "/bin/sh", "argv_truncated": true});
         assert_eq!(t(argv), None, "a long command line is not a lost name");
         let fd = |kind: &str, decision: &str| {
