@@ -244,3 +244,82 @@ fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
     assert_eq!(code, Some(3), "verify: {line}");
     assert!(line.contains("relative to a descriptor"), "{line}");
 }
+
+#[test]
+fn a_log_rewritten_offline_fails_against_the_printed_head() {
+    if !usable("adv_rechained") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let out = tartaros(
+        &[
+            "run",
+            "--write",
+            r,
+            "--chdir",
+            r,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo x > evidence; rm evidence",
+        ],
+        root.path(),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    let head = err
+        .split("effect log sealed, head ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no head printed: {err}"))
+        .to_string();
+    // Drop the unlink, re-chain every line after it, recompute the seal.
+    let all = records(&log);
+    let mut records: Vec<Value> = all
+        .iter()
+        .filter(|r| r["kind"] != "unlink")
+        .cloned()
+        .collect();
+    assert_eq!(records.len() + 1, all.len(), "one unlink: {all:#?}");
+    let mut prev = "0".repeat(64);
+    let mut counts = serde_json::Map::new();
+    let mut text = String::new();
+    for (seq, r) in records.iter_mut().enumerate() {
+        r["seq"] = seq.into();
+        r["prev"] = prev.clone().into();
+        let kind = r["kind"].as_str().unwrap().to_string();
+        if kind == "seal" {
+            r["counts"] = Value::Object(counts.clone());
+            r["head"] = prev.clone().into();
+            r.as_object_mut().unwrap().remove("digest");
+            let body = tartaros::effectlog::to_canonical(r).unwrap();
+            r["digest"] = sha256_hex(body.as_bytes()).into();
+        } else {
+            let n = counts.get(&kind).and_then(Value::as_u64).unwrap_or(0);
+            counts.insert(kind, (n + 1).into());
+        }
+        let line = tartaros::effectlog::to_canonical(r).unwrap();
+        prev = sha256_hex(line.as_bytes());
+        text.push_str(&line);
+        text.push('\n');
+    }
+    let forged = logs.join("forged.jsonl");
+    std::fs::write(&forged, text).unwrap();
+    let f = forged.to_str().unwrap();
+    // The chain alone cannot tell: it is a hash, not a signature.
+    let plain = tartaros(&["log", "verify", f], Path::new("/"));
+    assert_eq!(plain.status.code(), Some(0), "{}", stdout(&plain));
+    // The head the run printed can.
+    let anchored = tartaros(&["log", "verify", "--head", &head, f], Path::new("/"));
+    assert_eq!(anchored.status.code(), Some(1), "{}", stdout(&anchored));
+    assert!(stdout(&anchored).contains("not the expected"));
+    let original = tartaros(
+        &["log", "verify", "--head", &head, log.to_str().unwrap()],
+        Path::new("/"),
+    );
+    assert_eq!(original.status.code(), Some(0), "{}", stdout(&original));
+}

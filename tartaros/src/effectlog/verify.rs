@@ -54,6 +54,56 @@ impl Verdict {
     }
 }
 
+/// Verifies the log at `path` and, when `head` is given (the hex head the
+/// run printed when it sealed the log, or its status channel's), that the
+/// seal line hashes to it. The chain is a plain hash, not a signature: a
+/// log rewritten offline (a record dropped, every line after it re-chained,
+/// the seal's counts and digest recomputed) verifies `ok` by itself; only
+/// a head kept apart from the file tells it from the original.
+pub fn verify_file_with_head(path: &Path, head: Option<&str>) -> Verdict {
+    let verdict = verify_file(path);
+    let Some(want) = head else {
+        return verdict;
+    };
+    if verdict.code != VERDICT_OK && verdict.code != VERDICT_INCOMPLETE {
+        return verdict;
+    }
+    let got = match last_line(path) {
+        Ok(line) => sha256_hex(&line),
+        Err(e) => {
+            return Verdict::new(
+                VERDICT_UNSEALED,
+                format!("unreadable: cannot read the seal again: {e}"),
+            );
+        }
+    };
+    if got.eq_ignore_ascii_case(want.trim()) {
+        return verdict;
+    }
+    Verdict::new(
+        VERDICT_TAMPERED,
+        format!(
+            "tampered: the seal's head is {got}, not the expected {}: the log was rewritten, or is another run's",
+            terminal_capped(want, 64)
+        ),
+    )
+}
+
+/// The last line of the file, without its newline.
+fn last_line(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut last = Vec::new();
+    let mut reader = BufReader::new(File::open(path)?);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line)? > 0 {
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        std::mem::swap(&mut last, &mut line);
+        line.clear();
+    }
+    Ok(last)
+}
+
 /// Verifies the log at `path`. Never fails: an unreadable file is reported as
 /// code 2 (there is no complete log to vouch for).
 pub fn verify_file(path: &Path) -> Verdict {
