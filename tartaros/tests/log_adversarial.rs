@@ -57,7 +57,18 @@ int main(int argc, char **argv) {
         int d = open(argv[2], O_PATH | O_DIRECTORY);
         if (d < 0) return 7;
         int fd = openat(d, argv[3], O_RDONLY);
+        if (argc > 4) return fd < 0 ? 0 : 3; /* gone at once */
         dup2(open("/usr", O_PATH | O_DIRECTORY), d);
+        usleep(200000);
+        return fd < 0 ? 0 : 3;
+    }
+    if (!strcmp(argv[1], "fchdir")) {
+        /* The same through the cwd: fchdir, then another directory at
+           the number before the record is read. */
+        int d = open(argv[2], O_PATH | O_DIRECTORY);
+        if (d < 0 || fchdir(d)) return 7;
+        dup2(open("/usr", O_PATH | O_DIRECTORY), d);
+        int fd = open(argv[3], O_RDONLY);
         usleep(200000);
         return fd < 0 ? 0 : 3;
     }
@@ -243,6 +254,46 @@ fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
     // Before: `ok`, a refused read of the secret logged under /usr.
     assert_eq!(code, Some(3), "verify: {line}");
     assert!(line.contains("relative to a descriptor"), "{line}");
+
+    // Gone before the record is read: nothing to resolve it against.
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "dirfd", parent, &relative, "exit"],
+    );
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    eprintln!("recorded as {}", refused[0]["target"]);
+    // Before: `ok`, a refused read of `<dir>/key`, relative to nothing.
+    assert_eq!(code, Some(3), "verify: {line}");
+}
+
+#[test]
+fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_not_ok() {
+    if !usable("adv_fchdir") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let relative = format!("{leaf}/key");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "fchdir", parent, &relative],
+    );
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    assert_eq!(
+        refused[0]["target"]["resolved_from"], "cwd",
+        "{}",
+        refused[0]
+    );
+    eprintln!("recorded as {}", refused[0]["target"]["path"]);
+    // Before: `ok`, a refused read of the secret logged under /usr.
+    assert_eq!(code, Some(3), "verify: {line}");
+    assert!(line.contains("cwd set through a descriptor"), "{line}");
 }
 
 #[test]

@@ -389,6 +389,10 @@ impl Chain {
 ///   `/proc/<pid>/fd/<dirfd>` read after the call resolves: a refused
 ///   `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr` onto
 ///   `dirfd` read as a refused open of `/usr/secret/key`;
+///   the same for a cwd set by `fchdir`, or with no directory at all (the
+///   process was gone before its descriptor could be looked up);
+///   the same for a cwd set by `fchdir`, which the decoder can only look
+///   up in /proc after the call (`cwd_unverified`);
 /// - a descriptor call made while another task shared the fd table
 ///   (`path_unverified`: the file at the number may have been swapped in
 ///   between) where no notification names the file instead: a refused
@@ -419,7 +423,20 @@ fn nameless(m: &Map<String, Value>) -> Option<String> {
         } else {
             format!("{key}_resolved_from")
         };
-        if t.get(&from).and_then(Value::as_str) == Some("dirfd") {
+        if flag(&format!("{key}_relative")) {
+            // Nothing to resolve it against: the process was gone.
+            return Some(format!(
+                "`{key}` relative, with no directory to resolve it against"
+            ));
+        }
+        let resolved = t.get(&from).and_then(Value::as_str);
+        if resolved == Some("cwd") && flag("cwd_unverified") {
+            // Against a cwd an `fchdir` set, looked up in /proc after it.
+            return Some(format!(
+                "`{key}` relative to a cwd set through a descriptor, resolved after the call"
+            ));
+        }
+        if resolved == Some("dirfd") {
             // Relative to a descriptor looked up in /proc when the record
             // was read: the agent may have put another directory at that
             // number since (`dup2` right after the call).

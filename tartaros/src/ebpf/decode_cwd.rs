@@ -1,0 +1,78 @@
+//! The cwd model (see the module documentation of `decode.rs`): kept in
+//! event order from the captured `chdir` / `fchdir` calls. A `chdir` names
+//! its directory in the record; an `fchdir` does not, and its directory is
+//! read from `/proc/<pid>/fd/<fd>` when the record arrives, by which time
+//! the agent may have put another directory at that number (`fchdir(d);
+//! dup2(usr, d)`): a refused `open("secret/key")` then read as a refused
+//! open of `/usr/secret/key`. Such a cwd, and every path resolved against
+//! it, is marked `cwd_unverified` until an absolute `chdir` names the cwd
+//! again; `log verify` does not vouch for a refused record so named.
+
+use super::*;
+
+impl Decoder {
+    /// The child starts in its parent's cwd, as sure as the parent's.
+    pub(super) fn inherit_cwd(&mut self, parent: u32, child: u32) {
+        if let Some(cwd) = self.cwd(parent) {
+            self.cwds.insert(child, cwd);
+        }
+        if self.cwd_unsure.contains(&parent) {
+            self.cwd_unsure.insert(child);
+        }
+    }
+
+    pub(super) fn cwd(&mut self, tgid: u32) -> Option<String> {
+        if let Some(cwd) = self.cwds.get(&tgid) {
+            return Some(cwd.clone());
+        }
+        let cwd = std::fs::read_link(format!("{}/{tgid}/cwd", self.proc_root))
+            .ok()
+            .map(|p| crate::effectlog::names::display_path(&p))?;
+        self.cwds.insert(tgid, cwd.clone());
+        Some(cwd)
+    }
+
+    /// Moves the modelled cwd of the caller (successful calls only).
+    pub(super) fn chdir(&mut self, s: &SysEvent, path: Option<&[u8]>) {
+        let tgid = s.header.tgid;
+        // Whether the new cwd is named by the call itself (an absolute
+        // path, or one relative to a cwd that is), or looked up in /proc
+        // after the call.
+        let (new, sure) = match path {
+            Some(buf) if s.header.flags & flag::PATH_UNREADABLE == 0 => {
+                // `..` stays: through a symlink (`chdir("link/..")`) it is
+                // not the lexical parent, and folding it put files in the
+                // wrong directory.
+                match cstr(buf, s.len).map(shown) {
+                    Some(p) if p.starts_with('/') => (Some(join("/", &p)), true),
+                    Some(p) => (
+                        self.cwd(tgid).map(|base| join(&base, &p)),
+                        !self.cwd_unsure.contains(&tgid),
+                    ),
+                    None => (None, false),
+                }
+            }
+            Some(_) => (None, false),
+            None => (self.fd_path(tgid, s.fd), false),
+        };
+        match new {
+            Some(cwd) => self.cwds.insert(tgid, cwd),
+            // Unknown now: read from /proc next time, if still possible.
+            None => self.cwds.remove(&tgid),
+        };
+        if sure {
+            self.cwd_unsure.remove(&tgid);
+        } else {
+            self.cwd_unsure.insert(tgid);
+        }
+    }
+
+    pub(super) fn fd_path(&self, tgid: u32, fd: i32) -> Option<String> {
+        if fd < 0 {
+            return None;
+        }
+        std::fs::read_link(format!("{}/{tgid}/fd/{fd}", self.proc_root))
+            .ok()
+            .map(|p| crate::effectlog::names::display_path(&p))
+    }
+}
