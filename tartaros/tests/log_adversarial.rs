@@ -17,12 +17,21 @@ const AGENT: &str = r#"
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+static const char *there;
+static int move_cwd(void *arg) {
+    return chdir(there) ? 1 : 0;
+}
 
 static void *idle(void *arg) {
     usleep(300000);
@@ -71,6 +80,15 @@ int main(int argc, char **argv) {
         int fd = open(argv[3], O_RDONLY);
         usleep(200000);
         return fd < 0 ? 0 : 3;
+    }
+    if (!strcmp(argv[1], "clone-fs")) {
+        /* A CLONE_FS child moves its parent's cwd with its own chdir. */
+        there = argv[2];
+        char *stack = malloc(65536);
+        pid_t child = clone(move_cwd, stack + 65536, CLONE_FS | SIGCHLD, 0);
+        int status = 1;
+        if (child < 0 || waitpid(child, &status, 0) < 0 || status) return 8;
+        return open(argv[3], O_RDONLY) < 0 ? 0 : 3;
     }
     if (!strcmp(argv[1], "read")) {
         return open(argv[2], O_RDONLY) < 0 ? 0 : 3;
@@ -294,6 +312,40 @@ fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_not_ok()
     // Before: `ok`, a refused read of the secret logged under /usr.
     assert_eq!(code, Some(3), "verify: {line}");
     assert!(line.contains("cwd set through a descriptor"), "{line}");
+}
+
+#[test]
+fn a_refused_read_after_a_clone_fs_child_s_chdir_names_the_secret() {
+    if !usable("adv_clone_fs") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let relative = format!("{leaf}/key");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[agent.to_str().unwrap(), "clone-fs", parent, &relative],
+    );
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    // Before: the parent's cwd model stayed in the root, and the refused
+    // read of the secret was logged as `<root>/<dir>/key`, verify ok.
+    let key = secret.join("key");
+    assert_eq!(
+        refused[0]["target"]["path"].as_str(),
+        key.to_str(),
+        "{}",
+        refused[0]
+    );
+    assert_eq!(
+        refused[0]["target"]["resolved_from"], "cwd",
+        "{}",
+        refused[0]
+    );
+    assert_eq!(code, Some(0), "verify: {line}");
 }
 
 #[test]

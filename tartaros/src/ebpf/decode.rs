@@ -94,6 +94,9 @@ pub(super) struct Decoder {
     /// Processes whose modelled cwd no kernel record vouches for
     /// (`decode_cwd.rs`).
     cwd_unsure: HashSet<u32>,
+    /// Processes sharing one `fs_struct` (`CLONE_FS`): tgid to the tgid
+    /// of the first of them.
+    fs_peers: HashMap<u32, u32>,
     /// `NSpid` of sandbox processes (host pid first), for signal targets.
     nspids: HashMap<u32, Option<Vec<i64>>>,
     proc_root: String,
@@ -119,6 +122,7 @@ impl Decoder {
             known: HashSet::new(),
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
+            fs_peers: HashMap::new(),
             nspids: HashMap::new(),
             proc_root: "/proc".into(),
             last: (0, 0),
@@ -244,7 +248,8 @@ impl Decoder {
     fn fork(&mut self, e: &ForkEvent) -> Option<Record> {
         self.known.insert(e.child);
         self.ppids.insert(e.child, e.header.tgid);
-        self.inherit_cwd(e.header.tgid, e.child);
+        let shared = e.header.flags & flag::FS_SHARED != 0;
+        self.inherit_cwd(e.header.tgid, e.child, shared);
         let mut t = Target::new();
         t.insert("child", e.child);
         Some(self.effect("fork", &e.header, 0, t))
@@ -269,6 +274,7 @@ impl Decoder {
         self.nspids.remove(&tgid);
         self.cwds.remove(&tgid);
         self.cwd_unsure.remove(&tgid);
+        self.fs_peers.remove(&tgid);
         Some(effect)
     }
 

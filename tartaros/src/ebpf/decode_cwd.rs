@@ -11,8 +11,16 @@
 use super::*;
 
 impl Decoder {
-    /// The child starts in its parent's cwd, as sure as the parent's.
-    pub(super) fn inherit_cwd(&mut self, parent: u32, child: u32) {
+    /// The child starts in its parent's cwd, as sure as the parent's; a
+    /// `CLONE_FS` child (`shared`) keeps sharing it: a `chdir` of either
+    /// moves both. Before, a child's `chdir` moved only the child's model,
+    /// and its parent's refused `open("secret/key")` was named in the old
+    /// cwd.
+    pub(super) fn inherit_cwd(&mut self, parent: u32, child: u32, shared: bool) {
+        if shared {
+            let group = *self.fs_peers.entry(parent).or_insert(parent);
+            self.fs_peers.insert(child, group);
+        }
         if let Some(cwd) = self.cwd(parent) {
             self.cwds.insert(child, cwd);
         }
@@ -55,15 +63,26 @@ impl Decoder {
             Some(_) => (None, false),
             None => (self.fd_path(tgid, s.fd), false),
         };
-        match new {
-            Some(cwd) => self.cwds.insert(tgid, cwd),
-            // Unknown now: read from /proc next time, if still possible.
-            None => self.cwds.remove(&tgid),
-        };
-        if sure {
-            self.cwd_unsure.remove(&tgid);
-        } else {
-            self.cwd_unsure.insert(tgid);
+        let mut moved = vec![tgid];
+        if let Some(&group) = self.fs_peers.get(&tgid) {
+            moved.extend(
+                self.fs_peers
+                    .iter()
+                    .filter(|&(&peer, &g)| g == group && peer != tgid)
+                    .map(|(&peer, _)| peer),
+            );
+        }
+        for peer in moved {
+            match &new {
+                Some(cwd) => self.cwds.insert(peer, cwd.clone()),
+                // Unknown now: read from /proc next time, if still possible.
+                None => self.cwds.remove(&peer),
+            };
+            if sure {
+                self.cwd_unsure.remove(&peer);
+            } else {
+                self.cwd_unsure.insert(peer);
+            }
         }
     }
 
