@@ -349,6 +349,44 @@ fn a_refused_read_after_a_clone_fs_child_s_chdir_names_the_secret() {
 }
 
 #[test]
+fn a_rename_that_leaves_a_whiteout_says_so() {
+    if !usable("adv_whiteout") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let a = root.file("a", "data\n");
+    let b = root.join("b");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[
+            agent.to_str().unwrap(),
+            "whiteout",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, Some(0), "verify: {line}");
+    // The kernel left a character device (0, 0) where `a` was ...
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(
+        std::fs::symlink_metadata(&a)
+            .unwrap()
+            .file_type()
+            .is_char_device()
+    );
+    // ... which no notification names: the rename's record must say so.
+    let renames: Vec<&Value> = records.iter().filter(|r| r["kind"] == "rename").collect();
+    assert_eq!(renames.len(), 1, "{records:#?}");
+    let t = &renames[0]["target"];
+    assert_eq!(t["from"].as_str(), a.to_str(), "{t}");
+    assert_eq!(t["path_source"], "kernel", "{t}");
+    // Before: only `flags: 4`.
+    assert_eq!(t["whiteout"], true, "{t}");
+}
+
+#[test]
 fn a_log_rewritten_offline_fails_against_the_printed_head() {
     if !usable("adv_rechained") {
         return;

@@ -414,6 +414,11 @@ impl Decoder {
             }
             effect::RENAME | effect::LINK if s.args[0] != 0 => {
                 t.insert("flags", s.args[0]);
+                // RENAME_WHITEOUT leaves a character device (0, 0) at
+                // `from` that no notification or record names otherwise.
+                if h.effect == effect::RENAME && s.args[0] & 4 != 0 && s.ret >= 0 {
+                    t.insert("whiteout", true);
+                }
             }
             effect::CHOWN => {
                 t.insert("uid", s.args[0] as u32 as i32);
