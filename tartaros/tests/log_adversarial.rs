@@ -24,6 +24,7 @@ const AGENT: &str = r#"
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -89,6 +90,16 @@ int main(int argc, char **argv) {
         int status = 1;
         if (child < 0 || waitpid(child, &status, 0) < 0 || status) return 8;
         return open(argv[3], O_RDONLY) < 0 ? 0 : 3;
+    }
+    if (!strcmp(argv[1], "symlink-cwd")) {
+        /* Into a directory through a link, a refused read there, then
+           the link replaced by a directory of the root. */
+        if (symlink(argv[2], "lnk") || chdir("lnk")) return 9;
+        usleep(200000);
+        int fd = open(argv[3], O_RDONLY);
+        if (chdir("/") || unlink(argv[4]) || mkdir(argv[4], 0755)) return 10;
+        usleep(100000);
+        return fd < 0 ? 0 : 3;
     }
     if (!strcmp(argv[1], "read")) {
         return open(argv[2], O_RDONLY) < 0 ? 0 : 3;
@@ -311,7 +322,7 @@ fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_not_ok()
     eprintln!("recorded as {}", refused[0]["target"]["path"]);
     // Before: `ok`, a refused read of the secret logged under /usr.
     assert_eq!(code, Some(3), "verify: {line}");
-    assert!(line.contains("cwd set through a descriptor"), "{line}");
+    assert!(line.contains("cwd the kernel did not confirm"), "{line}");
 }
 
 #[test]
@@ -384,6 +395,43 @@ fn a_rename_that_leaves_a_whiteout_says_so() {
     assert_eq!(t["path_source"], "kernel", "{t}");
     // Before: only `flags: 4`.
     assert_eq!(t["whiteout"], true, "{t}");
+}
+
+#[test]
+fn a_refused_read_in_a_cwd_reached_through_a_replaced_link_names_the_secret() {
+    if !usable("adv_symlink_cwd") {
+        return;
+    }
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let relative = format!("{leaf}/key");
+    let lnk = root.join("lnk");
+    let (records, code, line) = run(
+        &root,
+        secret.path(),
+        &[
+            agent.to_str().unwrap(),
+            "symlink-cwd",
+            parent,
+            &relative,
+            lnk.to_str().unwrap(),
+        ],
+    );
+    assert!(lnk.is_dir() && !lnk.is_symlink());
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    // Before: `<root>/lnk/<dir>/key`, a file of the root once the link
+    // was replaced, verify ok.
+    let key = secret.join("key");
+    assert_eq!(
+        refused[0]["target"]["path"].as_str(),
+        key.to_str(),
+        "{}",
+        refused[0]
+    );
+    assert_eq!(code, Some(0), "verify: {line}");
 }
 
 #[test]

@@ -7,6 +7,12 @@
 //! open of `/usr/secret/key`. Such a cwd, and every path resolved against
 //! it, is marked `cwd_unverified` until an absolute `chdir` names the cwd
 //! again; `log verify` does not vouch for a refused record so named.
+//! Since session 15 a chdir's record also carries the directory it reached
+//! (`(ino, dev)` from `fs->pwd` at `sys_exit`): the model's name is kept,
+//! made symlink-free, when it reaches that directory when the record is
+//! decoded, and is unverified otherwise (a `chdir("lnk")` whose link was
+//! re-pointed or replaced). `fchdir` records carry no inode (see
+//! `sysemit.rs`), so its cwd stays unverified.
 
 use super::*;
 
@@ -63,6 +69,17 @@ impl Decoder {
             Some(_) => (None, false),
             None => (self.fd_path(tgid, s.fd), false),
         };
+        // The kernel recorded the directory the call reached: a name
+        // that reaches another one now (a link re-pointed, or replaced by
+        // a directory, since `chdir("lnk")`) is not the cwd's, and one
+        // that reaches it is, whatever the model's base was.
+        let (new, sure) = match (new, s.args[1]) {
+            (Some(model), ino) if ino != 0 => match reaching(&model, ino, s.args[2]) {
+                Some(canonical) => (Some(canonical), true),
+                None => (Some(model), false),
+            },
+            (new, _) => (new, sure),
+        };
         let mut moved = vec![tgid];
         if let Some(&group) = self.fs_peers.get(&tgid) {
             moved.extend(
@@ -94,4 +111,15 @@ impl Decoder {
             .ok()
             .map(|p| crate::effectlog::names::display_path(&p))
     }
+}
+
+/// The name without symlinks of the directory `shown` names now, if that
+/// is the kernel's `(ino, dev)`: a directory has one name, and one with
+/// no link in it keeps its meaning when links are re-pointed later.
+fn reaching(shown: &str, ino: u64, dev: u64) -> Option<String> {
+    use std::os::unix::fs::MetadataExt as _;
+    let user = super::file::user_dev(dev as u32);
+    let canonical = std::fs::canonicalize(crate::effectlog::names::on_disk(shown)).ok()?;
+    let m = std::fs::metadata(&canonical).ok()?;
+    (m.ino() == ino && m.dev() == user).then(|| crate::effectlog::names::display_path(&canonical))
 }

@@ -385,14 +385,14 @@ impl Chain {
 ///   never reached). The record says an attempt was made, but not on
 ///   what: a refused read of a secret would read as a refused read of
 ///   nothing;
-/// - the same string relative to a directory descriptor, which only
-///   `/proc/<pid>/fd/<dirfd>` read after the call resolves: a refused
-///   `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr` onto
-///   `dirfd` read as a refused open of `/usr/secret/key`;
-///   the same for a cwd set by `fchdir`, or with no directory at all (the
-///   process was gone before its descriptor could be looked up);
-///   the same for a cwd set by `fchdir`, which the decoder can only look
-///   up in /proc after the call (`cwd_unverified`);
+/// - a refused call's string relative to a directory descriptor, which
+///   only `/proc/<pid>/fd/<dirfd>` read after the call resolves: a
+///   refused `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr`
+///   onto `dirfd` read as a refused open of `/usr/secret/key`; the same
+///   with no directory at all (the process was gone before its
+///   descriptor could be looked up), and relative to a cwd the kernel's
+///   record of the chdir did not confirm (`cwd_unverified`: an `fchdir`,
+///   a link changed since);
 /// - a descriptor call made while another task shared the fd table
 ///   (`path_unverified`: the file at the number may have been swapped in
 ///   between) where no notification names the file instead: a refused
@@ -408,6 +408,7 @@ fn nameless(m: &Map<String, Value>) -> Option<String> {
         return Some("on a shared descriptor, unverified".into());
     }
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
+    let allowed = m.get("decision").and_then(Value::as_str) == Some("allowed");
     // `from` of a link stays the agent's even when `to` is the kernel's.
     let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
     let agents = [("path", kernel), ("to", kernel), ("from", from_kernel)]
@@ -417,6 +418,12 @@ fn nameless(m: &Map<String, Value>) -> Option<String> {
     for key in agents {
         if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
             return Some(format!("`{key}` unreadable or cut at 255 bytes"));
+        }
+        if allowed {
+            // An allowed change is named by the kernel's own records
+            // (notifications, the descriptor walk, the seal's inode
+            // search); only a refused call has nothing but this name.
+            continue;
         }
         let from = if key == "path" {
             "resolved_from".to_string()
@@ -431,9 +438,10 @@ fn nameless(m: &Map<String, Value>) -> Option<String> {
         }
         let resolved = t.get(&from).and_then(Value::as_str);
         if resolved == Some("cwd") && flag("cwd_unverified") {
-            // Against a cwd an `fchdir` set, looked up in /proc after it.
+            // Against a cwd whose name did not reach the directory the
+            // kernel recorded for the chdir (`decode_cwd.rs`).
             return Some(format!(
-                "`{key}` relative to a cwd set through a descriptor, resolved after the call"
+                "`{key}` relative to a cwd the kernel did not confirm (set through a descriptor or a link changed since)"
             ));
         }
         if resolved == Some("dirfd") {
