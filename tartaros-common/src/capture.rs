@@ -145,6 +145,9 @@ pub mod flag {
     /// kernel's lookup and `sys_exit`, so the file read at exit is not
     /// proof of the file the call changed.
     pub const FD_SHARED: u32 = 1 << 13;
+    /// A fork record whose child shares its parent's `fs_struct`
+    /// (`clone(CLONE_FS)`): a `chdir` by either moves both cwds.
+    pub const FS_SHARED: u32 = 1 << 14;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).
@@ -405,8 +408,9 @@ pub struct RunConfig {
     /// Port of the transparent proxy (host order) that refused TCP connects
     /// are rewritten to; 0: refused.
     pub transparent_port: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// Offset of `task_struct.fs` (0: unknown; fork records then never
+    /// say [`flag::FS_SHARED`]).
+    pub task_fs: u32,
     /// Key of the run's ring buffer in [`crate::MAP_EVENTS`] (0: none, the
     /// run's records are counted as lost). A key of its own rather than the
     /// run id, so the ring can be put in place before the run's cgroup

@@ -105,11 +105,22 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Option<()> {
     if pid != tgid {
         return None;
     }
+    // A `CLONE_FS` child shares its parent's `fs_struct`: user space moves
+    // both modelled cwds on a chdir of either.
+    let shares_fs = cfg.task_fs != 0 && {
+        let parent: u64 = ctx.arg(0);
+        let theirs: u64 = read_kernel(parent + cfg.task_fs as u64).unwrap_or(0);
+        let ours: u64 = read_kernel(child + cfg.task_fs as u64).unwrap_or(1);
+        theirs == ours
+    };
     let (ring, mut entry) = run.reserve::<ForkEvent>(effect::FORK)?;
     let ev = entry.as_mut_ptr();
     // SAFETY: `ev` is the reserved record.
     unsafe {
         fill_header(&raw mut (*ev).header, cfg, record::FORK, effect::FORK);
+        if shares_fs {
+            (*ev).header.flags |= flag::FS_SHARED;
+        }
         (*ev).child = tgid;
         (*ev)._pad = 0;
     }

@@ -40,6 +40,29 @@ fn layout() -> Option<&'static FileLayout> {
 }
 
 #[inline(always)]
+/// `(ino, dev)` of the current task's cwd (`fs->pwd`), or zeros: what a
+/// successful `chdir` / `fchdir` reached, by the kernel's objects.
+#[inline(always)]
+pub(crate) fn cwd_inode() -> (u64, u64) {
+    let Some(l) = layout() else {
+        return (0, 0);
+    };
+    // SAFETY: helper without arguments; the result is only an address for
+    // bpf_probe_read_kernel.
+    let task = unsafe { aya_ebpf::helpers::bpf_get_current_task() };
+    // Straight reads, no early exits: a failed read gives 0, and a read
+    // at a small address fails cleanly (each exit would be another path
+    // for the verifier through the rest of `sys_exit`).
+    let word = |base: u64, off: u32| read_kernel::<u64>(base + off as u64).unwrap_or(0);
+    let fs = word(task, l.task_fs);
+    let dentry = word(fs, l.fs_pwd_dentry);
+    let inode = word(dentry, l.dentry_inode);
+    let ino = word(inode, l.inode_ino);
+    let sb = word(inode, l.inode_sb);
+    let dev = read_kernel::<u32>(sb + l.sb_dev as u64).unwrap_or(0);
+    (ino, u64::from(dev))
+}
+
 fn at(base: u64, offset: u32) -> Option<u64> {
     if base == 0 {
         return None;

@@ -75,6 +75,18 @@ pub(crate) fn emit(run: &Run, p: *const Pending, nr: u32, ret: i64) {
                     PATH_BYTES as u32,
                     (&raw const (*p).path) as u64,
                 );
+                // A (successful: only those are recorded) chdir's record
+                // gets the directory it reached, `(ino, dev)` in
+                // `args[1..3]`: user space checks the name it models the
+                // cwd with against it (a `chdir("lnk")` whose link is
+                // re-pointed before the record is read). Not for `fchdir`
+                // (a plain record): a second site costs the verifier as
+                // much again, and its cwd stays unverified.
+                if kind == effect::CHDIR {
+                    let (ino, dev) = crate::fdpath::cwd_inode();
+                    core::ptr::write_volatile(&raw mut (*ev).sys.args[1], ino);
+                    core::ptr::write_volatile(&raw mut (*ev).sys.args[2], dev);
+                }
                 entry.submit(wake_flags(&ring, cfg, size_of::<SysPathEvent>()));
             }
             record::SYS_PATH2 => {

@@ -82,6 +82,15 @@ pub struct FileLayout {
     /// `files_struct.count`: above 1, another task shares the fd table
     /// and can swap a descriptor while a call of this one uses it.
     pub files_count: u32,
+    /// `task_struct.fs`, `fs_struct.pwd.dentry`, `dentry.d_inode`: the
+    /// directory a successful `chdir` / `fchdir` reached, recorded as
+    /// `(ino, dev)` in its `args[1..3]` so that user space can check the
+    /// name it models the cwd with.
+    pub task_fs: u32,
+    pub fs_pwd_dentry: u32,
+    pub dentry_inode: u32,
+    /// Zero.
+    pub _pad: u32,
 }
 
 /// `FMODE_CREATED` of `file.f_mode` (include/linux/fs.h, the same bit since
@@ -135,7 +144,7 @@ pub struct SysFileEvent {
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 88);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 104);
 const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);

@@ -6,7 +6,9 @@
 //!   process's cwd is read from `/proc/<pid>/cwd` the first time it is
 //!   needed, inherited by forked children, and moved by the captured
 //!   chdir / fchdir calls; so short-lived children (`rm`, `mkdir`) that
-//!   are gone by the time their record is read still resolve;
+//!   are gone by the time their record is read still resolve
+//!   (`decode_cwd.rs`; a cwd set through a descriptor is looked up after
+//!   the call, and paths resolved against it are `cwd_unverified`);
 //! - against `/proc/<pid>/fd/<dirfd>`, read when the record arrives (racy:
 //!   the fd may have been closed or reused since);
 //! - or they stay relative with `path_relative: true` when neither is
@@ -89,6 +91,12 @@ pub(super) struct Decoder {
     known: HashSet<u32>,
     /// cwd per process (see the module documentation).
     cwds: HashMap<u32, String>,
+    /// Processes whose modelled cwd no kernel record vouches for
+    /// (`decode_cwd.rs`).
+    cwd_unsure: HashSet<u32>,
+    /// Processes sharing one `fs_struct` (`CLONE_FS`): tgid to the tgid
+    /// of the first of them.
+    fs_peers: HashMap<u32, u32>,
     /// `NSpid` of sandbox processes (host pid first), for signal targets.
     nspids: HashMap<u32, Option<Vec<i64>>>,
     proc_root: String,
@@ -113,6 +121,8 @@ impl Decoder {
             ppids: HashMap::new(),
             known: HashSet::new(),
             cwds: HashMap::new(),
+            cwd_unsure: HashSet::new(),
+            fs_peers: HashMap::new(),
             nspids: HashMap::new(),
             proc_root: "/proc".into(),
             last: (0, 0),
@@ -238,10 +248,8 @@ impl Decoder {
     fn fork(&mut self, e: &ForkEvent) -> Option<Record> {
         self.known.insert(e.child);
         self.ppids.insert(e.child, e.header.tgid);
-        // The child starts in its parent's cwd.
-        if let Some(cwd) = self.cwd(e.header.tgid) {
-            self.cwds.insert(e.child, cwd);
-        }
+        let shared = e.header.flags & flag::FS_SHARED != 0;
+        self.inherit_cwd(e.header.tgid, e.child, shared);
         let mut t = Target::new();
         t.insert("child", e.child);
         Some(self.effect("fork", &e.header, 0, t))
@@ -265,6 +273,8 @@ impl Decoder {
         self.ppids.remove(&tgid);
         self.nspids.remove(&tgid);
         self.cwds.remove(&tgid);
+        self.cwd_unsure.remove(&tgid);
+        self.fs_peers.remove(&tgid);
         Some(effect)
     }
 
@@ -404,6 +414,11 @@ impl Decoder {
             }
             effect::RENAME | effect::LINK if s.args[0] != 0 => {
                 t.insert("flags", s.args[0]);
+                // RENAME_WHITEOUT leaves a character device (0, 0) at
+                // `from` that no notification or record names otherwise.
+                if h.effect == effect::RENAME && s.args[0] & 4 != 0 && s.ret >= 0 {
+                    t.insert("whiteout", true);
+                }
             }
             effect::CHOWN => {
                 t.insert("uid", s.args[0] as u32 as i32);
@@ -458,6 +473,9 @@ impl Decoder {
             t.insert(key, path);
             return;
         }
+        if dirfd == AT_FDCWD && self.cwd_unsure.contains(&tgid) {
+            t.insert("cwd_unverified", true);
+        }
         let (base, from) = if dirfd == AT_FDCWD {
             (self.cwd(tgid), "cwd")
         } else if dirfd >= 0 {
@@ -483,50 +501,6 @@ impl Decoder {
                 }
             }
         }
-    }
-
-    fn cwd(&mut self, tgid: u32) -> Option<String> {
-        if let Some(cwd) = self.cwds.get(&tgid) {
-            return Some(cwd.clone());
-        }
-        let cwd = std::fs::read_link(format!("{}/{tgid}/cwd", self.proc_root))
-            .ok()
-            .map(|p| crate::effectlog::names::display_path(&p))?;
-        self.cwds.insert(tgid, cwd.clone());
-        Some(cwd)
-    }
-
-    /// Moves the modelled cwd of the caller (successful calls only).
-    fn chdir(&mut self, s: &SysEvent, path: Option<&[u8]>) {
-        let tgid = s.header.tgid;
-        let new = match path {
-            Some(buf) if s.header.flags & flag::PATH_UNREADABLE == 0 => {
-                // `..` stays: through a symlink (`chdir("link/..")`) it is
-                // not the lexical parent, and folding it put files in the
-                // wrong directory.
-                match cstr(buf, s.len).map(shown) {
-                    Some(p) if p.starts_with('/') => Some(join("/", &p)),
-                    Some(p) => self.cwd(tgid).map(|base| join(&base, &p)),
-                    None => None,
-                }
-            }
-            Some(_) => None,
-            None => self.fd_path(tgid, s.fd),
-        };
-        match new {
-            Some(cwd) => self.cwds.insert(tgid, cwd),
-            // Unknown now: read from /proc next time, if still possible.
-            None => self.cwds.remove(&tgid),
-        };
-    }
-
-    fn fd_path(&self, tgid: u32, fd: i32) -> Option<String> {
-        if fd < 0 {
-            return None;
-        }
-        std::fs::read_link(format!("{}/{tgid}/fd/{fd}", self.proc_root))
-            .ok()
-            .map(|p| crate::effectlog::names::display_path(&p))
     }
 }
 
@@ -584,6 +558,8 @@ fn join(base: &str, rel: &str) -> String {
     out
 }
 
+#[path = "decode_cwd.rs"]
+mod cwd;
 #[path = "decode_file.rs"]
 mod file;
 #[path = "decode_net.rs"]

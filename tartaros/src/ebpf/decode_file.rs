@@ -260,7 +260,7 @@ fn path_of(names: &[&[u8]]) -> String {
 }
 
 /// The kernel's `dev_t` (major << 20 | minor) as `stat` reports it.
-fn user_dev(dev: u32) -> u64 {
+pub(super) fn user_dev(dev: u32) -> u64 {
     libc::makedev(dev >> 20, dev & 0xf_ffff)
 }
 

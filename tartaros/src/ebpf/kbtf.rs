@@ -20,6 +20,9 @@ pub struct KernelLayout {
     pub task_real_parent: u32,
     pub task_mm: u32,
     pub task_exit_code: u32,
+    /// `task_struct.fs`: fork records compare the parent's and the child's
+    /// (a `CLONE_FS` child moves its parent's cwd).
+    pub task_fs: u32,
     /// `task_struct.thread_info.status` (x86), if present.
     pub task_ti_status: Option<u32>,
     pub mm_arg_start: u32,
@@ -303,6 +306,7 @@ pub fn layout(data: &[u8]) -> Result<KernelLayout, String> {
         task_real_parent: off(task, "task_struct", "real_parent")?,
         task_mm: off(task, "task_struct", "mm")?,
         task_exit_code: off(task, "task_struct", "exit_code")?,
+        task_fs: off(task, "task_struct", "fs")?,
         task_ti_status: btf.offset(task, "thread_info.status"),
         mm_arg_start: off(mm, "mm_struct", "arg_start")?,
         mm_arg_end: off(mm, "mm_struct", "arg_end")?,

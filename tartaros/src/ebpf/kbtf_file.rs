@@ -13,9 +13,10 @@ use super::{Btf, KIND_STRUCT};
 /// The map value the program reads, as cached with the rest of the
 /// layout.
 pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
-    const STRUCTS: [&str; 10] = [
+    const STRUCTS: [&str; 11] = [
         "task_struct",
         "files_struct",
+        "fs_struct",
         "fdtable",
         "file",
         "inode",
@@ -57,6 +58,10 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         file_mode: off("file", "f_mode")?,
         bprm_file: off("linux_binprm", "file")?,
         files_count: off("files_struct", "count")?,
+        task_fs: off("task_struct", "fs")?,
+        fs_pwd_dentry: off("fs_struct", "pwd.dentry")?,
+        dentry_inode: off("dentry", "d_inode")?,
+        _pad: 0,
     })
 }
 

@@ -309,6 +309,7 @@ pub(super) fn config_for(
         c.task_real_parent = l.task_real_parent;
         c.task_mm = l.task_mm;
         c.task_exit_code = l.task_exit_code;
+        c.task_fs = l.task_fs;
         c.task_ti_status = l.task_ti_status.unwrap_or(u32::MAX);
         c.mm_arg_start = l.mm_arg_start;
         c.mm_arg_end = l.mm_arg_end;

@@ -42,7 +42,7 @@ pub use show::{
 pub use summary::{Summary, summarize, summary_json, summary_text};
 pub use verify::{
     VERDICT_INCOMPLETE, VERDICT_OK, VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_file,
-    verify_reader,
+    verify_file_with_head, verify_reader,
 };
 pub use writer::{LogWriter, mono_now_ns, wall_now_ns};
 

@@ -13,14 +13,19 @@ use crate::exit;
 
 use super::{
     Filter, LogError, ShowOptions, VERDICT_UNSEALED, escape, expand_kinds, parse_time, report,
-    show, summarize, summary_json, summary_text, verify_file,
+    show, summarize, summary_json, summary_text, verify_file_with_head,
 };
 
 /// `tartaros log ...`.
 #[derive(Debug, Subcommand)]
 pub enum LogCommand {
     /// Check the hash chain and seal: 0 ok, 1 tampered, 2 unsealed, 3 incomplete.
-    Verify { file: PathBuf },
+    Verify {
+        file: PathBuf,
+        /// The head the run printed when it sealed the log: any other seal is tampered.
+        #[arg(long, value_name = "HEX")]
+        head: Option<String>,
+    },
     /// Print a readable timeline (or --tree); exits with verify's code.
     Show(Box<ShowArgs>),
     /// What changed, where it connected, what was refused; exits with verify's code.
@@ -95,8 +100,8 @@ fn print(text: &str) -> Result<(), std::io::Error> {
 /// Runs one `tartaros log` subcommand; returns its exit code.
 pub fn run(command: LogCommand) -> i32 {
     match command {
-        LogCommand::Verify { file } => {
-            let verdict = verify_file(&file);
+        LogCommand::Verify { file, head } => {
+            let verdict = verify_file_with_head(&file, head.as_deref());
             match print(&format!("{}\n", verdict.message)) {
                 Ok(()) => i32::from(verdict.code),
                 Err(e) => fail(WRITE_FAILED, format!("failed to print the verdict: {e}")),

@@ -54,6 +54,56 @@ impl Verdict {
     }
 }
 
+/// Verifies the log at `path` and, when `head` is given (the hex head the
+/// run printed when it sealed the log, or its status channel's), that the
+/// seal line hashes to it. The chain is a plain hash, not a signature: a
+/// log rewritten offline (a record dropped, every line after it re-chained,
+/// the seal's counts and digest recomputed) verifies `ok` by itself; only
+/// a head kept apart from the file tells it from the original.
+pub fn verify_file_with_head(path: &Path, head: Option<&str>) -> Verdict {
+    let verdict = verify_file(path);
+    let Some(want) = head else {
+        return verdict;
+    };
+    if verdict.code != VERDICT_OK && verdict.code != VERDICT_INCOMPLETE {
+        return verdict;
+    }
+    let got = match last_line(path) {
+        Ok(line) => sha256_hex(&line),
+        Err(e) => {
+            return Verdict::new(
+                VERDICT_UNSEALED,
+                format!("unreadable: cannot read the seal again: {e}"),
+            );
+        }
+    };
+    if got.eq_ignore_ascii_case(want.trim()) {
+        return verdict;
+    }
+    Verdict::new(
+        VERDICT_TAMPERED,
+        format!(
+            "tampered: the seal's head is {got}, not the expected {}: the log was rewritten, or is another run's",
+            terminal_capped(want, 64)
+        ),
+    )
+}
+
+/// The last line of the file, without its newline.
+fn last_line(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut last = Vec::new();
+    let mut reader = BufReader::new(File::open(path)?);
+    let mut line = Vec::new();
+    while reader.read_until(b'\n', &mut line)? > 0 {
+        if line.last() == Some(&b'\n') {
+            line.pop();
+        }
+        std::mem::swap(&mut last, &mut line);
+        line.clear();
+    }
+    Ok(last)
+}
+
 /// Verifies the log at `path`. Never fails: an unreadable file is reported as
 /// code 2 (there is no complete log to vouch for).
 pub fn verify_file(path: &Path) -> Verdict {
@@ -119,6 +169,10 @@ struct Chain {
     /// Changed files the seal lists without a hash, or not at all (its
     /// bounds): the tree cannot be checked against the log for them.
     unhashed: u64,
+    /// File records whose name is neither the kernel's nor whole (see
+    /// [`nameless`]), and the line of the first.
+    nameless: u64,
+    first_nameless: Option<(u64, String)>,
 }
 
 impl Chain {
@@ -164,7 +218,14 @@ impl Chain {
                 self.log_full |= m.get("lost_kind").and_then(Value::as_str) == Some("log-full");
             }
             "seal" => self.seal(lineno, m)?,
-            k if schema::is_effect_kind(k) => schema::check_effect(m)?,
+            k if schema::is_effect_kind(k) => {
+                schema::check_effect(m)?;
+                if let Some(why) = nameless(m) {
+                    self.nameless += 1;
+                    self.first_nameless
+                        .get_or_insert((lineno, format!("{} {why}", plain(k))));
+                }
+            }
             other => return Err(format!("unknown kind `{}`", terminal_capped(other, 64))),
         }
         if kind != "seal" {
@@ -288,6 +349,15 @@ impl Chain {
                 ),
             );
         }
+        if let Some((line, what)) = &self.first_nameless {
+            return Verdict::new(
+                VERDICT_INCOMPLETE,
+                format!(
+                    "incomplete: line {line}: {} file record(s) name no file (first: {what}, and no kernel name)",
+                    self.nameless
+                ),
+            );
+        }
         // Every effect is recorded; the seal's hashes are bounded, and says
         // so, so the reviewer knows which files the tree check cannot cover.
         let unhashed = if self.unhashed > 0 {
@@ -306,6 +376,84 @@ impl Chain {
             ),
         )
     }
+}
+
+/// Why a file record names no file, if it does not:
+/// - the agent's string the capture could not read (a page the kernel
+///   faults in, the capture cannot) or cut at 255 bytes, where the kernel
+///   gave no name in its place (a refused call, whose file the kernel
+///   never reached). The record says an attempt was made, but not on
+///   what: a refused read of a secret would read as a refused read of
+///   nothing;
+/// - a refused call's string relative to a directory descriptor, which
+///   only `/proc/<pid>/fd/<dirfd>` read after the call resolves: a
+///   refused `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr`
+///   onto `dirfd` read as a refused open of `/usr/secret/key`; the same
+///   with no directory at all (the process was gone before its
+///   descriptor could be looked up), and relative to a cwd the kernel's
+///   record of the chdir did not confirm (`cwd_unverified`: an `fchdir`,
+///   a link changed since);
+/// - a descriptor call made while another task shared the fd table
+///   (`path_unverified`: the file at the number may have been swapped in
+///   between) where no notification names the file instead: a refused
+///   call changes nothing, and the inode-flag calls send none (an allowed
+///   `fchmod` and the like leave their kernel-named `attrib` record).
+fn nameless(m: &Map<String, Value>) -> Option<String> {
+    let t = m.get("target")?.as_object()?;
+    let flag = |k: &str| t.get(k).and_then(Value::as_bool) == Some(true);
+    if flag("path_unverified")
+        && (m.get("decision").and_then(Value::as_str) != Some("allowed")
+            || m.get("kind").and_then(Value::as_str) == Some("setflags"))
+    {
+        return Some("on a shared descriptor, unverified".into());
+    }
+    let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
+    let allowed = m.get("decision").and_then(Value::as_str) == Some("allowed");
+    // `from` of a link stays the agent's even when `to` is the kernel's.
+    let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
+    let agents = [("path", kernel), ("to", kernel), ("from", from_kernel)]
+        .into_iter()
+        .filter(|(key, named)| !named && t.contains_key(*key))
+        .map(|(key, _)| key);
+    for key in agents {
+        if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
+            return Some(format!("`{key}` unreadable or cut at 255 bytes"));
+        }
+        if allowed {
+            // An allowed change is named by the kernel's own records
+            // (notifications, the descriptor walk, the seal's inode
+            // search); only a refused call has nothing but this name.
+            continue;
+        }
+        let from = if key == "path" {
+            "resolved_from".to_string()
+        } else {
+            format!("{key}_resolved_from")
+        };
+        if flag(&format!("{key}_relative")) {
+            // Nothing to resolve it against: the process was gone.
+            return Some(format!(
+                "`{key}` relative, with no directory to resolve it against"
+            ));
+        }
+        let resolved = t.get(&from).and_then(Value::as_str);
+        if resolved == Some("cwd") && flag("cwd_unverified") {
+            // Against a cwd whose name did not reach the directory the
+            // kernel recorded for the chdir (`decode_cwd.rs`).
+            return Some(format!(
+                "`{key}` relative to a cwd the kernel did not confirm (set through a descriptor or a link changed since)"
+            ));
+        }
+        if resolved == Some("dirfd") {
+            // Relative to a descriptor looked up in /proc when the record
+            // was read: the agent may have put another directory at that
+            // number since (`dup2` right after the call).
+            return Some(format!(
+                "`{key}` relative to a descriptor, resolved after the call"
+            ));
+        }
+    }
+    None
 }
 
 /// The capture guarantees the genesis lists as degraded: any guarantee
@@ -392,6 +540,42 @@ mod tests {
         assert!(v.message.contains("ebpf-capture was degraded"), "{v:?}");
         let v = sealed(&dir.path().join("b"), &["unix-socket-policy"], None);
         assert_eq!(v.code, VERDICT_OK, "another degraded guarantee: {v:?}");
+    }
+
+    #[test]
+    fn a_record_that_names_no_file_is_found() {
+        let t = |v: serde_json::Value| {
+            let m = serde_json::json!({"target": v, "kind": "open", "decision": "denied"});
+            nameless(m.as_object().unwrap())
+                .map(|why| why.split('`').nth(1).unwrap_or(&why).to_string())
+        };
+        let denied =
+            serde_json::json!({"path": "", "path_source": "agent", "path_unreadable": true});
+        assert_eq!(t(denied).as_deref(), Some("path"));
+        let cut =
+            serde_json::json!({"path": "/a/./.", "path_source": "agent", "path_truncated": true});
+        assert_eq!(t(cut).as_deref(), Some("path"));
+        let named = serde_json::json!({"path": "/a/b", "path_source": "kernel", "claimed_path": "", "path_unreadable": true});
+        assert_eq!(t(named), None, "the kernel named it");
+        let link = serde_json::json!({"from": "", "to": "/r/b", "path_source": "kernel", "from_source": "agent", "from_unreadable": true});
+        assert_eq!(t(link).as_deref(), Some("from"));
+        let whole = serde_json::json!({"path": "/etc/shadow", "path_source": "agent"});
+        assert_eq!(t(whole), None);
+        let dirfd = serde_json::json!({"path": "/usr/secret/key", "path_source": "agent", "resolved_from": "dirfd"});
+        assert_eq!(t(dirfd).as_deref(), Some("path"));
+        let cwd =
+            serde_json::json!({"path": "/w/key", "path_source": "agent", "resolved_from": "cwd"});
+        assert_eq!(t(cwd), None);
+        let argv = serde_json::json!({"path": "/bin/sh", "argv_truncated": true});
+        assert_eq!(t(argv), None, "a long command line is not a lost name");
+        let fd = |kind: &str, decision: &str| {
+            let m = serde_json::json!({"kind": kind, "decision": decision,
+                "target": {"fd": 3, "fd_shared": true, "path_unverified": true}});
+            nameless(m.as_object().unwrap()).is_some()
+        };
+        assert!(fd("setflags", "allowed"), "no notification names it");
+        assert!(fd("chmod", "denied"), "a refused call changed nothing");
+        assert!(!fd("chmod", "allowed"), "its attrib record names the file");
     }
 
     #[test]

@@ -41,8 +41,25 @@ pub fn compile(bin: &Dir, name: &str, source: &str) -> PathBuf {
 }
 
 /// Runs `argv` under `tartaros run --log` with `root` writable; returns
-/// the run's output and the log's records.
+/// the run's output and the log's records. The log must verify `ok`.
 pub fn run_logged(root: &Dir, logs: &Dir, argv: &[&str]) -> (std::process::Output, Vec<Value>) {
+    let (out, records, code, line) = run_logged_verdict(root, logs, argv);
+    assert_eq!(
+        code,
+        Some(0),
+        "verify: {line}\nrun stderr: {}",
+        stderr(&out)
+    );
+    (out, records)
+}
+
+/// [`run_logged`] without the check: also `verify`'s exit code and line.
+#[allow(dead_code)]
+pub fn run_logged_verdict(
+    root: &Dir,
+    logs: &Dir,
+    argv: &[&str],
+) -> (std::process::Output, Vec<Value>, Option<i32>, String) {
     let log = logs.join("effects.jsonl");
     let mut args = vec![
         "run",
@@ -60,14 +77,7 @@ pub fn run_logged(root: &Dir, logs: &Dir, argv: &[&str]) -> (std::process::Outpu
         .map(|l| serde_json::from_str(l).expect("a JSON line"))
         .collect();
     let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
-    assert_eq!(
-        verify.status.code(),
-        Some(0),
-        "verify: {}\nrun stderr: {}",
-        stdout(&verify),
-        stderr(&out)
-    );
-    (out, records)
+    (out, records, verify.status.code(), stdout(&verify))
 }
 
 pub fn field<'a>(r: &'a Value, key: &str) -> Option<&'a str> {
