@@ -257,7 +257,7 @@ fn an_inode_flag_set_on_a_shared_descriptor_is_not_ok() {
 }
 
 #[test]
-fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
+fn a_refused_read_relative_to_a_swapped_descriptor_is_marked_as_the_agents_claim() {
     if !usable("adv_dirfd") {
         return;
     }
@@ -278,11 +278,22 @@ fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
         "{}",
         refused[0]
     );
-    // The record names what was at the number when it was read.
+    // The record names what was at the number when it was read, and says
+    // that this name is the agent's claim, resolved after the call.
     eprintln!("recorded as {}", refused[0]["target"]["path"]);
-    // Before: `ok`, a refused read of the secret logged under /usr.
-    assert_eq!(code, Some(3), "verify: {line}");
-    assert!(line.contains("relative to a descriptor"), "{line}");
+    assert_eq!(
+        refused[0]["target"]["path_source"], "agent",
+        "{}",
+        refused[0]
+    );
+    // Before: `ok` with nothing said. Now the claim is counted (a refused
+    // attempt changed nothing; `grep -r` into a denied directory is the
+    // same shape, and must not make every such log incomplete).
+    assert_eq!(code, Some(0), "verify: {line}");
+    assert!(
+        line.contains("1 refused attempts are named by the agent's string alone"),
+        "{line}"
+    );
 
     // Gone before the record is read: nothing to resolve it against.
     let (records, code, line) = run(
@@ -293,12 +304,20 @@ fn a_refused_read_relative_to_a_swapped_descriptor_is_not_ok() {
     let refused = refused_opens(&records);
     assert_eq!(refused.len(), 1, "{records:#?}");
     eprintln!("recorded as {}", refused[0]["target"]);
-    // Before: `ok`, a refused read of `<dir>/key`, relative to nothing.
-    assert_eq!(code, Some(3), "verify: {line}");
+    // Before: `ok`, a refused read of `<dir>/key`, relative to nothing,
+    // with nothing said.
+    assert_eq!(
+        refused[0]["target"]["path_source"], "agent",
+        "{}",
+        refused[0]
+    );
+    assert_eq!(code, Some(0), "verify: {line}");
+    assert!(line.contains("named by the agent's string alone"), "{line}");
 }
 
 #[test]
-fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_not_ok() {
+fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_marked_as_the_agents_claim()
+{
     if !usable("adv_fchdir") {
         return;
     }
@@ -320,9 +339,16 @@ fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_not_ok()
         refused[0]
     );
     eprintln!("recorded as {}", refused[0]["target"]["path"]);
-    // Before: `ok`, a refused read of the secret logged under /usr.
-    assert_eq!(code, Some(3), "verify: {line}");
-    assert!(line.contains("cwd the kernel did not confirm"), "{line}");
+    // Before: `ok`, a refused read of the secret logged under /usr as if
+    // the kernel had named it. Now the record says the cwd is unconfirmed
+    // and verify counts the claim.
+    assert_eq!(
+        refused[0]["target"]["cwd_unverified"], true,
+        "{}",
+        refused[0]
+    );
+    assert_eq!(code, Some(0), "verify: {line}");
+    assert!(line.contains("named by the agent's string alone"), "{line}");
 }
 
 #[test]
@@ -511,4 +537,36 @@ fn a_log_rewritten_offline_fails_against_the_printed_head() {
         Path::new("/"),
     );
     assert_eq!(original.status.code(), Some(0), "{}", stdout(&original));
+}
+
+/// The routine shape of the claims above: `grep -r` and `find` walking
+/// into a read-denied directory open it by directory descriptor and exit
+/// before their records are read. The refusals are in the log, and the
+/// log verifies `ok` (a verdict every such run earned would tell a
+/// reviewer nothing).
+#[test]
+fn a_tree_walk_into_a_denied_directory_verifies_ok() {
+    if !usable("adv_walk") {
+        return;
+    }
+    let root = Dir::new();
+    let denied = root.join("secret");
+    std::fs::create_dir(&denied).unwrap();
+    std::fs::write(denied.join("key"), "the secret\n").unwrap();
+    let (records, code, line) = run(
+        &root,
+        &denied,
+        &["sh", "-c", "grep -r zzz . ; find . > /dev/null; true"],
+    );
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| {
+            r["decision"] == "denied"
+                && r["target"]["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("secret"))
+        })
+        .collect();
+    assert!(!refused.is_empty(), "no refusal of the walk: {records:#?}");
+    assert_eq!(code, Some(0), "verify: {line}");
 }

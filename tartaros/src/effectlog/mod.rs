@@ -27,6 +27,7 @@ mod schema;
 mod secrets;
 mod show;
 mod summary;
+mod unnamed;
 mod verify;
 mod writer;
 

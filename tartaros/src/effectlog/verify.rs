@@ -15,6 +15,7 @@ use super::MAX_LINE_BYTES;
 use super::canonical::{parse_canonical, sha256, sha256_hex, to_canonical};
 use super::escape::terminal_capped;
 use super::schema;
+use super::unnamed::{self, Unnamed};
 
 /// Sealed, chain intact, nothing lost, cgroup emptied.
 pub const VERDICT_OK: u8 = 0;
@@ -170,9 +171,12 @@ struct Chain {
     /// bounds): the tree cannot be checked against the log for them.
     unhashed: u64,
     /// File records whose name is neither the kernel's nor whole (see
-    /// [`nameless`]), and the line of the first.
+    /// [`unnamed`]), and the line of the first.
     nameless: u64,
     first_nameless: Option<(u64, String)>,
+    /// Refused attempts named only by the agent's string, resolved after
+    /// the call (see [`unnamed`]).
+    claimed: u64,
 }
 
 impl Chain {
@@ -220,10 +224,14 @@ impl Chain {
             "seal" => self.seal(lineno, m)?,
             k if schema::is_effect_kind(k) => {
                 schema::check_effect(m)?;
-                if let Some(why) = nameless(m) {
-                    self.nameless += 1;
-                    self.first_nameless
-                        .get_or_insert((lineno, format!("{} {why}", plain(k))));
+                match unnamed::classify(m) {
+                    Some(Unnamed::Lost(why)) => {
+                        self.nameless += 1;
+                        self.first_nameless
+                            .get_or_insert((lineno, format!("{} {why}", plain(k))));
+                    }
+                    Some(Unnamed::Claimed) => self.claimed += 1,
+                    None => {}
                 }
             }
             other => return Err(format!("unknown kind `{}`", terminal_capped(other, 64))),
@@ -368,92 +376,22 @@ impl Chain {
         } else {
             String::new()
         };
+        let claimed = if self.claimed > 0 {
+            format!(
+                "; {} refused attempts are named by the agent's string alone, resolved after the call",
+                self.claimed
+            )
+        } else {
+            String::new()
+        };
         Verdict::new(
             VERDICT_OK,
             format!(
-                "ok: {lines} records, sealed on line {sealed_at}, head {}{unhashed}",
+                "ok: {lines} records, sealed on line {sealed_at}, head {}{unhashed}{claimed}",
                 hex::encode(self.prev)
             ),
         )
     }
-}
-
-/// Why a file record names no file, if it does not:
-/// - the agent's string the capture could not read (a page the kernel
-///   faults in, the capture cannot) or cut at 255 bytes, where the kernel
-///   gave no name in its place (a refused call, whose file the kernel
-///   never reached). The record says an attempt was made, but not on
-///   what: a refused read of a secret would read as a refused read of
-///   nothing;
-/// - a refused call's string relative to a directory descriptor, which
-///   only `/proc/<pid>/fd/<dirfd>` read after the call resolves: a
-///   refused `openat(dirfd, "secret/key")` followed by a `dup2` of `/usr`
-///   onto `dirfd` read as a refused open of `/usr/secret/key`; the same
-///   with no directory at all (the process was gone before its
-///   descriptor could be looked up), and relative to a cwd the kernel's
-///   record of the chdir did not confirm (`cwd_unverified`: an `fchdir`,
-///   a link changed since);
-/// - a descriptor call made while another task shared the fd table
-///   (`path_unverified`: the file at the number may have been swapped in
-///   between) where no notification names the file instead: a refused
-///   call changes nothing, and the inode-flag calls send none (an allowed
-///   `fchmod` and the like leave their kernel-named `attrib` record).
-fn nameless(m: &Map<String, Value>) -> Option<String> {
-    let t = m.get("target")?.as_object()?;
-    let flag = |k: &str| t.get(k).and_then(Value::as_bool) == Some(true);
-    if flag("path_unverified")
-        && (m.get("decision").and_then(Value::as_str) != Some("allowed")
-            || m.get("kind").and_then(Value::as_str) == Some("setflags"))
-    {
-        return Some("on a shared descriptor, unverified".into());
-    }
-    let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
-    let allowed = m.get("decision").and_then(Value::as_str) == Some("allowed");
-    // `from` of a link stays the agent's even when `to` is the kernel's.
-    let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
-    let agents = [("path", kernel), ("to", kernel), ("from", from_kernel)]
-        .into_iter()
-        .filter(|(key, named)| !named && t.contains_key(*key))
-        .map(|(key, _)| key);
-    for key in agents {
-        if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
-            return Some(format!("`{key}` unreadable or cut at 255 bytes"));
-        }
-        if allowed {
-            // An allowed change is named by the kernel's own records
-            // (notifications, the descriptor walk, the seal's inode
-            // search); only a refused call has nothing but this name.
-            continue;
-        }
-        let from = if key == "path" {
-            "resolved_from".to_string()
-        } else {
-            format!("{key}_resolved_from")
-        };
-        if flag(&format!("{key}_relative")) {
-            // Nothing to resolve it against: the process was gone.
-            return Some(format!(
-                "`{key}` relative, with no directory to resolve it against"
-            ));
-        }
-        let resolved = t.get(&from).and_then(Value::as_str);
-        if resolved == Some("cwd") && flag("cwd_unverified") {
-            // Against a cwd whose name did not reach the directory the
-            // kernel recorded for the chdir (`decode_cwd.rs`).
-            return Some(format!(
-                "`{key}` relative to a cwd the kernel did not confirm (set through a descriptor or a link changed since)"
-            ));
-        }
-        if resolved == Some("dirfd") {
-            // Relative to a descriptor looked up in /proc when the record
-            // was read: the agent may have put another directory at that
-            // number since (`dup2` right after the call).
-            return Some(format!(
-                "`{key}` relative to a descriptor, resolved after the call"
-            ));
-        }
-    }
-    None
 }
 
 /// The capture guarantees the genesis lists as degraded: any guarantee
@@ -540,42 +478,6 @@ mod tests {
         assert!(v.message.contains("ebpf-capture was degraded"), "{v:?}");
         let v = sealed(&dir.path().join("b"), &["unix-socket-policy"], None);
         assert_eq!(v.code, VERDICT_OK, "another degraded guarantee: {v:?}");
-    }
-
-    #[test]
-    fn a_record_that_names_no_file_is_found() {
-        let t = |v: serde_json::Value| {
-            let m = serde_json::json!({"target": v, "kind": "open", "decision": "denied"});
-            nameless(m.as_object().unwrap())
-                .map(|why| why.split('`').nth(1).unwrap_or(&why).to_string())
-        };
-        let denied =
-            serde_json::json!({"path": "", "path_source": "agent", "path_unreadable": true});
-        assert_eq!(t(denied).as_deref(), Some("path"));
-        let cut =
-            serde_json::json!({"path": "/a/./.", "path_source": "agent", "path_truncated": true});
-        assert_eq!(t(cut).as_deref(), Some("path"));
-        let named = serde_json::json!({"path": "/a/b", "path_source": "kernel", "claimed_path": "", "path_unreadable": true});
-        assert_eq!(t(named), None, "the kernel named it");
-        let link = serde_json::json!({"from": "", "to": "/r/b", "path_source": "kernel", "from_source": "agent", "from_unreadable": true});
-        assert_eq!(t(link).as_deref(), Some("from"));
-        let whole = serde_json::json!({"path": "/etc/shadow", "path_source": "agent"});
-        assert_eq!(t(whole), None);
-        let dirfd = serde_json::json!({"path": "/usr/secret/key", "path_source": "agent", "resolved_from": "dirfd"});
-        assert_eq!(t(dirfd).as_deref(), Some("path"));
-        let cwd =
-            serde_json::json!({"path": "/w/key", "path_source": "agent", "resolved_from": "cwd"});
-        assert_eq!(t(cwd), None);
-        let argv = serde_json::json!({"path": "/bin/sh", "argv_truncated": true});
-        assert_eq!(t(argv), None, "a long command line is not a lost name");
-        let fd = |kind: &str, decision: &str| {
-            let m = serde_json::json!({"kind": kind, "decision": decision,
-                "target": {"fd": 3, "fd_shared": true, "path_unverified": true}});
-            nameless(m.as_object().unwrap()).is_some()
-        };
-        assert!(fd("setflags", "allowed"), "no notification names it");
-        assert!(fd("chmod", "denied"), "a refused call changed nothing");
-        assert!(!fd("chmod", "allowed"), "its attrib record names the file");
     }
 
     #[test]
