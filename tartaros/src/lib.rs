@@ -51,6 +51,7 @@ pub mod seccomp;
 pub mod service;
 pub mod spawn;
 pub mod status;
+pub mod stdio_relay;
 pub mod stop;
 pub mod supervisor;
 pub mod undo;

@@ -104,3 +104,87 @@ os.kill(os.getpid(), signal.SIGSEGV)
     }
     expect(&out, "limit", "(1, 1)");
 }
+
+/// What the host shows of `path`: mode, modification time, xattr names
+/// and inode flags.
+fn host_meta(path: &Path) -> (u32, i64, Vec<u8>, libc::c_long) {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).unwrap();
+    let name = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    let mut names = vec![0u8; 1024];
+    // SAFETY: `names` is writable for its length; `name` is a C string.
+    let len = unsafe { libc::listxattr(name.as_ptr(), names.as_mut_ptr().cast(), names.len()) };
+    names.truncate(usize::try_from(len).unwrap_or(0));
+    let file = std::fs::File::open(path).unwrap();
+    let mut flags: libc::c_long = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one long into `flags`.
+    unsafe {
+        libc::ioctl(
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0x8008_6601,
+            &mut flags,
+        )
+    };
+    (meta.mode(), meta.mtime(), names, flags)
+}
+
+/// A launcher's `< in.txt > out.txt` used to hand the agent descriptors of
+/// host files on the host's read-write mount: `fchmod`, `futimens`,
+/// `fsetxattr`, `FS_IOC_SETFLAGS` and `chmod("/proc/self/fd/1")` changed
+/// them outside every root (the read-only base does not cover a file
+/// opened outside the sandbox; Landlock has no right for metadata). Such
+/// streams now reach the sandbox as pipes that a process outside copies.
+#[test]
+fn standard_streams_that_are_host_files_cannot_have_their_metadata_changed() {
+    if !can_run("standard_streams_that_are_host_files_cannot_have_their_metadata_changed") {
+        return;
+    }
+    let work = Dir::new();
+    let outside = Dir::new();
+    let input = outside.file("in.txt", "input line\n");
+    let output = outside.file("out.txt", "");
+    let before = [host_meta(&input), host_meta(&output)];
+    let code = format!(
+        "{ATTEMPT}
+import fcntl, array
+print('read', sys.stdin.readline().strip())
+def setflags(fd):
+    flags = array.array('l', [0])
+    fcntl.ioctl(fd, 0x80086601, flags, True)
+    flags[0] |= 0x40  # FS_NODUMP_FL: an owner may set it
+    fcntl.ioctl(fd, 0x40086602, flags, True)
+for fd in (0, 1):
+    attempt(f'fchmod{{fd}}', lambda: os.fchmod(fd, 0o777))
+    attempt(f'utime{{fd}}', lambda: os.utime(fd, (1, 1)))
+    attempt(f'xattr{{fd}}', lambda: os.setxattr(fd, 'user.evil', b'1'))
+    attempt(f'setflags{{fd}}', lambda: setflags(fd))
+    attempt(f'by_path{{fd}}', lambda: os.chmod(f'/proc/self/fd/{{fd}}', 0o666))
+"
+    );
+    let w = work.path().to_str().unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--write", w, "--", "python3", "-c", &code])
+        .current_dir(work.path())
+        .stdin(std::fs::File::open(&input).unwrap())
+        .stdout(std::fs::File::create(&output).unwrap())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let written = std::fs::read_to_string(&output).unwrap();
+    assert!(
+        written.contains("read input line"),
+        "{written}\n{}",
+        stderr(&out)
+    );
+    let after = [host_meta(&input), host_meta(&output)];
+    // The output's time moves with its writes; its mode, xattrs and
+    // flags, and everything of the input, must not.
+    assert_eq!(before[0], after[0], "the input file changed\n{written}");
+    let (mode, _, names, flags) = &after[1];
+    assert_eq!(
+        (mode, names, flags),
+        (&before[1].0, &before[1].2, &before[1].3),
+        "the output file changed\n{written}"
+    );
+    assert!(!written.contains(" OK"), "{written}");
+}
