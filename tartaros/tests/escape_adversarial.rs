@@ -188,3 +188,60 @@ for fd in (0, 1):
     );
     assert!(!written.contains(" OK"), "{written}");
 }
+
+/// A host terminal handed in as stdout (stdin not a terminal, so the run
+/// gets no pty of its own) was the launcher's descriptor on the host's
+/// read-write devpts: an agent owning the pty (under sudo) made it 0666
+/// with `fchmod(1)` or `chmod("/proc/self/fd/1")`, opening the user's
+/// terminal to every local user. The init now reopens it through a
+/// read-only bind of that one node (`/dev/.tty/1`).
+#[test]
+fn a_host_terminal_on_stdout_cannot_have_its_mode_changed() {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    if !can_run("a_host_terminal_on_stdout_cannot_have_its_mode_changed") {
+        return;
+    }
+    let work = Dir::new();
+    let pty = nix::pty::openpty(None, None).unwrap();
+    let name = nix::unistd::ttyname(&pty.slave).unwrap();
+    // The agent's user owns the terminal, as the user running sudo does.
+    chown(&name, NOBODY);
+    let before = std::fs::metadata(&name).unwrap().mode();
+    let code = format!(
+        "{ATTEMPT}
+attempt('fchmod', lambda: os.fchmod(1, 0o666))
+attempt('by_path', lambda: os.chmod('/proc/self/fd/1', 0o666))
+attempt('fchown', lambda: os.fchown(1, os.getuid(), os.getgid()))
+print('tty', os.isatty(1))
+"
+    );
+    let w = work.path().to_str().unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--write", w, "--", "python3", "-c", &code])
+        .current_dir(work.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::from(pty.slave))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let after = std::fs::metadata(&name).unwrap().mode();
+    let mut master = std::fs::File::from(pty.master);
+    nix::fcntl::fcntl(
+        std::os::fd::AsRawFd::as_raw_fd(&master),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    let mut seen = vec![0u8; 4096];
+    let n = master.read(&mut seen).unwrap_or(0);
+    let seen = String::from_utf8_lossy(&seen[..n]).into_owned();
+    assert_eq!(
+        before & 0o7777,
+        after & 0o7777,
+        "the host's pty {name:?} changed mode\n{seen}\n{}",
+        stderr(&out)
+    );
+    // Still the agent's terminal.
+    assert!(seen.contains("tty True"), "{seen}\n{}", stderr(&out));
+    assert!(!seen.contains(" OK"), "{seen}");
+}
