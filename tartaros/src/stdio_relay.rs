@@ -31,13 +31,18 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// them; one from the terminal reached the child's process group already.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// Whether `fd` is a file of a filesystem (what the sandbox must not get).
+/// Whether `fd` is a file of a filesystem (what the sandbox must not get):
+/// a regular file, a directory (an `fchdir` away from the host's mount), a
+/// block device, or a named FIFO (`> /tmp/fifo`; an anonymous pipe lives
+/// on no mount and is passed as it is).
 fn is_host_file(fd: RawFd) -> bool {
     match nix::sys::stat::fstat(fd) {
-        Ok(st) => matches!(
-            st.st_mode & libc::S_IFMT,
-            libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK
-        ),
+        Ok(st) => match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK => true,
+            libc::S_IFIFO => std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                .is_ok_and(|name| !name.to_string_lossy().starts_with("pipe:")),
+            _ => false,
+        },
         Err(_) => false,
     }
 }

@@ -245,3 +245,41 @@ print('tty', os.isatty(1))
     assert!(seen.contains("tty True"), "{seen}\n{}", stderr(&out));
     assert!(!seen.contains(" OK"), "{seen}");
 }
+
+/// The same through a named FIFO on the host (`> /tmp/fifo`): its inode is
+/// on the host's read-write mount, so `fchmod(1)` made it 0666. A named
+/// FIFO is relayed like a file; anonymous pipes are passed as they are.
+#[test]
+fn a_named_fifo_on_stdout_cannot_have_its_mode_changed() {
+    use std::os::unix::fs::PermissionsExt;
+    if !can_run("a_named_fifo_on_stdout_cannot_have_its_mode_changed") {
+        return;
+    }
+    let work = Dir::new();
+    let outside = Dir::new();
+    let fifo = outside.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    chown(&fifo, NOBODY);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap_or_default())
+    };
+    let code = format!("{ATTEMPT}\nattempt('fchmod', lambda: os.fchmod(1, 0o666))\n");
+    let w = work.path().to_str().unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--write", w, "--", "python3", "-c", &code])
+        .current_dir(work.path())
+        .stdout(std::fs::OpenOptions::new().write(true).open(&fifo).unwrap())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let seen = reader.join().unwrap();
+    let mode = std::fs::metadata(&fifo).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(
+        mode,
+        0o600,
+        "the host's FIFO changed mode\n{seen}\n{}",
+        stderr(&out)
+    );
+    assert!(seen.contains("fchmod EPERM"), "{seen}\n{}", stderr(&out));
+}
