@@ -84,21 +84,26 @@ fn point(fd: RawFd) -> PathBuf {
 }
 
 /// Attaches each copy and puts the terminal, reopened through it, on its
-/// stream number (with the original's status flags).
+/// stream number, with the original's access mode (a write-only stdout
+/// must not become a way to read the user's keystrokes) and status flags.
 pub fn attach(held: Held) -> Result<(), nix::Error> {
     for (fd, copy) in held.0 {
         let path = point(fd);
         let onto = mount_tree::open_no_symlinks(&path)?;
         mount_tree::attach(&copy, &onto)?;
+        // SAFETY: F_GETFL only reads the descriptor's status flags.
+        let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if status < 0 {
+            return Err(nix::Error::last());
+        }
+        let mode = status & libc::O_ACCMODE;
         let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
+            .read(mode != libc::O_WRONLY)
+            .write(mode != libc::O_RDONLY)
             .custom_flags(libc::O_NOCTTY)
             .open(&path)
             .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-        // SAFETY: F_GETFL only reads the descriptor's status flags.
-        let status = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        if status >= 0 {
+        {
             // SAFETY: F_SETFL sets status flags of our own descriptor.
             unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, status) };
         }
