@@ -283,3 +283,55 @@ fn a_named_fifo_on_stdout_cannot_have_its_mode_changed() {
     );
     assert!(seen.contains("fchmod EPERM"), "{seen}\n{}", stderr(&out));
 }
+
+/// Regression guard (held on the first try: the init has its own IPC
+/// namespace): a SysV shared memory segment and a POSIX message queue the
+/// host made open to everyone are not found from the sandbox, and the
+/// segment was never attached (its attach count and last pid, as the host
+/// kernel keeps them, are unchanged).
+#[test]
+fn the_hosts_sysv_segments_and_posix_queues_are_not_reachable() {
+    if !can_run("the_hosts_sysv_segments_and_posix_queues_are_not_reachable") {
+        return;
+    }
+    let work = Dir::new();
+    let key = 0x7a7a_0000 | (std::process::id() as i32 & 0xffff);
+    // SAFETY: plain SysV and mq calls with valid arguments.
+    let shm = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o666) };
+    assert!(shm >= 0, "shmget: {}", std::io::Error::last_os_error());
+    let queue = format!("/tt-adv-{}", std::process::id());
+    let qname = std::ffi::CString::new(queue.clone()).unwrap();
+    // SAFETY: as above; a NULL attr asks for the defaults.
+    let mq = unsafe {
+        libc::mq_open(
+            qname.as_ptr(),
+            libc::O_CREAT | libc::O_RDWR,
+            0o666 as libc::mode_t,
+            std::ptr::null_mut::<libc::mq_attr>(),
+        )
+    };
+    let code = format!(
+        "{ATTEMPT}
+libc.mq_open.restype = ctypes.c_int
+attempt('shmget', lambda: checked(libc.shmget({key}, 4096, 0o666)))
+attempt('mq_open', lambda: checked(libc.mq_open(b'{queue}', os.O_RDWR)))
+"
+    );
+    let w = work.path().to_str().unwrap();
+    let out = python(&["--write", w], work.path(), &code);
+    // SAFETY: IPC_STAT fills `ds`; then the segment and queue are removed.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    let stat = unsafe { libc::shmctl(shm, libc::IPC_STAT, &mut ds) };
+    unsafe {
+        libc::shmctl(shm, libc::IPC_RMID, std::ptr::null_mut());
+        if mq >= 0 {
+            libc::mq_close(mq);
+        }
+        libc::mq_unlink(qname.as_ptr());
+    }
+    assert_eq!(stat, 0);
+    assert_eq!((ds.shm_nattch, ds.shm_lpid), (0, 0), "{}", stdout(&out));
+    assert!(mq >= 0, "mq_open on the host failed");
+    expect(&out, "shmget", "ENOENT");
+    expect(&out, "mq_open", "ENOENT");
+}
