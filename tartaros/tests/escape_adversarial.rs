@@ -335,3 +335,84 @@ attempt('mq_open', lambda: checked(libc.mq_open(b'{queue}', os.O_RDWR)))
     expect(&out, "shmget", "ENOENT");
     expect(&out, "mq_open", "ENOENT");
 }
+
+/// Unmounts what a test mounted on the host, also when it fails.
+struct Unmount(Vec<PathBuf>);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        for path in self.0.iter().rev() {
+            let _ = nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Regression guard (held: the init makes every mount of its namespace
+/// private first): a mount the host makes after the start, under a shared
+/// mount outside the roots, does not appear in the sandbox. Were it to
+/// propagate, it would arrive read-write (the read-only base was applied
+/// before it existed) and its files' modes would be the agent's to change.
+#[test]
+fn a_host_mount_made_after_the_start_does_not_propagate_in() {
+    use nix::mount::{MsFlags, mount};
+    use std::os::unix::fs::MetadataExt;
+    if !can_run("a_host_mount_made_after_the_start_does_not_propagate_in") {
+        return;
+    }
+    let work = Dir::new();
+    let shared = Dir::new();
+    let point = shared.join("m");
+    std::fs::create_dir(&point).unwrap();
+    let none: Option<&str> = None;
+    let mut mounted = Unmount(Vec::new());
+    mount(
+        Some(shared.path()),
+        shared.path(),
+        none,
+        MsFlags::MS_BIND,
+        none,
+    )
+    .unwrap();
+    mounted.0.push(shared.path().to_path_buf());
+    mount(none, shared.path(), none, MsFlags::MS_SHARED, none).unwrap();
+    let (p, w) = (point.display(), work.path().display());
+    let code = format!(
+        "{ATTEMPT}
+import time
+open('{w}/ready', 'w').close()
+for _ in range(200):
+    if os.path.exists('{w}/go'): break
+    time.sleep(0.02)
+print('same_dev', os.stat('{p}').st_dev == os.stat('{p}/..').st_dev)
+attempt('chmod', lambda: os.chmod('{p}', 0o777))
+"
+    );
+    let child = Command::new(bin())
+        .args(["run", "--write", work.path().to_str().unwrap(), "--"])
+        .args(["python3", "-c", &code])
+        .current_dir(work.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(eventually(10, || work.join("ready").exists()), "no start");
+    let options = format!("mode=755,uid={NOBODY}");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount(
+        Some("tmpfs"),
+        &point,
+        Some("tmpfs"),
+        flags,
+        Some(options.as_str()),
+    )
+    .unwrap();
+    mounted.0.push(point.clone());
+    std::fs::write(work.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    // The host's tmpfs, as the host sees it.
+    let mode = std::fs::metadata(&point).unwrap().mode() & 0o7777;
+    drop(mounted);
+    assert_eq!(mode, 0o755, "{}", stdout(&out));
+    expect(&out, "same_dev", "True");
+    expect(&out, "chmod", "EROFS");
+}
