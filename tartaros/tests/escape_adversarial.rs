@@ -2,11 +2,14 @@
 //! from the host side (what the host shows afterwards, never the agent's
 //! own report) and each failing on the binary before its fix.
 //!
-//! Ideas ported (not code) from other sandboxes' suites and write-ups:
-//! firejail's and nsjail's rlimit handling (`RLIMIT_CORE`), and the
-//! container escapes through a host core handler (apport's
-//! CVE-2019-15790 / CVE-2021-25682 class: a crash inside the sandbox makes
-//! the host run a root helper with the crashing process's data).
+//! Escapes: a crash running the host's core handler (the apport
+//! CVE-2019-15790 / CVE-2021-25682 class: a crash inside a container makes
+//! the host run a root helper with the crashing process's data); the
+//! metadata of host files, FIFOs and terminals handed in as standard
+//! streams (bubblewrap and firejail leave stdio to the caller; the
+//! CVE-2017-5226 write-up on bubblewrap's inherited terminal is the
+//! pattern). Regression guards that held: the host's IPC objects, and host
+//! mounts made after the start (bubblewrap's `--make-rprivate` reasoning).
 
 mod common;
 use std::path::{Path, PathBuf};
