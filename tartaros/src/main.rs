@@ -17,7 +17,7 @@ fn main() {
             // Before any thread: a `> out.txt` of the launcher must not
             // reach the agent as a descriptor (stdio_relay.rs).
             if run == Some("run") {
-                tartaros::stdio_relay::relay_host_files();
+                tartaros::stdio_relay::relay_host_files(&args);
             }
             tartaros::cli_extra::quiet_broken_pipe();
             match tartaros::service::client::delegate(&args) {

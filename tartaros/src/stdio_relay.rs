@@ -10,16 +10,18 @@
 //! per-descriptor filter, so the file must not reach the sandbox at all.
 //!
 //! [`relay_host_files`] runs first in `main`, while the process is still
-//! single-threaded: when a standard stream is a regular file, a directory
-//! or a block device, it forks; the child carries on as `tartaros` with a
+//! single-threaded: when a standard stream is such a file (see
+//! `is_host_file`), it forks; the child carries on as `tartaros` with a
 //! pipe on that stream, and the parent, which keeps the files, copies
 //! between them and the pipes, passes termination signals on, and exits
 //! as the child did once the outputs are drained. Pipes, sockets and
 //! terminals are passed as before (a terminal: see docs/architecture.md).
 
+use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -31,20 +33,55 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// them; one from the terminal reached the child's process group already.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// Whether `fd` is a file of a filesystem (what the sandbox must not get):
-/// a regular file, a directory (an `fchdir` away from the host's mount), a
-/// block device, or a named FIFO (`> /tmp/fifo`; an anonymous pipe lives
-/// on no mount and is passed as it is).
-fn is_host_file(fd: RawFd) -> bool {
+/// Whether `fd` is a file of a filesystem the sandbox must not get: a
+/// regular file, a block device, or a named FIFO (`> /tmp/fifo`; an
+/// anonymous pipe lives on no mount and is passed as it is) outside the
+/// `--write` roots, or any directory (an `fchdir` onto the host's mount,
+/// from where `..` leaves a root). A file inside a root is passed as it
+/// is: its metadata is the agent's to change anyway, and the effect log
+/// names the writes through it.
+fn is_host_file(fd: RawFd, roots: &[PathBuf]) -> bool {
+    let name = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+    let in_root = |name: &std::io::Result<PathBuf>| {
+        name.as_ref()
+            .is_ok_and(|n| n.is_absolute() && roots.iter().any(|r| n.starts_with(r)))
+    };
     match nix::sys::stat::fstat(fd) {
         Ok(st) => match st.st_mode & libc::S_IFMT {
-            libc::S_IFREG | libc::S_IFDIR | libc::S_IFBLK => true,
-            libc::S_IFIFO => std::fs::read_link(format!("/proc/self/fd/{fd}"))
-                .is_ok_and(|name| !name.to_string_lossy().starts_with("pipe:")),
+            libc::S_IFDIR => true,
+            libc::S_IFREG | libc::S_IFBLK => !in_root(&name),
+            libc::S_IFIFO => {
+                let anonymous = name
+                    .as_ref()
+                    .is_ok_and(|n| n.to_string_lossy().starts_with("pipe:"));
+                !anonymous && !in_root(&name)
+            }
             _ => false,
         },
         Err(_) => false,
     }
+}
+
+/// The `--write` roots of the command line (`--write P`, `--write=P`,
+/// before `--`), resolved; roots from a config file are not seen, so a
+/// stream in one of them is relayed too (safe, only less well logged).
+fn write_roots(args: &[OsString]) -> Vec<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut roots = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let path = match arg.to_str() {
+            Some("--") => break,
+            Some("--write") => iter.next().map(PathBuf::from),
+            Some(a) => a.strip_prefix("--write=").map(PathBuf::from),
+            None => None,
+        };
+        if let Some(path) = path {
+            let path = cwd.join(path);
+            roots.push(std::fs::canonicalize(&path).unwrap_or(path));
+        }
+    }
+    roots
 }
 
 fn same_file(a: RawFd, b: RawFd) -> bool {
@@ -70,8 +107,9 @@ enum Copy {
 /// the child (and when there is nothing to relay, or the fork failed, in
 /// the only process); the parent never returns. Must run before any thread
 /// exists.
-pub fn relay_host_files() {
-    let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd)).collect();
+pub fn relay_host_files(args: &[OsString]) {
+    let roots = write_roots(args);
+    let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd, &roots)).collect();
     if host.is_empty() {
         return;
     }

@@ -97,16 +97,19 @@ pub fn attach(held: Held) -> Result<(), nix::Error> {
             return Err(nix::Error::last());
         }
         let mode = status & libc::O_ACCMODE;
-        let file = std::fs::OpenOptions::new()
+        let Ok(file) = std::fs::OpenOptions::new()
             .read(mode != libc::O_WRONLY)
             .write(mode != libc::O_RDONLY)
             .custom_flags(libc::O_NOCTTY)
             .open(&path)
-            .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-        {
-            // SAFETY: F_SETFL sets status flags of our own descriptor.
-            unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, status) };
-        }
+        else {
+            // Another user's terminal (`su` keeps the caller's), which the
+            // init may not open by name: it stays the launcher's descriptor,
+            // as it was before this reopening existed.
+            continue;
+        };
+        // SAFETY: F_SETFL sets status flags of our own descriptor.
+        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, status) };
         // SAFETY: dup2 onto a standard stream number; `file` stays open
         // until after the call, then closes its own number.
         if unsafe { libc::dup2(file.as_raw_fd(), fd) } < 0 {

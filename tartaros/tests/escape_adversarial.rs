@@ -419,3 +419,36 @@ attempt('chmod', lambda: os.chmod('{p}', 0o777))
     expect(&out, "same_dev", "True");
     expect(&out, "chmod", "EROFS");
 }
+
+/// A directory handed in as a standard stream (here the writable root
+/// itself, `< "$root"`) was a descriptor on the host's read-write mount:
+/// `cd /proc/self/fd/0`, then `..` left the root on that mount, where
+/// `chmod` of a file outside every root succeeded. A directory stream is
+/// now always relayed (the agent reads a pipe that ends at once).
+#[test]
+fn a_directory_given_as_stdin_does_not_lead_onto_the_hosts_mount() {
+    use std::os::unix::fs::MetadataExt;
+    if !can_run("a_directory_given_as_stdin_does_not_lead_onto_the_hosts_mount") {
+        return;
+    }
+    let top = Dir::new();
+    let root = top.join("root");
+    std::fs::create_dir(&root).unwrap();
+    chown(&root, NOBODY);
+    let outside = top.file("outside.txt", "host\n");
+    std::fs::set_permissions(
+        &outside,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let out = Command::new(bin())
+        .args(["run", "--write", root.to_str().unwrap(), "--", "sh", "-c"])
+        .arg("cd /proc/self/fd/0 && chmod 777 ../outside.txt && echo chmod-OK")
+        .current_dir(&root)
+        .stdin(std::fs::File::open(&root).unwrap())
+        .output()
+        .unwrap();
+    let mode = std::fs::metadata(&outside).unwrap().mode() & 0o7777;
+    assert_eq!(mode, 0o644, "{}{}", stdout(&out), stderr(&out));
+    assert!(!stdout(&out).contains("chmod-OK"));
+}
