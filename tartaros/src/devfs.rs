@@ -2,8 +2,9 @@
 //! device nodes bound in (null, zero, full, random, urandom, tty), a devpts
 //! instance of its own (no host terminal is reachable by name: the agent
 //! keeps only the stdio it was given), a private /dev/shm, and the usual
-//! symlinks. Built by the init, as root in its mount namespace, after the
-//! fresh /proc.
+//! symlinks, and a read-only bind of any host terminal on a standard
+//! stream (`stdio_tty.rs`). Built by the init, as root in its mount
+//! namespace, after the fresh /proc.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -57,6 +58,8 @@ fn io_failed<'a>(
 /// here, before the tmpfs turns read-only.
 pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
     let dev = Path::new("/dev");
+    // A host terminal on a standard stream, before the tmpfs hides it.
+    let ttys = crate::stdio_tty::hold();
     // Copies of the host's nodes, taken before the tmpfs hides them.
     let mut nodes: Vec<(&str, OwnedFd)> = Vec::new();
     for name in DEVICES {
@@ -119,6 +122,7 @@ pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
         let path = dev.join(name);
         std::os::unix::fs::symlink(target, &path).map_err(io_failed("create the link", &path))?;
     }
+    crate::stdio_tty::make_points(&ttys).map_err(io_failed("create", Path::new("/dev/.tty")))?;
     for point in mount_points.iter().filter(|p| p.starts_with(dev)) {
         std::fs::create_dir_all(point).map_err(io_failed("create the mount point", point))?;
     }
@@ -126,5 +130,6 @@ pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
     // writable: they are mounts of their own).
     let root = mount_tree::open_no_symlinks(dev).map_err(failed("open", dev))?;
     mount_tree::set_flags(&root, mount_tree::READ_ONLY, 0, false)
-        .map_err(failed("make read-only", dev))
+        .map_err(failed("make read-only", dev))?;
+    crate::stdio_tty::attach(ttys).map_err(failed("reopen the terminal in", Path::new("/dev/.tty")))
 }

@@ -230,11 +230,15 @@ fn become_agent(
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }
-    // No core files: the kernel writes them itself (core_pattern `core`:
-    // into the crashing process's cwd, a writable root) with no syscall
-    // of the agent's the effect log could record. Hard limit too, which
-    // an agent without capabilities cannot raise (docs/effect-log.md).
-    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+    // No core dumps. A core file is written by the kernel itself (core_pattern
+    // `core`: into the crashing process's cwd, a writable root) with no
+    // syscall of the agent's the effect log could record; 1 byte is below
+    // an ELF core's minimum (a page), so none is written. A core_pattern
+    // pipe (`|/usr/lib/systemd/systemd-coredump`, apport) ignores a limit
+    // of 0 and runs that helper as root on the host, outside every wall,
+    // with the agent's memory: 1 is the kernel's marker that refuses the
+    // pipe. Soft and hard, and seccomp refuses changing it (docs/seccomp.md).
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 1, 1);
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()
     {

@@ -51,6 +51,8 @@ pub mod seccomp;
 pub mod service;
 pub mod spawn;
 pub mod status;
+pub mod stdio_relay;
+pub mod stdio_tty;
 pub mod stop;
 pub mod supervisor;
 pub mod undo;

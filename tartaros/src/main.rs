@@ -13,7 +13,12 @@ fn main() {
     let code = match args.get(1).and_then(|a| a.to_str()) {
         Some(tartaros::init::INIT_ARG) => tartaros::init::main(),
         Some(tartaros::service::WORKER_ARG) => tartaros::service::worker::main(),
-        _ => {
+        run => {
+            // Before any thread: a `> out.txt` of the launcher must not
+            // reach the agent as a descriptor (stdio_relay.rs).
+            if run == Some("run") {
+                tartaros::stdio_relay::relay_host_files(&args);
+            }
             tartaros::cli_extra::quiet_broken_pipe();
             match tartaros::service::client::delegate(&args) {
                 Some(code) => code,

@@ -64,6 +64,9 @@ pub enum ArgTest {
     MaskedEq { mask: u32, value: Named },
     /// `arg` is none of the values
     NotIn(Vec<Named>),
+    /// `arg != 0` over all 64 bits: a pointer argument. A low-half test
+    /// would take a pointer such as `0x7f00_0000_0000` for NULL.
+    NotNull,
 }
 
 /// One condition: argument `index` (named `name` in the man page) passes `test`.
@@ -148,7 +151,7 @@ named! {
     SOCK_RAW = 3; SOCK_PACKET = 10;
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
-    MFD_EXEC = 0x10; PR_SET_MM = 35;
+    MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
 /// refuses other bits) before using the type, so the filter looks at the
@@ -171,7 +174,7 @@ pub const MAX_INSNS: usize = 4096;
 
 #[path = "seccomp_tables.rs"]
 mod tables;
-use tables::{DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_FAMILY, WHY_NS, WHY_UNIX};
+use tables::{DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_UNIX};
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
     Rule {
@@ -261,6 +264,14 @@ fn default_rules() -> Vec<Rule> {
         let why = "weakens exploit mitigations (mapped page zero, executable data); query allowed";
         r.push(deny("personality", when, D, why));
     }
+    // The init leaves RLIMIT_CORE at 1 (init.rs): the kernel's own marker
+    // that refuses a core_pattern pipe helper. Lowering it to 0 would run
+    // that helper again, so the limit cannot be changed at all; reading it
+    // (prlimit64 with no new limit, as glibc's getrlimit does) stays allowed.
+    let core = || arg(0, "resource", Eq(RLIMIT_CORE));
+    r.push(deny("setrlimit", vec![core()], D, WHY_CORE));
+    let core = arg(1, "resource", Eq(RLIMIT_CORE));
+    r.push(deny("prlimit64", vec![core, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_CORE));
     r
 }
 
@@ -316,7 +327,7 @@ fn syscall_nr(name: &str) -> Option<i64> {
         SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
-        SYS_migrate_pages SYS_move_pages
+        SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
     }
     #[cfg(target_arch = "x86_64")]
     table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib }
@@ -385,15 +396,18 @@ fn prologue(audit_arch: u32, x32_bit: Option<u32>, early: &[(i64, i32)]) -> Vec<
     p
 }
 
-fn condition(c: &ArgCond) -> Vec<(SeccompCmpOp, u32)> {
+fn condition(c: &ArgCond) -> Vec<(SeccompCmpArgLen, SeccompCmpOp, u64)> {
+    // Dword: compare the low 32 bits only (see `ArgTest`); a pointer all 64.
+    let low = |op, value: u32| (SeccompCmpArgLen::Dword, op, u64::from(value));
     match &c.test {
-        ArgTest::Eq(v) => vec![(SeccompCmpOp::Eq, v.value)],
-        ArgTest::Ne(v) => vec![(SeccompCmpOp::Ne, v.value)],
-        ArgTest::HasBits(v) => vec![(SeccompCmpOp::MaskedEq(v.value.into()), v.value)],
+        ArgTest::Eq(v) => vec![low(SeccompCmpOp::Eq, v.value)],
+        ArgTest::Ne(v) => vec![low(SeccompCmpOp::Ne, v.value)],
+        ArgTest::HasBits(v) => vec![low(SeccompCmpOp::MaskedEq(v.value.into()), v.value)],
         ArgTest::MaskedEq { mask, value } => {
-            vec![(SeccompCmpOp::MaskedEq((*mask).into()), value.value)]
+            vec![low(SeccompCmpOp::MaskedEq((*mask).into()), value.value)]
         }
-        ArgTest::NotIn(vs) => vs.iter().map(|v| (SeccompCmpOp::Ne, v.value)).collect(),
+        ArgTest::NotIn(vs) => vs.iter().map(|v| low(SeccompCmpOp::Ne, v.value)).collect(),
+        ArgTest::NotNull => vec![(SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)],
     }
 }
 
@@ -404,10 +418,8 @@ fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
     };
     let mut conds = Vec::new();
     for c in &rule.when {
-        for (op, value) in condition(c) {
-            // Dword: compare the low 32 bits only (see `ArgTest`).
-            let cond = SeccompCondition::new(c.index, SeccompCmpArgLen::Dword, op, value.into())
-                .map_err(err)?;
+        for (len, op, value) in condition(c) {
+            let cond = SeccompCondition::new(c.index, len, op, value).map_err(err)?;
             conds.push(cond);
         }
     }
@@ -529,6 +541,7 @@ impl fmt::Display for ArgCond {
                 let names: Vec<_> = vs.iter().map(|v| v.name).collect();
                 write!(f, "{n} not in {{{}}}", names.join(", "))
             }
+            ArgTest::NotNull => write!(f, "{n} != NULL"),
         }
     }
 }

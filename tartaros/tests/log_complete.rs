@@ -176,7 +176,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "io_uring", "EPERM");
     expect(&out, "io_setup", "EPERM");
     expect(&out, "tiocsti", "EPERM");
-    expect(&out, "core_limit", "(0, 0)");
+    expect(&out, "core_limit", "(1, 1)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
     // The tree from the host side: what the records claim happened did.

@@ -344,9 +344,11 @@ fn a_short_lived_thread_s_write_to_the_inherited_stdout_file_is_a_record() {
     if !usable("thread_stdout") {
         return;
     }
-    let (root, logs, exe, outside) = (Dir::new(), Dir::new(), Dir::new(), Dir::new());
+    let (root, logs, exe) = (Dir::new(), Dir::new(), Dir::new());
     let agent = compile(&exe, "agent", AGENT);
-    let out_file = outside.join("agent-output.txt");
+    // In the root: a stream file outside every root reaches the sandbox as
+    // a pipe (stdio_relay.rs), and the agent's write is then to that pipe.
+    let out_file = root.join("agent-output.txt");
     let log = logs.join("effects.jsonl");
     let status = std::process::Command::new(bin())
         .args([

@@ -90,6 +90,8 @@ fn matching_args(rule: &Rule) -> [u64; 6] {
             }
             ArgTest::Ne(v) if *a == u64::from(v.value) => *a ^= 0x7000_0000,
             ArgTest::NotIn(vs) if vs.iter().any(|v| *a == u64::from(v.value)) => *a = 0x7777,
+            // A pointer whose low half is zero is still not NULL.
+            ArgTest::NotNull => *a = 0x7f00_0000_0000,
             _ => {}
         }
     }
@@ -266,7 +268,7 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
-        SYS_migrate_pages SYS_move_pages SYS_getpid
+        SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64 SYS_getpid
     };
     #[cfg(target_arch = "x86_64")]
     v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib });

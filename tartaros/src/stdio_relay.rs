@@ -1,0 +1,267 @@
+//! Standard streams that are host files reach the sandbox through pipes.
+//!
+//! A launcher's `> out.txt` or `< in.txt` is a descriptor of a file on the
+//! host's read-write mount, opened outside the sandbox. Handed to the agent
+//! as is, it let the agent change that file's metadata outside every root:
+//! `fchmod`, `fchown` to its own groups, `futimens`, `fsetxattr`,
+//! `FS_IOC_SETFLAGS`, and the same by path through `/proc/self/fd/1` (the
+//! magic link leads to the host's mount, where the read-only base does not
+//! apply; Landlock has no right for any of them). A `dup` defeats any
+//! per-descriptor filter, so the file must not reach the sandbox at all.
+//!
+//! [`relay_host_files`] runs first in `main`, while the process is still
+//! single-threaded: when a standard stream is such a file (see
+//! `is_host_file`), it forks; the child carries on as `tartaros` with a
+//! pipe on that stream, and the parent, which keeps the files, copies
+//! between them and the pipes, passes termination signals on, and exits
+//! as the child did once the outputs are drained. Pipes, sockets and
+//! terminals are passed as before (a terminal: see docs/architecture.md).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// How long the outputs may still drain once the child is gone: a process
+/// that kept a copy of the pipe (none should) cannot hold the exit forever.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Signals the parent passes on to the child when another process sent
+/// them; one from the terminal reached the child's process group already.
+const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
+
+/// Whether `fd` is a file of a filesystem the sandbox must not get: a
+/// regular file, a block device, or a named FIFO (`> /tmp/fifo`; an
+/// anonymous pipe lives on no mount and is passed as it is) outside the
+/// `--write` roots, or any directory (an `fchdir` onto the host's mount,
+/// from where `..` leaves a root). A file inside a root is passed as it
+/// is: its metadata is the agent's to change anyway, and the effect log
+/// names the writes through it.
+fn is_host_file(fd: RawFd, roots: &[PathBuf]) -> bool {
+    let name = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+    let in_root = |name: &std::io::Result<PathBuf>| {
+        name.as_ref()
+            .is_ok_and(|n| n.is_absolute() && roots.iter().any(|r| n.starts_with(r)))
+    };
+    match nix::sys::stat::fstat(fd) {
+        Ok(st) => match st.st_mode & libc::S_IFMT {
+            libc::S_IFDIR => true,
+            libc::S_IFREG | libc::S_IFBLK => !in_root(&name),
+            libc::S_IFIFO => {
+                let anonymous = name
+                    .as_ref()
+                    .is_ok_and(|n| n.to_string_lossy().starts_with("pipe:"));
+                !anonymous && !in_root(&name)
+            }
+            _ => false,
+        },
+        Err(_) => false,
+    }
+}
+
+/// The `--write` roots of the command line (`--write P`, `--write=P`,
+/// before `--`), resolved; roots from a config file are not seen, so a
+/// stream in one of them is relayed too (safe, only less well logged).
+fn write_roots(args: &[OsString]) -> Vec<PathBuf> {
+    let cwd = std::env::current_dir().unwrap_or_default();
+    let mut roots = Vec::new();
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let path = match arg.to_str() {
+            Some("--") => break,
+            Some("--write") => iter.next().map(PathBuf::from),
+            Some(a) => a.strip_prefix("--write=").map(PathBuf::from),
+            None => None,
+        };
+        if let Some(path) = path {
+            let path = cwd.join(path);
+            roots.push(std::fs::canonicalize(&path).unwrap_or(path));
+        }
+    }
+    roots
+}
+
+fn same_file(a: RawFd, b: RawFd) -> bool {
+    match (nix::sys::stat::fstat(a), nix::sys::stat::fstat(b)) {
+        (Ok(x), Ok(y)) => x.st_dev == y.st_dev && x.st_ino == y.st_ino,
+        _ => false,
+    }
+}
+
+fn pipe() -> Option<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()
+}
+
+/// One stream to copy in the parent.
+enum Copy {
+    /// From the pipe's read end to the host file (stdout, stderr).
+    Out { from: OwnedFd, to: RawFd },
+    /// From the host file to the pipe's write end (stdin).
+    In { from: RawFd, to: OwnedFd },
+}
+
+/// Relays the standard streams that are host files, if any: returns in
+/// the child (and when there is nothing to relay, or the fork failed, in
+/// the only process); the parent never returns. Must run before any thread
+/// exists.
+pub fn relay_host_files(args: &[OsString]) {
+    let roots = write_roots(args);
+    let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd, &roots)).collect();
+    if host.is_empty() {
+        return;
+    }
+    // The child's ends, by stream number, and the parent's copies.
+    let mut ends: Vec<(RawFd, OwnedFd)> = Vec::new();
+    let mut copies: Vec<Copy> = Vec::new();
+    let mut shared_out: Option<OwnedFd> = None;
+    for fd in host {
+        if fd == 2 && shared_out.is_some() && same_file(1, 2) {
+            // `> f 2>&1`: one pipe keeps the order of the two streams.
+            if let Some(w) = shared_out.as_ref().and_then(|w| w.try_clone().ok()) {
+                ends.push((2, w));
+                continue;
+            }
+        }
+        let Some((r, w)) = pipe() else { return };
+        if fd == 0 {
+            ends.push((0, r));
+            copies.push(Copy::In { from: 0, to: w });
+        } else {
+            if fd == 1 {
+                shared_out = w.try_clone().ok();
+            }
+            ends.push((fd, w));
+            copies.push(Copy::Out { from: r, to: fd });
+        }
+    }
+    drop(shared_out);
+    // SAFETY: single-threaded here (the caller's contract), so the child
+    // may run Rust code.
+    match unsafe { nix::unistd::fork() } {
+        Err(_) => {}
+        Ok(nix::unistd::ForkResult::Child) => {
+            for (fd, end) in &ends {
+                // SAFETY: dup2 onto a standard stream number; `end` stays
+                // open until after the call.
+                unsafe { libc::dup2(end.as_raw_fd(), *fd) };
+            }
+            // `ends` and `copies` close here: the parent's ends are not ours.
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(ends);
+            std::process::exit(serve(child, copies))
+        }
+    }
+}
+
+/// The parent: copies, forwards signals, and returns the exit code (or
+/// re-raises the signal the child died of).
+fn serve(child: nix::unistd::Pid, copies: Vec<Copy>) -> i32 {
+    let mut waited = nix::sys::signal::SigSet::empty();
+    waited.add(nix::sys::signal::Signal::SIGCHLD);
+    for sig in FORWARDED {
+        if let Ok(s) = nix::sys::signal::Signal::try_from(sig) {
+            waited.add(s);
+        }
+    }
+    // Blocked before any copying thread exists, so every thread inherits it
+    // and only `sigwaitinfo` below takes these signals.
+    let _ = waited.thread_block();
+    let (done, outputs_done) = mpsc::channel::<()>();
+    let mut outputs = 0;
+    for copy in copies {
+        match copy {
+            Copy::Out { from, to } => {
+                outputs += 1;
+                let done = done.clone();
+                std::thread::spawn(move || {
+                    copy_out(from, to);
+                    let _ = done.send(());
+                });
+            }
+            Copy::In { from, to } => {
+                // Not waited for: it ends at the file's end, or at EPIPE
+                // once no process of the run reads.
+                std::thread::spawn(move || copy_in(from, to));
+            }
+        }
+    }
+    drop(done);
+    let status = wait_forwarding(child, &waited);
+    let deadline = std::time::Instant::now() + DRAIN;
+    for _ in 0..outputs {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if outputs_done.recv_timeout(left).is_err() {
+            break;
+        }
+    }
+    match status {
+        nix::sys::wait::WaitStatus::Exited(_, code) => code,
+        nix::sys::wait::WaitStatus::Signaled(_, sig, _) => {
+            let _ = nix::sys::signal::SigSet::all().thread_unblock();
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { libc::signal(sig as libc::c_int, libc::SIG_DFL) };
+            let _ = nix::sys::signal::raise(sig);
+            128 + sig as i32
+        }
+        _ => 125,
+    }
+}
+
+/// Waits for the child, passing on the signals another process sent us.
+fn wait_forwarding(
+    child: nix::unistd::Pid,
+    waited: &nix::sys::signal::SigSet,
+) -> nix::sys::wait::WaitStatus {
+    use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+    loop {
+        match waitpid(child, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::EINTR) => {}
+            Ok(s @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return s,
+            Ok(_) => continue,
+            Err(_) => return WaitStatus::Exited(child, 125),
+        }
+        // SAFETY: an all-zero siginfo_t is a valid value of the C struct.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `waited` is a valid set and `info` a writable siginfo_t.
+        let sig = unsafe { libc::sigwaitinfo(waited.as_ref(), &mut info) };
+        if sig <= 0 || sig == libc::SIGCHLD {
+            continue;
+        }
+        // From the terminal (SI_KERNEL) the child's group got it too.
+        if info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE {
+            // SAFETY: plain kill of our own child.
+            unsafe { libc::kill(child.as_raw(), sig) };
+        }
+    }
+}
+
+fn copy_out(from: OwnedFd, to: RawFd) {
+    let mut from = File::from(from);
+    // SAFETY: `to` is a standard stream this process keeps open until exit;
+    // ManuallyDrop never closes it.
+    let mut to = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(to) });
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut writable = true;
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            // A file that can no longer be written (ENOSPC, EFBIG): keep
+            // reading, so the run is not blocked on a full pipe.
+            Ok(n) if writable => writable = to.write_all(&buf[..n]).is_ok(),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
+}
+
+fn copy_in(from: RawFd, to: OwnedFd) {
+    // SAFETY: as in `copy_out`.
+    let mut from = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(from) });
+    let mut to = File::from(to);
+    let _ = std::io::copy(&mut *from, &mut to);
+}
