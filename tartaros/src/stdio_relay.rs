@@ -138,11 +138,21 @@ pub fn relay_host_files(args: &[OsString]) {
         }
     }
     drop(shared_out);
+    let relay = nix::unistd::getpid();
     // SAFETY: single-threaded here (the caller's contract), so the child
     // may run Rust code.
     match unsafe { nix::unistd::fork() } {
         Err(_) => {}
         Ok(nix::unistd::ForkResult::Child) => {
+            // The launcher knows the relay's pid as the supervisor's: a
+            // SIGKILL of it must end the run as it ends a supervisor's
+            // (the sandbox dies with us), not leave us running unseen.
+            // SAFETY: prctl with integer arguments only.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) };
+            if nix::unistd::getppid() != relay {
+                // It died before the death signal was armed.
+                std::process::exit(128 + libc::SIGKILL);
+            }
             for (fd, end) in &ends {
                 // SAFETY: dup2 onto a standard stream number; `end` stays
                 // open until after the call.

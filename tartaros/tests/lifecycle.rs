@@ -70,36 +70,48 @@ fn sigkill_of_the_supervisor_kills_the_sandbox_and_the_janitor_removes_the_cgrou
         return;
     }
     let work = Dir::new();
-    let m = marker("killed-supervisor");
+    let outside = Dir::new();
     let _serial = CGROUP_CHECK.lock().unwrap_or_else(|e| e.into_inner());
-    let before = run_cgroups();
-    let mut supervisor = KillOnDrop(Some(
-        Command::new(bin())
-            .args(["run", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
-            .current_dir(work.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    ));
-    assert!(
-        eventually(5, || processes_with(&m).len() == 2),
-        "agent did not start"
-    );
-    let mut supervisor = supervisor.take();
-    supervisor.kill().unwrap();
-    supervisor.wait().unwrap();
-    assert!(
-        eventually(5, || processes_with(&m).is_empty()),
-        "sandbox processes survived the supervisor: {:?}",
-        processes_with(&m)
-    );
-    assert!(
-        eventually(5, || run_cgroups().iter().all(|c| before.contains(c))),
-        "cgroup left behind: {:?}",
-        run_cgroups()
-    );
+    // Output to /dev/null, and to a host file outside every root, which
+    // `tartaros` relays through a pipe from a parent process of its own
+    // (stdio_relay.rs): the pid the launcher holds is then that relay's,
+    // and its SIGKILL must end the run the same way.
+    for (case, to_file) in [("null", false), ("file", true)] {
+        let m = marker(&format!("killed-supervisor-{case}"));
+        let before = run_cgroups();
+        let stdout = if to_file {
+            Stdio::from(std::fs::File::create(outside.join("out.txt")).unwrap())
+        } else {
+            Stdio::null()
+        };
+        let mut supervisor = KillOnDrop(Some(
+            Command::new(bin())
+                .args(["run", "--", "sh", "-c", &format!("sleep {m} & sleep {m}")])
+                .current_dir(work.path())
+                .stdin(Stdio::null())
+                .stdout(stdout)
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
+        assert!(
+            eventually(5, || processes_with(&m).len() == 2),
+            "{case}: agent did not start"
+        );
+        let mut supervisor = supervisor.take();
+        supervisor.kill().unwrap();
+        supervisor.wait().unwrap();
+        assert!(
+            eventually(5, || processes_with(&m).is_empty()),
+            "{case}: sandbox processes survived the supervisor: {:?}",
+            processes_with(&m)
+        );
+        assert!(
+            eventually(5, || run_cgroups().iter().all(|c| before.contains(c))),
+            "{case}: cgroup left behind: {:?}",
+            run_cgroups()
+        );
+    }
 }
 
 #[test]
