@@ -154,6 +154,40 @@ fn refused_opens(records: &[Value]) -> Vec<&Value> {
         .collect()
 }
 
+/// One refused read of the secret's `key` by the agent's `mode`, given
+/// the secret's parent directory and `<secret>/key` relative to it (then
+/// `extra`): the record of that read, and verify's code and line.
+struct RefusedRead {
+    root: Dir,
+    secret: Dir,
+    record: Value,
+    code: Option<i32>,
+    line: String,
+}
+
+fn refused_read(mode: &str, extra: impl Fn(&Dir) -> Vec<String>) -> RefusedRead {
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = secret.path().to_str().unwrap();
+    let (parent, leaf) = dir.rsplit_once('/').unwrap();
+    let relative = format!("{leaf}/key");
+    let extra = extra(&root);
+    let mut argv = vec![agent.to_str().unwrap(), mode, parent, relative.as_str()];
+    argv.extend(extra.iter().map(String::as_str));
+    let (records, code, line) = run(&root, secret.path(), &argv);
+    let refused = refused_opens(&records);
+    assert_eq!(refused.len(), 1, "{records:#?}");
+    let record = refused[0].clone();
+    eprintln!("{mode}: recorded as {}", record["target"]);
+    RefusedRead {
+        root,
+        secret,
+        record,
+        code,
+        line,
+    }
+}
+
 #[test]
 fn a_refused_read_whose_name_the_capture_cannot_read_is_not_ok() {
     if !usable("adv_unfaulted") {
@@ -261,58 +295,23 @@ fn a_refused_read_relative_to_a_swapped_descriptor_is_marked_as_the_agents_claim
     if !usable("adv_dirfd") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
-    let agent = compile(&bin, "agent", AGENT);
-    let dir = secret.path().to_str().unwrap();
-    let (parent, leaf) = dir.rsplit_once('/').unwrap();
-    let relative = format!("{leaf}/key");
-    let (records, code, line) = run(
-        &root,
-        secret.path(),
-        &[agent.to_str().unwrap(), "dirfd", parent, &relative],
-    );
-    let refused = refused_opens(&records);
-    assert_eq!(refused.len(), 1, "{records:#?}");
-    assert_eq!(
-        refused[0]["target"]["resolved_from"], "dirfd",
-        "{}",
-        refused[0]
-    );
-    // The record names what was at the number when it was read, and says
-    // that this name is the agent's claim, resolved after the call.
-    eprintln!("recorded as {}", refused[0]["target"]["path"]);
-    assert_eq!(
-        refused[0]["target"]["path_source"], "agent",
-        "{}",
-        refused[0]
-    );
-    // Before: `ok` with nothing said. Now the claim is counted (a refused
-    // attempt changed nothing; `grep -r` into a denied directory is the
-    // same shape, and must not make every such log incomplete).
-    assert_eq!(code, Some(0), "verify: {line}");
-    assert!(
-        line.contains("1 refused attempts are named by the agent's string alone"),
-        "{line}"
-    );
-
+    // The record names what was at the number when it was read, says that
+    // this name is the agent's claim, resolved after the call, and verify
+    // counts it. Before: `ok` with nothing said. (A refused attempt changed
+    // nothing; `grep -r` into a denied directory is the same shape, and
+    // must not make every such log incomplete.)
+    let r = refused_read("dirfd", |_| Vec::new());
+    let t = &r.record["target"];
+    assert_eq!(t["resolved_from"], "dirfd", "{t}");
+    assert_eq!(t["path_source"], "agent", "{t}");
+    assert_eq!(r.code, Some(0), "verify: {}", r.line);
+    let counted = "1 refused attempts are named by the agent's string alone";
+    assert!(r.line.contains(counted), "{}", r.line);
     // Gone before the record is read: nothing to resolve it against.
-    let (records, code, line) = run(
-        &root,
-        secret.path(),
-        &[agent.to_str().unwrap(), "dirfd", parent, &relative, "exit"],
-    );
-    let refused = refused_opens(&records);
-    assert_eq!(refused.len(), 1, "{records:#?}");
-    eprintln!("recorded as {}", refused[0]["target"]);
-    // Before: `ok`, a refused read of `<dir>/key`, relative to nothing,
-    // with nothing said.
-    assert_eq!(
-        refused[0]["target"]["path_source"], "agent",
-        "{}",
-        refused[0]
-    );
-    assert_eq!(code, Some(0), "verify: {line}");
-    assert!(line.contains("named by the agent's string alone"), "{line}");
+    let r = refused_read("dirfd", |_| vec!["exit".into()]);
+    assert_eq!(r.record["target"]["path_source"], "agent", "{}", r.record);
+    assert_eq!(r.code, Some(0), "verify: {}", r.line);
+    assert!(r.line.contains(counted), "{}", r.line);
 }
 
 #[test]
@@ -321,34 +320,19 @@ fn a_refused_read_relative_to_a_cwd_set_through_a_swapped_descriptor_is_marked_a
     if !usable("adv_fchdir") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
-    let agent = compile(&bin, "agent", AGENT);
-    let dir = secret.path().to_str().unwrap();
-    let (parent, leaf) = dir.rsplit_once('/').unwrap();
-    let relative = format!("{leaf}/key");
-    let (records, code, line) = run(
-        &root,
-        secret.path(),
-        &[agent.to_str().unwrap(), "fchdir", parent, &relative],
-    );
-    let refused = refused_opens(&records);
-    assert_eq!(refused.len(), 1, "{records:#?}");
-    assert_eq!(
-        refused[0]["target"]["resolved_from"], "cwd",
-        "{}",
-        refused[0]
-    );
-    eprintln!("recorded as {}", refused[0]["target"]["path"]);
     // Before: `ok`, a refused read of the secret logged under /usr as if
     // the kernel had named it. Now the record says the cwd is unconfirmed
     // and verify counts the claim.
-    assert_eq!(
-        refused[0]["target"]["cwd_unverified"], true,
+    let r = refused_read("fchdir", |_| Vec::new());
+    let t = &r.record["target"];
+    assert_eq!(t["resolved_from"], "cwd", "{t}");
+    assert_eq!(t["cwd_unverified"], true, "{t}");
+    assert_eq!(r.code, Some(0), "verify: {}", r.line);
+    assert!(
+        r.line.contains("named by the agent's string alone"),
         "{}",
-        refused[0]
+        r.line
     );
-    assert_eq!(code, Some(0), "verify: {line}");
-    assert!(line.contains("named by the agent's string alone"), "{line}");
 }
 
 #[test]
@@ -356,33 +340,13 @@ fn a_refused_read_after_a_clone_fs_child_s_chdir_names_the_secret() {
     if !usable("adv_clone_fs") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
-    let agent = compile(&bin, "agent", AGENT);
-    let dir = secret.path().to_str().unwrap();
-    let (parent, leaf) = dir.rsplit_once('/').unwrap();
-    let relative = format!("{leaf}/key");
-    let (records, code, line) = run(
-        &root,
-        secret.path(),
-        &[agent.to_str().unwrap(), "clone-fs", parent, &relative],
-    );
-    let refused = refused_opens(&records);
-    assert_eq!(refused.len(), 1, "{records:#?}");
     // Before: the parent's cwd model stayed in the root, and the refused
     // read of the secret was logged as `<root>/<dir>/key`, verify ok.
-    let key = secret.join("key");
-    assert_eq!(
-        refused[0]["target"]["path"].as_str(),
-        key.to_str(),
-        "{}",
-        refused[0]
-    );
-    assert_eq!(
-        refused[0]["target"]["resolved_from"], "cwd",
-        "{}",
-        refused[0]
-    );
-    assert_eq!(code, Some(0), "verify: {line}");
+    let r = refused_read("clone-fs", |_| Vec::new());
+    let t = &r.record["target"];
+    assert_eq!(t["path"].as_str(), r.secret.join("key").to_str(), "{t}");
+    assert_eq!(t["resolved_from"], "cwd", "{t}");
+    assert_eq!(r.code, Some(0), "verify: {}", r.line);
 }
 
 #[test]
@@ -428,36 +392,16 @@ fn a_refused_read_in_a_cwd_reached_through_a_replaced_link_names_the_secret() {
     if !usable("adv_symlink_cwd") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
-    let agent = compile(&bin, "agent", AGENT);
-    let dir = secret.path().to_str().unwrap();
-    let (parent, leaf) = dir.rsplit_once('/').unwrap();
-    let relative = format!("{leaf}/key");
-    let lnk = root.join("lnk");
-    let (records, code, line) = run(
-        &root,
-        secret.path(),
-        &[
-            agent.to_str().unwrap(),
-            "symlink-cwd",
-            parent,
-            &relative,
-            lnk.to_str().unwrap(),
-        ],
-    );
-    assert!(lnk.is_dir() && !lnk.is_symlink());
-    let refused = refused_opens(&records);
-    assert_eq!(refused.len(), 1, "{records:#?}");
     // Before: `<root>/lnk/<dir>/key`, a file of the root once the link
     // was replaced, verify ok.
-    let key = secret.join("key");
-    assert_eq!(
-        refused[0]["target"]["path"].as_str(),
-        key.to_str(),
-        "{}",
-        refused[0]
-    );
-    assert_eq!(code, Some(0), "verify: {line}");
+    let r = refused_read("symlink-cwd", |root| {
+        vec![root.join("lnk").to_string_lossy().into_owned()]
+    });
+    let lnk = r.root.join("lnk");
+    assert!(lnk.is_dir() && !lnk.is_symlink());
+    let t = &r.record["target"];
+    assert_eq!(t["path"].as_str(), r.secret.join("key").to_str(), "{t}");
+    assert_eq!(r.code, Some(0), "verify: {}", r.line);
 }
 
 #[test]
