@@ -49,6 +49,15 @@ int main(int argc, char **argv) {
         if (r) return 22;
         return 0;
     }
+    if (!strcmp(argv[1], "map-stdin")) {
+        /* Standard input is a file of the root opened read-write by the
+           launcher: changed through a shared mapping only, no write(2),
+           no open(2) in the sandbox, so no notification and no record. */
+        char *p = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, 0, 0);
+        if (p == MAP_FAILED) return 30;
+        memcpy(p, "EVIL", 4);
+        return msync(p, 4096, MS_SYNC) ? 31 : 0;
+    }
     return 1;
 }
 "#;
@@ -133,4 +142,50 @@ fn calls_with_high_bits_in_the_syscall_number_are_recorded() {
     assert_eq!(chmod[0]["target"]["mode"], 0o4755);
     assert_eq!(chmod[0]["target"]["path_source"], "kernel");
     assert_eq!(code, Some(0), "verify: {line}");
+}
+
+/// The seal's entry of `path`, if any.
+fn sealed<'a>(records: &'a [Value], path: &Path) -> Option<&'a Value> {
+    seal(records)["files"]
+        .as_array()?
+        .iter()
+        .find(|f| f["path"].as_str() == path.to_str())
+}
+
+/// A launcher that hands the agent a file of a root as a read-write
+/// standard stream (`<> file`, Python's `open(f, "w+")`): the agent
+/// changes it through a shared mapping only, which sends no notification
+/// and makes no captured call. The seal must hash the file as it was left
+/// (before: the file was in no record and not in the seal, and `verify`
+/// said ok).
+#[test]
+fn a_standard_stream_changed_through_a_mapping_is_sealed() {
+    if !usable("hostile_map_stdin") {
+        return;
+    }
+    let (root, exe, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&exe, "agent", AGENT);
+    let file = root.file("notes.txt", "original content\n");
+    let log = logs.join("effects.jsonl");
+    let stdin = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["run", "-q", "--write", root.path().to_str().unwrap()])
+        .args(["--log", log.to_str().unwrap(), "--"])
+        .args([agent.to_str().unwrap(), "map-stdin"])
+        .current_dir(root.path())
+        .stdin(stdin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "run: {}", stderr(&out));
+    let now = std::fs::read(&file).unwrap();
+    assert_eq!(now, b"EVILinal content\n", "the agent's change");
+    let records = records(&log);
+    let entry = sealed(&records, &file);
+    let entry = entry.unwrap_or_else(|| panic!("{file:?} not in the seal: {:#}", seal(&records)));
+    assert_eq!(entry["sha256"], sha256_hex(&now));
+    assert_eq!(entry["size"], now.len());
 }

@@ -13,7 +13,7 @@
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -428,6 +428,13 @@ impl Join {
         self.take(tid, bit::RENAME, None, false, |n| {
             n.path.as_deref() == Some(to) && n.new_path.as_deref() == Some(from)
         });
+    }
+
+    /// A file the agent inherits open for writing
+    /// (`writable_standard_files`): sealed like one it opened itself, with
+    /// its renames followed.
+    pub fn touch_inherited(&mut self, path: &Path) {
+        self.touched.touch_by_record(path);
     }
 
     /// Regular files created or modified, by kernel path.
