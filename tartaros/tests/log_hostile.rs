@@ -58,6 +58,17 @@ int main(int argc, char **argv) {
         memcpy(p, "EVIL", 4);
         return msync(p, 4096, MS_SYNC) ? 31 : 0;
     }
+    if (!strcmp(argv[1], "via-link")) {
+        /* argv[2]: the secret; argv[3]: a link of the root to it. A
+           refused read through the link, and one through the magic link
+           of /proc/self/root. */
+        char p[4096];
+        if (symlink(argv[2], argv[3])) return 40;
+        if (open(argv[3], O_RDONLY) >= 0) return 41;
+        snprintf(p, sizeof p, "/proc/self/root%s", argv[2]);
+        if (open(p, O_RDONLY) >= 0) return 42;
+        return 0;
+    }
     return 1;
 }
 "#;
@@ -188,4 +199,45 @@ fn a_standard_stream_changed_through_a_mapping_is_sealed() {
     let entry = entry.unwrap_or_else(|| panic!("{file:?} not in the seal: {:#}", seal(&records)));
     assert_eq!(entry["sha256"], sha256_hex(&now));
     assert_eq!(entry["size"], now.len());
+}
+
+/// A refused read through a link (`innocent` -> the secret) or through
+/// `/proc/self/root`: the refused call reached no descriptor the kernel
+/// could name, so the record has the agent's string, which named a file
+/// of the root (or a `/proc` alias) instead of the secret, and `verify`
+/// said a plain ok. The record must name the secret, say that it was
+/// reached through a link resolved after the call, and `verify` must count
+/// it among the agent's claims.
+#[test]
+fn a_refused_read_through_a_link_names_the_file_it_reached() {
+    if !usable("hostile_via_link") {
+        return;
+    }
+    let (root, exe, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let agent = compile(&exe, "agent", AGENT);
+    let key = secret.join("key");
+    let link = root.join("innocent");
+    let argv = [
+        agent.to_str().unwrap(),
+        "via-link",
+        key.to_str().unwrap(),
+        link.to_str().unwrap(),
+    ];
+    let (records, code, line) = run(&root, secret.path(), &argv);
+    let refused: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "open" && r["decision"] == "denied")
+        .collect();
+    assert_eq!(refused.len(), 2, "{records:#?}");
+    for r in &refused {
+        assert_eq!(r["target"]["path"].as_str(), key.to_str(), "{r:#}");
+        assert_eq!(r["target"]["path_via_link"], true, "{r:#}");
+        assert_eq!(r["target"]["path_source"], "agent", "{r:#}");
+    }
+    assert_eq!(refused[0]["target"]["claimed_path"].as_str(), link.to_str());
+    assert_eq!(code, Some(0), "verify: {line}");
+    assert!(
+        line.contains("2 refused attempts are named by the agent's string alone"),
+        "verify: {line}"
+    );
 }

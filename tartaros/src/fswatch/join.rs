@@ -300,6 +300,9 @@ impl Join {
                     // name of the file it was refused on.
                     if is_file_kind(r.kind) && kernel_named(&r).is_none() {
                         r.target.insert("path_source", "agent");
+                        if !allowed {
+                            super::links::mark(&mut r);
+                        }
                     }
                     out.push(r);
                 }

@@ -18,6 +18,7 @@
 
 mod content;
 mod join;
+mod links;
 mod notify;
 mod pairing;
 mod place;
