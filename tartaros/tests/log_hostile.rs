@@ -67,7 +67,8 @@ int main(int argc, char **argv) {
         if (open(argv[3], O_RDONLY) >= 0) return 41;
         snprintf(p, sizeof p, "/proc/self/root%s", argv[2]);
         if (open(p, O_RDONLY) >= 0) return 42;
-        return 0;
+        execl(argv[3], "x", (char *)0);
+        return errno == EACCES ? 0 : 43;
     }
     return 1;
 }
@@ -202,7 +203,8 @@ fn a_standard_stream_changed_through_a_mapping_is_sealed() {
 }
 
 /// A refused read through a link (`innocent` -> the secret) or through
-/// `/proc/self/root`: the refused call reached no descriptor the kernel
+/// `/proc/self/root`, and a refused exec through the link: the refused
+/// call reached no descriptor the kernel
 /// could name, so the record has the agent's string, which named a file
 /// of the root (or a `/proc` alias) instead of the secret, and `verify`
 /// said a plain ok. The record must name the secret, say that it was
@@ -235,9 +237,21 @@ fn a_refused_read_through_a_link_names_the_file_it_reached() {
         assert_eq!(r["target"]["path_source"], "agent", "{r:#}");
     }
     assert_eq!(refused[0]["target"]["claimed_path"].as_str(), link.to_str());
+    let exec: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "exec" && r["decision"] == "denied")
+        .collect();
+    assert_eq!(exec.len(), 1, "{records:#?}");
+    assert_eq!(
+        exec[0]["target"]["path"].as_str(),
+        key.to_str(),
+        "{:#}",
+        exec[0]
+    );
+    assert_eq!(exec[0]["target"]["path_via_link"], true, "{:#}", exec[0]);
     assert_eq!(code, Some(0), "verify: {line}");
     assert!(
-        line.contains("2 refused attempts are named by the agent's string alone"),
+        line.contains("3 refused attempts are named by the agent's string alone"),
         "verify: {line}"
     );
 }

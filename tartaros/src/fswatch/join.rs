@@ -303,6 +303,9 @@ impl Join {
                         if !allowed {
                             super::links::mark(&mut r);
                         }
+                    } else if !allowed && r.kind == "exec" {
+                        // A refused exec reads its file as a refused open does.
+                        super::links::mark(&mut r);
                     }
                     out.push(r);
                 }

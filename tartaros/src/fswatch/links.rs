@@ -57,12 +57,15 @@ pub(super) fn mark(r: &mut Record) {
 }
 
 /// Whether the call followed a link at the last component of its path:
-/// opens do unless `O_NOFOLLOW` or `O_CREAT | O_EXCL`; calls on the name
+/// execs do, opens do unless `O_NOFOLLOW` or `O_CREAT | O_EXCL`; calls on the name
 /// itself (unlink, rename, mkdir, `lsetxattr`, ...) do not, and the
 /// others are not told apart here, so only their directories are
 /// followed.
 fn follows_last(r: &Record) -> bool {
     const O_CREAT_EXCL: u64 = (libc::O_CREAT | libc::O_EXCL) as u64;
+    if r.kind == "exec" {
+        return true;
+    }
     if !matches!(r.kind, "open" | "create" | "truncate") {
         return false;
     }
