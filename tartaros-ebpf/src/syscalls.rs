@@ -197,6 +197,16 @@ fn reg(regs: *const u64, index: usize) -> u64 {
     unsafe { core::ptr::read_volatile(regs.add(index)) }
 }
 
+/// The syscall number as the kernel runs it: `entry_SYSCALL_64` passes
+/// the low 32 bits of `rax` on (`movslq %eax`) and seccomp sees only
+/// those, but `orig_ax` keeps the whole register. Compared whole, a call
+/// made with bit 32 set (`0x1_0000_0101` runs `openat`) matched nothing
+/// in the table and was never recorded.
+#[inline(always)]
+fn syscall_number(regs: *const u64) -> u64 {
+    reg(regs, REGS_ORIG_AX) & u64::from(u32::MAX)
+}
+
 /// The six arguments: di, si, dx, r10, r8, r9.
 #[inline(always)]
 fn args_of(regs: *const u64) -> [u64; 6] {
@@ -244,7 +254,7 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     // Read again rather than reused: the verifier has narrowed the first
     // value to one of the captured ranges, and would walk everything below
     // once per range.
-    let number = reg(regs, REGS_ORIG_AX);
+    let number = syscall_number(regs);
     let call = classify(number, args_of(regs))?;
     if call.effect == effect::OTHER {
         // A captured number without a kind: the table and `nr::is_captured`
@@ -337,7 +347,7 @@ pub fn sys_exit(ctx: BtfTracePointContext) -> i32 {
 fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     let regs: *const u64 = ctx.arg(0);
     let ret: i64 = ctx.arg(1);
-    let captured = nr::is_captured(reg(regs, REGS_ORIG_AX));
+    let captured = nr::is_captured(syscall_number(regs));
     // The seccomp filter refuses every call of another ABI with EPERM
     // (docs/seccomp.md); their numbers are of other tables, so they are
     // recorded as attempts of their ABI. EPERM is tested first: cheap, and
@@ -347,7 +357,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     }
     let run = captured_run()?;
     let cfg = run.cfg;
-    let number = reg(regs, REGS_ORIG_AX);
+    let number = syscall_number(regs);
     // One `emit` for every case below: inlined twice, it doubled the
     // verifier's work on this program.
     let noted = if captured { PENDING.get() } else { None };

@@ -15,7 +15,9 @@
 //!   resolved only after the call, against a directory descriptor read
 //!   from `/proc` (`resolved_from: "dirfd"`), a cwd the kernel's record of
 //!   the chdir did not confirm (`cwd_unverified`), or nothing at all (the
-//!   process was gone: `path_relative`). The record carries those flags,
+//!   process was gone: `path_relative`), or through a link followed after
+//!   the call (`path_via_link`: a symlink or a `/proc` magic link,
+//!   `fswatch/links.rs`). The record carries those flags,
 //!   so a reader sees the name is the agent's claim; `verify` counts them
 //!   in its `ok` line. Making them `incomplete` would make every `grep -r`
 //!   or `find` that walks into a read-denied directory an incomplete log
@@ -71,6 +73,7 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         };
         let resolved = t.get(&from).and_then(Value::as_str);
         claimed |= flag(&format!("{key}_relative"))
+            || flag(&format!("{key}_via_link"))
             || resolved == Some("dirfd")
             || (resolved == Some("cwd") && flag("cwd_unverified"));
     }
@@ -130,6 +133,8 @@ mod tests {
         assert_eq!(denied(cwd), None, "a cwd the kernel confirmed");
         let unconfirmed = json!({"path": "/w/key", "path_source": "agent", "resolved_from": "cwd", "cwd_unverified": true});
         assert_eq!(denied(unconfirmed), Some(Unnamed::Claimed));
+        let linked = json!({"path": "/s/key", "claimed_path": "/w/innocent", "path_source": "agent", "path_via_link": true});
+        assert_eq!(denied(linked), Some(Unnamed::Claimed));
         let m = json!({"kind": "open", "decision": "allowed",
             "target": {"path": "x", "path_source": "agent", "resolved_from": "dirfd"}});
         assert_eq!(

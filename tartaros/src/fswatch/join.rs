@@ -13,7 +13,7 @@
 //! pairing. See docs/ebpf.md, "Kernel-sourced paths".
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -300,6 +300,12 @@ impl Join {
                     // name of the file it was refused on.
                     if is_file_kind(r.kind) && kernel_named(&r).is_none() {
                         r.target.insert("path_source", "agent");
+                        if !allowed {
+                            super::links::mark(&mut r);
+                        }
+                    } else if !allowed && r.kind == "exec" {
+                        // A refused exec reads its file as a refused open does.
+                        super::links::mark(&mut r);
                     }
                     out.push(r);
                 }
@@ -428,6 +434,13 @@ impl Join {
         self.take(tid, bit::RENAME, None, false, |n| {
             n.path.as_deref() == Some(to) && n.new_path.as_deref() == Some(from)
         });
+    }
+
+    /// A file the agent inherits open for writing
+    /// (`writable_standard_files`): sealed like one it opened itself, with
+    /// its renames followed.
+    pub fn touch_inherited(&mut self, path: &Path) {
+        self.touched.touch_by_record(path);
     }
 
     /// Regular files created or modified, by kernel path.

@@ -18,6 +18,7 @@
 
 mod content;
 mod join;
+mod links;
 mod notify;
 mod pairing;
 mod place;
@@ -78,6 +79,24 @@ fn standard_files() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The standard streams the agent inherits open for writing that are
+/// regular files in a root (the stdio relay passes those as they are): a
+/// stream opened read-write (`<> file`, Python's `open(f, "w+")`) can be
+/// changed through a shared mapping, which sends no notification, by an
+/// agent that makes no captured call on it. So the seal hashes them
+/// whatever happens to them, like a file the agent opened for writing.
+fn writable_standard_files(roots: &[PathBuf]) -> Vec<PathBuf> {
+    (0..3)
+        .filter(|fd| {
+            nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFL)
+                .is_ok_and(|flags| flags & libc::O_ACCMODE != libc::O_RDONLY)
+        })
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|path| roots.iter().any(|r| path.starts_with(r)))
+        .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+        .collect()
+}
+
 impl FsWatch {
     /// Marks the filesystems of `roots`; call before any process joins
     /// `cgroup_dir`, so that no change precedes the watch.
@@ -93,6 +112,9 @@ impl FsWatch {
             - i128::from(crate::effectlog::mono_now_ns());
         let mut place = Placement::new(Join::new(wall_offset), roots);
         place.inherited = standard_files();
+        for path in writable_standard_files(&place.roots) {
+            place.join.touch_inherited(&path);
+        }
         Ok(Self {
             group,
             cgroup,
