@@ -134,6 +134,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     // grant) of what the caller cannot reach would show it what root sees
     // (checked by the CLI too; here for any other way in).
     crate::caller::check_visible(&request.policy).map_err(|m| Refusal::new(exit::REFUSED, m))?;
+    // A stream under a deny reaches the file through the host's mount.
+    crate::stdio_relay::check_passed_streams(&request.policy)
+        .map_err(|m| Refusal::new(exit::REFUSED, m))?;
 
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
