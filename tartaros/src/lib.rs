@@ -55,6 +55,7 @@ pub mod stdio_relay;
 pub mod stdio_tty;
 pub mod stop;
 pub mod supervisor;
+pub mod tty_state;
 pub mod undo;
 pub mod unix_mirror;
 pub mod warn;

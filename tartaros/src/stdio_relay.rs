@@ -36,15 +36,22 @@ const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, 
 /// Whether `fd` is a file of a filesystem the sandbox must not get: a
 /// regular file, a block device, or a named FIFO (`> /tmp/fifo`; an
 /// anonymous pipe lives on no mount and is passed as it is) outside the
-/// `--write` roots, or any directory (an `fchdir` onto the host's mount,
-/// from where `..` leaves a root). A file inside a root is passed as it
-/// is: its metadata is the agent's to change anyway, and the effect log
-/// names the writes through it.
-fn is_host_file(fd: RawFd, roots: &[PathBuf]) -> bool {
+/// `--write` roots or under a path the mount plan changes inside them,
+/// or any directory (an `fchdir` onto the host's mount, from where `..`
+/// leaves a root). A file inside a root is passed as it is: its metadata
+/// is the agent's to change anyway, and the effect log names the writes
+/// through it. A file under a deny, a `--tmpfs` or a `--bind` target is
+/// not: the descriptor is on the host's mount, so reopening
+/// `/proc/self/fd/0` for writing rewrote a write-denied file, and
+/// reopening a `>> .env` for reading showed a read-denied one.
+fn is_host_file(fd: RawFd, paths: &PathFlags) -> bool {
     let name = std::fs::read_link(format!("/proc/self/fd/{fd}"));
     let in_root = |name: &std::io::Result<PathBuf>| {
-        name.as_ref()
-            .is_ok_and(|n| n.is_absolute() && roots.iter().any(|r| n.starts_with(r)))
+        name.as_ref().is_ok_and(|n| {
+            n.is_absolute()
+                && paths.roots.iter().any(|r| n.starts_with(r))
+                && !paths.covers.iter().any(|c| n.starts_with(c))
+        })
     };
     match nix::sys::stat::fstat(fd) {
         Ok(st) => match st.st_mode & libc::S_IFMT {
@@ -62,26 +69,80 @@ fn is_host_file(fd: RawFd, roots: &[PathBuf]) -> bool {
     }
 }
 
-/// The `--write` roots of the command line (`--write P`, `--write=P`,
-/// before `--`), resolved; roots from a config file are not seen, so a
-/// stream in one of them is relayed too (safe, only less well logged).
-fn write_roots(args: &[OsString]) -> Vec<PathBuf> {
+/// The path flags of the command line (before `--`), resolved: the
+/// `--write` roots, and the paths whose view the mount plan changes under
+/// them (`--read-deny`, `--write-deny`, `--tmpfs`, the target of
+/// `--bind SRC DST`). Paths from a config file are not seen: a stream in
+/// a root given only there is relayed too (safe, only less well logged),
+/// and one under a deny given only there is passed (docs/architecture.md).
+#[derive(Debug, Default, PartialEq)]
+struct PathFlags {
+    roots: Vec<PathBuf>,
+    covers: Vec<PathBuf>,
+}
+
+fn path_flags(args: &[OsString]) -> PathFlags {
     let cwd = std::env::current_dir().unwrap_or_default();
-    let mut roots = Vec::new();
+    let resolve = |path: &OsString| {
+        let path = cwd.join(path);
+        std::fs::canonicalize(&path).unwrap_or(path)
+    };
+    let mut flags = PathFlags::default();
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
-        let path = match arg.to_str() {
-            Some("--") => break,
-            Some("--write") => iter.next().map(PathBuf::from),
-            Some(a) => a.strip_prefix("--write=").map(PathBuf::from),
-            None => None,
+        let Some(text) = arg.to_str() else { continue };
+        if text == "--" {
+            break;
+        }
+        let (name, inline) = match text.split_once('=') {
+            Some((name, value)) => (name, Some(OsString::from(value))),
+            None => (text, None),
         };
-        if let Some(path) = path {
-            let path = cwd.join(path);
-            roots.push(std::fs::canonicalize(&path).unwrap_or(path));
+        let into = match name {
+            "--write" => &mut flags.roots,
+            "--read-deny" | "--write-deny" | "--tmpfs" => &mut flags.covers,
+            // `--bind SRC DST`: the target is what the agent sees covered.
+            "--bind" => {
+                if inline.is_none() {
+                    iter.next();
+                }
+                flags.covers.extend(iter.next().map(resolve));
+                continue;
+            }
+            _ => continue,
+        };
+        into.extend(inline.as_ref().or_else(|| iter.next()).map(resolve));
+    }
+    flags
+}
+
+/// Refuses a standard stream that the relay passed but the whole policy
+/// would have relayed: a file under a deny, `--tmpfs` or `--bind` target
+/// given only in a config file, which the relay (running before the file
+/// is read) did not see. Passed on, its descriptor would reach the file
+/// through the host's mount, past that deny.
+pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String> {
+    let paths = PathFlags {
+        roots: policy.writable_roots.clone(),
+        covers: (policy.read_denies.iter())
+            .chain(&policy.write_denies)
+            .chain(&policy.tmpfs)
+            .chain(policy.binds.iter().map(|b| &b.target))
+            .cloned()
+            .collect(),
+    };
+    match (0..3).find(|fd| is_host_file(*fd, &paths)) {
+        None => Ok(()),
+        Some(fd) => {
+            let name = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
+            Err(format!(
+                "standard stream {fd} is {}, under a path the policy denies or covers; \
+                 give that path on the command line (the stream is then relayed) or redirect \
+                 through a pipe",
+                name.display()
+            ))
         }
     }
-    roots
 }
 
 fn same_file(a: RawFd, b: RawFd) -> bool {
@@ -108,8 +169,8 @@ enum Copy {
 /// the only process); the parent never returns. Must run before any thread
 /// exists.
 pub fn relay_host_files(args: &[OsString]) {
-    let roots = write_roots(args);
-    let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd, &roots)).collect();
+    let paths = path_flags(args);
+    let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd, &paths)).collect();
     if host.is_empty() {
         return;
     }
@@ -274,4 +335,44 @@ fn copy_in(from: RawFd, to: OwnedFd) {
     let mut from = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(from) });
     let mut to = File::from(to);
     let _ = std::io::copy(&mut *from, &mut to);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> PathFlags {
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        path_flags(&args)
+    }
+
+    #[test]
+    fn covers_are_the_denies_tmpfs_and_bind_targets_before_the_command() {
+        let got = flags(&[
+            "tartaros",
+            "run",
+            "--write",
+            "/w",
+            "--write-deny=/w/.git",
+            "--read-deny",
+            "/w/.env",
+            "--tmpfs",
+            "/w/cache",
+            "--bind",
+            "/src",
+            "/w/dst",
+            "--bind=/s2",
+            "/w/d2",
+            "--strict",
+            "--",
+            "--write-deny",
+            "/w/x",
+        ]);
+        let paths = |list: &[&str]| list.iter().map(PathBuf::from).collect::<Vec<_>>();
+        assert_eq!(got.roots, paths(&["/w"]));
+        assert_eq!(
+            got.covers,
+            paths(&["/w/.git", "/w/.env", "/w/cache", "/w/dst", "/w/d2"])
+        );
+    }
 }

@@ -134,7 +134,17 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     // grant) of what the caller cannot reach would show it what root sees
     // (checked by the CLI too; here for any other way in).
     crate::caller::check_visible(&request.policy).map_err(|m| Refusal::new(exit::REFUSED, m))?;
+    // A stream under a deny reaches the file through the host's mount.
+    crate::stdio_relay::check_passed_streams(&request.policy)
+        .map_err(|m| Refusal::new(exit::REFUSED, m))?;
 
+    // Without a pty of its own the agent gets the launcher's terminal,
+    // whose modes outlive the run (tty_state.rs).
+    let terminals = if request.pty {
+        crate::tty_state::Saved::default()
+    } else {
+        crate::tty_state::save()
+    };
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     let id = run_id();
@@ -241,6 +251,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
     // already ended every process of the sandbox.
     let teardown = undo.unwind();
+    terminals.restore();
     // Only once the sandbox is empty: a process left behind (teardown
     // failed) keeps being watched until the log is sealed.
     if let Some(marks) = marks.filter(|_| teardown.is_ok()) {
