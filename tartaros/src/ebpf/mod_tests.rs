@@ -154,7 +154,7 @@ fn every_program_verifies_within_its_budget() {
         .chain(tracing.iter().map(|p| p.spec));
     // About a quarter above what they walk now (session 8; the exec and
     // sys_exit walks of the kernel file, session 10). `sys_exit` walks
-    // 3,408 since a chdir's record carries the kernel's cwd inode (session
+    // 3,387 since a chdir's record carries the kernel's cwd inode (session
     // 14, six kernel reads): a little headroom, still far below the
     // regressions this catches (6,085 for one `memmove`).
     let budget = |name: &str| match name {
