@@ -113,40 +113,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// A run of `argv` with `root` writable and current and `deny` unreadable;
-/// the records and `verify`'s exit code and line.
-fn run(root: &Dir, deny: &Path, argv: &[&str]) -> (Vec<Value>, Option<i32>, String) {
-    let logs = Dir::new();
-    let log = logs.join("effects.jsonl");
-    let r = root.path().to_str().unwrap();
-    let mut args = vec![
-        "run",
-        "-q",
-        "--write",
-        r,
-        "--chdir",
-        r,
-        "--read-deny",
-        deny.to_str().unwrap(),
-        "--log",
-        log.to_str().unwrap(),
-        "--",
-    ];
-    args.extend_from_slice(argv);
-    let out = tartaros(&args, root.path());
-    assert!(out.status.success(), "run: {}", stderr(&out));
-    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
-    (records(&log), verify.status.code(), stdout(&verify))
-}
-
-/// A directory the agent may not read, holding `key`.
-fn secret() -> Dir {
-    let dir = Dir::open_to_all();
-    let key = dir.file("key", "the secret\n");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    dir
-}
-
 fn refused_opens(records: &[Value]) -> Vec<&Value> {
     records
         .iter()
@@ -166,7 +132,7 @@ struct RefusedRead {
 }
 
 fn refused_read(mode: &str, extra: impl Fn(&Dir) -> Vec<String>) -> RefusedRead {
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&bin, "agent", AGENT);
     let dir = secret.path().to_str().unwrap();
     let (parent, leaf) = dir.rsplit_once('/').unwrap();
@@ -174,7 +140,7 @@ fn refused_read(mode: &str, extra: impl Fn(&Dir) -> Vec<String>) -> RefusedRead 
     let extra = extra(&root);
     let mut argv = vec![agent.to_str().unwrap(), mode, parent, relative.as_str()];
     argv.extend(extra.iter().map(String::as_str));
-    let (records, code, line) = run(&root, secret.path(), &argv);
+    let (records, code, line) = run_denying(&root, secret.path(), &argv);
     let refused = refused_opens(&records);
     assert_eq!(refused.len(), 1, "{records:#?}");
     let record = refused[0].clone();
@@ -193,7 +159,7 @@ fn a_refused_read_whose_name_the_capture_cannot_read_is_not_ok() {
     if !usable("adv_unfaulted") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     chown(root.path(), NOBODY);
     let agent = compile(&bin, "agent", AGENT);
     let key = secret.join("key");
@@ -202,7 +168,7 @@ fn a_refused_read_whose_name_the_capture_cannot_read_is_not_ok() {
     let name_file = bin.join("name.bin");
     std::fs::write(&name_file, &page).unwrap();
     chown(&name_file, NOBODY);
-    let (records, code, line) = run(
+    let (records, code, line) = run_denying(
         &root,
         secret.path(),
         &[
@@ -230,14 +196,14 @@ fn a_refused_read_whose_name_is_cut_is_not_ok() {
     if !usable("adv_cut_name") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     chown(root.path(), NOBODY);
     let agent = compile(&bin, "agent", AGENT);
     // 300 bytes of "./" before the secret's name: the capture keeps 255.
     let dir = secret.path().to_str().unwrap();
     let (parent, leaf) = dir.rsplit_once('/').unwrap();
     let long = format!("{parent}/{}{leaf}/key", "./".repeat(150));
-    let (records, code, line) = run(
+    let (records, code, line) = run_denying(
         &root,
         secret.path(),
         &[agent.to_str().unwrap(), "read", &long],
@@ -265,10 +231,10 @@ fn an_inode_flag_set_on_a_shared_descriptor_is_not_ok() {
     if !usable("adv_shared_setflags") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&bin, "agent", AGENT);
     let file = root.file("hook.sh", "#!/bin/sh\n");
-    let (records, code, line) = run(
+    let (records, code, line) = run_denying(
         &root,
         secret.path(),
         &[agent.to_str().unwrap(), "setflags", file.to_str().unwrap()],
@@ -354,11 +320,11 @@ fn a_rename_that_leaves_a_whiteout_says_so() {
     if !usable("adv_whiteout") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&bin, "agent", AGENT);
     let a = root.file("a", "data\n");
     let b = root.join("b");
-    let (records, code, line) = run(
+    let (records, code, line) = run_denying(
         &root,
         secret.path(),
         &[
@@ -497,7 +463,7 @@ fn a_tree_walk_into_a_denied_directory_verifies_ok() {
     let denied = root.join("secret");
     std::fs::create_dir(&denied).unwrap();
     std::fs::write(denied.join("key"), "the secret\n").unwrap();
-    let (records, code, line) = run(
+    let (records, code, line) = run_denying(
         &root,
         &denied,
         &["sh", "-c", "grep -r zzz . ; find . > /dev/null; true"],

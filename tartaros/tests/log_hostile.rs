@@ -74,40 +74,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// A run of `argv` with `root` writable and current and `deny` unreadable;
-/// the records and `verify`'s exit code and line.
-fn run(root: &Dir, deny: &Path, argv: &[&str]) -> (Vec<Value>, Option<i32>, String) {
-    let logs = Dir::new();
-    let log = logs.join("effects.jsonl");
-    let r = root.path().to_str().unwrap();
-    let mut args = vec![
-        "run",
-        "-q",
-        "--write",
-        r,
-        "--chdir",
-        r,
-        "--read-deny",
-        deny.to_str().unwrap(),
-        "--log",
-        log.to_str().unwrap(),
-        "--",
-    ];
-    args.extend_from_slice(argv);
-    let out = tartaros(&args, root.path());
-    assert!(out.status.success(), "run: {}", stderr(&out));
-    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
-    (records(&log), verify.status.code(), stdout(&verify))
-}
-
-/// A directory the agent may not read, holding `key`.
-fn secret() -> Dir {
-    let dir = Dir::open_to_all();
-    let key = dir.file("key", "the secret\n");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    dir
-}
-
 /// The records of `kind` naming `path` in `key` (`path` unless told).
 fn naming<'a>(records: &'a [Value], kind: &str, key: &str, path: &Path) -> Vec<&'a Value> {
     records
@@ -127,7 +93,7 @@ fn calls_with_high_bits_in_the_syscall_number_are_recorded() {
     if !usable("hostile_high_bits") {
         return;
     }
-    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&bin, "agent", AGENT);
     let key = secret.join("key");
     let outside = Path::new("/etc/tartaros-hostile-high-bits");
@@ -139,7 +105,7 @@ fn calls_with_high_bits_in_the_syscall_number_are_recorded() {
         outside.to_str().unwrap(),
         tool.to_str().unwrap(),
     ];
-    let (records, code, line) = run(&root, secret.path(), &argv);
+    let (records, code, line) = run_denying(&root, secret.path(), &argv);
     assert!(!outside.exists(), "the write outside the roots happened");
     let read = naming(&records, "open", "path", &key);
     assert_eq!(read.len(), 1, "refused read of {key:?}: {records:#?}");
@@ -215,7 +181,7 @@ fn a_refused_read_through_a_link_names_the_file_it_reached() {
     if !usable("hostile_via_link") {
         return;
     }
-    let (root, exe, secret) = (Dir::new(), Dir::open_to_all(), secret());
+    let (root, exe, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&exe, "agent", AGENT);
     let key = secret.join("key");
     let link = root.join("innocent");
@@ -225,7 +191,7 @@ fn a_refused_read_through_a_link_names_the_file_it_reached() {
         key.to_str().unwrap(),
         link.to_str().unwrap(),
     ];
-    let (records, code, line) = run(&root, secret.path(), &argv);
+    let (records, code, line) = run_denying(&root, secret.path(), &argv);
     let refused: Vec<&Value> = records
         .iter()
         .filter(|r| r["kind"] == "open" && r["decision"] == "denied")

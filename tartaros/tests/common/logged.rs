@@ -102,3 +102,37 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// A run of `argv` with `root` writable and current and `deny` unreadable;
+/// the records and `verify`'s exit code and line.
+pub fn run_denying(root: &Dir, deny: &Path, argv: &[&str]) -> (Vec<Value>, Option<i32>, String) {
+    let logs = Dir::new();
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let mut args = vec![
+        "run",
+        "-q",
+        "--write",
+        r,
+        "--chdir",
+        r,
+        "--read-deny",
+        deny.to_str().unwrap(),
+        "--log",
+        log.to_str().unwrap(),
+        "--",
+    ];
+    args.extend_from_slice(argv);
+    let out = tartaros(&args, root.path());
+    assert!(out.status.success(), "run: {}", stderr(&out));
+    let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    (records(&log), verify.status.code(), stdout(&verify))
+}
+
+/// A directory the agent may not read, holding `key`.
+pub fn secret_dir() -> Dir {
+    let dir = Dir::open_to_all();
+    let key = dir.file("key", "the secret\n");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    dir
+}
