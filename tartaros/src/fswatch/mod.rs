@@ -71,12 +71,17 @@ pub struct FsWatch {
 }
 
 /// The regular files behind this process's standard streams, which the
-/// agent inherits.
-fn standard_files() -> Vec<PathBuf> {
+/// agent inherits, with their descriptors.
+fn standard_streams() -> impl Iterator<Item = (i32, PathBuf)> {
     (0..3)
-        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
-        .filter(|path| path.is_absolute() && std::fs::metadata(path).is_ok_and(|m| m.is_file()))
-        .collect()
+        .filter_map(|fd| Some((fd, std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?)))
+        .filter(|(_, path)| {
+            path.is_absolute() && std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        })
+}
+
+fn standard_files() -> Vec<PathBuf> {
+    standard_streams().map(|(_, path)| path).collect()
 }
 
 /// The standard streams the agent inherits open for writing that are
@@ -86,14 +91,13 @@ fn standard_files() -> Vec<PathBuf> {
 /// agent that makes no captured call on it. So the seal hashes them
 /// whatever happens to them, like a file the agent opened for writing.
 fn writable_standard_files(roots: &[PathBuf]) -> Vec<PathBuf> {
-    (0..3)
-        .filter(|fd| {
-            nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFL)
-                .is_ok_and(|flags| flags & libc::O_ACCMODE != libc::O_RDONLY)
+    standard_streams()
+        .filter(|(fd, path)| {
+            roots.iter().any(|r| path.starts_with(r))
+                && nix::fcntl::fcntl(*fd, nix::fcntl::FcntlArg::F_GETFL)
+                    .is_ok_and(|flags| flags & libc::O_ACCMODE != libc::O_RDONLY)
         })
-        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
-        .filter(|path| roots.iter().any(|r| path.starts_with(r)))
-        .filter(|path| std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file()))
+        .map(|(_, path)| path)
         .collect()
 }
 
