@@ -103,6 +103,10 @@ pub struct HostFacts<'a> {
     /// every run registers, even one that uses none of them.
     pub shared_programs: bool,
     pub files: &'a dyn Facts,
+    /// The host's mount table (`/proc/self/mountinfo`), for the other
+    /// mounts of denied paths (`mount_aliases.rs`); `None` if it could not
+    /// be read.
+    pub mount_table: Option<&'a str>,
 }
 
 /// Everything decided for a run.
@@ -189,9 +193,15 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     mount_policy
         .read_denies
         .extend(request.log.map(Path::to_path_buf));
+    let same_objects = deny_aliases(&mut mount_policy, facts.mount_table, &mut ledger)?;
     // The stages create the log (a file) and the placeholders (directories)
-    // before the init applies the mounts.
+    // before the init applies the mounts; another mount of either shows
+    // what the original shows.
     let exists = |path: &Path| {
+        let path = same_objects
+            .iter()
+            .find_map(|(alias, original)| (alias == path).then_some(original.as_path()))
+            .unwrap_or(path);
         if materialize.iter().any(|p| p == path) {
             return Some(true);
         }
@@ -406,6 +416,48 @@ fn linked_denies(policy: &Policy, files: &dyn Facts, ledger: &mut Ledger) -> Res
         }
     }
     Ok(())
+}
+
+/// Denies every other path at which the host's mount table shows a denied
+/// path, the same way: a bind of a parent elsewhere, or a mount of a part.
+/// Returns `(alias, original)` for the aliases that are the denied object
+/// itself. A table that cannot be read loses the deny guarantee.
+fn deny_aliases(
+    policy: &mut Policy,
+    table: Option<&str>,
+    ledger: &mut Ledger,
+) -> Result<Vec<(PathBuf, PathBuf)>, Refusal> {
+    let mut same_objects = Vec::new();
+    if policy.read_denies.is_empty() && policy.write_denies.is_empty() {
+        return Ok(same_objects);
+    }
+    let Some(table) = table else {
+        let why = "failed to read the mount table /proc/self/mountinfo, so other mounts of the denied paths stay open";
+        ledger.lose(Guarantee::DenyMounts, why)?;
+        return Ok(same_objects);
+    };
+    for denies in [&mut policy.read_denies, &mut policy.write_denies] {
+        let mut more = Vec::new();
+        for path in denies.iter() {
+            let found = match crate::mount_aliases::aliases(path, table) {
+                Ok(found) => found,
+                Err(e) => {
+                    ledger.lose(Guarantee::DenyMounts, e)?;
+                    return Ok(Vec::new());
+                }
+            };
+            for alias in found {
+                if alias.same_object {
+                    same_objects.push((alias.path.clone(), path.clone()));
+                }
+                more.push(alias.path);
+            }
+        }
+        denies.extend(more);
+        denies.sort();
+        denies.dedup();
+    }
+    Ok(same_objects)
 }
 
 /// Warnings for writable roots the agent's user cannot write.

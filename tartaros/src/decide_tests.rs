@@ -91,6 +91,7 @@ fn decide_with(
         host_sockets: &[],
         shared_programs: false,
         files,
+        mount_table: Some(""),
     };
     decide(&request, &facts)
 }
@@ -377,6 +378,7 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         host_sockets: &[],
         shared_programs: false,
         files: &files,
+        mount_table: Some(""),
     };
     let request = |policy| Request {
         policy,
@@ -432,6 +434,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         host_sockets: &sockets,
         shared_programs: false,
         files: &files,
+        mount_table: Some(""),
     };
     let mut plan = decide(&request, &facts).unwrap();
     // In the plan the init gets at once, or in its late part when the
@@ -529,4 +532,74 @@ fn a_bind_on_or_above_a_writable_root_is_refused() {
             "{target}"
         );
     }
+}
+
+#[test]
+fn every_other_mount_of_a_deny_or_the_log_is_denied_the_same_way() {
+    // The host shows /w again at /srv/w, and /logs at /w/logs.
+    let table = "\
+22 1 253:1 / / rw - ext4 /dev/vda1 rw
+30 22 253:1 /w /srv/w rw - ext4 /dev/vda1 rw
+31 22 253:1 /logs /w/logs rw - ext4 /dev/vda1 rw
+";
+    let files = project()
+        .with("/srv/w", PathKind::Dir, 1000, 0o755)
+        .with("/srv/w/.env", PathKind::File, 1000, 0o600)
+        .with("/logs", PathKind::Dir, 0, 0o755)
+        .with("/w/logs", PathKind::Dir, 0, 0o755);
+    let policy = Policy {
+        read_denies: vec!["/w/.env".into()],
+        ..policy()
+    };
+    let argv = vec!["true".to_string()];
+    let request = Request {
+        policy: &policy,
+        argv: &argv,
+        cwd: Path::new("/w"),
+        // Not there yet: the stage creates it, a file.
+        log: Some(Path::new("/logs/effects.jsonl")),
+        log_buffer: 1 << 20,
+        launcher_env: &[],
+        setenv: &[],
+        pty: false,
+    };
+    let host = root_host();
+    let mut facts = HostFacts {
+        host: &host,
+        current: Identity { uid: 0, gid: 0 },
+        on_behalf: false,
+        host_sockets: &[],
+        shared_programs: false,
+        files: &files,
+        mount_table: Some(table),
+    };
+    let plan = decide(&request, &facts).unwrap();
+    for file in [
+        "/w/.env",
+        "/srv/w/.env",
+        "/logs/effects.jsonl",
+        "/w/logs/effects.jsonl",
+    ] {
+        assert!(
+            plan.init
+                .mounts
+                .iter()
+                .any(|op| matches!(op, MountOp::DenyReadFile(p) if p == Path::new(file))),
+            "{file}: {:?}",
+            plan.init.mounts
+        );
+    }
+    // A table that cannot be read: the deny is degraded, refused if strict.
+    facts.mount_table = None;
+    let plan = decide(&request, &facts).unwrap();
+    assert!(!plan.ledger.installed(Guarantee::DenyMounts));
+    let strict = Policy {
+        strict: true,
+        ..policy.clone()
+    };
+    let request = Request {
+        policy: &strict,
+        ..request
+    };
+    assert!(decide(&request, &facts).is_err());
 }

@@ -90,6 +90,15 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         ));
     }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
+    // For the other mounts of denied paths (and of the log, denied too).
+    let policy = &request.policy;
+    let mount_table =
+        if policy.read_denies.is_empty() && policy.write_denies.is_empty() && request.log.is_none()
+        {
+            Ok(String::new())
+        } else {
+            std::fs::read_to_string("/proc/self/mountinfo")
+        };
     // Run by the service for a caller, the agent is that caller.
     let current = match crate::caller::caller() {
         Some(caller) => crate::credentials::Identity {
@@ -108,6 +117,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         host_sockets: &host_sockets,
         shared_programs: crate::ebpf::shared::adopted(),
         files: &crate::decide::HostFiles,
+        mount_table: mount_table.as_deref().ok(),
     };
     let decided = crate::decide::decide(
         &Request {
