@@ -193,7 +193,11 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     mount_policy
         .read_denies
         .extend(request.log.map(Path::to_path_buf));
-    let same_objects = deny_aliases(&mut mount_policy, facts.mount_table, &mut ledger)?;
+    let table = match facts.mount_table {
+        Some(text) => crate::mount_aliases::Table::parse(text).map_err(|e| e.to_string()),
+        None => Err("failed to read the mount table /proc/self/mountinfo".to_string()),
+    };
+    let same_objects = deny_aliases(&mut mount_policy, &table, &mut ledger)?;
     // The stages create the log (a file) and the placeholders (directories)
     // before the init applies the mounts; another mount of either shows
     // what the original shows.
@@ -224,8 +228,16 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     // through a mirror that follows no symlink, and every other name is
     // refused: hiding the host's sockets would add nothing but start-up
     // time. Without it, hiding those listening now is what is left; and
-    // should the policy fail to attach, the stage adds the same hiding.
-    let hiding = crate::mounts::hide_sockets(&mounts, &mount_policy, facts.host_sockets);
+    // should the policy fail to attach, the stage adds the same hiding. A
+    // socket shown again by another mount is hidden there too.
+    let mut sockets = facts.host_sockets.to_vec();
+    if let Ok(table) = &table {
+        for socket in facts.host_sockets {
+            let again = table.aliases(socket).into_iter().filter(|a| a.same_object);
+            sockets.extend(again.map(|a| a.path));
+        }
+    }
+    let hiding = crate::mounts::hide_sockets(&mounts, &mount_policy, &sockets);
     let unattached_unix_hiding = if unix_mirrors.is_empty() {
         mounts.extend(hiding);
         Vec::new()
@@ -424,29 +436,25 @@ fn linked_denies(policy: &Policy, files: &dyn Facts, ledger: &mut Ledger) -> Res
 /// itself. A table that cannot be read loses the deny guarantee.
 fn deny_aliases(
     policy: &mut Policy,
-    table: Option<&str>,
+    table: &Result<crate::mount_aliases::Table, String>,
     ledger: &mut Ledger,
 ) -> Result<Vec<(PathBuf, PathBuf)>, Refusal> {
     let mut same_objects = Vec::new();
     if policy.read_denies.is_empty() && policy.write_denies.is_empty() {
         return Ok(same_objects);
     }
-    let Some(table) = table else {
-        let why = "failed to read the mount table /proc/self/mountinfo, so other mounts of the denied paths stay open";
-        ledger.lose(Guarantee::DenyMounts, why)?;
-        return Ok(same_objects);
+    let table = match table {
+        Ok(table) => table,
+        Err(why) => {
+            let why = format!("{why}, so other mounts of the denied paths stay open");
+            ledger.lose(Guarantee::DenyMounts, why)?;
+            return Ok(same_objects);
+        }
     };
     for denies in [&mut policy.read_denies, &mut policy.write_denies] {
         let mut more = Vec::new();
         for path in denies.iter() {
-            let found = match crate::mount_aliases::aliases(path, table) {
-                Ok(found) => found,
-                Err(e) => {
-                    ledger.lose(Guarantee::DenyMounts, e)?;
-                    return Ok(Vec::new());
-                }
-            };
-            for alias in found {
+            for alias in table.aliases(path) {
                 if alias.same_object {
                     same_objects.push((alias.path.clone(), path.clone()));
                 }

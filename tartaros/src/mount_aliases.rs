@@ -39,21 +39,80 @@ pub struct Alias {
 #[error("failed to parse the line {0:?} of the mount table to find other mounts of denied paths")]
 pub struct AliasError(String);
 
-fn parse(table: &str) -> Result<Vec<Mount>, AliasError> {
-    table
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let mut fields = line.split(' ').skip(2);
-            let mut next = || fields.next().ok_or_else(|| AliasError(line.to_owned()));
-            let (dev, root, point) = (next()?, next()?, next()?);
-            Ok(Mount {
-                dev: dev.to_owned(),
-                root: crate::unix_mirror::unescape(root),
-                point: crate::unix_mirror::unescape(point),
+/// The host's mount table, parsed once for every path asked about.
+#[derive(Debug, Clone, Default)]
+pub struct Table(Vec<Mount>);
+
+impl Table {
+    pub fn parse(text: &str) -> Result<Self, AliasError> {
+        let mounts = text
+            .lines()
+            .filter(|line| !line.is_empty())
+            .map(|line| {
+                let mut fields = line.split(' ').skip(2);
+                let mut next = || fields.next().ok_or_else(|| AliasError(line.to_owned()));
+                let (dev, root, point) = (next()?, next()?, next()?);
+                Ok(Mount {
+                    dev: dev.to_owned(),
+                    root: crate::unix_mirror::unescape(root),
+                    point: crate::unix_mirror::unescape(point),
+                })
             })
-        })
-        .collect()
+            .collect::<Result<_, _>>()?;
+        Ok(Self(mounts))
+    }
+
+    /// The other paths at which the table shows `path` (absolute, without
+    /// symlinks: the policy refuses those) or a part of it. The mount
+    /// holding `path` is the deepest mount point above it (the last listed
+    /// of equals: stacked mounts are listed bottom first).
+    pub fn aliases(&self, path: &Path) -> Vec<Alias> {
+        let mounts = &self.0;
+        let above = |m: &&Mount| below(path, &m.point);
+        let Some(deepest) = mounts.iter().filter(above).map(|m| depth(&m.point)).max() else {
+            return Vec::new();
+        };
+        let Some(holder) = mounts
+            .iter()
+            .filter(above)
+            .rfind(|m| depth(&m.point) == deepest)
+        else {
+            return Vec::new();
+        };
+        let Ok(rest) = path.strip_prefix(&holder.point) else {
+            return Vec::new();
+        };
+        // The object's path inside its filesystem.
+        let inner = holder.root.join(rest);
+        let mut found: Vec<Alias> = mounts
+            .iter()
+            .filter(|m| m.dev == holder.dev)
+            .filter_map(|m| {
+                if let Ok(tail) = inner.strip_prefix(&m.root) {
+                    let at = if tail.as_os_str().is_empty() {
+                        m.point.clone()
+                    } else {
+                        m.point.join(tail)
+                    };
+                    Some(Alias {
+                        path: at,
+                        same_object: true,
+                    })
+                } else if below(&m.root, &inner) {
+                    Some(Alias {
+                        path: m.point.clone(),
+                        same_object: false,
+                    })
+                } else {
+                    None
+                }
+            })
+            .filter(|a| a.path != path)
+            .collect();
+        found.sort_by(|a, b| a.path.cmp(&b.path));
+        found.dedup_by(|a, b| a.path == b.path);
+        found
+    }
 }
 
 /// Whether `path` is `prefix` or lies below it, by whole components.
@@ -67,58 +126,9 @@ fn depth(path: &Path) -> usize {
         .count()
 }
 
-/// The other paths at which `table` (mountinfo text) shows `path`
-/// (absolute, without symlinks: the policy refuses those) or a part of
-/// it. The mount holding `path` is the deepest mount point above it (the
-/// last listed of equals: stacked mounts are listed bottom first).
-pub fn aliases(path: &Path, table: &str) -> Result<Vec<Alias>, AliasError> {
-    let mounts = parse(table)?;
-    let Some(holder) = mounts
-        .iter()
-        .filter(|m| below(path, &m.point))
-        .max_by_key(|m| depth(&m.point))
-        .and_then(|deepest| {
-            let d = depth(&deepest.point);
-            mounts
-                .iter()
-                .rfind(|m| below(path, &m.point) && depth(&m.point) == d)
-        })
-    else {
-        return Ok(Vec::new());
-    };
-    let Ok(rest) = path.strip_prefix(&holder.point) else {
-        return Ok(Vec::new());
-    };
-    // The denied object's path inside its filesystem.
-    let inner = holder.root.join(rest);
-    let mut found: Vec<Alias> = mounts
-        .iter()
-        .filter(|m| m.dev == holder.dev)
-        .filter_map(|m| {
-            if let Ok(tail) = inner.strip_prefix(&m.root) {
-                let at = if tail.as_os_str().is_empty() {
-                    m.point.clone()
-                } else {
-                    m.point.join(tail)
-                };
-                Some(Alias {
-                    path: at,
-                    same_object: true,
-                })
-            } else if below(&m.root, &inner) {
-                Some(Alias {
-                    path: m.point.clone(),
-                    same_object: false,
-                })
-            } else {
-                None
-            }
-        })
-        .filter(|a| a.path != path)
-        .collect();
-    found.sort_by(|a, b| a.path.cmp(&b.path));
-    found.dedup_by(|a, b| a.path == b.path);
-    Ok(found)
+/// [`Table::aliases`] of `path` in the table `text`.
+pub fn aliases(path: &Path, text: &str) -> Result<Vec<Alias>, AliasError> {
+    Ok(Table::parse(text)?.aliases(path))
 }
 
 #[cfg(test)]

@@ -90,15 +90,18 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         ));
     }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
-    // For the other mounts of denied paths (and of the log, denied too).
+    // For the other mounts of denied paths (the log is denied too) and of
+    // hidden sockets.
     let policy = &request.policy;
-    let mount_table =
-        if policy.read_denies.is_empty() && policy.write_denies.is_empty() && request.log.is_none()
-        {
-            Ok(String::new())
-        } else {
-            std::fs::read_to_string("/proc/self/mountinfo")
-        };
+    let needs_table = !policy.read_denies.is_empty()
+        || !policy.write_denies.is_empty()
+        || request.log.is_some()
+        || !host_sockets.is_empty();
+    let mount_table = if needs_table {
+        std::fs::read_to_string("/proc/self/mountinfo")
+    } else {
+        Ok(String::new())
+    };
     // Run by the service for a caller, the agent is that caller.
     let current = match crate::caller::caller() {
         Some(caller) => crate::credentials::Identity {

@@ -156,3 +156,63 @@ echo made > {w}/alias/other.txt"
         "{said}"
     );
 }
+
+/// An ordinary user's run has no eBPF unix policy: the host's sockets
+/// listening at the start are hidden by a mount on each. A host that shows
+/// the socket's directory again at another path left it reachable there.
+#[test]
+fn a_hidden_host_socket_stays_hidden_at_another_mount_of_its_directory() {
+    if !can_run("a_hidden_host_socket_stays_hidden_at_another_mount_of_its_directory") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const UID: u32 = 47_000 + 133;
+    let (work, run, elsewhere) = (owned_dir(UID), Dir::new(), Dir::new());
+    std::fs::set_permissions(run.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = run.join("daemon.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o777)).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+    let done = std::sync::Arc::new(AtomicUsize::new(0));
+    let (a, d) = (accepted.clone(), done.clone());
+    let thread = std::thread::spawn(move || {
+        while d.load(Ordering::SeqCst) == 0 {
+            if listener.accept().is_ok() {
+                a.fetch_add(1, Ordering::SeqCst);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    });
+    let mirror = elsewhere.join("run");
+    std::fs::create_dir_all(&mirror).unwrap();
+    let _b = Bind::new(run.path(), &mirror);
+    let code = format!(
+        "import socket
+for p in ['{}', '{}']:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(p); print(p, 'connected')
+    except OSError as e:
+        print(p, e.errno)",
+        socket.display(),
+        mirror.join("daemon.sock").display()
+    );
+    let w = work.path().to_str().unwrap();
+    let out = run_as(
+        UID,
+        &["run", "-q", "--write", w, "--", "python3", "-c", &code],
+        work.path(),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    done.store(1, Ordering::SeqCst);
+    thread.join().unwrap();
+    let said = format!("{}{}", stdout(&out), stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 2, "{said}");
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        0,
+        "the host socket accepted the agent:\n{said}"
+    );
+}
