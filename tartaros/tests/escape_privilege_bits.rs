@@ -127,3 +127,22 @@ fn an_ordinary_users_agent_leaves_no_setuid_file_of_that_user() {
     );
     check(work.path(), &out);
 }
+
+/// `--user root`: the agent is uid 0 without capabilities, and a setuid
+/// file it left would be setuid root, a root shell for every local user.
+#[test]
+fn an_agent_run_as_root_leaves_no_setuid_root_file() {
+    if !can_run("an_agent_run_as_root_leaves_no_setuid_root_file") {
+        return;
+    }
+    let work = Dir::new();
+    chown(work.path(), 0);
+    let w = work.path().to_str().unwrap();
+    let out = tartaros(
+        &[
+            "run", "-q", "--user", "root", "--write", w, "--", "python3", "-c", PLANT, w,
+        ],
+        work.path(),
+    );
+    check(work.path(), &out);
+}
