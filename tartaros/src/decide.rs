@@ -494,3 +494,7 @@ fn unwritable_roots(policy: &Policy, identity: Identity, files: &dyn Facts) -> V
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "decide_alias_tests.rs"]
+mod alias_tests;

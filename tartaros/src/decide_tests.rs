@@ -5,13 +5,13 @@ use crate::mounts::MountOp;
 
 /// A host made of a few paths and users.
 #[derive(Default)]
-struct FakeFiles {
+pub(super) struct FakeFiles {
     paths: HashMap<PathBuf, Stat>,
     users: HashMap<String, Identity>,
 }
 
 impl FakeFiles {
-    fn with(mut self, path: &str, kind: PathKind, uid: u32, mode: u32) -> Self {
+    pub(super) fn with(mut self, path: &str, kind: PathKind, uid: u32, mode: u32) -> Self {
         self.paths.insert(
             PathBuf::from(path),
             Stat {
@@ -38,7 +38,7 @@ impl Facts for FakeFiles {
     }
 }
 
-fn root_host() -> Host {
+pub(super) fn root_host() -> Host {
     Host {
         root: true,
         seccomp: true,
@@ -52,14 +52,14 @@ fn root_host() -> Host {
     }
 }
 
-fn project() -> FakeFiles {
+pub(super) fn project() -> FakeFiles {
     FakeFiles::default()
         .with("/", PathKind::Dir, 0, 0o755)
         .with("/w", PathKind::Dir, 1000, 0o755)
         .with("/w/.env", PathKind::File, 1000, 0o600)
 }
 
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     Policy {
         writable_roots: vec!["/w".into()],
         ..Policy::default()
@@ -532,74 +532,4 @@ fn a_bind_on_or_above_a_writable_root_is_refused() {
             "{target}"
         );
     }
-}
-
-#[test]
-fn every_other_mount_of_a_deny_or_the_log_is_denied_the_same_way() {
-    // The host shows /w again at /srv/w, and /logs at /w/logs.
-    let table = "\
-22 1 253:1 / / rw - ext4 /dev/vda1 rw
-30 22 253:1 /w /srv/w rw - ext4 /dev/vda1 rw
-31 22 253:1 /logs /w/logs rw - ext4 /dev/vda1 rw
-";
-    let files = project()
-        .with("/srv/w", PathKind::Dir, 1000, 0o755)
-        .with("/srv/w/.env", PathKind::File, 1000, 0o600)
-        .with("/logs", PathKind::Dir, 0, 0o755)
-        .with("/w/logs", PathKind::Dir, 0, 0o755);
-    let policy = Policy {
-        read_denies: vec!["/w/.env".into()],
-        ..policy()
-    };
-    let argv = vec!["true".to_string()];
-    let request = Request {
-        policy: &policy,
-        argv: &argv,
-        cwd: Path::new("/w"),
-        // Not there yet: the stage creates it, a file.
-        log: Some(Path::new("/logs/effects.jsonl")),
-        log_buffer: 1 << 20,
-        launcher_env: &[],
-        setenv: &[],
-        pty: false,
-    };
-    let host = root_host();
-    let mut facts = HostFacts {
-        host: &host,
-        current: Identity { uid: 0, gid: 0 },
-        on_behalf: false,
-        host_sockets: &[],
-        shared_programs: false,
-        files: &files,
-        mount_table: Some(table),
-    };
-    let plan = decide(&request, &facts).unwrap();
-    for file in [
-        "/w/.env",
-        "/srv/w/.env",
-        "/logs/effects.jsonl",
-        "/w/logs/effects.jsonl",
-    ] {
-        assert!(
-            plan.init
-                .mounts
-                .iter()
-                .any(|op| matches!(op, MountOp::DenyReadFile(p) if p == Path::new(file))),
-            "{file}: {:?}",
-            plan.init.mounts
-        );
-    }
-    // A table that cannot be read: the deny is degraded, refused if strict.
-    facts.mount_table = None;
-    let plan = decide(&request, &facts).unwrap();
-    assert!(!plan.ledger.installed(Guarantee::DenyMounts));
-    let strict = Policy {
-        strict: true,
-        ..policy.clone()
-    };
-    let request = Request {
-        policy: &strict,
-        ..request
-    };
-    assert!(decide(&request, &facts).is_err());
 }
