@@ -53,6 +53,7 @@ SETUP_KEYS = {
     "concurrent",  # { cmd = "...", after = S | before = S }: a second run of the same sandbox and policy,
                    # started S s after the contract's run, or S s before it
     "log_tmpfs",  # "128k": the log directory is a tmpfs of that size (the log's filesystem fills up)
+    "bind",  # [{ source = P, target = Q }]: the host shows P again at Q (mount --bind) during the run
 }
 # setup.file: `count = N` makes N files, `path` + "00000" ... (before the run: no create of theirs
 # is in the log)

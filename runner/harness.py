@@ -16,8 +16,8 @@ from . import classify as C
 from .adapters.base import Adapter, Context, Unsupported
 from .checks import evaluate_checks, evaluate_log
 from .contract import Contract, expand
-from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostPty, LauncherLimits, Listener,
-                     LogTmpfs, Terminal, TestCA, UnixDecoys, Victim)
+from .hostfx import (BareNetns, Containment, DelayedListener, HostAliases, HostBind, HostPty, LauncherLimits,
+                     Listener, LogTmpfs, Terminal, TestCA, UnixDecoys, Victim)
 from .launch import NOBODY, ConcurrentRun, Hooks, StatusPipe, become_nobody, kill_token_processes, launch
 
 LAB_TMP = os.environ.get("TARTAROS_LAB_TMP", "/var/lib/tartaros-lab")
@@ -188,6 +188,8 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
         make_setup(c, values, root, adapter.agent_uid)
         if c.setup.get("log_tmpfs"):
             cleanups.append(LogTmpfs(str(root / "log"), str(c.setup["log_tmpfs"])))
+        for bind in c.setup.get("bind", []):
+            cleanups.append(HostBind(expand(bind["source"], values), expand(bind["target"], values)))
         if c.setup.get("host_pty"):
             fx["host_pty"] = HostPty(adapter.agent_uid)
             cleanups.append(fx["host_pty"])

@@ -537,6 +537,18 @@ class LogTmpfs:
         subprocess.run(["umount", "-l", self.dir], capture_output=True)
 
 
+class HostBind:
+    """A bind mount on the host for the run: the same directory at another path."""
+
+    def __init__(self, source: str, target: str):
+        self.target = target
+        os.makedirs(target, exist_ok=True)
+        subprocess.run(["mount", "--bind", source, target], check=True, capture_output=True)
+
+    def close(self) -> None:
+        subprocess.run(["umount", "-l", self.target], capture_output=True)
+
+
 class TestCA:
     """A throwaway CA and one server certificate per name (openssl), for
     TLS listeners that a sandbox's gateway is told to trust (ca_file)."""

@@ -103,6 +103,10 @@ pub struct HostFacts<'a> {
     /// every run registers, even one that uses none of them.
     pub shared_programs: bool,
     pub files: &'a dyn Facts,
+    /// The host's mount table (`/proc/self/mountinfo`), for the other
+    /// mounts of denied paths (`mount_aliases.rs`); `None` if it could not
+    /// be read.
+    pub mount_table: Option<&'a str>,
 }
 
 /// Everything decided for a run.
@@ -189,9 +193,19 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     mount_policy
         .read_denies
         .extend(request.log.map(Path::to_path_buf));
+    let table = match facts.mount_table {
+        Some(text) => crate::mount_aliases::Table::parse(text).map_err(|e| e.to_string()),
+        None => Err("failed to read the mount table /proc/self/mountinfo".to_string()),
+    };
+    let same_objects = deny_aliases(&mut mount_policy, &table, &mut ledger)?;
     // The stages create the log (a file) and the placeholders (directories)
-    // before the init applies the mounts.
+    // before the init applies the mounts; another mount of either shows
+    // what the original shows.
     let exists = |path: &Path| {
+        let path = same_objects
+            .iter()
+            .find_map(|(alias, original)| (alias == path).then_some(original.as_path()))
+            .unwrap_or(path);
         if materialize.iter().any(|p| p == path) {
             return Some(true);
         }
@@ -214,8 +228,16 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     // through a mirror that follows no symlink, and every other name is
     // refused: hiding the host's sockets would add nothing but start-up
     // time. Without it, hiding those listening now is what is left; and
-    // should the policy fail to attach, the stage adds the same hiding.
-    let hiding = crate::mounts::hide_sockets(&mounts, &mount_policy, facts.host_sockets);
+    // should the policy fail to attach, the stage adds the same hiding. A
+    // socket shown again by another mount is hidden there too.
+    let mut sockets = facts.host_sockets.to_vec();
+    if let Ok(table) = &table {
+        for socket in facts.host_sockets {
+            let again = table.aliases(socket).into_iter().filter(|a| a.same_object);
+            sockets.extend(again.map(|a| a.path));
+        }
+    }
+    let hiding = crate::mounts::hide_sockets(&mounts, &mount_policy, &sockets);
     let unattached_unix_hiding = if unix_mirrors.is_empty() {
         mounts.extend(hiding);
         Vec::new()
@@ -408,6 +430,44 @@ fn linked_denies(policy: &Policy, files: &dyn Facts, ledger: &mut Ledger) -> Res
     Ok(())
 }
 
+/// Denies every other path at which the host's mount table shows a denied
+/// path, the same way: a bind of a parent elsewhere, or a mount of a part.
+/// Returns `(alias, original)` for the aliases that are the denied object
+/// itself. A table that cannot be read loses the deny guarantee.
+fn deny_aliases(
+    policy: &mut Policy,
+    table: &Result<crate::mount_aliases::Table, String>,
+    ledger: &mut Ledger,
+) -> Result<Vec<(PathBuf, PathBuf)>, Refusal> {
+    let mut same_objects = Vec::new();
+    if policy.read_denies.is_empty() && policy.write_denies.is_empty() {
+        return Ok(same_objects);
+    }
+    let table = match table {
+        Ok(table) => table,
+        Err(why) => {
+            let why = format!("{why}, so other mounts of the denied paths stay open");
+            ledger.lose(Guarantee::DenyMounts, why)?;
+            return Ok(same_objects);
+        }
+    };
+    for denies in [&mut policy.read_denies, &mut policy.write_denies] {
+        let mut more = Vec::new();
+        for path in denies.iter() {
+            for alias in table.aliases(path) {
+                if alias.same_object {
+                    same_objects.push((alias.path.clone(), path.clone()));
+                }
+                more.push(alias.path);
+            }
+        }
+        denies.extend(more);
+        denies.sort();
+        denies.dedup();
+    }
+    Ok(same_objects)
+}
+
 /// Warnings for writable roots the agent's user cannot write.
 fn unwritable_roots(policy: &Policy, identity: Identity, files: &dyn Facts) -> Vec<String> {
     policy
@@ -434,3 +494,7 @@ fn unwritable_roots(policy: &Policy, identity: Identity, files: &dyn Facts) -> V
 #[cfg(test)]
 #[path = "decide_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "decide_alias_tests.rs"]
+mod alias_tests;

@@ -5,13 +5,13 @@ use crate::mounts::MountOp;
 
 /// A host made of a few paths and users.
 #[derive(Default)]
-struct FakeFiles {
+pub(super) struct FakeFiles {
     paths: HashMap<PathBuf, Stat>,
     users: HashMap<String, Identity>,
 }
 
 impl FakeFiles {
-    fn with(mut self, path: &str, kind: PathKind, uid: u32, mode: u32) -> Self {
+    pub(super) fn with(mut self, path: &str, kind: PathKind, uid: u32, mode: u32) -> Self {
         self.paths.insert(
             PathBuf::from(path),
             Stat {
@@ -38,7 +38,7 @@ impl Facts for FakeFiles {
     }
 }
 
-fn root_host() -> Host {
+pub(super) fn root_host() -> Host {
     Host {
         root: true,
         seccomp: true,
@@ -52,14 +52,14 @@ fn root_host() -> Host {
     }
 }
 
-fn project() -> FakeFiles {
+pub(super) fn project() -> FakeFiles {
     FakeFiles::default()
         .with("/", PathKind::Dir, 0, 0o755)
         .with("/w", PathKind::Dir, 1000, 0o755)
         .with("/w/.env", PathKind::File, 1000, 0o600)
 }
 
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     Policy {
         writable_roots: vec!["/w".into()],
         ..Policy::default()
@@ -91,6 +91,7 @@ fn decide_with(
         host_sockets: &[],
         shared_programs: false,
         files,
+        mount_table: Some(""),
     };
     decide(&request, &facts)
 }
@@ -377,6 +378,7 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         host_sockets: &[],
         shared_programs: false,
         files: &files,
+        mount_table: Some(""),
     };
     let request = |policy| Request {
         policy,
@@ -432,6 +434,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         host_sockets: &sockets,
         shared_programs: false,
         files: &files,
+        mount_table: Some(""),
     };
     let mut plan = decide(&request, &facts).unwrap();
     // In the plan the init gets at once, or in its late part when the

@@ -35,6 +35,7 @@ pub mod landlock;
 pub mod launch;
 pub mod limits;
 pub mod materialize;
+pub mod mount_aliases;
 pub mod mount_tree;
 pub mod mounts;
 pub mod network;

@@ -152,6 +152,7 @@ named! {
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
     MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
+    S_ISUID = 0o4000; S_ISGID = 0o2000;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
 /// refuses other bits) before using the type, so the filter looks at the
@@ -174,7 +175,9 @@ pub const MAX_INSNS: usize = 4096;
 
 #[path = "seccomp_tables.rs"]
 mod tables;
-use tables::{DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_UNIX};
+use tables::{
+    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_SETID, WHY_UNIX,
+};
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
     Rule {
@@ -272,7 +275,23 @@ fn default_rules() -> Vec<Rule> {
     r.push(deny("setrlimit", vec![core()], D, WHY_CORE));
     let core = arg(1, "resource", Eq(RLIMIT_CORE));
     r.push(deny("prlimit64", vec![core, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_CORE));
+    r.extend(privilege_bit_rules());
     r
+}
+
+/// No file the agent leaves in a root may run as its uid or gid for
+/// whoever executes it after the run (docs/seccomp.md, "Privilege bits").
+/// The chmod family is the only way to put S_ISUID on a file with content:
+/// every write, truncate or allocation without CAP_FSETID clears it, and a
+/// creation mode's S_ISUID with it. `mkdir` drops both bits itself.
+#[rustfmt::skip]
+fn privilege_bit_rules() -> impl Iterator<Item = Rule> {
+    let calls = [("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2)];
+    calls.into_iter().flat_map(|(syscall, index)| {
+        [S_ISUID, S_ISGID].map(|bit| {
+            deny(syscall, vec![arg(index, "mode", ArgTest::HasBits(bit))], Tier::Default, WHY_SETID)
+        })
+    })
 }
 
 #[rustfmt::skip]
@@ -328,12 +347,15 @@ fn syscall_nr(name: &str) -> Option<i64> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
+        SYS_fchmod SYS_fchmodat
     }
     #[cfg(target_arch = "x86_64")]
-    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib }
+    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod }
     match name {
         // Linux 6.15, one number on every architecture, not yet in `libc`.
         "open_tree_attr" if arch().is_some() => Some(467),
+        // Linux 6.6, one number on every architecture; `libc` lacks it on aarch64.
+        "fchmodat2" if arch().is_some() => Some(452),
         _ => None,
     }
 }

@@ -62,5 +62,7 @@ pub(super) const WHY_FAMILY: &str = "only the families coding tools use: no AF_P
     connect filters), AF_VSOCK (the host/hypervisor) or rarely-used, bug-prone families";
 pub(super) const WHY_UNIX: &str =
     "--deny-unix: AF_UNIX reaches local daemons (docker.sock, ssh-agent, D-Bus) no wall sees";
+pub(super) const WHY_SETID: &str = "a setuid or setgid file left in a root runs as the agent's uid or gid for \
+    any local user after the run, outside every sandbox";
 pub(super) const WHY_CORE: &str = "RLIMIT_CORE stays 1, the kernel's marker that refuses a core_pattern pipe: \
     at 0 a crash would run the host's root core handler (apport, systemd-coredump) outside the sandbox";

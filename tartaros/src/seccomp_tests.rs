@@ -11,7 +11,7 @@ fn has(rules: &[Rule], text: &str) -> bool {
 #[test]
 fn constants_match_libc() {
     use libc as c;
-    let pairs: [(Named, i64); 17] = [
+    let pairs: [(Named, i64); 19] = [
         (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
         (CLONE_NEWNS, c::CLONE_NEWNS.into()),
         (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -29,6 +29,8 @@ fn constants_match_libc() {
         (MMAP_PAGE_ZERO, c::MMAP_PAGE_ZERO.into()),
         (READ_IMPLIES_EXEC, c::READ_IMPLIES_EXEC.into()),
         (PR_SET_MM, c::PR_SET_MM.into()),
+        (S_ISUID, c::S_ISUID.into()),
+        (S_ISGID, c::S_ISGID.into()),
     ];
     for (named, libc_value) in pairs {
         assert_eq!(i64::from(named.value), libc_value, "{}", named.name);
@@ -103,6 +105,10 @@ fn default_set_denies_what_breaks_the_walls() {
         "socket if domain == AF_INET and type & 0xf == SOCK_RAW -> EPERM",
         "socket if domain == AF_INET6 and type & 0xf == SOCK_RAW -> EPERM",
         "clone3 -> ENOSYS",
+        "fchmod if mode has S_ISUID -> EPERM",
+        "fchmodat2 if mode has S_ISGID -> EPERM",
+        "chmod if mode has S_ISUID -> EPERM",
+        "fchmodat if mode has S_ISGID -> EPERM",
     ] {
         assert!(has(&rules, text), "{text} missing");
     }

@@ -90,6 +90,18 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         ));
     }
     let host_sockets = crate::mounts::host_sockets(&request.policy);
+    // For the other mounts of denied paths (the log is denied too) and of
+    // hidden sockets.
+    let policy = &request.policy;
+    let needs_table = !policy.read_denies.is_empty()
+        || !policy.write_denies.is_empty()
+        || request.log.is_some()
+        || !host_sockets.is_empty();
+    let mount_table = if needs_table {
+        std::fs::read_to_string("/proc/self/mountinfo")
+    } else {
+        Ok(String::new())
+    };
     // Run by the service for a caller, the agent is that caller.
     let current = match crate::caller::caller() {
         Some(caller) => crate::credentials::Identity {
@@ -108,6 +120,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         host_sockets: &host_sockets,
         shared_programs: crate::ebpf::shared::adopted(),
         files: &crate::decide::HostFiles,
+        mount_table: mount_table.as_deref().ok(),
     };
     let decided = crate::decide::decide(
         &Request {

@@ -143,7 +143,7 @@ fn parse_mountinfo(text: &str) -> Result<Vec<MountLine>, MirrorError> {
 
 /// Undoes the kernel's octal escapes (`\040` for a space, `\134` for a
 /// backslash...) in a mountinfo path.
-fn unescape(field: &str) -> PathBuf {
+pub(crate) fn unescape(field: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
     let bytes = field.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -35,8 +35,8 @@ fn run_py(flags: &[&str], cwd: &Path, code: &str) -> std::process::Output {
 /// other::r) in the kernel's xattr encoding, as Python bytes.
 const ACL: &str = "bytes([2,0,0,0, 1,0,7,0,255,255,255,255, 2,0,7,0,0,0,0,0, 4,0,4,0,255,255,255,255, 16,0,7,0,255,255,255,255, 32,0,4,0,255,255,255,255])";
 
-/// Every metadata and content change Landlock cannot stop (chmod with
-/// setuid, chown, utimes, user.* and ACL xattrs, FS_IOC_SETFLAGS through a
+/// Every metadata and content change Landlock cannot stop (chmod to
+/// world-writable, chown, utimes, user.* and ACL xattrs, FS_IOC_SETFLAGS through a
 /// read-only fd) and the ones it can (truncate, rename, unlink, link),
 /// attempted on `file` in `dir`; prints `name-<label> RESULT` lines.
 fn metadata_attacks(label: &str, dir: &Path, file: &Path) -> String {
@@ -52,7 +52,7 @@ def setflags():
         fcntl.ioctl(fd, 0x40086602, flags, True)
     finally:
         os.close(fd)
-attempt('chmod-{label}', lambda: os.chmod('{f}', 0o4777))
+attempt('chmod-{label}', lambda: os.chmod('{f}', 0o777))
 attempt('chown-{label}', lambda: os.chown('{f}', os.getuid(), os.getgid()))
 attempt('utime-{label}', lambda: os.utime('{f}', (1, 1)))
 attempt('xattr-{label}', lambda: os.setxattr('{f}', 'user.evil', b'1'))

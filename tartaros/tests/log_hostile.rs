@@ -45,7 +45,7 @@ int main(int argc, char **argv) {
         if (r != -EACCES) return 20;
         r = high(SYS_openat, AT_FDCWD, (long)argv[3], O_WRONLY | O_CREAT, 0644);
         if (r >= 0) return 21;
-        r = high(SYS_fchmodat, AT_FDCWD, (long)argv[4], 04755, 0);
+        r = high(SYS_fchmodat, AT_FDCWD, (long)argv[4], 01755, 0);
         if (r) return 22;
         return 0;
     }
@@ -84,7 +84,7 @@ fn naming<'a>(records: &'a [Value], kind: &str, key: &str, path: &Path) -> Vec<&
 
 /// `syscall` with bit 32 of the number set runs the call of the low half:
 /// a refused read of a secret, a refused write outside the roots and a
-/// setuid chmod in the root, each made that way, must be recorded with
+/// chmod in the root (sticky: setuid is refused), each made that way, must be recorded with
 /// their verdicts as if made plainly (before: the capture compared the
 /// whole register with its table and recorded none of them, and `verify`
 /// said ok).
@@ -117,7 +117,7 @@ fn calls_with_high_bits_in_the_syscall_number_are_recorded() {
     let chmod = naming(&records, "chmod", "path", &tool);
     assert_eq!(chmod.len(), 1, "chmod of {tool:?}: {records:#?}");
     assert_eq!(chmod[0]["decision"], "allowed");
-    assert_eq!(chmod[0]["target"]["mode"], 0o4755);
+    assert_eq!(chmod[0]["target"]["mode"], 0o1755);
     assert_eq!(chmod[0]["target"]["path_source"], "kernel");
     assert_eq!(code, Some(0), "verify: {line}");
 }

@@ -49,13 +49,13 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(argv[1], "fchmod") || !strcmp(argv[1], "fchmodat2")) {
-        /* Made setuid, then another file put at its number. */
+        /* Its mode changed (sticky: setuid is refused), then another file put at its number. */
         int y = open("notes.txt", O_RDONLY);
         futimens(y, NULL);
         int x = open("hook.sh", O_RDONLY);
         if (!strcmp(argv[1], "fchmodat2")) {
-            if (syscall(452, x, "", 04755, AT_EMPTY_PATH)) return 5;
-        } else if (fchmod(x, 04755)) return 5;
+            if (syscall(452, x, "", 01755, AT_EMPTY_PATH)) return 5;
+        } else if (fchmod(x, 01755)) return 5;
         dup2(y, x);
         sleep(1);
         return 0;
@@ -178,12 +178,12 @@ fn fchmod_then_swap(how: &str) {
     assert!(out.status.success(), "{}", stderr(&out));
     use std::os::unix::fs::PermissionsExt as _;
     let mode = std::fs::metadata(&hook).unwrap().permissions().mode() & 0o7777;
-    assert_eq!(mode, 0o4755, "the kernel made hook.sh setuid");
+    assert_eq!(mode, 0o1755, "the kernel changed hook.sh's mode");
     let records = common::records(&log);
     let chmods: Vec<&Value> = records.iter().filter(|r| r["kind"] == "chmod").collect();
     assert_eq!(chmods.len(), 1, "{records:#?}");
     assert_eq!(field(chmods[0], "path"), hook.to_str(), "{:#}", chmods[0]);
-    assert_eq!(chmods[0]["target"]["mode"], 0o4755);
+    assert_eq!(chmods[0]["target"]["mode"], 0o1755);
     assert_eq!(field(chmods[0], "path_source"), Some("kernel"));
 }
 

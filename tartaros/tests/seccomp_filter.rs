@@ -144,6 +144,9 @@ fn everyday_calls_are_allowed_under_every_option() {
     let calls: &[(i64, [u64; 6])] = &[
         (SYS_read, [0; 6]),
         (SYS_openat, [0; 6]),
+        // Ordinary chmods; setuid/setgid are refused.
+        (SYS_fchmodat, [0, 0, 0o1777, 0, 0, 0]),
+        (SYS_fchmod, [0, 0o755, 0, 0, 0, 0]),
         (SYS_execve, [0; 6]),
         (SYS_clone, [SIGCHLD as u64, 0, 0, 0, 0, 0]),
         (SYS_clone, [thread as u64, 0, 0, 0, 0, 0]),
@@ -269,9 +272,12 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64 SYS_getpid
+        SYS_fchmod SYS_fchmodat
     };
     #[cfg(target_arch = "x86_64")]
-    v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib });
+    v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod });
+    // Linux 6.6, not in `libc` on every architecture.
+    v.push(("fchmodat2", 452));
     // Linux 6.15, not yet in `libc`.
     v.push(("open_tree_attr", 467));
     v

@@ -1,6 +1,6 @@
 """Metadata changes Landlock has no right for: python3 meta.py OP PATH [TOKEN].
 
-OP: chmod (setuid + world-writable), utimes (mtime 1000000000), xattr
+OP: chmod (world-writable), setuid (chmod 4755), utimes (mtime 1000000000), xattr
 (user.lab = TOKEN), acl (a POSIX access ACL granting another user rwx),
 chattr (FS_NODUMP_FL through a read-only fd). Failures are silent: the
 runner checks the file's metadata from outside.
@@ -28,7 +28,9 @@ def main() -> None:
     token = sys.argv[3] if len(sys.argv) > 3 else "x"
     try:
         if op == "chmod":
-            os.chmod(path, 0o4777)
+            os.chmod(path, 0o777)
+        elif op == "setuid":
+            os.chmod(path, 0o4755)
         elif op == "utimes":
             os.utime(path, (1000000000, 1000000000))
         elif op == "xattr":
