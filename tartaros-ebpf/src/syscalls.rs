@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use tartaros_common::capture::{
     ADDR_BYTES, AT_FDCWD, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT, call_shape,
-    effect, flag, ioctl, nr, record,
+    effect, flag, ioctl, nr, record, setid,
 };
 
 use crate::classify::classify;
@@ -387,13 +387,14 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             };
             // Refused whatever the arguments (told by their kind: a lookup
             // the verifier walks once, where the comparison chain of
-            // `nr::is_refused` was walked on every path here), or the
-            // terminal ioctls the filter refuses (input injection).
+            // `nr::is_refused` was walked on every path here), or by their
+            // arguments: the terminal ioctls (input injection) and chmods
+            // to setuid or setgid.
             let refused = captured
                 && (call_shape::kind_of(table_entry(number)) == effect::SYSCALL
-                    || (number == u64::from(nr::IOCTL)
-                        && ret == -EPERM
-                        && ioctl::refused_tty(a[1])));
+                    || (ret == -EPERM
+                        && ((number == u64::from(nr::IOCTL) && ioctl::refused_tty(a[1]))
+                            || setid::refused(number, a[1], a[2]))));
             if abi == 0 && (!refused || compat(cfg)) {
                 return None;
             }

@@ -137,6 +137,9 @@ def reopen():
     os.write(w, b'x')
     os.close(w)
 attempt('reopen', reopen)
+# Refused by the filter by their mode (no setuid file left in a root).
+attempt('chmod_setuid', lambda: os.chmod(W + '/target.txt', 0o4755))
+attempt('fchmod_setgid', lambda: os.fchmod(ro, 0o2755))
 import resource, subprocess
 print('core_limit', resource.getrlimit(resource.RLIMIT_CORE))
 subprocess.run([sys.executable, '-c', 'import os; os.abort()'], cwd=W)
@@ -176,6 +179,8 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "io_uring", "EPERM");
     expect(&out, "io_setup", "EPERM");
     expect(&out, "tiocsti", "EPERM");
+    expect(&out, "chmod_setuid", "EPERM");
+    expect(&out, "fchmod_setgid", "EPERM");
     expect(&out, "core_limit", "(1, 1)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
@@ -288,6 +293,13 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     });
     denied(aio, libc::EPERM);
     assert_eq!(t(aio, "refused_by"), "seccomp");
+    for (call, mode) in [("chmod", 0o4755), ("fchmod", 0o2755)] {
+        let refused = find(&log, "syscall", call, |r| {
+            t(r, "syscall") == call && t(r, "mode") == mode
+        });
+        denied(refused, libc::EPERM);
+        assert_eq!(t(refused, "refused_by"), "seccomp");
+    }
     let sti = find(&log, "syscall", "TIOCSTI", |r| t(r, "cmd") == "TIOCSTI");
     denied(sti, libc::EPERM);
     assert_eq!(

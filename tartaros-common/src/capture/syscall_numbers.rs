@@ -247,6 +247,32 @@ pub mod ioctl {
     }
 }
 
+/// chmod modes the seccomp filter refuses (`seccomp.rs`, "Privilege bits":
+/// no file left in a root may run as the agent's uid or gid for whoever
+/// executes it after the run). The refusal comes before `sys_enter`, so
+/// these attempts are `syscall` records made at exit.
+pub mod setid {
+    use super::nr;
+
+    pub const S_ISUID: u64 = 0o4000;
+    pub const S_ISGID: u64 = 0o2000;
+
+    /// Whether the filter refuses chmod-family call `number` with these
+    /// arguments: the mode is the second argument of `chmod`/`fchmod`, the
+    /// third of `fchmodat`/`fchmodat2`. The filter tests the low 32 bits.
+    #[inline(always)]
+    pub const fn refused(number: u64, a1: u64, a2: u64) -> bool {
+        let mode = if number == nr::CHMOD as u64 || number == nr::FCHMOD as u64 {
+            a1
+        } else if number == nr::FCHMODAT as u64 || number == nr::FCHMODAT2 as u64 {
+            a2
+        } else {
+            return false;
+        };
+        mode & (S_ISUID | S_ISGID) != 0
+    }
+}
+
 /// Open flags (x86_64 / generic values).
 pub mod oflag {
     pub const O_ACCMODE: u64 = 0o3;

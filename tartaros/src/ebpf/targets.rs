@@ -95,6 +95,16 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
                 };
                 t.insert("cmd", cmd);
                 t.insert("fd", s.args[0] as u32 as i32);
+            } else if s.nr == nr::FCHMOD {
+                t.insert("fd", s.args[0] as u32 as i32);
+                t.insert("mode", s.args[1] & 0o7777);
+            } else if s.nr == nr::CHMOD {
+                // The path is in the agent's memory: not read (a refused
+                // attempt changed nothing; the mode says what was asked).
+                t.insert("mode", s.args[1] & 0o7777);
+            } else if s.nr == nr::FCHMODAT || s.nr == nr::FCHMODAT2 {
+                t.insert("dirfd", s.args[0] as u32 as i32);
+                t.insert("mode", s.args[2] & 0o7777);
             }
             // The filter's answers; without a filter the call ran.
             if s.ret == -1 || s.ret == -38 {
