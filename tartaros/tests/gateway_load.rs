@@ -137,3 +137,117 @@ fn a_flood_of_refused_proxy_requests_does_not_grow_the_supervisor() {
         "the supervisor grew by {grown} KiB ({before} -> {after}) over {requests} refused requests"
     );
 }
+
+/// Holds 256 connections on each of the proxy's and the transparent
+/// listener's IPv4 and IPv6 addresses (from four processes, so the agent's
+/// own descriptor limit is not what stops it), then writes 50 files in
+/// `sys.argv[1]` while they are held, and lets them go only after the
+/// supervisor has had time to read the files' notifications.
+const HOLD: &str = r#"
+import socket, sys, time, os
+w = sys.argv[1]
+release = os.path.join(w, ".release")
+def hold(addr, fam):
+    if os.fork() == 0:
+        socks = []
+        for i in range(256):
+            try:
+                s = socket.socket(fam, socket.SOCK_STREAM)
+                s.settimeout(2)
+                s.connect(addr)
+                socks.append(s)
+            except OSError:
+                break
+        while not os.path.exists(release):
+            time.sleep(0.05)
+        os._exit(0)
+hold(("127.0.0.1", 3128), socket.AF_INET)
+hold(("192.0.2.1", 443), socket.AF_INET)
+hold(("::1", 3128), socket.AF_INET6)
+hold(("2001:db8::1", 443, 0, 0), socket.AF_INET6)
+time.sleep(2)
+for i in range(50):
+    with open(os.path.join(w, "f%d" % i), "w") as f:
+        f.write("changed")
+time.sleep(1.5)
+open(release, "w").close()
+for _ in range(4):
+    os.wait()
+"#;
+
+/// Each gateway connection holds up to six of the supervisor's descriptors
+/// (the agent's socket, the upstream's, two pipes), and every listener
+/// served up to 256 of them, whatever the supervisor's descriptor limit.
+/// An agent holding idle connections on the gateways used up a supervisor
+/// limited to 512 descriptors, and the files it then changed were in no
+/// `write` record and not in the seal, while `verify` said plain ok: the
+/// kernel's notifications name a directory by a handle that takes a
+/// descriptor to open. The gateways now share a budget that leaves the
+/// supervisor a reserve.
+#[test]
+fn held_gateway_connections_leave_the_supervisor_descriptors_for_the_log() {
+    if !can_run("gateway_load") {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    let (work, logs) = (Dir::new(), Dir::new());
+    let w = work.path().to_str().unwrap();
+    let log = logs.join("effects.jsonl");
+    let mut command = std::process::Command::new(bin());
+    command
+        .args([
+            "run",
+            "-q",
+            "--allow-domain",
+            "example.com",
+            "--write",
+            w,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            HOLD,
+            w,
+        ])
+        .current_dir(work.path());
+    // SAFETY: setrlimit is async-signal-safe and touches no memory of ours.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 512,
+                rlim_max: 512,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = command.output().expect("run tartaros");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let records = records(&log);
+    let written = |name: &str| {
+        let path = work.join(name);
+        let path = path.to_str().unwrap();
+        records
+            .iter()
+            .any(|r| r["kind"] == "write" && r["target"]["path"] == path)
+    };
+    let missing: Vec<String> = (0..50)
+        .map(|i| format!("f{i}"))
+        .filter(|name| !written(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no write record of {} of 50 files: {missing:?}",
+        missing.len()
+    );
+    let seal = records.last().expect("a sealed log");
+    let sealed = seal["target"]["files"]
+        .as_array()
+        .or_else(|| seal["files"].as_array())
+        .map(Vec::len)
+        .unwrap_or(0);
+    assert!(sealed >= 50, "the seal lists {sealed} files: {seal}");
+}
