@@ -138,6 +138,36 @@ fn a_flood_of_refused_proxy_requests_does_not_grow_the_supervisor() {
     );
 }
 
+/// Opens 256 connections to the proxy on each of 127.0.0.1 and [::1] and
+/// sends each a request head of 300 KB that never ends; marks `.done` and
+/// holds them until `.stop`.
+const HEADS: &str = r#"
+import socket, sys, time, os
+marker = sys.argv[1]
+socks = []
+line = b"X-Fill: " + b"a" * 8000 + b"\r\n"
+for fam, addr in ((socket.AF_INET, ("127.0.0.1", 3128)), (socket.AF_INET6, ("::1", 3128))):
+    for i in range(256):
+        try:
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            s.connect(addr)
+            s.sendall(b"GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n")
+            s.setblocking(False)
+            socks.append(s)
+        except OSError:
+            break
+for r in range(37):
+    for s in socks:
+        try:
+            s.send(line)
+        except OSError:
+            pass
+time.sleep(1)
+open(marker + ".done", "w").close()
+while not os.path.exists(marker + ".stop"):
+    time.sleep(0.05)
+"#;
+
 /// Holds 256 connections on each of the proxy's and the transparent
 /// listener's IPv4 and IPv6 addresses (from four processes, so the agent's
 /// own descriptor limit is not what stops it), then writes 50 files in
@@ -250,4 +280,49 @@ fn held_gateway_connections_leave_the_supervisor_descriptors_for_the_log() {
         .map(Vec::len)
         .unwrap_or(0);
     assert!(sealed >= 50, "the seal lists {sealed} files: {seal}");
+}
+
+/// hyper buffers up to about 400 KiB of a request head by default: an
+/// agent sending never-ending heads on every proxy connection made root
+/// hold 125 MiB for the header timeout (30 s), again and again. A head
+/// past 64 KiB is now refused (431) and its connection closed.
+#[test]
+fn never_ending_request_heads_do_not_pin_the_supervisors_memory() {
+    if !can_run("gateway_load") {
+        return;
+    }
+    let work = Dir::new();
+    let w = work.path().to_str().unwrap();
+    let marker = work.join("h");
+    let mut launcher = spawn_quiet(
+        &[
+            "run",
+            "-q",
+            "--allow-domain",
+            "example.com",
+            "--write",
+            w,
+            "--",
+            "python3",
+            "-c",
+            HEADS,
+            marker.to_str().unwrap(),
+        ],
+        work.path(),
+    );
+    let supervisor = launcher.id();
+    assert!(eventually(30, || supervisor_rss_kib(supervisor) > 0));
+    std::thread::sleep(Duration::from_millis(500));
+    let before = supervisor_rss_kib(supervisor);
+    wait_for(&marker.with_extension("done"), 120);
+    let after = supervisor_rss_kib(supervisor);
+    std::fs::write(marker.with_extension("stop"), "").unwrap();
+    let status = launcher.take().wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let grown = after.saturating_sub(before);
+    eprintln!("supervisor {supervisor}: {before} -> {after} KiB");
+    assert!(
+        grown < 40 * 1024,
+        "the supervisor grew by {grown} KiB ({before} -> {after}) holding never-ending request heads"
+    );
 }
