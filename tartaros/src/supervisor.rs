@@ -231,7 +231,16 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                 init_pid.clone(),
             )))
         }
-        None => None,
+        None => {
+            // Nothing reads a run's records without a log. The channel is
+            // unbounded (a slow disk must not block the proxy), so left
+            // open it kept every gateway record in root's memory, outside
+            // the run's cgroup, until the run ended: an agent flooding the
+            // proxy grew the supervisor by 1.3 KiB a request. Closed, each
+            // send fails at once and the record is dropped.
+            drop(effects_rx);
+            None
+        }
     };
 
     let original_dst = watch.as_ref().and_then(KernelWatch::original_dst);

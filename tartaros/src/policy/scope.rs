@@ -136,6 +136,27 @@ pub fn check(policy: &Policy) -> Result<(), PolicyError> {
                 bind.target.display()
             )));
         }
+        // Binds land on top of the denies (scope::apply), so a read deny
+        // at or below the target would guard the host's hidden file while
+        // the agent reads the source's under the denied name. A deny of
+        // the source's path is in place before the bind copies the tree.
+        if let Some(deny) = policy
+            .read_denies
+            .iter()
+            .find(|d| d.starts_with(&bind.target))
+        {
+            let source = match deny.strip_prefix(&bind.target) {
+                Ok(rest) if !rest.as_os_str().is_empty() => bind.source.join(rest),
+                _ => bind.source.clone(),
+            };
+            return Err(invalid(format!(
+                "--bind {} {} would show its source over the read-denied {}; deny {} instead",
+                bind.source.display(),
+                bind.target.display(),
+                deny.display(),
+                source.display()
+            )));
+        }
         if bind.target == Path::new("/") {
             return Err(invalid(
                 "--bind onto / is not supported; bind onto a directory".into(),

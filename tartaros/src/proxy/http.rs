@@ -33,6 +33,12 @@ pub(crate) type ProxyBody = BoxBody<Bytes, BoxError>;
 /// How long a client may take to send a request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The most of a request head a connection buffers (hyper's default is
+/// about 400 KiB). A head is a few KiB; the agent holding every connection
+/// slot with a head it never ends made root keep 400 KiB a connection,
+/// 125 MiB for the proxy's 512, for as long as the header timeout.
+const MAX_HEAD_BUFFER: usize = 64 * 1024;
+
 /// Work that must outlive a request handler (a tunnel, the driver of an
 /// upstream HTTP connection) but not the agent's connection.
 pub(crate) type Task = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -54,6 +60,7 @@ where
     let connection = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(MAX_HEAD_BUFFER)
         .serve_connection(TokioIo::new(stream), service)
         .with_upgrades();
     tokio::pin!(connection);

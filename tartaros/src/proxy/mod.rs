@@ -19,6 +19,7 @@
 /// benchmark is no part of the sandbox.
 #[cfg(feature = "bench")]
 pub mod bench;
+pub mod budget;
 mod explicit;
 pub(crate) mod http;
 pub mod rules;
@@ -36,6 +37,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::task::JoinSet;
 
 use crate::events::EffectSender;
@@ -276,7 +278,8 @@ pub async fn serve_transparent(
 
 /// Accepts connections and runs `handle` on each, in a [`JoinSet`] owned by
 /// this future so that aborting the server ends its connections too. At
-/// most `max` run at once; beyond that, connections wait in the listen
+/// most `max` run at once, and all listeners together stay within
+/// [`budget::shared`]; beyond that, connections wait in the listen
 /// backlog, so an agent cannot exhaust the supervisor's descriptors (each
 /// tunnel holds two sockets and two pipes) and starve the effect log.
 pub(crate) async fn accept_loop<F, Fut>(listener: TcpListener, max: usize, handle: F)
@@ -284,18 +287,32 @@ where
     F: Fn(TcpStream) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
+    let budget = budget::shared();
     let mut connections = JoinSet::new();
+    // A slot of the shared budget, taken before accepting: without one the
+    // connection waits in the listen backlog, which costs us nothing.
+    let mut slot: Option<OwnedSemaphorePermit> = None;
     loop {
+        let room = connections.len() < max;
         tokio::select! {
-            accepted = listener.accept(), if connections.len() < max => match accepted {
+            taken = budget.clone().acquire_owned(), if room && slot.is_none() => match taken {
+                Ok(taken) => slot = Some(taken),
+                // The budget is never closed.
+                Err(_) => return,
+            },
+            accepted = listener.accept(), if room && slot.is_some() => match accepted {
                 Ok((stream, _)) => {
-                    // Small requests must not wait for Nagle.
                     let _ = stream.set_nodelay(true);
-                    connections.spawn(handle(stream));
+                    let served = handle(stream);
+                    let slot = slot.take();
+                    // The slot goes back when the connection ends or is
+                    // aborted with the gateway.
+                    connections.spawn(async move {
+                        served.await;
+                        drop(slot);
+                    });
                 }
                 Err(e) => {
-                    // EMFILE and friends: back off instead of spinning; the
-                    // listener itself stays usable.
                     tracing::warn!("failed to accept a connection: {e}");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
