@@ -282,13 +282,25 @@ impl Group {
             )
         };
         if fd < 0 {
+            // Only a stale handle means the directory is gone. Anything else
+            // (EMFILE, ENFILE, ENOMEM: the supervisor out of descriptors or
+            // memory) leaves a live directory unnamed, which the seal counts
+            // (`files_omitted`): an agent that exhausts the supervisor must
+            // not turn lost names into a log that verifies complete.
+            let errno = nix::errno::Errno::last();
+            if !matches!(errno, nix::errno::Errno::ESTALE | nix::errno::Errno::ENOENT) {
+                self.unnamed.set(self.unnamed.get().saturating_add(1));
+            }
             return None;
         }
         // SAFETY: `fd` is a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // Gone by its link count, not by the " (deleted)" that the kernel
         // appends to its name: a directory may be named that.
-        let st = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+        let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
+            self.unnamed.set(self.unnamed.get().saturating_add(1));
+            return None;
+        };
         if st.st_nlink == 0 {
             return None;
         }
