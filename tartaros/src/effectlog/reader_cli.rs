@@ -141,10 +141,13 @@ pub fn run(command: LogCommand) -> i32 {
 }
 
 fn read_failure(e: &LogError) -> i32 {
-    fail(
-        i32::from(VERDICT_UNSEALED),
-        format!("{e}; check the path and permissions"),
-    )
+    match e {
+        LogError::NotAFile { .. } => fail(i32::from(VERDICT_UNSEALED), e),
+        _ => fail(
+            i32::from(VERDICT_UNSEALED),
+            format!("{e}; check the path and permissions"),
+        ),
+    }
 }
 
 fn show_command(args: ShowArgs) -> i32 {

@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -21,8 +21,9 @@ use super::show::names::{self, FILE_KINDS, NET_KINDS, Outcome, PROC_KINDS};
 use super::show::policy::PolicyView;
 use super::show::render;
 use super::show::tree::{MAX_INDENT, Tree};
-use super::summary::{summarize, summary_text};
-use super::{LogError, VERDICT_OK};
+use super::source::{LogFile, settle};
+use super::summary::{summarize_log, summary_text};
+use super::{LogError, VERDICT_OK, Verdict};
 
 /// Timeline rows and tree lines in one page, past which the page says it
 /// was cut (a browser slows down with more; `log show` has everything).
@@ -86,12 +87,10 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
             path: out_path.to_path_buf(),
         });
     }
-    let summary = summarize(log)?;
-    let read_err = |source| LogError::Read {
-        path: log.to_path_buf(),
-        source,
-    };
-    let mut lines = Lines::new(BufReader::new(File::open(log).map_err(read_err)?));
+    let file = LogFile::open(log)?;
+    let (mut summary, verified) = summarize_log(&file)?;
+    let read_err = |source| file.read_err(source);
+    let mut lines = Lines::new(file.pass()?);
     let mut rows: Vec<(i128, u64, String)> = Vec::new();
     let mut total = 0u64;
     let mut tree = Tree::default();
@@ -152,6 +151,14 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         rows.push((rel.unwrap_or(i128::MAX), lineno, row));
     }
     rows.sort_by_key(|r| (r.0, r.1));
+    let shown = file.finish(lines.into_inner())?;
+    let verdict = Verdict {
+        code: summary.verify_code,
+        message: summary.verify.clone(),
+    };
+    let settled = settle(verdict, verified, shown);
+    summary.verify_code = settled.code;
+    summary.verify = settled.message;
     let mut tree_text = Vec::new();
     // An in-memory buffer: writing to it cannot fail.
     let _ = tree.print(None, false, &mut tree_text);
