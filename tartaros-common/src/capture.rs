@@ -504,7 +504,9 @@ pub use file::{
     FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FMODE_WRITE, FileLayout,
     KernelFile, MAP_FILE_LAYOUT, SysFileEvent, file_status,
 };
-pub use syscall_numbers::{AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag};
+pub use syscall_numbers::{
+    AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag, refused_for_args,
+};
 
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);
 const _: () = assert!(core::mem::size_of::<ExecEvent>() == 2392);

@@ -182,6 +182,56 @@ pub mod nr {
     }
 }
 
+/// Syscalls the seccomp filter refuses for some arguments only (with EPERM;
+/// `ioctl`'s terminal commands are recorded apart). The kernel runs no
+/// tracepoint before seccomp, so `sys_exit` records every EPERM of these
+/// from their registers, and the decoder keeps those the filter's own rules
+/// refuse (`seccomp::refusing_rule`): a user namespace, a raw socket, a
+/// core-size limit tried and refused is an attempt a reviewer must see. A
+/// test in the tartaros crate holds this list and the rules together.
+pub mod refused_for_args {
+    pub const SOCKET: u32 = 41;
+    pub const CLONE: u32 = 56;
+    pub const PERSONALITY: u32 = 135;
+    pub const PRCTL: u32 = 157;
+    pub const SETRLIMIT: u32 = 160;
+    pub const UNSHARE: u32 = 272;
+    pub const PRLIMIT64: u32 = 302;
+    pub const MEMFD_CREATE: u32 = 319;
+
+    const ALL: [u32; 8] = [
+        SOCKET,
+        CLONE,
+        PERSONALITY,
+        PRCTL,
+        SETRLIMIT,
+        UNSHARE,
+        PRLIMIT64,
+        MEMFD_CREATE,
+    ];
+
+    /// One bit per number below 320: one load for the eBPF verifier to
+    /// walk, where a chain of comparisons cost `sys_exit` ~120 walked
+    /// instructions.
+    const BITS: [u64; 5] = {
+        let mut bits = [0u64; 5];
+        let mut i = 0;
+        while i < ALL.len() {
+            bits[(ALL[i] >> 6) as usize] |= 1 << (ALL[i] & 63);
+            i += 1;
+        }
+        bits
+    };
+
+    #[inline(always)]
+    pub fn contains(nr: u32) -> bool {
+        match BITS.get((nr >> 6) as usize) {
+            Some(word) => (word >> (nr & 63)) & 1 != 0,
+            None => false,
+        }
+    }
+}
+
 /// Entries of the program's syscall table (`call_shape::TABLE`; every
 /// x86-64 number is below).
 pub const SYSCALL_KINDS: u32 = 512;

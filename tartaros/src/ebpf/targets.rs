@@ -2,7 +2,9 @@
 //! setflags, refused syscalls), kept out of `decode.rs`, which walks the
 //! common shape of every record.
 
-use tartaros_common::capture::{SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr};
+use tartaros_common::capture::{
+    SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, refused_for_args,
+};
 use tartaros_common::syscalls;
 
 use crate::effectlog::Target;
@@ -96,12 +98,29 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
                 t.insert("cmd", cmd);
                 t.insert("fd", s.args[0] as u32 as i32);
             }
-            // The filter's answers; without a filter the call ran.
-            if s.ret == -1 || s.ret == -38 {
+            // The filter's answers; without a filter the call ran. A call
+            // refused for its arguments was told apart by its rule.
+            if (s.ret == -1 || s.ret == -38) && !refused_for_args::contains(s.nr) {
                 t.insert("refused_by", "seccomp");
             }
         }
         _ => {}
+    }
+}
+
+/// The arguments the refusing `rule` tested, by the names it gives them
+/// (not a pointer's value), and who refused: the filter for certain only
+/// when the rule is of the set every run has.
+pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &SysEvent) {
+    for cond in &rule.when {
+        if cond.test != crate::seccomp::ArgTest::NotNull
+            && let Some(&arg) = s.args.get(usize::from(cond.index))
+        {
+            t.insert(cond.name, arg);
+        }
+    }
+    if rule.tier == crate::seccomp::Tier::Default {
+        t.insert("refused_by", "seccomp");
     }
 }
 
