@@ -243,3 +243,37 @@ fn files_with_invisible_or_space_like_characters_are_not_shown_as_others() {
         assert!(!page.contains(odd), "the report holds a {what} raw");
     }
 }
+
+/// The reviewer writes the report next to the log it was handed; the
+/// bundle can hold a link at that name to a file of the reviewer's.
+#[test]
+fn a_report_replaces_a_planted_link_instead_of_writing_through_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("effects.jsonl");
+    sealed_log(&log, &["/w/notes.txt"]);
+    let victim = dir.path().join("bashrc");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let html = dir.path().join("run.html");
+    std::os::unix::fs::symlink(&victim, &html).unwrap();
+    let out = tartaros(&[
+        "log",
+        "report",
+        log.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "the report was written through the link"
+    );
+    let meta = std::fs::symlink_metadata(&html).unwrap();
+    assert!(meta.file_type().is_file(), "{meta:?}");
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<html"));
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 3, "a temporary file was left: {left:?}");
+}

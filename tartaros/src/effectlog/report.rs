@@ -9,7 +9,6 @@
 //! `report.html#outcome=refused&group=file&q=/etc&pid=12`.
 
 use std::fmt::Write as _;
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -163,14 +162,45 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     // An in-memory buffer: writing to it cannot fail.
     let _ = tree.print(None, false, &mut tree_text);
     let page = page(&summary, summary_text(&summary), &rows, total, &tree_text);
-    let write_err = |source| ReportError::Write {
+    replace_with(out_path, page.as_bytes()).map_err(|source| ReportError::Write {
         path: out_path.to_path_buf(),
         source,
-    };
-    let mut out = BufWriter::new(File::create(out_path).map_err(write_err)?);
-    out.write_all(page.as_bytes()).map_err(write_err)?;
-    out.flush().map_err(write_err)?;
+    })?;
     Ok(summary.verify_code)
+}
+
+/// Puts `bytes` at `path` as a new file: written beside it under a fresh
+/// name, then renamed over it. The report often goes next to the log it
+/// was handed, where the sender may have left a link named like the report
+/// to a file of the reviewer's (`run.html -> ~/.bashrc`): opening the path
+/// for writing would follow it and overwrite that file; a rename replaces
+/// the link itself.
+fn replace_with(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    // O_EXCL: never a file or link already there.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let written = (|| {
+        let mut out = BufWriter::new(file);
+        out.write_all(bytes)?;
+        out.flush()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // Ours: created above.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The page's style: [`STYLE`] and one indentation class per tree level
