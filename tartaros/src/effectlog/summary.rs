@@ -75,8 +75,10 @@ pub struct FileChange {
     pub path: String,
     /// `created` (`O_EXCL`, mkdir, symlink, link), `written` (opened with
     /// `O_CREAT` but not `O_EXCL`: created or changed, the record cannot
-    /// tell), `modified`, `deleted`, `renamed` or `seal-only` (in the seal's
-    /// list, with no record of the change).
+    /// tell), `modified`, `deleted`, `renamed`, `exchanged` (one side of a
+    /// `RENAME_EXCHANGE`: `renamed_from` is the other name, whose file it now
+    /// holds) or `seal-only` (in the seal's list, with no record of the
+    /// change). A `RENAME_WHITEOUT`'s old name is `created` (`whiteout`).
     pub change: &'static str,
     /// What was done, in order: `create`, `append`, `overwrite`, `write`,
     /// `truncate`, `chmod 0755`, `chown`, `mkdir`, `symlink`, `link`,
