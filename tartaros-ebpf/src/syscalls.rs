@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use tartaros_common::capture::{
     ADDR_BYTES, AT_FDCWD, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT, call_shape,
-    effect, flag, ioctl, nr, record, refused_for_args,
+    effect, flag, ioctl, nr, record, refused_sometimes,
 };
 
 use crate::classify::classify;
@@ -397,7 +397,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
                     || (number == u64::from(nr::IOCTL)
                         && ret == -EPERM
                         && ioctl::refused_tty(a[1]))))
-                || (ret == -EPERM && refused_for_args::contains(number as u32));
+                || (ret == -EPERM && refused_sometimes::contains(number as u32));
             if abi == 0 && (!refused || compat(cfg)) {
                 return None;
             }

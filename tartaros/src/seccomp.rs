@@ -428,9 +428,10 @@ fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
 
 /// The rule of any tier that refuses `syscall` with these first three
 /// arguments, if one does: how the capture tells the filter's EPERM from
-/// the kernel's own for a call refused for its arguments only. Over every
-/// tier, since the capture does not know the run's options: only a
-/// `Tier::Default` rule (every run has it) proves the filter refused.
+/// the kernel's own for a call refused for its arguments or in some runs
+/// only. Over every tier, since the capture does not know the run's
+/// options: only a `Tier::Default` rule (every run has it) proves the
+/// filter refused.
 pub fn refusing_rule(syscall: &str, args: [u64; 3]) -> Option<Rule> {
     let all = rules(&SeccompOptions {
         strict: true,
@@ -451,7 +452,7 @@ pub fn refusing_rule(syscall: &str, args: [u64; 3]) -> Option<Rule> {
         }
     };
     all.into_iter()
-        .find(|r| r.syscall == syscall && !r.when.is_empty() && r.when.iter().all(holds))
+        .find(|r| r.syscall == syscall && r.when.iter().all(holds))
 }
 
 /// Compile the filter for `opts` for the running architecture. Pure: no

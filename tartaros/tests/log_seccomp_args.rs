@@ -1,6 +1,7 @@
 //! Calls the seccomp filter refuses for their arguments only (a user or
 //! mount namespace, raw and packet sockets, a core-size limit, an unsafe
-//! personality) are escape attempts a reviewer must see. Each is made by
+//! personality) or under `--seccomp-strict` only (`ptrace`, `chroot`) are
+//! escape attempts a reviewer must see. Each is made by
 //! a real agent under `tartaros run --log`; the test checks the kernel's
 //! verdict from the agent's exit code and the `syscall` record in the log.
 //! Needs root and gcc (fails under CI=true without).
@@ -86,4 +87,51 @@ fn calls_refused_for_their_arguments_are_recorded() {
             .all(|s| s["target"]["refused_by"] == "seccomp"),
         "{sockets:#?}"
     );
+}
+
+const STRICT_AGENT: &str = r#"
+#include <errno.h>
+#include <sys/ptrace.h>
+#include <unistd.h>
+
+int main(void) {
+    if (ptrace(PTRACE_TRACEME, 0, 0, 0) != -1 || errno != EPERM) return 10;
+    if (chroot("/") != -1 || errno != EPERM) return 11;
+    return 0;
+}
+"#;
+
+#[test]
+fn calls_refused_only_by_the_strict_filter_are_recorded() {
+    if !usable("seccomp_strict_always") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "agent", STRICT_AGENT);
+    let log = logs.join("effects.jsonl");
+    let out = tartaros(
+        &[
+            "run",
+            "--seccomp-strict",
+            "--write",
+            root.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            agent.to_str().unwrap(),
+        ],
+        root.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let records: Vec<Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for name in ["ptrace", "chroot"] {
+        let found = attempts(&records, name);
+        assert_eq!(found.len(), 1, "{name}: {found:#?}");
+        assert_eq!(found[0]["decision"], "denied", "{}", found[0]);
+        assert_eq!(found[0]["errno"], 1, "{}", found[0]);
+    }
 }

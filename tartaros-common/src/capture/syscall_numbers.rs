@@ -182,31 +182,45 @@ pub mod nr {
     }
 }
 
-/// Syscalls the seccomp filter refuses for some arguments only (with EPERM;
-/// `ioctl`'s terminal commands are recorded apart). The kernel runs no
-/// tracepoint before seccomp, so `sys_exit` records every EPERM of these
-/// from their registers, and the decoder keeps those the filter's own rules
-/// refuse (`seccomp::refusing_rule`): a user namespace, a raw socket, a
-/// core-size limit tried and refused is an attempt a reviewer must see. A
-/// test in the tartaros crate holds this list and the rules together.
-pub mod refused_for_args {
+/// Syscalls the seccomp filter refuses for some arguments only, or only
+/// under `--seccomp-strict` (with EPERM; `ioctl`'s terminal commands are
+/// recorded apart, the calls refused in every run are `nr::is_refused`).
+/// The kernel runs no tracepoint before seccomp, so `sys_exit` records
+/// every EPERM of these from their registers, and the decoder keeps those
+/// the filter's own rules refuse (`seccomp::refusing_rule`): a user
+/// namespace, a raw socket, a core-size limit, a `ptrace` tried and
+/// refused is an attempt a reviewer must see. A test in the tartaros crate
+/// holds this list and the rules together.
+pub mod refused_sometimes {
     pub const SOCKET: u32 = 41;
     pub const CLONE: u32 = 56;
+    pub const PTRACE: u32 = 101;
     pub const PERSONALITY: u32 = 135;
     pub const PRCTL: u32 = 157;
     pub const SETRLIMIT: u32 = 160;
+    pub const CHROOT: u32 = 161;
+    pub const MIGRATE_PAGES: u32 = 256;
     pub const UNSHARE: u32 = 272;
+    pub const MOVE_PAGES: u32 = 279;
+    pub const FANOTIFY_INIT: u32 = 300;
     pub const PRLIMIT64: u32 = 302;
+    pub const KCMP: u32 = 312;
     pub const MEMFD_CREATE: u32 = 319;
 
-    const ALL: [u32; 8] = [
+    const ALL: [u32; 14] = [
         SOCKET,
         CLONE,
+        PTRACE,
         PERSONALITY,
         PRCTL,
         SETRLIMIT,
+        CHROOT,
+        MIGRATE_PAGES,
         UNSHARE,
+        MOVE_PAGES,
+        FANOTIFY_INIT,
         PRLIMIT64,
+        KCMP,
         MEMFD_CREATE,
     ];
 

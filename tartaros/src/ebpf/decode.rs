@@ -21,7 +21,7 @@ use serde_json::Value;
 use tartaros_common::capture::{
     AT_FDCWD, EventHeader, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, SUN_PATH_MAX, SysAddrEvent,
     SysEvent, SysFileEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record,
-    refused_for_args, unix_hook, unix_verdict,
+    refused_sometimes, unix_hook, unix_verdict,
 };
 use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, syscalls, verdict};
 
@@ -298,7 +298,7 @@ impl Decoder {
         let flags = h.flags;
         if h.effect == effect::SYSCALL
             && flags & (flag::ABI_IA32 | flag::ABI_X32) == 0
-            && refused_for_args::contains(s.nr)
+            && refused_sometimes::contains(s.nr)
         {
             // Every EPERM of these reaches here; the kernel's own (a hard
             // limit raised without the capability) is no attempt the

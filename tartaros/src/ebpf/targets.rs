@@ -3,7 +3,7 @@
 //! common shape of every record.
 
 use tartaros_common::capture::{
-    SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, refused_for_args,
+    SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, refused_sometimes,
 };
 use tartaros_common::syscalls;
 
@@ -100,7 +100,7 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
             }
             // The filter's answers; without a filter the call ran. A call
             // refused for its arguments was told apart by its rule.
-            if (s.ret == -1 || s.ret == -38) && !refused_for_args::contains(s.nr) {
+            if (s.ret == -1 || s.ret == -38) && !refused_sometimes::contains(s.nr) {
                 t.insert("refused_by", "seccomp");
             }
         }
