@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
+use super::LogError;
 use super::verify::{VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_reader};
-use super::{LogError, escape};
 
 /// A log opened once; each [`LogFile::pass`] reads it from the start.
 pub(crate) struct LogFile {
@@ -116,11 +116,13 @@ pub(crate) fn settle(verdict: Verdict, verified: PassDigest, shown: PassDigest) 
     } else {
         (VERDICT_TAMPERED, "tampered")
     };
+    // The verifier escaped its message already; escaping it again would
+    // double its backslashes.
     Verdict {
         code,
         message: format!(
             "{what}: the file changed while it was read, so what is shown is not what was verified (verify said: {}); read a copy that nothing writes",
-            escape::terminal_capped(&verdict.message, 512)
+            verdict.message
         ),
     }
 }
