@@ -67,6 +67,11 @@ impl Files {
                 "create" => ("create".to_string(), true, false),
                 a => (a.to_string(), false, false),
             },
+            // A write to a file with no name left (unlinked while open,
+            // an O_TMPFILE): nothing of it is in the tree.
+            "write" if t.get("deleted").and_then(Value::as_bool) == Some(true) => {
+                ("write".to_string(), false, true)
+            }
             "write" | "truncate" | "chown" | "xattr" | "utime" | "setflags" | "attrib" => {
                 (kind.to_string(), false, false)
             }
