@@ -247,7 +247,7 @@ fn files_with_invisible_or_space_like_characters_are_not_shown_as_others() {
 /// The reviewer writes the report next to the log it was handed; the
 /// bundle can hold a link at that name to a file of the reviewer's.
 #[test]
-fn a_report_replaces_a_planted_link_instead_of_writing_through_it() {
+fn a_report_never_writes_through_a_planted_link() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("effects.jsonl");
     sealed_log(&log, &["/w/notes.txt"]);
@@ -262,18 +262,35 @@ fn a_report_replaces_a_planted_link_instead_of_writing_through_it() {
         "-o",
         html.to_str().unwrap(),
     ]);
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(
         std::fs::read_to_string(&victim).unwrap(),
         "precious\n",
         "the report was written through the link"
     );
-    let meta = std::fs::symlink_metadata(&html).unwrap();
-    assert!(meta.file_type().is_file(), "{meta:?}");
+    // Refused (78), with one line; the link is left as it was.
+    assert_eq!(out.status.code(), Some(78), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is not a regular file"),
+        "{out:?}"
+    );
+    assert!(
+        std::fs::symlink_metadata(&html)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    // A regular file there is replaced, and nothing is left beside it.
+    std::fs::remove_file(&html).unwrap();
+    std::fs::write(&html, "old").unwrap();
+    let out = tartaros(&[
+        "log",
+        "report",
+        log.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert!(std::fs::read_to_string(&html).unwrap().contains("<html"));
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name())
-        .collect();
-    assert_eq!(left.len(), 3, "a temporary file was left: {left:?}");
+    let left = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(left, 3, "a temporary file was left beside the report");
 }

@@ -131,7 +131,9 @@ pub fn run(command: LogCommand) -> i32 {
                 i32::from(code)
             }
             Err(super::ReportError::Log(e)) => read_failure(&e),
-            Err(e @ super::ReportError::SameFile { .. }) => fail(exit::REFUSED, e),
+            Err(
+                e @ (super::ReportError::SameFile { .. } | super::ReportError::NotAFile { .. }),
+            ) => fail(exit::REFUSED, e),
             Err(e) => fail(
                 WRITE_FAILED,
                 format!("{e}; check the directory and free space"),

@@ -35,6 +35,10 @@ pub enum ReportError {
     /// Writing the page over the log would destroy the evidence.
     #[error("failed to write the report: {} is the log itself; choose another -o path", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
     SameFile { path: PathBuf },
+    /// A link (planted beside the log: `run.html -> ~/.bashrc`), a device
+    /// (`/dev/stdout`) or a directory: neither written through nor replaced.
+    #[error("failed to write the report: {} exists and is not a regular file (a link?); remove it or choose another -o path", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
+    NotAFile { path: PathBuf },
     #[error("failed to write the report {}", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
     Write {
         path: PathBuf,
@@ -83,6 +87,11 @@ fn group_of(kind: &str) -> &'static str {
 pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     if same_file(log, out_path) {
         return Err(ReportError::SameFile {
+            path: out_path.to_path_buf(),
+        });
+    }
+    if std::fs::symlink_metadata(out_path).is_ok_and(|m| !m.file_type().is_file()) {
+        return Err(ReportError::NotAFile {
             path: out_path.to_path_buf(),
         });
     }
@@ -173,8 +182,9 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
 /// name, then renamed over it. The report often goes next to the log it
 /// was handed, where the sender may have left a link named like the report
 /// to a file of the reviewer's (`run.html -> ~/.bashrc`): opening the path
-/// for writing would follow it and overwrite that file; a rename replaces
-/// the link itself.
+/// for writing would follow it and overwrite that file. Such a path is
+/// refused before ([`ReportError::NotAFile`]); a rename never follows a
+/// link put there since.
 fn replace_with(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let name = path
