@@ -505,7 +505,7 @@ pub use file::{
     KernelFile, MAP_FILE_LAYOUT, SysFileEvent, file_status,
 };
 pub use syscall_numbers::{
-    AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag, setid,
+    AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag, refused_sometimes,
 };
 
 const _: () = assert!(core::mem::size_of::<EventHeader>() == 40);

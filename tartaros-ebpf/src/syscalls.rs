@@ -29,7 +29,7 @@ use aya_ebpf::{
 };
 use tartaros_common::capture::{
     ADDR_BYTES, AT_FDCWD, PATH_BYTES, RunConfig, SYSCALL_KINDS, X32_SYSCALL_BIT, call_shape,
-    effect, flag, ioctl, nr, record, setid,
+    effect, flag, ioctl, nr, record, refused_sometimes,
 };
 
 use crate::classify::classify;
@@ -387,14 +387,17 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             };
             // Refused whatever the arguments (told by their kind: a lookup
             // the verifier walks once, where the comparison chain of
-            // `nr::is_refused` was walked on every path here), or by their
-            // arguments: the terminal ioctls (input injection) and chmods
-            // to setuid or setgid.
-            let refused = captured
+            // `nr::is_refused` was walked on every path here), or the
+            // terminal ioctls the filter refuses (input injection), or an
+            // EPERM of a call the filter refuses for some arguments (the
+            // decoder keeps those its rules refuse: a namespace, a raw
+            // socket).
+            let refused = (captured
                 && (call_shape::kind_of(table_entry(number)) == effect::SYSCALL
-                    || (ret == -EPERM
-                        && ((number == u64::from(nr::IOCTL) && ioctl::refused_tty(a[1]))
-                            || setid::refused(number, a[1], a[2]))));
+                    || (number == u64::from(nr::IOCTL)
+                        && ret == -EPERM
+                        && ioctl::refused_tty(a[1]))))
+                || (ret == -EPERM && refused_sometimes::contains(number as u32));
             if abi == 0 && (!refused || compat(cfg)) {
                 return None;
             }

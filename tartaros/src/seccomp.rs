@@ -448,6 +448,35 @@ fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
     SeccompRule::new(conds).map_err(err)
 }
 
+/// The rule of any tier that refuses `syscall` with these first three
+/// arguments, if one does: how the capture tells the filter's EPERM from
+/// the kernel's own for a call refused for its arguments or in some runs
+/// only. Over every tier, since the capture does not know the run's
+/// options: only a `Tier::Default` rule (every run has it) proves the
+/// filter refused.
+pub fn refusing_rule(syscall: &str, args: [u64; 3]) -> Option<Rule> {
+    let all = rules(&SeccompOptions {
+        strict: true,
+        deny_unix: true,
+    });
+    let holds = |c: &ArgCond| {
+        let Some(&arg) = args.get(usize::from(c.index)) else {
+            return false;
+        };
+        let low = arg as u32;
+        match &c.test {
+            ArgTest::Eq(n) => low == n.value,
+            ArgTest::Ne(n) => low != n.value,
+            ArgTest::HasBits(n) => low & n.value == n.value,
+            ArgTest::MaskedEq { mask, value } => low & mask == value.value,
+            ArgTest::NotIn(ns) => ns.iter().all(|n| low != n.value),
+            ArgTest::NotNull => arg != 0,
+        }
+    };
+    all.into_iter()
+        .find(|r| r.syscall == syscall && r.when.iter().all(holds))
+}
+
 /// Compile the filter for `opts` for the running architecture. Pure: no
 /// syscalls, so the sandbox init can build it early and install it last.
 pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {

@@ -186,3 +186,57 @@ fn install_refuses_a_bad_length_before_any_syscall() {
     let long = vec![ret_errno(libc::EPERM); MAX_INSNS + 1];
     assert!(matches!(install(&long), Err(SeccompError::BadLength(_))));
 }
+
+#[test]
+fn the_capture_records_every_call_refused_for_its_arguments_or_in_some_runs() {
+    use tartaros_common::capture::refused_sometimes;
+    // Every call some rule refuses, but those refused in every run
+    // (`nr::is_refused`) and the terminal ioctls.
+    let conditional: std::collections::BTreeSet<&str> = rules(&opts(true, true))
+        .into_iter()
+        .filter(|r| (!r.when.is_empty() || r.tier != Tier::Default) && r.syscall != "ioctl")
+        .map(|r| r.syscall)
+        .collect();
+    for name in &conditional {
+        let nr = syscall_nr(name).expect("a number") as u32;
+        assert!(
+            refused_sometimes::contains(nr),
+            "{name} ({nr}) is not recorded"
+        );
+    }
+    let listed = (0..512)
+        .filter(|nr| refused_sometimes::contains(*nr))
+        .count();
+    assert_eq!(listed, conditional.len(), "{conditional:?}");
+}
+
+#[test]
+fn refusing_rule_tells_the_filter_s_refusals_from_the_kernel_s() {
+    let ns = u64::from(CLONE_NEWUSER.value | CLONE_NEWNS.value);
+    assert!(refusing_rule("unshare", [ns, 0, 0]).is_some());
+    assert!(
+        refusing_rule("unshare", [0x400, 0, 0]).is_none(),
+        "CLONE_FILES"
+    );
+    assert!(refusing_rule("socket", [17, 3, 0]).is_some(), "AF_PACKET");
+    assert!(
+        refusing_rule("socket", [2, 0x8_0003, 1]).is_some(),
+        "raw IPv4"
+    );
+    assert!(refusing_rule("socket", [2, 2, 0]).is_none(), "UDP");
+    assert!(refusing_rule("prlimit64", [0, 4, 0x7fff_0000_0000]).is_some());
+    assert!(
+        refusing_rule("prlimit64", [0, 4, 0]).is_none(),
+        "a read of the limit"
+    );
+    assert!(
+        refusing_rule("prlimit64", [0, 7, 0x7fff_0000_0000]).is_none(),
+        "NOFILE"
+    );
+    assert!(
+        refusing_rule("personality", [0xffff_ffff, 0, 0]).is_none(),
+        "the query"
+    );
+    let ptrace = refusing_rule("ptrace", [0, 0, 0]).expect("strict refuses every ptrace");
+    assert_eq!(ptrace.tier, Tier::Strict, "not proof the filter refused");
+}

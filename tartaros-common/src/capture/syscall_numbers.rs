@@ -182,6 +182,78 @@ pub mod nr {
     }
 }
 
+/// Syscalls the seccomp filter refuses for some arguments only, or only
+/// under `--seccomp-strict` (with EPERM; `ioctl`'s terminal commands are
+/// recorded apart, the calls refused in every run are `nr::is_refused`).
+/// The kernel runs no tracepoint before seccomp, so `sys_exit` records
+/// every EPERM of these from their registers, and the decoder keeps those
+/// the filter's own rules refuse (`seccomp::refusing_rule`): a user
+/// namespace, a raw socket, a core-size limit, a `ptrace` tried and
+/// refused is an attempt a reviewer must see. A test in the tartaros crate
+/// holds this list and the rules together.
+pub mod refused_sometimes {
+    pub const SOCKET: u32 = 41;
+    pub const CLONE: u32 = 56;
+    pub const CHMOD: u32 = 90;
+    pub const FCHMOD: u32 = 91;
+    pub const PTRACE: u32 = 101;
+    pub const PERSONALITY: u32 = 135;
+    pub const PRCTL: u32 = 157;
+    pub const SETRLIMIT: u32 = 160;
+    pub const CHROOT: u32 = 161;
+    pub const MIGRATE_PAGES: u32 = 256;
+    pub const UNSHARE: u32 = 272;
+    pub const FCHMODAT: u32 = 268;
+    pub const MOVE_PAGES: u32 = 279;
+    pub const FANOTIFY_INIT: u32 = 300;
+    pub const PRLIMIT64: u32 = 302;
+    pub const KCMP: u32 = 312;
+    pub const MEMFD_CREATE: u32 = 319;
+    pub const FCHMODAT2: u32 = 452;
+
+    const ALL: [u32; 18] = [
+        SOCKET,
+        CLONE,
+        CHMOD,
+        FCHMOD,
+        PTRACE,
+        PERSONALITY,
+        PRCTL,
+        SETRLIMIT,
+        CHROOT,
+        MIGRATE_PAGES,
+        FCHMODAT,
+        UNSHARE,
+        MOVE_PAGES,
+        FANOTIFY_INIT,
+        PRLIMIT64,
+        KCMP,
+        MEMFD_CREATE,
+        FCHMODAT2,
+    ];
+
+    /// One bit per number below 512: one load for the eBPF verifier to
+    /// walk, where a chain of comparisons cost `sys_exit` ~120 walked
+    /// instructions.
+    const BITS: [u64; 8] = {
+        let mut bits = [0u64; 8];
+        let mut i = 0;
+        while i < ALL.len() {
+            bits[(ALL[i] >> 6) as usize] |= 1 << (ALL[i] & 63);
+            i += 1;
+        }
+        bits
+    };
+
+    #[inline(always)]
+    pub fn contains(nr: u32) -> bool {
+        match BITS.get((nr >> 6) as usize) {
+            Some(word) => (word >> (nr & 63)) & 1 != 0,
+            None => false,
+        }
+    }
+}
+
 /// Entries of the program's syscall table (`call_shape::TABLE`; every
 /// x86-64 number is below).
 pub const SYSCALL_KINDS: u32 = 512;
@@ -244,32 +316,6 @@ pub mod ioctl {
     pub const fn sets_flags(cmd: u64) -> bool {
         let cmd = cmd & 0xffff_ffff;
         cmd == FS_IOC_SETFLAGS || cmd == FS_IOC32_SETFLAGS || cmd == FS_IOC_FSSETXATTR
-    }
-}
-
-/// chmod modes the seccomp filter refuses (`seccomp.rs`, "Privilege bits":
-/// no file left in a root may run as the agent's uid or gid for whoever
-/// executes it after the run). The refusal comes before `sys_enter`, so
-/// these attempts are `syscall` records made at exit.
-pub mod setid {
-    use super::nr;
-
-    pub const S_ISUID: u64 = 0o4000;
-    pub const S_ISGID: u64 = 0o2000;
-
-    /// Whether the filter refuses chmod-family call `number` with these
-    /// arguments: the mode is the second argument of `chmod`/`fchmod`, the
-    /// third of `fchmodat`/`fchmodat2`. The filter tests the low 32 bits.
-    #[inline(always)]
-    pub const fn refused(number: u64, a1: u64, a2: u64) -> bool {
-        let mode = if number == nr::CHMOD as u64 || number == nr::FCHMOD as u64 {
-            a1
-        } else if number == nr::FCHMODAT as u64 || number == nr::FCHMODAT2 as u64 {
-            a2
-        } else {
-            return false;
-        };
-        mode & (S_ISUID | S_ISGID) != 0
     }
 }
 

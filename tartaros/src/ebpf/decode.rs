@@ -21,9 +21,9 @@ use serde_json::Value;
 use tartaros_common::capture::{
     AT_FDCWD, EventHeader, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, SUN_PATH_MAX, SysAddrEvent,
     SysEvent, SysFileEvent, SysPath2Event, SysPathEvent, UnixEvent, effect, flag, nr, record,
-    unix_hook, unix_verdict,
+    refused_sometimes, unix_hook, unix_verdict,
 };
-use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, verdict};
+use tartaros_common::{AF_INET, AF_INET6, AF_UNIX, ConnectEvent, kind, syscalls, verdict};
 
 use crate::effectlog::{Decision, Record, Target};
 
@@ -296,6 +296,16 @@ impl Decoder {
         }
         let (mut errno, mut t) = (errno_of(s.ret), Target::new());
         let flags = h.flags;
+        if h.effect == effect::SYSCALL
+            && flags & (flag::ABI_IA32 | flag::ABI_X32) == 0
+            && refused_sometimes::contains(s.nr)
+        {
+            // Every EPERM of these reaches here; the kernel's own (a hard
+            // limit raised without the capability) is no attempt the
+            // filter refused.
+            let rule = crate::seccomp::refusing_rule(syscalls::name_of(s.nr)?, s.args)?;
+            super::targets::put_refused_args(&mut t, &rule, s);
+        }
         // An xattr record's second string is the attribute's name, and the
         // fd-based calls have no path.
         let xattr_fd = matches!(s.nr, nr::FSETXATTR | nr::FREMOVEXATTR);

@@ -2,7 +2,9 @@
 //! setflags, refused syscalls), kept out of `decode.rs`, which walks the
 //! common shape of every record.
 
-use tartaros_common::capture::{SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr};
+use tartaros_common::capture::{
+    SysEvent, X32_SYSCALL_BIT, effect, flag, ioctl, nr, refused_sometimes,
+};
 use tartaros_common::syscalls;
 
 use crate::effectlog::Target;
@@ -95,23 +97,30 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
                 };
                 t.insert("cmd", cmd);
                 t.insert("fd", s.args[0] as u32 as i32);
-            } else if s.nr == nr::FCHMOD {
-                t.insert("fd", s.args[0] as u32 as i32);
-                t.insert("mode", s.args[1] & 0o7777);
-            } else if s.nr == nr::CHMOD {
-                // The path is in the agent's memory: not read (a refused
-                // attempt changed nothing; the mode says what was asked).
-                t.insert("mode", s.args[1] & 0o7777);
-            } else if s.nr == nr::FCHMODAT || s.nr == nr::FCHMODAT2 {
-                t.insert("dirfd", s.args[0] as u32 as i32);
-                t.insert("mode", s.args[2] & 0o7777);
             }
-            // The filter's answers; without a filter the call ran.
-            if s.ret == -1 || s.ret == -38 {
+            // The filter's answers; without a filter the call ran. A call
+            // refused for its arguments was told apart by its rule.
+            if (s.ret == -1 || s.ret == -38) && !refused_sometimes::contains(s.nr) {
                 t.insert("refused_by", "seccomp");
             }
         }
         _ => {}
+    }
+}
+
+/// The arguments the refusing `rule` tested, by the names it gives them
+/// (not a pointer's value), and who refused: the filter for certain only
+/// when the rule is of the set every run has.
+pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &SysEvent) {
+    for cond in &rule.when {
+        if cond.test != crate::seccomp::ArgTest::NotNull
+            && let Some(&arg) = s.args.get(usize::from(cond.index))
+        {
+            t.insert(cond.name, arg);
+        }
+    }
+    if rule.tier == crate::seccomp::Tier::Default {
+        t.insert("refused_by", "seccomp");
     }
 }
 

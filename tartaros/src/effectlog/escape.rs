@@ -87,21 +87,56 @@ pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
     out
 }
 
-/// Characters that change how the rest of a line looks without being
-/// visible themselves: bidi marks and overrides (Trojan Source), zero-width
-/// characters, line and paragraph separators, interlinear annotation, the
-/// byte-order mark and tag characters.
+/// Characters a terminal shows as nothing, or as an ordinary space: a name
+/// holding one would show as another name (`notes.txt` + U+3164 HANGUL
+/// FILLER looks like `notes.txt`; `my` U+00A0 `notes` like `my notes`).
+/// The class is Unicode's own rather than a list of known tricks: every
+/// `Default_Ignorable_Code_Point` (bidi marks and overrides, zero-width
+/// characters, fillers, variation selectors, tags), every `White_Space`
+/// character but the ASCII space, the other format controls (`Cf`: the
+/// Arabic number signs, interlinear annotation) and the blank Braille
+/// pattern.
 pub(crate) fn is_invisible(c: char) -> bool {
     matches!(c,
+        // Default_Ignorable_Code_Point (Unicode 16 DerivedCoreProperties).
         '\u{00ad}'
+        | '\u{034f}'
         | '\u{061c}'
-        | '\u{180e}'
+        | '\u{115f}'..='\u{1160}'
+        | '\u{17b4}'..='\u{17b5}'
+        | '\u{180b}'..='\u{180f}'
         | '\u{200b}'..='\u{200f}'
-        | '\u{2028}'..='\u{202e}'
+        | '\u{202a}'..='\u{202e}'
         | '\u{2060}'..='\u{206f}'
+        | '\u{3164}'
+        | '\u{fe00}'..='\u{fe0f}'
         | '\u{feff}'
+        | '\u{ffa0}'
+        | '\u{fff0}'..='\u{fff8}'
+        | '\u{1bca0}'..='\u{1bca3}'
+        | '\u{1d173}'..='\u{1d17a}'
+        | '\u{e0000}'..='\u{e0fff}'
+        // White_Space other than ' ' (the C0/C1 ones are controls).
+        | '\u{00a0}'
+        | '\u{1680}'
+        | '\u{2000}'..='\u{200a}'
+        | '\u{2028}'..='\u{2029}'
+        | '\u{202f}'
+        | '\u{205f}'
+        | '\u{3000}'
+        // Other format controls (Cf) that render as nothing or mark up
+        // the text after them.
+        | '\u{0600}'..='\u{0605}'
+        | '\u{06dd}'
+        | '\u{070f}'
+        | '\u{0890}'..='\u{0891}'
+        | '\u{08e2}'
         | '\u{fff9}'..='\u{fffb}'
-        | '\u{e0000}'..='\u{e007f}')
+        | '\u{110bd}'
+        | '\u{110cd}'
+        | '\u{13430}'..='\u{1343f}'
+        // Shown blank, though not a space.
+        | '\u{2800}')
 }
 
 /// Appends `c`, escaped as [`terminal`] does.
@@ -158,8 +193,30 @@ mod tests {
     }
 
     #[test]
+    fn blank_and_space_like_characters_are_escaped() {
+        for (c, shown) in [
+            ('\u{3164}', r"\u{3164}"),
+            ('\u{115f}', r"\u{115f}"),
+            ('\u{a0}', r"\u{a0}"),
+            ('\u{2002}', r"\u{2002}"),
+            ('\u{3000}', r"\u{3000}"),
+            ('\u{fe0f}', r"\u{fe0f}"),
+            ('\u{34f}', r"\u{34f}"),
+            ('\u{1d173}', r"\u{1d173}"),
+            ('\u{e0100}', r"\u{e0100}"),
+            ('\u{2800}', r"\u{2800}"),
+        ] {
+            assert_eq!(terminal(&format!("a{c}b")), format!("a{shown}b"));
+        }
+        assert_eq!(terminal("my notes.txt"), "my notes.txt");
+    }
+
+    #[test]
     fn no_escaped_output_holds_a_control_or_invisible_char() {
-        for cp in (0u32..0x3000).chain(0xe0000..0xe0080).chain(0xfeff..0xfffc) {
+        for cp in (0u32..0x3200)
+            .chain(0xe0000..0xe1000)
+            .chain(0xfe00..0x10000)
+        {
             if let Some(c) = char::from_u32(cp) {
                 let s = terminal(&c.to_string());
                 assert!(

@@ -26,6 +26,7 @@ mod report;
 mod schema;
 mod secrets;
 mod show;
+mod source;
 mod summary;
 mod unnamed;
 mod verify;
@@ -103,6 +104,13 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    /// A pipe or a device cannot be read twice with the same bytes, and
+    /// a reader must show the bytes it verified.
+    #[error(
+        "failed to read effect log {}: it is not a regular file (a pipe or a device); save it to a file and read that",
+        path.display()
+    )]
+    NotAFile { path: PathBuf },
     #[error("failed to write the timeline")]
     Output {
         #[source]

@@ -131,7 +131,9 @@ pub fn run(command: LogCommand) -> i32 {
                 i32::from(code)
             }
             Err(super::ReportError::Log(e)) => read_failure(&e),
-            Err(e @ super::ReportError::SameFile { .. }) => fail(exit::REFUSED, e),
+            Err(
+                e @ (super::ReportError::SameFile { .. } | super::ReportError::NotAFile { .. }),
+            ) => fail(exit::REFUSED, e),
             Err(e) => fail(
                 WRITE_FAILED,
                 format!("{e}; check the directory and free space"),
@@ -141,10 +143,13 @@ pub fn run(command: LogCommand) -> i32 {
 }
 
 fn read_failure(e: &LogError) -> i32 {
-    fail(
-        i32::from(VERDICT_UNSEALED),
-        format!("{e}; check the path and permissions"),
-    )
+    match e {
+        LogError::NotAFile { .. } => fail(i32::from(VERDICT_UNSEALED), e),
+        _ => fail(
+            i32::from(VERDICT_UNSEALED),
+            format!("{e}; check the path and permissions"),
+        ),
+    }
 }
 
 fn show_command(args: ShowArgs) -> i32 {

@@ -9,8 +9,7 @@
 //! `report.html#outcome=refused&group=file&q=/etc&pid=12`.
 
 use std::fmt::Write as _;
-use std::fs::File;
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -21,8 +20,9 @@ use super::show::names::{self, FILE_KINDS, NET_KINDS, Outcome, PROC_KINDS};
 use super::show::policy::PolicyView;
 use super::show::render;
 use super::show::tree::{MAX_INDENT, Tree};
-use super::summary::{summarize, summary_text};
-use super::{LogError, VERDICT_OK};
+use super::source::{LogFile, settle};
+use super::summary::{summarize_log, summary_text};
+use super::{LogError, VERDICT_OK, Verdict};
 
 /// Timeline rows and tree lines in one page, past which the page says it
 /// was cut (a browser slows down with more; `log show` has everything).
@@ -35,6 +35,10 @@ pub enum ReportError {
     /// Writing the page over the log would destroy the evidence.
     #[error("failed to write the report: {} is the log itself; choose another -o path", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
     SameFile { path: PathBuf },
+    /// A link (planted beside the log: `run.html -> ~/.bashrc`), a device
+    /// (`/dev/stdout`) or a directory: neither written through nor replaced.
+    #[error("failed to write the report: {} exists and is not a regular file (a link?); remove it or choose another -o path", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
+    NotAFile { path: PathBuf },
     #[error("failed to write the report {}", crate::effectlog::escape::terminal(&path.to_string_lossy()))]
     Write {
         path: PathBuf,
@@ -86,12 +90,15 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
             path: out_path.to_path_buf(),
         });
     }
-    let summary = summarize(log)?;
-    let read_err = |source| LogError::Read {
-        path: log.to_path_buf(),
-        source,
-    };
-    let mut lines = Lines::new(BufReader::new(File::open(log).map_err(read_err)?));
+    if std::fs::symlink_metadata(out_path).is_ok_and(|m| !m.file_type().is_file()) {
+        return Err(ReportError::NotAFile {
+            path: out_path.to_path_buf(),
+        });
+    }
+    let file = LogFile::open(log)?;
+    let (mut summary, verified) = summarize_log(&file)?;
+    let read_err = |source| file.read_err(source);
+    let mut lines = Lines::new(file.pass()?);
     let mut rows: Vec<(i128, u64, String)> = Vec::new();
     let mut total = 0u64;
     let mut tree = Tree::default();
@@ -152,18 +159,58 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         rows.push((rel.unwrap_or(i128::MAX), lineno, row));
     }
     rows.sort_by_key(|r| (r.0, r.1));
+    let shown = file.finish(lines.into_inner())?;
+    let verdict = Verdict {
+        code: summary.verify_code,
+        message: summary.verify.clone(),
+    };
+    let settled = settle(verdict, verified, shown);
+    summary.verify_code = settled.code;
+    summary.verify = settled.message;
     let mut tree_text = Vec::new();
     // An in-memory buffer: writing to it cannot fail.
     let _ = tree.print(None, false, &mut tree_text);
     let page = page(&summary, summary_text(&summary), &rows, total, &tree_text);
-    let write_err = |source| ReportError::Write {
+    replace_with(out_path, page.as_bytes()).map_err(|source| ReportError::Write {
         path: out_path.to_path_buf(),
         source,
-    };
-    let mut out = BufWriter::new(File::create(out_path).map_err(write_err)?);
-    out.write_all(page.as_bytes()).map_err(write_err)?;
-    out.flush().map_err(write_err)?;
+    })?;
     Ok(summary.verify_code)
+}
+
+/// Puts `bytes` at `path` as a new file: written beside it under a fresh
+/// name, then renamed over it. The report often goes next to the log it
+/// was handed, where the sender may have left a link named like the report
+/// to a file of the reviewer's (`run.html -> ~/.bashrc`): opening the path
+/// for writing would follow it and overwrite that file. Such a path is
+/// refused before ([`ReportError::NotAFile`]); a rename never follows a
+/// link put there since.
+fn replace_with(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    // O_EXCL: never a file or link already there.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let written = (|| {
+        let mut out = BufWriter::new(file);
+        out.write_all(bytes)?;
+        out.flush()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        // Ours: created above.
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The page's style: [`STYLE`] and one indentation class per tree level

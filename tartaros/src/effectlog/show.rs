@@ -13,8 +13,7 @@ pub(crate) mod tree;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::File;
-use std::io::{BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 
 use serde_json::{Map, Value};
@@ -24,7 +23,8 @@ use lines::{Line, Lines};
 use policy::PolicyView;
 use tree::Tree;
 
-use super::{LogError, VERDICT_OK, Verdict, escape, verify_file};
+use super::source::{LogFile, settle};
+use super::{LogError, VERDICT_OK, Verdict, escape};
 
 /// What [`show`] prints. A record is shown when it matches every filter;
 /// `gap` records are shown whatever the filters, so a filtered view never
@@ -48,21 +48,13 @@ const REORDER_WINDOW: usize = 1024;
 /// Prints the log at `path` to `out` as `opts` says and returns the log's
 /// [`Verdict`] (the exit code of `show` is its `code`).
 pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verdict, LogError> {
-    let verdict = verify_file(path);
+    let log = LogFile::open(path)?;
+    let (verdict, verified) = log.verify()?;
     if verdict.code != VERDICT_OK {
-        let warning = warning_line(&verdict);
-        if opts.json {
-            // Standard output stays pure JSON lines.
-            let _ = writeln!(std::io::stderr(), "{warning}");
-        } else {
-            writeln!(out, "{warning}").map_err(out_err)?;
-        }
+        warn(&verdict, opts, out)?;
     }
-    let read_err = |source| LogError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut lines = Lines::new(BufReader::new(File::open(path).map_err(read_err)?));
+    let read_err = |source| log.read_err(source);
+    let mut lines = Lines::new(log.pass()?);
     let mut tree = Tree::default();
     let mut base: Option<i128> = None;
     let mut policy: Option<PolicyView> = None;
@@ -119,8 +111,27 @@ pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verd
     } else {
         flush_pending(&mut pending, 0, out)?;
     }
+    let shown = log.finish(lines.into_inner())?;
+    let settled = settle(verdict.clone(), verified, shown);
+    if settled != verdict {
+        // The timeline streams, so this can only come last; the exit code
+        // says it too.
+        warn(&settled, opts, out)?;
+    }
     out.flush().map_err(out_err)?;
-    Ok(verdict)
+    Ok(settled)
+}
+
+/// Writes the warning line for a log that does not verify.
+fn warn(verdict: &Verdict, opts: &ShowOptions, out: &mut dyn Write) -> Result<(), LogError> {
+    let warning = warning_line(verdict);
+    if opts.json {
+        // Standard output stays pure JSON lines.
+        let _ = writeln!(std::io::stderr(), "{warning}");
+    } else {
+        writeln!(out, "{warning}").map_err(out_err)?;
+    }
+    Ok(())
 }
 
 /// The first line of every reader's output when the log does not verify.

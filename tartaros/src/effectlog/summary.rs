@@ -10,8 +10,6 @@ mod files;
 mod print;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
 use serde::Serialize;
@@ -24,7 +22,8 @@ use super::show::names::{self, Mechanism, Outcome};
 use super::show::policy::PolicyView;
 use super::show::render::{self, text};
 use super::show::tree::{SANDBOX_INIT, Tree};
-use super::{LogError, Verdict, verify_file};
+use super::source::{LogFile, PassDigest, settle};
+use super::{LogError, Verdict};
 use files::Files;
 
 /// Distinct entries kept per table; more are counted in `*_more`.
@@ -76,8 +75,10 @@ pub struct FileChange {
     pub path: String,
     /// `created` (`O_EXCL`, mkdir, symlink, link), `written` (opened with
     /// `O_CREAT` but not `O_EXCL`: created or changed, the record cannot
-    /// tell), `modified`, `deleted`, `renamed` or `seal-only` (in the seal's
-    /// list, with no record of the change).
+    /// tell), `modified`, `deleted`, `renamed`, `exchanged` (one side of a
+    /// `RENAME_EXCHANGE`: `renamed_from` is the other name, whose file it now
+    /// holds) or `seal-only` (in the seal's list, with no record of the
+    /// change). A `RENAME_WHITEOUT`'s old name is `created` (`whiteout`).
     pub change: &'static str,
     /// What was done, in order: `create`, `append`, `overwrite`, `write`,
     /// `truncate`, `chmod 0755`, `chown`, `mkdir`, `symlink`, `link`,
@@ -133,20 +134,25 @@ pub struct Processes {
 
 /// Reads and summarizes the log at `path`.
 pub fn summarize(path: &Path) -> Result<Summary, LogError> {
-    let verdict = verify_file(path);
-    let read_err = |source| LogError::Read {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut lines = Lines::new(BufReader::new(File::open(path).map_err(read_err)?));
+    Ok(summarize_log(&LogFile::open(path)?)?.0)
+}
+
+/// Summarizes `log` from the bytes its verify pass read (the verdict says
+/// otherwise when they changed), and returns that pass's digest for the
+/// report's own pass.
+pub(crate) fn summarize_log(log: &LogFile) -> Result<(Summary, PassDigest), LogError> {
+    let (verdict, verified) = log.verify()?;
+    let mut lines = Lines::new(log.pass()?);
     let mut c = Collector::new(verdict);
-    while let Some(line) = lines.next_line().map_err(read_err)? {
+    while let Some(line) = lines.next_line().map_err(|e| log.read_err(e))? {
         match line {
             Line::Record(rec) => c.add(&rec),
             Line::Unreadable(_) => c.unreadable += 1,
         }
     }
-    Ok(c.finish())
+    let shown = log.finish(lines.into_inner())?;
+    c.verdict = settle(c.verdict, verified, shown);
+    Ok((c.finish(), verified))
 }
 
 /// The summary as one JSON object (for `--json`).

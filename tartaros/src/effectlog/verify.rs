@@ -62,22 +62,20 @@ impl Verdict {
 /// the seal's counts and digest recomputed) verifies `ok` by itself; only
 /// a head kept apart from the file tells it from the original.
 pub fn verify_file_with_head(path: &Path, head: Option<&str>) -> Verdict {
-    let verdict = verify_file(path);
     let Some(want) = head else {
-        return verdict;
+        return verify_file(path);
+    };
+    // One read: the seal compared with the head is the seal of the lines
+    // just verified, never a second read of a file that may have changed
+    // (or a pipe that serves another log to each open).
+    let (verdict, sealed) = match File::open(path) {
+        Ok(f) => check(BufReader::new(f)),
+        Err(_) => return verify_file(path),
     };
     if verdict.code != VERDICT_OK && verdict.code != VERDICT_INCOMPLETE {
         return verdict;
     }
-    let got = match last_line(path) {
-        Ok(line) => sha256_hex(&line),
-        Err(e) => {
-            return Verdict::new(
-                VERDICT_UNSEALED,
-                format!("unreadable: cannot read the seal again: {e}"),
-            );
-        }
-    };
+    let got = sealed.map(hex::encode).unwrap_or_default();
     if got.eq_ignore_ascii_case(want.trim()) {
         return verdict;
     }
@@ -88,21 +86,6 @@ pub fn verify_file_with_head(path: &Path, head: Option<&str>) -> Verdict {
             terminal_capped(want, 64)
         ),
     )
-}
-
-/// The last line of the file, without its newline.
-fn last_line(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut last = Vec::new();
-    let mut reader = BufReader::new(File::open(path)?);
-    let mut line = Vec::new();
-    while reader.read_until(b'\n', &mut line)? > 0 {
-        if line.last() == Some(&b'\n') {
-            line.pop();
-        }
-        std::mem::swap(&mut last, &mut line);
-        line.clear();
-    }
-    Ok(last)
 }
 
 /// Verifies the log at `path`. Never fails: an unreadable file is reported as
@@ -123,7 +106,13 @@ pub fn verify_file(path: &Path) -> Verdict {
 }
 
 /// Verifies a log read from `reader` (a file, or bytes in memory).
-pub fn verify_reader<R: BufRead>(mut reader: R) -> Verdict {
+pub fn verify_reader<R: BufRead>(reader: R) -> Verdict {
+    check(reader).0
+}
+
+/// The verdict, and the hash of the seal line when the log is sealed and
+/// its chain intact.
+fn check<R: BufRead>(mut reader: R) -> (Verdict, Option<[u8; 32]>) {
     let mut state = Chain::default();
     let mut buf = Vec::new();
     let mut lineno: u64 = 0;
@@ -134,10 +123,11 @@ pub fn verify_reader<R: BufRead>(mut reader: R) -> Verdict {
         let n = match (&mut reader).take(limit).read_until(b'\n', &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                return Verdict::new(
+                let verdict = Verdict::new(
                     VERDICT_UNSEALED,
                     format!("unreadable: cannot read line {}: {e}", lineno + 1),
                 );
+                return (verdict, None);
             }
         };
         if n == 0 {
@@ -145,13 +135,15 @@ pub fn verify_reader<R: BufRead>(mut reader: R) -> Verdict {
         }
         lineno += 1;
         let Some(line) = buf.strip_suffix(b"\n") else {
-            return state.unterminated(lineno, buf.len());
+            return (state.unterminated(lineno, buf.len()), None);
         };
         if let Err(why) = state.line(lineno, line) {
-            return Verdict::new(VERDICT_TAMPERED, format!("tampered: line {lineno}: {why}"));
+            let verdict = Verdict::new(VERDICT_TAMPERED, format!("tampered: line {lineno}: {why}"));
+            return (verdict, None);
         }
     }
-    state.finish(lineno)
+    // After the seal's line, `prev` is that line's hash.
+    (state.finish(lineno), state.sealed_at.map(|_| state.prev))
 }
 
 #[derive(Default)]

@@ -160,11 +160,21 @@ impl Join {
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
-        if let Some(size) = exists
-            .then(|| super::content::size_of(&names::on_disk(path)))
-            .flatten()
-        {
+        let on_disk = names::on_disk(path);
+        if let Some(size) = exists.then(|| super::content::size_of(&on_disk)).flatten() {
             t.insert("size", size);
+        }
+        // The name is the one the kernel's notification gave: the last
+        // name of a file unlinked while open, or the `#<inode>` the kernel
+        // gives an O_TMPFILE. Nothing there now: the writes went to a file
+        // the tree does not have.
+        let gone = !exists
+            || matches!(
+                crate::mount_tree::open_file_no_symlinks(&on_disk),
+                Err(nix::errno::Errno::ENOENT)
+            );
+        if gone {
+            t.insert("deleted", true);
         }
         if !self.tasks.contains_key(&w.task.tgid) {
             // A thread gone before it could be looked up, that no record

@@ -31,6 +31,11 @@ impl<R: BufRead> Lines<R> {
         }
     }
 
+    /// The reader, for what the caller does after the last line.
+    pub(crate) fn into_inner(self) -> R {
+        self.reader
+    }
+
     /// The next line, `None` at the end of the file.
     pub(crate) fn next_line(&mut self) -> std::io::Result<Option<Line>> {
         self.buf.clear();

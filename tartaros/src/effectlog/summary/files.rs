@@ -19,9 +19,15 @@ struct FileState {
     /// record cannot tell.
     maybe_created: bool,
     deleted: bool,
+    /// One side of a `RENAME_EXCHANGE`: holds what `renamed_from` held.
+    exchanged: bool,
     actions: Vec<String>,
     renamed_from: Option<String>,
 }
+
+/// `renameat2` flags that leave both names in place.
+const RENAME_EXCHANGE: u64 = 2;
+const RENAME_WHITEOUT: u64 = 4;
 
 /// Paths whose "changes" are not changes to the tree (`> /dev/null`).
 fn is_pseudo(path: &str) -> bool {
@@ -61,6 +67,11 @@ impl Files {
                 "create" => ("create".to_string(), true, false),
                 a => (a.to_string(), false, false),
             },
+            // A write to a file with no name left (unlinked while open,
+            // an O_TMPFILE): nothing of it is in the tree.
+            "write" if t.get("deleted").and_then(Value::as_bool) == Some(true) => {
+                ("write".to_string(), false, true)
+            }
             "write" | "truncate" | "chown" | "xattr" | "utime" | "setflags" | "attrib" => {
                 (kind.to_string(), false, false)
             }
@@ -108,11 +119,23 @@ impl Files {
         ) else {
             return;
         };
+        let flags = t.get("flags").and_then(Value::as_u64).unwrap_or(0);
+        if kind == "rename" && flags & RENAME_EXCHANGE != 0 {
+            return self.exchanged(from, to);
+        }
         let old = if kind == "rename" {
             self.files.remove(from)
         } else {
             None
         };
+        // A whiteout is a character device (0, 0) left at the old name.
+        if kind == "rename"
+            && flags & RENAME_WHITEOUT != 0
+            && let Some(f) = self.file(from)
+        {
+            f.created = true;
+            f.actions.push("whiteout".to_string());
+        }
         let Some(f) = self.file(to) else {
             return;
         };
@@ -144,6 +167,24 @@ impl Files {
         }
     }
 
+    /// A `RENAME_EXCHANGE`: each name now holds the other's file and its
+    /// history; neither is gone.
+    fn exchanged(&mut self, a: &str, b: &str) {
+        let old_a = self.files.remove(a).unwrap_or_default();
+        let old_b = self.files.remove(b).unwrap_or_default();
+        for (name, other, mut f) in [(a, b, old_b), (b, a, old_a)] {
+            f.exchanged = true;
+            f.deleted = false;
+            f.renamed_from = Some(f.renamed_from.unwrap_or_else(|| other.to_string()));
+            if !f.actions.iter().any(|x| x == "exchange") {
+                f.actions.push("exchange".to_string());
+            }
+            if let Some(slot) = self.file(name) {
+                *slot = f;
+            }
+        }
+    }
+
     /// The changes sorted by path, with the seal's sizes and hashes, and
     /// the count of paths that did not fit.
     pub(super) fn finish(mut self, seal_files: Vec<Value>) -> (Vec<FileChange>, u64) {
@@ -168,6 +209,8 @@ impl Files {
                 "deleted"
             } else if f.created {
                 "created"
+            } else if f.exchanged {
+                "exchanged"
             } else if f.renamed_from.is_some() {
                 "renamed"
             } else if f.maybe_created {

@@ -133,13 +133,16 @@ fn files_section(s: &Summary, o: &mut String) {
         "written",
         "modified",
         "renamed",
+        "exchanged",
         "deleted",
         "seal-only",
     ];
+    // A change not in the order still shows, last.
+    let rank = |c: &str| order.iter().position(|o| *o == c).unwrap_or(order.len());
     let mut shown = 0;
     let mut in_git = 0u64;
-    for change in order {
-        for f in s.files.iter().filter(|f| f.change == change) {
+    for r in 0..=order.len() {
+        for f in s.files.iter().filter(|f| rank(f.change) == r) {
             if inside_git(&f.path) {
                 in_git += 1;
             } else if shown < FILES_SHOWN {
