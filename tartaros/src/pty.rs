@@ -262,6 +262,11 @@ impl Drop for Relay {
 }
 
 fn relay_input(master: OwnedFd, terminal_in: bool) {
+    // The launcher's stdin is the service caller's descriptor: read it as
+    // the caller (see `caller::become_for_good`), or not at all.
+    if !crate::caller::become_for_good() {
+        return;
+    }
     let mut master = std::fs::File::from(master);
     let mut stdin = std::io::stdin().lock();
     let mut buf = [0u8; 4096];
@@ -286,8 +291,20 @@ fn relay_input(master: OwnedFd, terminal_in: bool) {
 }
 
 fn relay_output(master: OwnedFd) {
+    // The agent's bytes go to the service caller's descriptor with the
+    // caller's identity, never root's: a socket there would otherwise get
+    // them with root's credentials (see `caller::become_for_good`).
+    if !crate::caller::become_for_good() {
+        return;
+    }
     let mut master = std::fs::File::from(master);
-    let mut stdout = std::io::stdout();
+    // Straight to fd 1, unbuffered: nothing of the agent's may be left in
+    // a buffer that another (root) thread flushes.
+    // SAFETY: fd 1 stays open for the whole run; ManuallyDrop never
+    // closes it.
+    let mut stdout = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(1)
+    });
     let mut buf = [0u8; 16384];
     loop {
         match master.read(&mut buf) {
@@ -295,11 +312,7 @@ fn relay_output(master: OwnedFd) {
             // EIO: every slave descriptor is closed; the agent is gone.
             Ok(0) | Err(_) => return,
             Ok(n) => {
-                if stdout
-                    .write_all(&buf[..n])
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
+                if stdout.write_all(&buf[..n]).is_err() {
                     return;
                 }
             }

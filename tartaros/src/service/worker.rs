@@ -133,6 +133,7 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         let fd = status
             .take()
             .ok_or_else(|| refuse("--status-fd names a descriptor the client did not send"))?;
+        let fd = status_through_caller(fd)?;
         // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
         // status channel takes it over for the whole run.
         let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
@@ -158,6 +159,60 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// The caller's `--status-fd` descriptor behind a pipe: a process with the
+/// caller's whole identity (`caller::become_for_good`) copies the lines to
+/// it, so root never writes to a descriptor of the caller's (a socket
+/// there got root's credentials). Returns the pipe's write end. Forked
+/// while single-threaded; it ends at the pipe's end of file, when the
+/// worker (and the janitor it forks) are gone.
+fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| refuse(format!("failed to make the --status-fd pipe: {e}")))?;
+    // SAFETY: single-threaded here; the child runs only the copy below.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(refuse(format!(
+            "failed to start the --status-fd relay: {e}"
+        ))),
+        Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(write),
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(write);
+            keep_only(&[read.as_raw_fd(), fd.as_raw_fd()]);
+            if crate::caller::become_for_good() {
+                let mut from = std::fs::File::from(read);
+                let mut to = std::fs::File::from(fd);
+                let mut buf = [0u8; 4096];
+                while let Ok(n @ 1..) = std::io::Read::read(&mut from, &mut buf) {
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+            // SAFETY: leave without the worker's state.
+            unsafe { libc::_exit(0) }
+        }
+    }
+}
+
+/// Closes every descriptor of this (forked) process but `keep`: the
+/// connection, the caller's stdio and the maps are not the relay's to hold.
+fn keep_only(keep: &[RawFd]) {
+    let mut keep = keep.to_vec();
+    keep.sort_unstable();
+    let mut from: libc::c_uint = 0;
+    for fd in keep
+        .into_iter()
+        .filter_map(|fd| libc::c_uint::try_from(fd).ok())
+    {
+        if fd > from {
+            // SAFETY: closes descriptors of this process only.
+            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
+        }
+        from = fd + 1;
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 /// The caller, from the kernel: `SO_PEERCRED` and `SO_PEERGROUPS` as of the

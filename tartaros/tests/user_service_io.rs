@@ -1,0 +1,129 @@
+//! The root service's input and output on the caller's descriptors: the
+//! stdio a client sends by SCM_RIGHTS are the caller's, and what root
+//! copies to and from them must carry the caller's identity, not root's.
+//! A client is any program that speaks the frame protocol (the socket is
+//! mode 0666), so these tests speak it themselves, as an unnamed uid.
+
+mod common;
+#[path = "support/service.rs"]
+mod harness;
+
+use common::*;
+use harness::Service;
+
+const DORA: u32 = 47_000 + 181;
+
+/// A client of the service speaking the frame protocol by hand: its
+/// stdout is one end of a socket pair whose other end (kept here, with
+/// `SO_PASSCRED`) reports the credentials of every write that reaches it;
+/// prints `uid <n> <bytes>` for each.
+const CLIENT: &str = r#"
+import array, json, os, socket, struct, sys
+sock_path, args = sys.argv[1], json.loads(sys.argv[2])
+def pair():
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    return mine, theirs
+out, out_theirs = pair()
+status, status_theirs = pair()
+r, w = os.pipe()
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sock_path)
+body = json.dumps({"version": 1, "args": args, "cwd": "/tmp",
+                   "env": [["PATH", "/usr/bin:/bin"]]}).encode()
+frame = struct.pack("<I", len(body)) + body
+fds = [0, out_theirs.fileno(), w]
+if "--status-fd" in args:
+    fds.append(status_theirs.fileno())
+s.sendmsg([frame[:4]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+s.sendall(frame[4:])
+out_theirs.close(); status_theirs.close(); os.close(w)
+reply = b""
+while True:
+    d = s.recv(4096)
+    if not d:
+        break
+    reply += d
+print("reply", reply)
+for name, mine in (("out", out), ("status", status)):
+    mine.settimeout(5)
+    while True:
+        try:
+            msg, anc, _, _ = mine.recvmsg(4096, socket.CMSG_SPACE(12))
+        except (BlockingIOError, socket.timeout):
+            break
+        if not msg:
+            break
+        for _, kind, data in anc:
+            if kind == socket.SCM_CREDENTIALS:
+                print(name, "uid", struct.unpack("iII", data)[1], msg)
+"#;
+
+/// With a pty (`--tty`), root's relay copies the agent's output to the
+/// caller's stdout. Done with root's identity, the agent's bytes reached a
+/// socket as uid 0's: a datagram to journald's `/dev/log` or native
+/// socket became a log entry of root's, in whatever words the agent chose
+/// (and a write-time capability check, e.g. of a /proc file, passed).
+#[test]
+fn the_agents_output_through_the_pty_relay_reaches_the_caller_as_the_caller() {
+    if !can_run("pty_relay_identity") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(DORA);
+    let args = r#"["--tty", "--", "sh", "-c", "echo written-by-the-agent"]"#;
+    let socket = service.socket.to_str().unwrap();
+    let out = tartaros_python_as(DORA, work.path(), &[socket, args]);
+    let text = stdout(&out);
+    assert!(text.contains(r#"{"exit":0}"#), "the run failed: {text}");
+    let writes: Vec<&str> = text.lines().filter(|l| l.starts_with("out uid ")).collect();
+    assert!(
+        writes.iter().any(|l| l.contains("written-by-the-agent")),
+        "the agent's output never arrived: {text}"
+    );
+    for write in writes {
+        assert!(
+            write.starts_with(&format!("out uid {DORA} ")),
+            "root wrote the agent's output to the caller's socket as itself: {write}"
+        );
+    }
+}
+
+/// The `--status-fd` descriptor is the caller's too: root wrote the status
+/// lines (with the label the caller chose) to it with root's credentials.
+#[test]
+fn the_status_lines_reach_the_callers_descriptor_as_the_caller() {
+    if !can_run("status_identity") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(DORA);
+    let args = r#"["--status-fd", "9", "--label", "a-label", "--", "true"]"#;
+    let socket = service.socket.to_str().unwrap();
+    let out = tartaros_python_as(DORA, work.path(), &[socket, args]);
+    let text = stdout(&out);
+    assert!(text.contains(r#"{"exit":0}"#), "the run failed: {text}");
+    let lines: Vec<&str> = text.lines().filter(|l| l.starts_with("status ")).collect();
+    assert!(
+        lines.iter().any(|l| l.contains("exited")),
+        "no exited line arrived: {text}"
+    );
+    for line in lines {
+        assert!(
+            line.starts_with(&format!("status uid {DORA} ")),
+            "root wrote a status line to the caller's socket as itself: {line}"
+        );
+    }
+}
+
+/// Runs [`CLIENT`] as `uid` with `args`.
+fn tartaros_python_as(uid: u32, cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args([&format!("--reuid={uid}"), &format!("--regid={uid}")])
+        .args(["--clear-groups", "/usr/bin/python3", "-c", CLIENT])
+        .args(args)
+        .current_dir(cwd)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("setpriv")
+}
