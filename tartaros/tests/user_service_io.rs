@@ -18,7 +18,7 @@ const DORA: u32 = 47_000 + 181;
 /// `SO_PASSCRED`) reports the credentials of every write that reaches it;
 /// prints `uid <n> <bytes>` for each.
 const CLIENT: &str = r#"
-import array, json, os, socket, struct, sys
+import array, json, os, socket, struct, sys, time
 sock_path, args = sys.argv[1], json.loads(sys.argv[2])
 def pair():
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -26,6 +26,17 @@ def pair():
     return mine, theirs
 out, out_theirs = pair()
 status, status_theirs = pair()
+if os.environ.get("STALLED_STATUS"):
+    # A status pipe that is full and never read, its read end held open.
+    status, status_theirs = os.pipe()
+    os.set_blocking(status_theirs, False)
+    try:
+        while True:
+            os.write(status_theirs, b"x" * 4096)
+    except BlockingIOError:
+        pass
+    os.set_blocking(status_theirs, True)
+    status_theirs = open(status_theirs, "wb", closefd=True)
 r, w = os.pipe()
 s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 s.connect(sock_path)
@@ -44,7 +55,10 @@ while True:
     if not d:
         break
     reply += d
-print("reply", reply)
+print("reply", reply, flush=True)
+if os.environ.get("STALLED_STATUS"):
+    time.sleep(15)
+    sys.exit(0)
 for name, mine in (("out", out), ("status", status)):
     mine.settimeout(5)
     while True:
@@ -116,14 +130,66 @@ fn the_status_lines_reach_the_callers_descriptor_as_the_caller() {
     }
 }
 
+/// The status relay runs as the caller, so it must not outlive the run:
+/// a caller whose status pipe is full and never read (its read end held
+/// open) would otherwise keep one blocked process per run for ever.
+#[test]
+fn a_status_descriptor_nobody_reads_leaves_no_process_behind() {
+    if !can_run("stalled_status") {
+        return;
+    }
+    use std::io::BufRead;
+    let service = Service::start();
+    let work = owned_dir(DORA + 1);
+    let args = r#"["--status-fd", "9", "--", "true"]"#;
+    let mut child = KillOnDrop(Some(
+        python_client_as(
+            DORA + 1,
+            work.path(),
+            &[service.socket.to_str().unwrap(), args],
+        )
+        .env("STALLED_STATUS", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("setpriv"),
+    ));
+    let out = child.0.as_mut().unwrap().stdout.take().unwrap();
+    let reply = std::io::BufReader::new(out).lines().next();
+    let reply = reply.and_then(Result::ok).unwrap_or_default();
+    assert!(reply.contains(r#"{"exit":0}"#), "the run failed: {reply}");
+    let left = || {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| {
+                let status = std::fs::read_to_string(e.path().join("status")).unwrap_or_default();
+                let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                status.contains(&format!("Uid:\t{}\t", DORA + 1))
+                    && String::from_utf8_lossy(&cmdline).contains("__tartaros_service_worker")
+            })
+            .count()
+    };
+    assert!(
+        eventually(8, || left() == 0),
+        "{} processes of the service's, as the caller, outlived the run",
+        left()
+    );
+}
+
 /// Runs [`CLIENT`] as `uid` with `args`.
 fn tartaros_python_as(uid: u32, cwd: &std::path::Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new("setpriv")
+    python_client_as(uid, cwd, args).output().expect("setpriv")
+}
+
+/// [`CLIENT`] as `uid` with `args`, to spawn.
+fn python_client_as(uid: u32, cwd: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new("setpriv");
+    command
         .args([&format!("--reuid={uid}"), &format!("--regid={uid}")])
         .args(["--clear-groups", "/usr/bin/python3", "-c", CLIENT])
         .args(args)
         .current_dir(cwd)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("setpriv")
+        .stdin(std::process::Stdio::null());
+    command
 }

@@ -168,6 +168,7 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
 /// while single-threaded; it ends at the pipe's end of file, when the
 /// worker (and the janitor it forks) are gone.
 fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
+    let worker = nix::unistd::getpid();
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| refuse(format!("failed to make the --status-fd pipe: {e}")))?;
     // SAFETY: single-threaded here; the child runs only the copy below.
@@ -180,6 +181,7 @@ fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
             drop(write);
             keep_only(&[read.as_raw_fd(), fd.as_raw_fd()]);
             if crate::caller::become_for_good() {
+                drain_after_worker(worker);
                 let mut from = std::fs::File::from(read);
                 let mut to = std::fs::File::from(fd);
                 let mut buf = [0u8; 4096];
@@ -192,6 +194,34 @@ fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
             // SAFETY: leave without the worker's state.
             unsafe { libc::_exit(0) }
         }
+    }
+}
+
+/// How long the status relay may still write once the worker is gone.
+const STATUS_DRAIN: libc::c_uint = 5;
+
+/// Bounds the status relay's life by the worker's: a write may block
+/// while the worker runs (as the worker's own write used to), but once it
+/// is gone the relay has [`STATUS_DRAIN`] seconds left, then SIGALRM ends
+/// it. A caller whose status pipe is full and never read, its read end
+/// held open, would otherwise keep one blocked process per run for ever.
+/// Set after the identity change, which clears the parent-death signal.
+fn drain_after_worker(worker: nix::unistd::Pid) {
+    extern "C" fn worker_gone(_: libc::c_int) {
+        // SAFETY: alarm is async-signal-safe and takes a plain integer.
+        unsafe { libc::alarm(STATUS_DRAIN) };
+    }
+    // SAFETY: a zeroed sigaction with a handler that only calls alarm; no
+    // SA_RESTART, so a blocked write returns to be retried, then the alarm
+    // ends the process.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = worker_gone as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGUSR1);
+    }
+    if nix::unistd::getppid() != worker {
+        worker_gone(libc::SIGUSR1);
     }
 }
 
