@@ -90,8 +90,7 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
         // bound on the wait, should the connection still be open.)
         let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
         if let Ok(Message::Refused { code, message }) = frame::read::<Message>(&mut &*conn) {
-            eprintln!("tartaros: {}", frame::one_line(&message));
-            return code;
+            return refused(args, code, &message);
         }
         return fail(format!("failed to send the run to the service: {e}"));
     }
@@ -100,10 +99,7 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
     loop {
         match frame::read::<Message>(&mut reader) {
             Ok(Message::Exit(code)) => return code,
-            Ok(Message::Refused { code, message }) => {
-                eprintln!("tartaros: {}", frame::one_line(&message));
-                return code;
-            }
+            Ok(Message::Refused { code, message }) => return refused(args, code, &message),
             Ok(Message::Signal(_)) => {}
             Err(e) => {
                 return fail(format!(
@@ -112,6 +108,21 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
             }
         }
     }
+}
+
+/// The service refused the run before it reached `tartaros run` (busy, a
+/// bad request, a sandboxed caller): says so on stderr and, as a run of
+/// our own would, on the `--status-fd` channel, so that a harness gets its
+/// one `refused` or `failed` line instead of an end of file.
+fn refused(args: &[OsString], code: i32, message: &str) -> i32 {
+    let message = frame::one_line(message);
+    eprintln!("tartaros: {message}");
+    if let Some(fd) = crate::cli_extra::status_fd_in(args)
+        && let Ok(channel) = crate::status::StatusChannel::adopt(fd)
+    {
+        crate::cli_extra::report_end(Some(&channel), code, &message);
+    }
+    code
 }
 
 /// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the service's worker,

@@ -133,6 +133,9 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         let fd = status
             .take()
             .ok_or_else(|| refuse("--status-fd names a descriptor the client did not send"))?;
+        // Before the pipe hides it: the caller's file must not be one the
+        // agent writes as well.
+        crate::status::check_own_file(fd.as_raw_fd()).map_err(refuse)?;
         let fd = status_through_caller(fd)?;
         // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
         // status channel takes it over for the whole run.
