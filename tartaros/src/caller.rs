@@ -156,6 +156,24 @@ fn no_capability_left() -> bool {
     got == 0 && data.iter().all(|d| d.effective == 0 && d.permitted == 0)
 }
 
+/// Connects to `addr` with a socket of the caller's (outside a service
+/// worker: of this process). A gateway of a service run (`--port`, the
+/// proxy's and the broker's upstreams) connects on the caller's behalf;
+/// the socket's owner is the fsuid of the thread that makes it, and a
+/// socket of root's passed the host's rules by owner (`-m owner !
+/// --uid-owner 0 -j DROP` before a cloud metadata address or a root-only
+/// local API) that stop the caller itself.
+pub async fn connect_tcp(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = as_caller(|| {
+        if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+    })?;
+    socket.connect(addr).await
+}
+
 /// `_LINUX_CAPABILITY_VERSION_3` and its two 32-bit words per set.
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
