@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -94,6 +94,10 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
         }
         return fail(format!("failed to send the run to the service: {e}"));
     }
+    // The worker puts a terminal stdin in raw mode (the pty relay) and
+    // gives it back at the end; a worker that dies (killed, the service
+    // restarted) cannot, and this process outlives it.
+    let terminal = nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok();
     forward_signals(conn);
     let mut reader = conn;
     loop {
@@ -102,6 +106,13 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
             Ok(Message::Refused { code, message }) => return refused(args, code, &message),
             Ok(Message::Signal(_)) => {}
             Err(e) => {
+                if let Some(saved) = &terminal {
+                    let _ = nix::sys::termios::tcsetattr(
+                        std::io::stdin().as_fd(),
+                        nix::sys::termios::SetArg::TCSANOW,
+                        saved,
+                    );
+                }
                 return fail(format!(
                     "the service ended the run without an exit status ({e}); see the service's own log"
                 ));
