@@ -188,7 +188,14 @@ fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
                 let mut from = std::fs::File::from(read);
                 let mut to = std::fs::File::from(fd);
                 let mut buf = [0u8; 4096];
-                while let Ok(n @ 1..) = std::io::Read::read(&mut from, &mut buf) {
+                loop {
+                    // The worker's death interrupts a read (SIGUSR1): the
+                    // lines still in the pipe are read all the same.
+                    let n = match std::io::Read::read(&mut from, &mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
                     if to.write_all(&buf[..n]).is_err() {
                         break;
                     }
