@@ -193,3 +193,68 @@ fn python_client_as(uid: u32, cwd: &std::path::Path, args: &[&str]) -> std::proc
         .stdin(std::process::Stdio::null());
     command
 }
+
+/// The copying is the caller's, but no thread of the root worker is: a
+/// thread with the caller's uid is one the caller may signal (`tgkill`),
+/// and a SIGSTOP to it stops the whole worker, with any shared lock it
+/// holds. The relay is a process of the caller's instead.
+#[test]
+fn no_thread_of_the_root_worker_runs_as_the_caller() {
+    if !can_run("worker_threads_identity") {
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(DORA + 2);
+    let args = r#"["--tty", "--", "sh", "-c", "echo started; sleep 3"]"#;
+    let socket = service.socket.to_str().unwrap().to_string();
+    let client = std::thread::spawn({
+        let work = work.path().to_path_buf();
+        move || tartaros_python_as(DORA + 2, &work, &[&socket, args])
+    });
+    let workers = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                let cmdline = std::fs::read(p.join("cmdline")).unwrap_or_default();
+                String::from_utf8_lossy(&cmdline).contains("__tartaros_service_worker")
+            })
+            .collect()
+    };
+    let uid_of = |task: &std::path::Path| {
+        std::fs::read_to_string(task.join("status"))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+    };
+    // Once the relay is copying: the agent's pty exists for a while.
+    assert!(
+        eventually(10, || workers()
+            .iter()
+            .any(|w| uid_of(w).as_deref() == Some(&(DORA + 2).to_string()))),
+        "no process of the caller's relays the pty"
+    );
+    let mut mixed = Vec::new();
+    for worker in workers() {
+        let tasks: Vec<_> = std::fs::read_dir(worker.join("task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| uid_of(&e.path()))
+            .collect();
+        if tasks.iter().any(|u| u.as_deref() == Some("0"))
+            && tasks.iter().any(|u| u.as_deref() != Some("0"))
+        {
+            mixed.push((worker, tasks));
+        }
+    }
+    let out = client.join().unwrap();
+    assert!(stdout(&out).contains(r#"{"exit":0}"#), "{}", stdout(&out));
+    assert!(
+        mixed.is_empty(),
+        "a root worker has threads of the caller's: {mixed:?}"
+    );
+}

@@ -113,6 +113,11 @@ fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, 
             unsafe { std::env::set_var(key, value) };
         }
     }
+    // While single-threaded, with the caller's stdio in place: the process
+    // that will copy a pty's bytes to and from it as the caller.
+    if wants_pty(&request.args) {
+        crate::pty_helper::start().map_err(refuse)?;
+    }
     let mut args: Vec<std::ffi::OsString> = vec!["tartaros".into(), "run".into()];
     args.extend(
         status_fd_renumbered(&request.args, status)?
@@ -120,6 +125,19 @@ fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, 
             .map(Into::into),
     );
     Ok(crate::cli::main(args))
+}
+
+/// Whether the run may give the agent a pty (stdin and stdout terminals,
+/// or `--tty`), so that it needs the pty helper; a run that does without
+/// one copies on threads that take the caller's identity.
+fn wants_pty(args: &[String]) -> bool {
+    let flags = args.iter().take_while(|a| *a != "--");
+    if flags.clone().any(|a| a == "--no-tty") {
+        return false;
+    }
+    // SAFETY: isatty only inspects the descriptors.
+    let terminals = unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 };
+    terminals || flags.clone().any(|a| a == "--tty")
 }
 
 /// The client's `--status-fd N` names its own descriptor: the one it sent
@@ -182,7 +200,7 @@ fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
         Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(write),
         Ok(nix::unistd::ForkResult::Child) => {
             drop(write);
-            keep_only(&[read.as_raw_fd(), fd.as_raw_fd()]);
+            crate::pty_helper::close_all_but(&[read.as_raw_fd(), fd.as_raw_fd()]);
             if crate::caller::become_for_good() {
                 drain_after_worker(worker);
                 let mut from = std::fs::File::from(read);
@@ -233,26 +251,6 @@ fn drain_after_worker(worker: nix::unistd::Pid) {
     if nix::unistd::getppid() != worker {
         worker_gone(libc::SIGUSR1);
     }
-}
-
-/// Closes every descriptor of this (forked) process but `keep`: the
-/// connection, the caller's stdio and the maps are not the relay's to hold.
-fn keep_only(keep: &[RawFd]) {
-    let mut keep = keep.to_vec();
-    keep.sort_unstable();
-    let mut from: libc::c_uint = 0;
-    for fd in keep
-        .into_iter()
-        .filter_map(|fd| libc::c_uint::try_from(fd).ok())
-    {
-        if fd > from {
-            // SAFETY: closes descriptors of this process only.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0) };
-        }
-        from = fd + 1;
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) };
 }
 
 /// The caller, from the kernel: `SO_PEERCRED` and `SO_PEERGROUPS` as of the
