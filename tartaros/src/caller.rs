@@ -116,6 +116,64 @@ pub fn as_caller<T>(f: impl FnOnce() -> T) -> T {
     result
 }
 
+/// Gives this thread (or a process forked for the job) the caller's whole
+/// identity for good: groups, real, effective and saved ids, and so no
+/// capability at all. For the threads that copy bytes to and from the
+/// caller's own descriptors: done as root, a write carried root's
+/// credentials to whatever the caller had connected them to (a socket's
+/// `SCM_CREDENTIALS`, so a datagram to `/dev/log` was logged as uid 0's)
+/// and passed the kernel's write-time capability checks for it. True
+/// outside a service worker; false (and the thread must not copy) when the
+/// identity could not be taken whole.
+pub fn become_for_good() -> bool {
+    let Some(caller) = caller() else {
+        return true;
+    };
+    // SAFETY: raw syscalls on this thread's credentials with buffers we
+    // own (glibc's wrappers would change every thread's).
+    let changed = unsafe {
+        libc::syscall(
+            libc::SYS_setgroups,
+            caller.groups.len(),
+            caller.groups.as_ptr(),
+        ) == 0
+            && libc::syscall(libc::SYS_setresgid, caller.gid, caller.gid, caller.gid) == 0
+            && libc::syscall(libc::SYS_setresuid, caller.uid, caller.uid, caller.uid) == 0
+    };
+    // Leaving uid 0 for good clears the permitted and effective sets (no
+    // SECBIT_KEEP_CAPS here); a caller that is root keeps them, and is root.
+    changed && (caller.uid == 0 || no_capability_left())
+}
+
+fn no_capability_left() -> bool {
+    let mut header = CapHeader {
+        version: CAP_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget of this thread into a header and two words we own.
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    got == 0 && data.iter().all(|d| d.effective == 0 && d.permitted == 0)
+}
+
+/// Connects to `addr` with a socket of the caller's (outside a service
+/// worker: of this process). A gateway of a service run (`--port`, the
+/// proxy's and the broker's upstreams) connects on the caller's behalf;
+/// the socket's owner is the fsuid of the thread that makes it, and a
+/// socket of root's passed the host's rules by owner (`-m owner !
+/// --uid-owner 0 -j DROP` before a cloud metadata address or a root-only
+/// local API) that stop the caller itself.
+pub async fn connect_tcp(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = as_caller(|| {
+        if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+    })?;
+    socket.connect(addr).await
+}
+
 /// `_LINUX_CAPABILITY_VERSION_3` and its two 32-bit words per set.
 const CAP_VERSION_3: u32 = 0x2008_0522;
 

@@ -62,7 +62,7 @@ pub struct RunArgs {
     /// Write the effect log to FILE (must not exist).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M).
+    /// Kernel ring buffer for captured events (rounded up to a power of two; default 8M, at most 8M through the service).
     #[arg(long = "log-buffer", value_name = "SIZE", value_parser = crate::config::parse_size)]
     pub log_buffer: Option<u64>,
     #[command(flatten)]
@@ -81,7 +81,19 @@ fn ring_size(requested: Option<u64>) -> Result<u32, String> {
             "--log-buffer {size} is out of range; use 64K to 1G"
         ));
     }
-    u32::try_from(size.next_power_of_two()).map_err(|_| format!("--log-buffer {size} is too large"))
+    let ring = u32::try_from(size.next_power_of_two())
+        .map_err(|_| format!("--log-buffer {size} is too large"))?;
+    // Through the service the ring is root's memory, allocated whole at
+    // the start and charged to the service, never to the caller: at 1G a
+    // run, any user could have root pin a gigabyte per run it holds. The
+    // default is what the bound on a caller's runs already counts.
+    if crate::caller::caller().is_some() && u64::from(ring) > DEFAULT {
+        return Err(format!(
+            "--log-buffer {size}: through the service a run's log buffer is at most {} MiB (the service's memory, not yours); ask for less, or run as root",
+            DEFAULT >> 20
+        ));
+    }
+    Ok(ring)
 }
 
 /// Prints `tartaros: <message>` and returns `code`.

@@ -45,6 +45,7 @@ pub mod policy;
 pub mod port_relay;
 pub mod proxy;
 pub mod pty;
+pub mod pty_helper;
 pub mod run_options;
 pub mod runlog;
 pub mod scope;

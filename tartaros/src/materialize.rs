@@ -233,18 +233,24 @@ fn remove(registry: &Registry, path: &Path) {
 /// Removes the placeholder `dir` if it is still an empty directory,
 /// reaching it without following a symlink: the agent had the tree until
 /// now, and a parent it swapped for a link to a host directory must not
-/// make root remove a directory there.
+/// make root remove a directory there. Through the service it is removed
+/// with the caller's rights (`caller::as_caller`): the marker names a
+/// path, and the caller may have put another user's empty directory
+/// there meanwhile (its own placeholder removed, the name taken in a
+/// sticky /var/tmp), which root removed and the caller could not.
 fn remove_placeholder(dir: &Path) {
     let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
         return;
     };
-    if let Ok(at) = crate::mount_tree::open_no_symlinks(parent) {
-        let _ = nix::unistd::unlinkat(
-            Some(at.as_raw_fd()),
-            name,
-            nix::unistd::UnlinkatFlags::RemoveDir,
-        );
-    }
+    crate::caller::as_caller(|| {
+        if let Ok(at) = crate::mount_tree::open_no_symlinks(parent) {
+            let _ = nix::unistd::unlinkat(
+                Some(at.as_raw_fd()),
+                name,
+                nix::unistd::UnlinkatFlags::RemoveDir,
+            );
+        }
+    });
 }
 
 /// The janitor's cleanup after a supervisor that died: removes each

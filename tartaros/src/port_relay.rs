@@ -135,7 +135,7 @@ async fn relay_one(
         up: up.clone(),
         down: down.clone(),
     };
-    let connected = tokio::time::timeout(timeout, TcpStream::connect(upstream)).await;
+    let connected = tokio::time::timeout(timeout, crate::caller::connect_tcp(upstream)).await;
     let effect = match connected {
         Ok(Ok(outside)) => {
             let mut inside = Counted {

@@ -185,8 +185,25 @@ pub fn attach_in_agent() -> Result<(), PtyError> {
 /// The running relay between the launcher's terminal and the agent's pty.
 pub struct Relay {
     saved: Option<Termios>,
-    output: std::thread::JoinHandle<()>,
+    output: Output,
     winch: Option<tokio::task::JoinHandle<()>>,
+}
+
+/// Who copies the agent's output: a thread of ours, or (through the
+/// service) the caller's own helper process, whose socket reaches end of
+/// file when it is done (pty_helper.rs).
+enum Output {
+    Thread(std::thread::JoinHandle<()>),
+    Helper(OwnedFd),
+}
+
+impl Output {
+    fn is_finished(&self) -> bool {
+        match self {
+            Self::Thread(thread) => thread.is_finished(),
+            Self::Helper(done) => crate::pty_helper::finished(done),
+        }
+    }
 }
 
 impl Relay {
@@ -202,21 +219,36 @@ impl Relay {
             termios::cfmakeraw(&mut raw);
             let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, &raw);
         }
-        let input = master.try_clone().map_err(|e| PtyError::Attach {
-            what: "dup the master",
-            source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
+        let dup = |master: &OwnedFd| {
+            master.try_clone().map_err(|e| PtyError::Attach {
+                what: "dup the master",
+                source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+            })
+        };
         let terminal_in = saved.is_some();
-        // Blocking threads: the launcher's stdin must not be made
-        // non-blocking (that flag is shared with the launcher's shell).
-        // The input thread is left blocked in read when the run ends; the
-        // process exits soon after.
-        std::thread::spawn(move || relay_input(input, terminal_in));
-        let output_master = master.try_clone().map_err(|e| PtyError::Attach {
-            what: "dup the master",
-            source: nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
-        })?;
-        let output = std::thread::spawn(move || relay_output(output_master));
+        let output = match crate::pty_helper::hand_over(&master) {
+            Some(done) => Output::Helper(done),
+            None => {
+                // Blocking threads: the launcher's stdin must not be made
+                // non-blocking (that flag is shared with the launcher's
+                // shell). The input thread is left blocked in read when
+                // the run ends; the process exits soon after. A service
+                // run without its helper copies with the caller's
+                // identity, never root's (`caller::become_for_good`).
+                let input = dup(&master)?;
+                std::thread::spawn(move || {
+                    if crate::caller::become_for_good() {
+                        relay_input(input, terminal_in);
+                    }
+                });
+                let output_master = dup(&master)?;
+                Output::Thread(std::thread::spawn(move || {
+                    if crate::caller::become_for_good() {
+                        relay_output(output_master);
+                    }
+                }))
+            }
+        };
         let winch =
             match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()) {
                 Ok(mut stream) => Some(tokio::spawn(async move {
@@ -261,7 +293,7 @@ impl Drop for Relay {
     }
 }
 
-fn relay_input(master: OwnedFd, terminal_in: bool) {
+pub(crate) fn relay_input(master: OwnedFd, terminal_in: bool) {
     let mut master = std::fs::File::from(master);
     let mut stdin = std::io::stdin().lock();
     let mut buf = [0u8; 4096];
@@ -285,9 +317,15 @@ fn relay_input(master: OwnedFd, terminal_in: bool) {
     }
 }
 
-fn relay_output(master: OwnedFd) {
+pub(crate) fn relay_output(master: OwnedFd) {
     let mut master = std::fs::File::from(master);
-    let mut stdout = std::io::stdout();
+    // Straight to fd 1, unbuffered: nothing of the agent's may be left in
+    // a buffer that another (root) thread flushes.
+    // SAFETY: fd 1 stays open for the whole run; ManuallyDrop never
+    // closes it.
+    let mut stdout = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(1)
+    });
     let mut buf = [0u8; 16384];
     loop {
         match master.read(&mut buf) {
@@ -295,11 +333,7 @@ fn relay_output(master: OwnedFd) {
             // EIO: every slave descriptor is closed; the agent is gone.
             Ok(0) | Err(_) => return,
             Ok(n) => {
-                if stdout
-                    .write_all(&buf[..n])
-                    .and_then(|()| stdout.flush())
-                    .is_err()
-                {
+                if stdout.write_all(&buf[..n]).is_err() {
                     return;
                 }
             }

@@ -21,6 +21,10 @@ pub enum StatusError {
     NotOpen(RawFd),
     #[error("--status-fd {0} is one of stdin, stdout or stderr; pass a descriptor of 3 or more")]
     Stdio(RawFd),
+    #[error(
+        "--status-fd {fd} is the same file as standard stream {stream}, which the agent writes too; give the status channel a pipe of its own"
+    )]
+    SharedStream { fd: RawFd, stream: RawFd },
     #[error("failed to mark --status-fd {fd} close-on-exec: {source}")]
     Cloexec { fd: RawFd, source: nix::Error },
 }
@@ -84,6 +88,7 @@ impl StatusChannel {
         if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
             return Err(StatusError::NotOpen(fd));
         }
+        check_own_file(fd)?;
         // SAFETY: F_SETFD on an open descriptor only changes its flags.
         if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
             return Err(StatusError::Cloexec {
@@ -110,6 +115,31 @@ impl StatusChannel {
             let _ = file.write_all(&event.to_line());
         }
     }
+}
+
+/// Refuses a status descriptor that is the same file (pipe, socket,
+/// terminal, regular file) as one of the standard streams, which the agent
+/// inherits: `3>&1`, or through the service `--status-fd 1` (a number the
+/// worker renumbers), let the agent print `{"event":"exited",...}` lines
+/// that the harness read as ours. The null device is no channel to forge.
+pub fn check_own_file(fd: RawFd) -> Result<(), StatusError> {
+    let id = |fd: RawFd| {
+        nix::sys::stat::fstat(fd)
+            .ok()
+            .filter(|st| !is_null_device(st))
+            .map(|st| (st.st_dev, st.st_ino))
+    };
+    let Some(ours) = id(fd) else {
+        return Ok(());
+    };
+    match (0..=2).find(|stream| id(*stream) == Some(ours)) {
+        Some(stream) => Err(StatusError::SharedStream { fd, stream }),
+        None => Ok(()),
+    }
+}
+
+fn is_null_device(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
 }
 
 /// Sends `event` when there is a channel.

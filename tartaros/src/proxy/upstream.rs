@@ -65,7 +65,7 @@ pub(crate) async fn connect_checked(
             host: host.to_string(),
         };
         for addr in addrs {
-            match TcpStream::connect(addr).await {
+            match crate::caller::connect_tcp(addr).await {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);

@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -90,28 +90,50 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
         // bound on the wait, should the connection still be open.)
         let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
         if let Ok(Message::Refused { code, message }) = frame::read::<Message>(&mut &*conn) {
-            eprintln!("tartaros: {}", frame::one_line(&message));
-            return code;
+            return refused(args, code, &message);
         }
         return fail(format!("failed to send the run to the service: {e}"));
     }
+    // The worker puts a terminal stdin in raw mode (the pty relay) and
+    // gives it back at the end; a worker that dies (killed, the service
+    // restarted) cannot, and this process outlives it.
+    let terminal = nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok();
     forward_signals(conn);
     let mut reader = conn;
     loop {
         match frame::read::<Message>(&mut reader) {
             Ok(Message::Exit(code)) => return code,
-            Ok(Message::Refused { code, message }) => {
-                eprintln!("tartaros: {}", frame::one_line(&message));
-                return code;
-            }
+            Ok(Message::Refused { code, message }) => return refused(args, code, &message),
             Ok(Message::Signal(_)) => {}
             Err(e) => {
+                if let Some(saved) = &terminal {
+                    let _ = nix::sys::termios::tcsetattr(
+                        std::io::stdin().as_fd(),
+                        nix::sys::termios::SetArg::TCSANOW,
+                        saved,
+                    );
+                }
                 return fail(format!(
                     "the service ended the run without an exit status ({e}); see the service's own log"
                 ));
             }
         }
     }
+}
+
+/// The service refused the run before it reached `tartaros run` (busy, a
+/// bad request, a sandboxed caller): says so on stderr and, as a run of
+/// our own would, on the `--status-fd` channel, so that a harness gets its
+/// one `refused` or `failed` line instead of an end of file.
+fn refused(args: &[OsString], code: i32, message: &str) -> i32 {
+    let message = frame::one_line(message);
+    eprintln!("tartaros: {message}");
+    if let Some(fd) = crate::cli_extra::status_fd_in(args)
+        && let Ok(channel) = crate::status::StatusChannel::adopt(fd)
+    {
+        crate::cli_extra::report_end(Some(&channel), code, &message);
+    }
+    code
 }
 
 /// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the service's worker,

@@ -113,6 +113,11 @@ fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, 
             unsafe { std::env::set_var(key, value) };
         }
     }
+    // While single-threaded, with the caller's stdio in place: the process
+    // that will copy a pty's bytes to and from it as the caller.
+    if wants_pty(&request.args) {
+        crate::pty_helper::start().map_err(refuse)?;
+    }
     let mut args: Vec<std::ffi::OsString> = vec!["tartaros".into(), "run".into()];
     args.extend(
         status_fd_renumbered(&request.args, status)?
@@ -120,6 +125,19 @@ fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, 
             .map(Into::into),
     );
     Ok(crate::cli::main(args))
+}
+
+/// Whether the run may give the agent a pty (stdin and stdout terminals,
+/// or `--tty`), so that it needs the pty helper; a run that does without
+/// one copies on threads that take the caller's identity.
+fn wants_pty(args: &[String]) -> bool {
+    let flags = args.iter().take_while(|a| *a != "--");
+    if flags.clone().any(|a| a == "--no-tty") {
+        return false;
+    }
+    // SAFETY: isatty only inspects the descriptors.
+    let terminals = unsafe { libc::isatty(0) == 1 && libc::isatty(1) == 1 };
+    terminals || flags.clone().any(|a| a == "--tty")
 }
 
 /// The client's `--status-fd N` names its own descriptor: the one it sent
@@ -133,6 +151,10 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         let fd = status
             .take()
             .ok_or_else(|| refuse("--status-fd names a descriptor the client did not send"))?;
+        // Before the pipe hides it: the caller's file must not be one the
+        // agent writes as well.
+        crate::status::check_own_file(fd.as_raw_fd()).map_err(refuse)?;
+        let fd = status_through_caller(fd)?;
         // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
         // status channel takes it over for the whole run.
         let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 100) };
@@ -158,6 +180,77 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         }
     }
     Ok(out)
+}
+
+/// The caller's `--status-fd` descriptor behind a pipe: a process with the
+/// caller's whole identity (`caller::become_for_good`) copies the lines to
+/// it, so root never writes to a descriptor of the caller's (a socket
+/// there got root's credentials). Returns the pipe's write end. Forked
+/// while single-threaded; it ends at the pipe's end of file, when the
+/// worker (and the janitor it forks) are gone.
+fn status_through_caller(fd: OwnedFd) -> Result<OwnedFd, Refusal> {
+    let worker = nix::unistd::getpid();
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| refuse(format!("failed to make the --status-fd pipe: {e}")))?;
+    // SAFETY: single-threaded here; the child runs only the copy below.
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => Err(refuse(format!(
+            "failed to start the --status-fd relay: {e}"
+        ))),
+        Ok(nix::unistd::ForkResult::Parent { .. }) => Ok(write),
+        Ok(nix::unistd::ForkResult::Child) => {
+            drop(write);
+            crate::pty_helper::close_all_but(&[read.as_raw_fd(), fd.as_raw_fd()]);
+            if crate::caller::become_for_good() {
+                drain_after_worker(worker);
+                let mut from = std::fs::File::from(read);
+                let mut to = std::fs::File::from(fd);
+                let mut buf = [0u8; 4096];
+                loop {
+                    // The worker's death interrupts a read (SIGUSR1): the
+                    // lines still in the pipe are read all the same.
+                    let n = match std::io::Read::read(&mut from, &mut buf) {
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            }
+            // SAFETY: leave without the worker's state.
+            unsafe { libc::_exit(0) }
+        }
+    }
+}
+
+/// How long the status relay may still write once the worker is gone.
+const STATUS_DRAIN: libc::c_uint = 5;
+
+/// Bounds the status relay's life by the worker's: a write may block
+/// while the worker runs (as the worker's own write used to), but once it
+/// is gone the relay has [`STATUS_DRAIN`] seconds left, then SIGALRM ends
+/// it. A caller whose status pipe is full and never read, its read end
+/// held open, would otherwise keep one blocked process per run for ever.
+/// Set after the identity change, which clears the parent-death signal.
+fn drain_after_worker(worker: nix::unistd::Pid) {
+    extern "C" fn worker_gone(_: libc::c_int) {
+        // SAFETY: alarm is async-signal-safe and takes a plain integer.
+        unsafe { libc::alarm(STATUS_DRAIN) };
+    }
+    // SAFETY: a zeroed sigaction with a handler that only calls alarm; no
+    // SA_RESTART, so a blocked write returns to be retried, then the alarm
+    // ends the process.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = worker_gone as *const () as libc::sighandler_t;
+        libc::sigaction(libc::SIGUSR1, &action, std::ptr::null_mut());
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGUSR1);
+    }
+    if nix::unistd::getppid() != worker {
+        worker_gone(libc::SIGUSR1);
+    }
 }
 
 /// The caller, from the kernel: `SO_PEERCRED` and `SO_PEERGROUPS` as of the
