@@ -102,6 +102,9 @@ pub(super) struct Decoder {
     proc_root: String,
     /// (tgid, ppid) of the last record, whose table entries are current.
     last: (u32, u32),
+    /// Per thread: the destination the kernel's connect / sendmsg hook
+    /// saw during the call in flight (`decode_net.rs`).
+    kernel_dests: HashMap<u32, std::net::SocketAddr>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -119,6 +122,7 @@ impl Decoder {
         Self {
             wall_offset: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
             ppids: HashMap::new(),
+            kernel_dests: HashMap::new(),
             known: HashSet::new(),
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
@@ -158,7 +162,7 @@ impl Decoder {
                 record::SYS_FILE => read::<SysFileEvent>(bytes).map(|e| self.sys_file(&e)),
                 record::UNIX => read::<UnixEvent>(bytes).map(|e| Some(self.unix(&e))),
                 k if (kind::CONNECT4..=kind::SOCK_CREATE).contains(&k) => {
-                    read::<ConnectEvent>(bytes).map(|e| Some(self.connect_event(&e)))
+                    read::<ConnectEvent>(bytes).map(|e| self.connect_event(&e))
                 }
                 _ => None,
             };
@@ -437,6 +441,9 @@ impl Decoder {
             effect::CONNECT | effect::SENDTO | effect::BIND => {
                 if let Some(a) = addr {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
+                }
+                if h.effect != effect::BIND {
+                    self.put_kernel_destination(&mut t, h.pid, errno);
                 }
                 t.insert("fd", s.fd);
                 if s.nr == nr::SENDMMSG {
