@@ -3,7 +3,8 @@
 //! destination of `sendto`, so a record naming it names a send that never
 //! happened. (A `sockaddr_in` with family `AF_UNSPEC`, which the kernel's
 //! `udp_sendmsg` would send to, is refused by the connect filter: the test
-//! keeps that so.) Needs root and gcc (fails under CI=true without).
+//! keeps that so.) A `sendmmsg` whose first message names no destination
+//! sends its later messages where they say. Needs root and gcc (fails under CI=true without).
 
 mod common;
 
@@ -12,6 +13,7 @@ use common::*;
 use serde_json::Value;
 
 const AGENT: &str = r#"
+#define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -54,7 +56,24 @@ int main(void) {
     fake.sin_addr.s_addr = inet_addr("192.0.2.44");
     if (as < 0 || sendto(cs, "t", 1, 0, (void *)&fake, sizeof fake) != 1) return 15;
     if (recv(as, &c, 1, 0) != 1 || c != 't') return 16;
-    dprintf(1, "%d %d\n", ntohs(r.sin_port), ntohs(l.sin_port));
+    // sendmmsg on a UDP socket connected to r: its first message goes to
+    // r, its second to m, which it names.
+    struct sockaddr_in m;
+    int rm = bound(SOCK_DGRAM, &m), ux = socket(AF_INET, SOCK_DGRAM, 0);
+    if (rm < 0 || ux < 0 || connect(ux, (void *)&r, sizeof r)) return 18;
+    struct iovec io[2] = {{"a", 1}, {"m", 1}};
+    struct mmsghdr mm[2];
+    memset(mm, 0, sizeof mm);
+    mm[0].msg_hdr.msg_iov = &io[0];
+    mm[0].msg_hdr.msg_iovlen = 1;
+    mm[1].msg_hdr.msg_iov = &io[1];
+    mm[1].msg_hdr.msg_iovlen = 1;
+    mm[1].msg_hdr.msg_name = &m;
+    mm[1].msg_hdr.msg_namelen = sizeof m;
+    if (sendmmsg(ux, mm, 2, 0) != 2) return 19;
+    setsockopt(rm, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (recv(rm, &c, 1, 0) != 1 || c != 'm') return 20;
+    dprintf(1, "%d %d %d\n", ntohs(r.sin_port), ntohs(l.sin_port), ntohs(m.sin_port));
     return 0;
 }
 "#;
@@ -76,7 +95,7 @@ fn a_sendto_record_names_where_the_kernel_sent_it() {
         .split_whitespace()
         .map(|p| p.parse().expect("a port"))
         .collect();
-    let (udp, tcp) = (ports[0], ports[1]);
+    let (udp, tcp, mmsg) = (ports[0], ports[1], ports[2]);
     let all = sends(&records);
     // The datagram went to 127.0.0.1:udp, as the kernel's hook saw it.
     assert!(
@@ -107,4 +126,16 @@ fn a_sendto_record_names_where_the_kernel_sent_it() {
     assert!(allowed(tcp_send), "{tcp_send}");
     assert_eq!(tcp_send["target"]["addr_unused"], true, "{tcp_send}");
     assert_eq!(tcp_send["target"]["claimed_port"], 4444, "{tcp_send}");
+    // The sendmmsg's second datagram went to 127.0.0.1:mmsg though its
+    // first message named no destination.
+    let named_later = all
+        .iter()
+        .find(|r| r["target"]["messages"] == 2)
+        .unwrap_or_else(|| panic!("no record of the sendmmsg to port {mmsg}: {all:#?}"));
+    assert_eq!(
+        (field(named_later, "addr"), &named_later["target"]["port"]),
+        (Some("127.0.0.1"), &mmsg.into()),
+        "{named_later}"
+    );
+    assert_eq!(field(named_later, "addr_source"), Some("kernel"));
 }

@@ -104,7 +104,7 @@ pub(super) struct Decoder {
     last: (u32, u32),
     /// Per thread: the destination the kernel's connect / sendmsg hook
     /// saw during the call in flight (`decode_net.rs`).
-    kernel_dests: HashMap<u32, std::net::SocketAddr>,
+    kernel_dests: HashMap<u32, Vec<std::net::SocketAddr>>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -439,16 +439,22 @@ impl Decoder {
                 t.insert("gid", s.args[1] as u32 as i32);
             }
             effect::CONNECT | effect::SENDTO | effect::BIND => {
-                if let Some(a) = addr {
+                let mmsg = s.nr == nr::SENDMMSG;
+                // sendmmsg whose first message named no destination (or
+                // whose messages were unreadable): it sent to a
+                // destination only if a kernel hook saw one.
+                let unnamed = mmsg && flags & flag::ADDR_UNREADABLE != 0;
+                if let Some(a) = addr.filter(|_| !unnamed) {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
                 }
-                if h.effect != effect::BIND {
-                    self.put_kernel_destination(&mut t, h.pid, errno);
+                if h.effect != effect::BIND
+                    && !self.put_kernel_destination(&mut t, h.pid, errno, (mmsg, unnamed))
+                {
+                    return None;
                 }
                 t.insert("fd", s.fd);
                 if s.nr == nr::SENDMMSG {
-                    // The destination of the first message; `ret` messages
-                    // of `messages` were sent.
+                    // `ret` messages of `messages` were sent.
                     t.insert("messages", s.args[1] as u32);
                     if s.ret >= 0 {
                         t.insert("sent", s.ret);

@@ -100,18 +100,31 @@ impl Decoder {
     /// kernel's inet hook saw in the same call. A successful inet call
     /// the hook never saw did not use its address (`sendto` on a
     /// connected TCP socket): the record says so and names no destination.
-    pub(super) fn put_kernel_destination(&mut self, t: &mut Target, tid: u32, errno: u64) {
-        let kernel = self.kernel_dests.remove(&tid);
-        let inet = matches!(
-            t.get("family").and_then(|f| f.as_str()),
-            Some("inet" | "inet6")
-        );
+    /// `sendmmsg` (`all`) names the first destination its messages went
+    /// to and lists them all in `destinations` when there are several.
+    /// False: the record of a `sendmmsg` whose first message named no
+    /// destination (`unnamed`) and whose messages all went to the
+    /// connected peer, which is no effect of its own.
+    pub(super) fn put_kernel_destination(
+        &mut self,
+        t: &mut Target,
+        tid: u32,
+        errno: u64,
+        (all, unnamed): (bool, bool),
+    ) -> bool {
+        let notes = self.kernel_dests.remove(&tid).unwrap_or_default();
+        let kernel = if all { notes.first() } else { notes.last() };
+        if unnamed && kernel.is_none() {
+            return false;
+        }
+        let family = t.get("family").and_then(|f| f.as_str());
+        let inet = matches!(family, Some("inet" | "inet6"));
         if kernel.is_none() && (!inet || errno != 0) {
             if inet {
                 // A refused attempt: the agent's claim is all there is.
                 t.insert("addr_source", "agent");
             }
-            return;
+            return true;
         }
         let claimed = Claimed {
             family: t.remove("family"),
@@ -119,12 +132,12 @@ impl Decoder {
             port: t.remove("port"),
             path: t.remove("path"),
         };
-        let Some(dest) = kernel else {
+        let Some(&dest) = kernel else {
             // Succeeded without the kernel looking at the address.
             claimed.put(t, true);
             t.insert("addr_source", "agent");
             t.insert("addr_unused", true);
-            return;
+            return true;
         };
         let family = if dest.is_ipv4() { "inet" } else { "inet6" };
         let addr = dest.ip().to_string();
@@ -138,14 +151,28 @@ impl Decoder {
         t.insert("addr", addr);
         t.insert("port", dest.port());
         t.insert("addr_source", "kernel");
+        let mut distinct: Vec<String> = Vec::new();
+        for d in notes.iter().filter(|_| all) {
+            let d = d.to_string();
+            if !distinct.contains(&d) {
+                distinct.push(d);
+            }
+        }
+        if distinct.len() > 1 {
+            t.insert("destinations", distinct);
+        }
+        true
     }
 
     pub(super) fn connect_event(&mut self, e: &ConnectEvent) -> Option<Record> {
         if e.verdict & verdict::DESTINATION_NOTE != 0 {
-            // Kept for the syscall's own record; sendmmsg's first message
-            // is the one its record names.
+            // Kept for the syscall's own record (sendmmsg: one per message).
             if let Some(dest) = super::super::event_destination(e) {
-                self.kernel_dests.entry(e.pid).or_insert(dest);
+                let notes = self.kernel_dests.entry(e.pid).or_default();
+                // sendmmsg sends at most UIO_MAXIOV messages a call.
+                if notes.len() < 1024 {
+                    notes.push(dest);
+                }
             }
             return None;
         }
