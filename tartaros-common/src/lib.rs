@@ -222,9 +222,15 @@ pub mod verdict {
     /// Not granted, but a TCP connect: rewritten to the transparent proxy
     /// on loopback (the event carries the original destination).
     pub const REDIRECT: u16 = 6;
+    /// Or'ed into a verdict when syscall capture records the attempt
+    /// (`policy_quiet`): the event only tells the decoder the destination
+    /// the kernel used, for the `connect` / `sendto` record of the same
+    /// task, and is no record of its own.
+    pub const DESTINATION_NOTE: u16 = 0x100;
 
     /// Whether `v` denies the operation.
     pub const fn is_denied(v: u16) -> bool {
+        let v = v & !DESTINATION_NOTE;
         v >= DENY && v != REDIRECT
     }
 }

@@ -117,7 +117,11 @@ fn special(n: u32, e: u16, a: [u64; 6]) -> Option<Call> {
                 [a[2], 0, 0]
             };
             match read_user::<[u64; 2]>(a[1]) {
-                Some(m) if m[0] == 0 => return None,
+                // sendmmsg is recorded also when its first message names
+                // no destination (its address is then unreadable): a
+                // later one can, and the record names what the kernel's
+                // hooks saw.
+                Some(m) if m[0] == 0 && n == nr::SENDMSG => return None,
                 Some(m) => Call::addr(e, fd(a[0]), m[0], m[1] & 0xffff_ffff, extra),
                 None => {
                     let mut c = Call::addr(e, fd(a[0]), 0, 0, extra);

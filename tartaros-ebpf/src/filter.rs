@@ -98,6 +98,11 @@ fn decide(
         Err(v) => v,
     };
     ev.verdict = v;
+    if run.cfg.policy_quiet != 0 {
+        // Syscall capture records the attempt; this event only tells its
+        // record the destination the kernel used (`emit`).
+        ev.verdict |= verdict::DESTINATION_NOTE;
+    }
     emit(&run, &ev);
     if verdict::is_denied(v) {
         return REFUSE;
@@ -471,14 +476,14 @@ fn new_event(kind: u16) -> ConnectEvent {
 }
 
 /// Writes `ev` to the ring buffer, or counts it as lost when the buffer
-/// is full. Skipped when syscall capture reports the same attempt
-/// (`policy_quiet`), except refused socket creations, which no captured
-/// syscall describes.
+/// is full. When syscall capture records the same attempt
+/// (`policy_quiet`) the event is only a note (`DESTINATION_NOTE`) of the
+/// destination the kernel used, for the syscall's record: the agent's
+/// sockaddr, read at `sys_enter`, may be one the kernel ignored (`sendto`
+/// on a connected TCP socket) or one a second thread rewrote after the
+/// read.
 #[inline(always)]
 fn emit(run: &Run, ev: &ConnectEvent) {
-    if run.cfg.policy_quiet != 0 && ev.kind != kind::SOCK_CREATE {
-        return;
-    }
     let lost = match ev.kind {
         kind::SENDMSG4 | kind::SENDMSG6 => effect::SENDTO,
         _ => effect::CONNECT,

@@ -102,6 +102,9 @@ pub(super) struct Decoder {
     proc_root: String,
     /// (tgid, ppid) of the last record, whose table entries are current.
     last: (u32, u32),
+    /// Per thread: the destination the kernel's connect / sendmsg hook
+    /// saw during the call in flight (`decode_net.rs`).
+    kernel_dests: HashMap<u32, Vec<std::net::SocketAddr>>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -119,6 +122,7 @@ impl Decoder {
         Self {
             wall_offset: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
             ppids: HashMap::new(),
+            kernel_dests: HashMap::new(),
             known: HashSet::new(),
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
@@ -158,7 +162,7 @@ impl Decoder {
                 record::SYS_FILE => read::<SysFileEvent>(bytes).map(|e| self.sys_file(&e)),
                 record::UNIX => read::<UnixEvent>(bytes).map(|e| Some(self.unix(&e))),
                 k if (kind::CONNECT4..=kind::SOCK_CREATE).contains(&k) => {
-                    read::<ConnectEvent>(bytes).map(|e| Some(self.connect_event(&e)))
+                    read::<ConnectEvent>(bytes).map(|e| self.connect_event(&e))
                 }
                 _ => None,
             };
@@ -435,13 +439,22 @@ impl Decoder {
                 t.insert("gid", s.args[1] as u32 as i32);
             }
             effect::CONNECT | effect::SENDTO | effect::BIND => {
-                if let Some(a) = addr {
+                let mmsg = s.nr == nr::SENDMMSG;
+                // sendmmsg whose first message named no destination (or
+                // whose messages were unreadable): it sent to a
+                // destination only if a kernel hook saw one.
+                let unnamed = mmsg && flags & flag::ADDR_UNREADABLE != 0;
+                if let Some(a) = addr.filter(|_| !unnamed) {
                     self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
+                }
+                if h.effect != effect::BIND
+                    && !self.put_kernel_destination(&mut t, h.pid, errno, (mmsg, unnamed))
+                {
+                    return None;
                 }
                 t.insert("fd", s.fd);
                 if s.nr == nr::SENDMMSG {
-                    // The destination of the first message; `ret` messages
-                    // of `messages` were sent.
+                    // `ret` messages of `messages` were sent.
                     t.insert("messages", s.args[1] as u32);
                     if s.ret >= 0 {
                         t.insert("sent", s.ret);

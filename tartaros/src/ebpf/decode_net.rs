@@ -94,7 +94,88 @@ impl Decoder {
         self.effect(kind, &e.header, EPERM, t)
     }
 
-    pub(super) fn connect_event(&mut self, e: &ConnectEvent) -> Record {
+    /// Replaces the agent's sockaddr (read from its memory at
+    /// `sys_enter`, so a second thread can change it before the kernel's
+    /// copy) of a `connect` / `sendto` record with the destination the
+    /// kernel's inet hook saw in the same call. A successful inet call
+    /// the hook never saw did not use its address (`sendto` on a
+    /// connected TCP socket): the record says so and names no destination.
+    /// `sendmmsg` (`all`) names the first destination its messages went
+    /// to and lists them all in `destinations` when there are several.
+    /// False: the record of a `sendmmsg` whose first message named no
+    /// destination (`unnamed`) and whose messages all went to the
+    /// connected peer, which is no effect of its own.
+    pub(super) fn put_kernel_destination(
+        &mut self,
+        t: &mut Target,
+        tid: u32,
+        errno: u64,
+        (all, unnamed): (bool, bool),
+    ) -> bool {
+        let notes = self.kernel_dests.remove(&tid).unwrap_or_default();
+        let kernel = if all { notes.first() } else { notes.last() };
+        if unnamed && kernel.is_none() {
+            return false;
+        }
+        let family = t.get("family").and_then(|f| f.as_str());
+        let inet = matches!(family, Some("inet" | "inet6"));
+        if kernel.is_none() && (!inet || errno != 0) {
+            if inet {
+                // A refused attempt: the agent's claim is all there is.
+                t.insert("addr_source", "agent");
+            }
+            return true;
+        }
+        let claimed = Claimed {
+            family: t.remove("family"),
+            addr: t.remove("addr"),
+            port: t.remove("port"),
+            path: t.remove("path"),
+        };
+        let Some(&dest) = kernel else {
+            // Succeeded without the kernel looking at the address.
+            claimed.put(t, true);
+            t.insert("addr_source", "agent");
+            t.insert("addr_unused", true);
+            return true;
+        };
+        let family = if dest.is_ipv4() { "inet" } else { "inet6" };
+        let addr = dest.ip().to_string();
+        if claimed.family.as_ref().and_then(Value::as_str) != Some(family)
+            || claimed.addr.as_ref().and_then(Value::as_str) != Some(addr.as_str())
+            || claimed.port.as_ref().and_then(Value::as_u64) != Some(u64::from(dest.port()))
+        {
+            claimed.put(t, false);
+        }
+        t.insert("family", family);
+        t.insert("addr", addr);
+        t.insert("port", dest.port());
+        t.insert("addr_source", "kernel");
+        let mut distinct: Vec<String> = Vec::new();
+        for d in notes.iter().filter(|_| all) {
+            let d = d.to_string();
+            if !distinct.contains(&d) {
+                distinct.push(d);
+            }
+        }
+        if distinct.len() > 1 {
+            t.insert("destinations", distinct);
+        }
+        true
+    }
+
+    pub(super) fn connect_event(&mut self, e: &ConnectEvent) -> Option<Record> {
+        if e.verdict & verdict::DESTINATION_NOTE != 0 {
+            // Kept for the syscall's own record (sendmmsg: one per message).
+            if let Some(dest) = super::super::event_destination(e) {
+                let notes = self.kernel_dests.entry(e.pid).or_default();
+                // sendmmsg sends at most UIO_MAXIOV messages a call.
+                if notes.len() < 1024 {
+                    notes.push(dest);
+                }
+            }
+            return None;
+        }
         let kind = match e.kind {
             kind::SENDMSG4 | kind::SENDMSG6 => "sendto",
             _ => "connect",
@@ -135,6 +216,39 @@ impl Decoder {
             ppid: self.ppids.get(&e.tgid).copied().unwrap_or(0),
             flags: 0,
         };
-        self.effect(kind, &header, errno, t)
+        Some(self.effect(kind, &header, errno, t))
+    }
+}
+
+/// The destination the agent's sockaddr gave, kept as `claimed_*`.
+struct Claimed {
+    family: Option<Value>,
+    addr: Option<Value>,
+    port: Option<Value>,
+    path: Option<Value>,
+}
+
+impl Claimed {
+    /// `keep_family`: the record has no other family to show.
+    fn put(self, t: &mut Target, keep_family: bool) {
+        if let Some(family) = self.family {
+            t.insert(
+                if keep_family {
+                    "family"
+                } else {
+                    "claimed_family"
+                },
+                family,
+            );
+        }
+        for (key, value) in [
+            ("claimed_addr", self.addr),
+            ("claimed_port", self.port),
+            ("claimed_path", self.path),
+        ] {
+            if let Some(value) = value {
+                t.insert(key, value);
+            }
+        }
     }
 }

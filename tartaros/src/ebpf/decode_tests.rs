@@ -203,11 +203,31 @@ fn socket_addresses_are_decoded() {
     v6[..2].copy_from_slice(&AF_INET6.to_ne_bytes());
     v6[2..4].copy_from_slice(&53u16.to_be_bytes());
     v6[23] = 1;
+    // Sent, but no hook of the kernel saw the address: it was not used.
     let e = effect_of(&mut d, &bytes_of(&addr_event(effect::SENDTO, 1, &v6)));
     assert_eq!(
-        (e.kind, target(&e)["addr"].clone()),
+        (e.kind, target(&e)["claimed_addr"].clone()),
         ("sendto", "::1".into())
     );
+    assert_eq!(target(&e)["addr_unused"], true);
+    assert!(!target(&e).contains_key("addr"));
+
+    // The kernel's hook saw another destination than the agent's
+    // sockaddr said: the record names the kernel's.
+    let mut note = ConnectEvent::ZERO;
+    (note.kind, note.family, note.port) = (kind::CONNECT4, AF_INET, 80);
+    note.verdict = verdict::ALLOW | verdict::DESTINATION_NOTE;
+    note.pid = std::process::id();
+    note.addr[..4].copy_from_slice(&[10, 0, 0, 9]);
+    assert!(matches!(d.decode(&bytes_of(&note)), Decoded::Skip));
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, 0, &v4)));
+    let t = target(&e);
+    assert_eq!((&t["addr"], &t["port"]), (&"10.0.0.9".into(), &80.into()));
+    assert_eq!(
+        (&t["claimed_addr"], &t["claimed_port"]),
+        (&"1.1.1.1".into(), &443.into())
+    );
+    assert_eq!(t["addr_source"], "kernel");
 
     let mut un = AF_UNIX.to_ne_bytes().to_vec();
     un.extend_from_slice(b"\0hidden");

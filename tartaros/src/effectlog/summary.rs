@@ -306,7 +306,9 @@ impl Collector {
             "connect" | "sendto" => {
                 if let Some(d) = str_of("dest") {
                     ("relay".to_string(), d.to_string())
-                } else if t.get("socket").is_some() {
+                } else if t.get("socket").is_some() || t.get("addr_unused").is_some() {
+                    // A send on a connected socket went to its peer, which
+                    // its connect record names.
                     return;
                 } else {
                     let port = num("port").map(|p| format!(":{p}")).unwrap_or_default();
