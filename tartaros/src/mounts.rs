@@ -320,13 +320,8 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                     .map_err(fail("inspect", path))?;
                 let copy =
                     mount_tree::clone_tree(&at, true).map_err(fail("copy the tree at", path))?;
-                // Held before the base turns `nodev`: the same for the same
-                // reason (a host's device node in a root or allow).
-                let flags = if *read_only {
-                    READ_ONLY | NO_DEV
-                } else {
-                    NO_DEV
-                };
+                // `nodev` as the base below, which it was held before.
+                let flags = NO_DEV | if *read_only { READ_ONLY } else { 0 };
                 mount_tree::set_flags(&copy, flags, 0, true)
                     .map_err(fail("set the flags of the copy of", path))?;
                 held.push((path.clone(), copy, is_dir));
@@ -334,11 +329,9 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
             MountOp::ReadOnlyBase => {
                 let root = Path::new("/");
                 let at = open(root)?;
-                // `nodev` too: a read-only mount refuses writes to files,
-                // not opens of device nodes, and Landlock grants reads of
-                // the tree, so a host's node outside /dev (a chroot's
-                // `dev/sda`) read the disk. The sandbox's devices are
-                // copies in its own /dev (devfs.rs), which clear it.
+                // `nodev`: read-only stops writes to files, not opens of a
+                // host's device node outside /dev (a chroot's `dev/sda`).
+                // The sandbox's own devices clear it (devfs.rs).
                 mount_tree::set_flags(&at, READ_ONLY | NO_DEV, 0, true)
                     .map_err(fail("make read-only and nodev every mount under", root))?;
             }
