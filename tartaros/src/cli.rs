@@ -158,7 +158,23 @@ fn run_command(mut args: RunArgs) -> i32 {
             );
         }
     };
-    let home = std::env::var_os("HOME").map(PathBuf::from);
+    // A service run's agent is its caller, whose HOME the worker holds.
+    let launcher = match crate::caller::caller() {
+        Some(caller) => crate::credentials::Identity {
+            uid: caller.uid,
+            gid: caller.gid,
+        },
+        None => crate::credentials::Identity {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        },
+    };
+    let home = crate::credentials::tilde_home(
+        args.policy.user.as_deref(),
+        launcher,
+        &|name| std::env::var(name).ok(),
+        &crate::credentials::passwd_home,
+    );
     let file = match &args.config {
         // Read with the caller's file access when the service runs this.
         Some(path) => match crate::caller::as_caller(|| {

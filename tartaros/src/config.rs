@@ -124,7 +124,7 @@ pub fn expand_tilde(
     }
     let Some(home) = home.filter(|h| h.is_absolute()) else {
         return Err(PolicyError::Invalid(format!(
-            "{field} entry {raw:?} starts with ~ but HOME is not set to an absolute path; write the absolute path"
+            "{field} entry {raw:?} starts with ~ but the agent's user has no absolute home (HOME, or under sudo or --user that user's passwd entry); write the absolute path"
         )));
     };
     Ok(Some(home.join(rest.trim_start_matches('/'))))

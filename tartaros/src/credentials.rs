@@ -44,11 +44,52 @@ pub fn choose(
     if current.uid != 0 {
         return Ok(current);
     }
+    Ok(sudo_user(env).unwrap_or(NOBODY))
+}
+
+/// The user who ran `sudo` (`SUDO_UID`/`SUDO_GID`), unless that was root.
+fn sudo_user(env: &dyn Fn(&str) -> Option<String>) -> Option<Identity> {
     let sudo = |name: &str| env(name).and_then(|v| v.parse::<u32>().ok());
     match (sudo("SUDO_UID"), sudo("SUDO_GID")) {
-        (Some(uid), Some(gid)) if uid != 0 => Ok(Identity { uid, gid }),
-        _ => Ok(NOBODY),
+        (Some(uid), Some(gid)) if uid != 0 => Some(Identity { uid, gid }),
+        _ => None,
     }
+}
+
+/// The home a config file's `~` names: the home of the user the agent
+/// runs as. A root launcher that names that user (`--user`, or sudo's
+/// `SUDO_UID`) has root's `$HOME` (sudo sets it), so that user's home comes
+/// from `home_of` (the passwd database); a `~/.ssh` deny taken from `$HOME`
+/// guarded /root/.ssh while the agent read the user's own. Otherwise `$HOME`
+/// (an ordinary user, the service's caller, root's own run as nobody).
+/// `None` when the named user has no absolute home: `~` is then refused.
+pub fn tilde_home(
+    requested: Option<&str>,
+    current: Identity,
+    env: &dyn Fn(&str) -> Option<String>,
+    home_of: &dyn Fn(&str) -> Option<std::path::PathBuf>,
+) -> Option<std::path::PathBuf> {
+    let launcher_home = || env("HOME").map(std::path::PathBuf::from);
+    if current.uid != 0 {
+        return launcher_home();
+    }
+    let named = match (requested, sudo_user(env)) {
+        (Some(name), _) => name.to_string(),
+        (None, Some(user)) => user.uid.to_string(),
+        (None, None) => return launcher_home(),
+    };
+    home_of(&named).filter(|home| home.is_absolute())
+}
+
+/// The passwd home of `name` (a user name or a numeric uid).
+pub fn passwd_home(name: &str) -> Option<std::path::PathBuf> {
+    match name.parse::<u32>() {
+        Ok(uid) => User::from_uid(Uid::from_raw(uid)),
+        Err(_) => User::from_name(name),
+    }
+    .ok()
+    .flatten()
+    .map(|user| user.dir)
 }
 
 pub fn lookup(name: &str) -> Result<Identity, CredentialsError> {
@@ -163,6 +204,54 @@ fn clear_capabilities() -> Result<(), nix::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_config_tilde_is_the_home_of_the_user_the_agent_runs_as() {
+        use std::path::PathBuf;
+        let root = Identity { uid: 0, gid: 0 };
+        let alice = Identity {
+            uid: 1000,
+            gid: 1000,
+        };
+        let home_of = |name: &str| match name {
+            "1000" | "alice" => Some(PathBuf::from("/home/alice")),
+            "root" => Some(PathBuf::from("/root")),
+            "odd" => Some(PathBuf::from("rel")),
+            _ => None,
+        };
+        let env = |sudo: bool| {
+            move |name: &str| match name {
+                "HOME" => Some("/root".to_string()),
+                "SUDO_UID" | "SUDO_GID" if sudo => Some("1000".to_string()),
+                _ => None,
+            }
+        };
+        // sudo sets HOME to root's, the agent is the sudo user.
+        assert_eq!(
+            tilde_home(None, root, &env(true), &home_of),
+            Some(PathBuf::from("/home/alice"))
+        );
+        assert_eq!(
+            tilde_home(Some("alice"), root, &env(false), &home_of),
+            Some(PathBuf::from("/home/alice"))
+        );
+        assert_eq!(
+            tilde_home(Some("root"), root, &env(true), &home_of),
+            Some(PathBuf::from("/root"))
+        );
+        // Root's own run (agent nobody) and ordinary users keep $HOME.
+        assert_eq!(
+            tilde_home(None, root, &env(false), &home_of),
+            Some(PathBuf::from("/root"))
+        );
+        assert_eq!(
+            tilde_home(None, alice, &env(true), &home_of),
+            Some(PathBuf::from("/root"))
+        );
+        // A named user without an absolute home: `~` is refused, never $HOME.
+        assert_eq!(tilde_home(Some("ghost"), root, &env(false), &home_of), None);
+        assert_eq!(tilde_home(Some("odd"), root, &env(false), &home_of), None);
+    }
 
     #[test]
     fn root_defaults_to_sudo_user_then_nobody() {

@@ -107,6 +107,9 @@ pub struct HostFacts<'a> {
     /// mounts of denied paths (`mount_aliases.rs`); `None` if it could not
     /// be read.
     pub mount_table: Option<&'a str>,
+    /// The launcher's placeholder registry (`materialize.rs`), made before
+    /// deciding: hidden from an agent whose uid could open it.
+    pub placeholder_registry: Option<&'a Path>,
 }
 
 /// Everything decided for a run.
@@ -193,6 +196,16 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     mount_policy
         .read_denies
         .extend(request.log.map(Path::to_path_buf));
+    // So is the placeholder registry, where the agent is its owner (an
+    // ordinary user's run, uid 0): a lock on it stalled the user's other
+    // runs, and with the registry in a root (`--write /tmp`) a marker
+    // replaced let this run's end remove a placeholder another run's deny
+    // is mounted on.
+    if user_namespace || identity.uid == 0 {
+        mount_policy
+            .read_denies
+            .extend(facts.placeholder_registry.map(Path::to_path_buf));
+    }
     let table = match facts.mount_table {
         Some(text) => crate::mount_aliases::Table::parse(text).map_err(|e| e.to_string()),
         None => Err("failed to read the mount table /proc/self/mountinfo".to_string()),

@@ -43,6 +43,7 @@ fn every_other_mount_of_a_deny_or_the_log_is_denied_the_same_way() {
         shared_programs: false,
         files: &files,
         mount_table: Some(table),
+        placeholder_registry: None,
     };
     let plan = decide(&request, &facts).unwrap();
     let mounts = &plan.init.mounts;

@@ -92,6 +92,7 @@ fn decide_with(
         shared_programs: false,
         files,
         mount_table: Some(""),
+        placeholder_registry: None,
     };
     decide(&request, &facts)
 }
@@ -379,6 +380,7 @@ fn a_service_caller_runs_as_itself_and_cannot_choose_a_user() {
         shared_programs: false,
         files: &files,
         mount_table: Some(""),
+        placeholder_registry: None,
     };
     let request = |policy| Request {
         policy,
@@ -435,6 +437,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         shared_programs: false,
         files: &files,
         mount_table: Some(""),
+        placeholder_registry: None,
     };
     let mut plan = decide(&request, &facts).unwrap();
     // In the plan the init gets at once, or in its late part when the

@@ -71,13 +71,7 @@ pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
         let copy = mount_tree::clone_tree(&fd, false).map_err(failed("copy the device", &host))?;
         // Writes to a device node pass a read-only mount; its inode's
         // mode, owner and times do not.
-        mount_tree::set_flags(
-            &copy,
-            mount_tree::READ_ONLY | mount_tree::NO_SUID | mount_tree::NO_EXEC,
-            0,
-            false,
-        )
-        .map_err(failed("make read-only the device", &host))?;
+        mount_tree::set_device_flags(&copy).map_err(failed("make read-only the device", &host))?;
         nodes.push((name, copy));
     }
 

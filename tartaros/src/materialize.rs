@@ -70,6 +70,20 @@ pub fn registry_dir(uid: u32, runtime_dir: Option<&str>) -> PathBuf {
     }
 }
 
+/// Makes the launcher's registry if it is missing and returns it when it is
+/// a directory only this user can write: the run hides it from its agent
+/// (decide.rs), made first so a concurrent agent cannot plant it later.
+pub fn ensure_registry() -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = this_registry();
+    let _ = std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir);
+    let meta = std::fs::symlink_metadata(&dir).ok()?;
+    (meta.is_dir() && meta.uid() == nix::unistd::geteuid().as_raw()).then_some(dir)
+}
+
 fn this_registry() -> PathBuf {
     let runtime = std::env::var("XDG_RUNTIME_DIR").ok();
     registry_dir(nix::unistd::geteuid().as_raw(), runtime.as_deref())

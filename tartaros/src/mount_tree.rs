@@ -175,6 +175,15 @@ pub fn clone_tree(at: &OwnedFd, recursive: bool) -> Result<OwnedFd, nix::Error> 
     fd_result(rc)
 }
 
+/// Flags for a copy of one device node the sandbox may use (its /dev, a
+/// host terminal): read-only, `nosuid`, `noexec`, and the `nodev` of the
+/// sandbox's base cleared. A host mount locked `nodev` (a user namespace
+/// keeps the host's flags) keeps it: its nodes never opened.
+pub fn set_device_flags(copy: &OwnedFd) -> Result<(), nix::Error> {
+    let flags = READ_ONLY | NO_SUID | NO_EXEC;
+    set_flags(copy, flags, NO_DEV, false).or_else(|_| set_flags(copy, flags, 0, false))
+}
+
 /// Sets `set` and clears `clear` on the mount `tree` names (a detached
 /// tree or an `O_PATH` descriptor of a mount point), and with `recursive`
 /// on every mount below it.

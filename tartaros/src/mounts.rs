@@ -320,17 +320,20 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                     .map_err(fail("inspect", path))?;
                 let copy =
                     mount_tree::clone_tree(&at, true).map_err(fail("copy the tree at", path))?;
-                if *read_only {
-                    mount_tree::set_flags(&copy, READ_ONLY, 0, true)
-                        .map_err(fail("make read-only the copy of", path))?;
-                }
+                // `nodev` as the base below, which it was held before.
+                let flags = NO_DEV | if *read_only { READ_ONLY } else { 0 };
+                mount_tree::set_flags(&copy, flags, 0, true)
+                    .map_err(fail("set the flags of the copy of", path))?;
                 held.push((path.clone(), copy, is_dir));
             }
             MountOp::ReadOnlyBase => {
                 let root = Path::new("/");
                 let at = open(root)?;
-                mount_tree::set_flags(&at, READ_ONLY, 0, true)
-                    .map_err(fail("make read-only every mount under", root))?;
+                // `nodev`: read-only stops writes to files, not opens of a
+                // host's device node outside /dev (a chroot's `dev/sda`).
+                // The sandbox's own devices clear it (devfs.rs).
+                mount_tree::set_flags(&at, READ_ONLY | NO_DEV, 0, true)
+                    .map_err(fail("make read-only and nodev every mount under", root))?;
             }
             MountOp::PrivateTmp => {
                 let tmp = Path::new("/tmp");

@@ -22,6 +22,18 @@ pub fn glob_metacharacter(path: &Path) -> Option<char> {
         .find(|c| text.contains(*c))
 }
 
+/// Whether `path` is relative and starts with `~`: a tilde no shell
+/// expanded (quoted, or an argument list a harness passed without a shell).
+/// Taken as a name under the working directory it named nothing there, so
+/// `--read-deny "~/.ssh"` guarded an absent `./~/.ssh` while the agent read
+/// the key. A config file's `~` is expanded before this (config.rs).
+pub fn unexpanded_tilde(path: &Path) -> bool {
+    matches!(
+        path.components().next(),
+        Some(Component::Normal(first)) if first.as_encoded_bytes().starts_with(b"~")
+    )
+}
+
 /// `path` made absolute against `cwd` with `.` and `..` folded lexically,
 /// without following anything: the name the user gave.
 pub fn lexical(path: &Path, cwd: &Path) -> PathBuf {
@@ -117,6 +129,12 @@ pub fn check_given(
     cwd: &Path,
     resolve: &dyn Fn(&Path) -> PathBuf,
 ) -> Result<(), String> {
+    if unexpanded_tilde(given) {
+        return Err(format!(
+            "{label} {} starts with ~, which only a shell expands (unquoted); write the absolute path",
+            given.display()
+        ));
+    }
     if let Some(c) = glob_metacharacter(given) {
         return Err(format!(
             "{label} {} contains the glob character {c:?}; globs are not enforced yet, so list each path literally",
@@ -158,6 +176,21 @@ fn host_lookup(path: &Path) -> Option<std::io::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_leading_tilde_no_shell_expanded_is_found() {
+        for given in ["~", "~/.ssh", "~bob/.ssh", "~x"] {
+            assert!(unexpanded_tilde(Path::new(given)), "{given}");
+        }
+        for given in ["/home/a/~/x", "a/~", "./~/.ssh", "/~", ".ssh"] {
+            assert!(!unexpanded_tilde(Path::new(given)), "{given}");
+        }
+        let err = check_given("--read-deny", Path::new("~/.ssh"), Path::new("/w"), &|p| {
+            p.to_path_buf()
+        })
+        .unwrap_err();
+        assert!(err.contains("starts with ~"), "{err}");
+    }
 
     #[test]
     fn globs_are_found_anywhere_in_the_path() {

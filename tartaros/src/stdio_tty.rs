@@ -59,8 +59,7 @@ pub fn hold() -> Held {
         let Ok(copy) = mount_tree::clone_tree(&node, false) else {
             continue;
         };
-        let flags = mount_tree::READ_ONLY | mount_tree::NO_SUID | mount_tree::NO_EXEC;
-        if mount_tree::set_flags(&copy, flags, 0, false).is_ok() {
+        if mount_tree::set_device_flags(&copy).is_ok() {
             held.push((fd, copy));
         }
     }

@@ -93,10 +93,15 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     // For the other mounts of denied paths (the log is denied too) and of
     // hidden sockets.
     let policy = &request.policy;
+    let registry = crate::materialize::ensure_registry();
+    // The registry is denied too where the agent may own it (decide.rs).
+    let agent_may_own_registry =
+        registry.is_some() && (!nix::unistd::geteuid().is_root() || policy.user.is_some());
     let needs_table = !policy.read_denies.is_empty()
         || !policy.write_denies.is_empty()
         || request.log.is_some()
-        || !host_sockets.is_empty();
+        || !host_sockets.is_empty()
+        || agent_may_own_registry;
     let mount_table = if needs_table {
         std::fs::read_to_string("/proc/self/mountinfo")
     } else {
@@ -121,6 +126,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         shared_programs: crate::ebpf::shared::adopted(),
         files: &crate::decide::HostFiles,
         mount_table: mount_table.as_deref().ok(),
+        placeholder_registry: registry.as_deref(),
     };
     let decided = crate::decide::decide(
         &Request {
