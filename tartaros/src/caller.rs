@@ -36,6 +36,21 @@ pub fn caller() -> Option<&'static Caller> {
     CALLER.get()
 }
 
+/// Who launched the run: the service's caller, else this process's
+/// effective ids.
+pub fn launcher_identity() -> crate::credentials::Identity {
+    match caller() {
+        Some(caller) => crate::credentials::Identity {
+            uid: caller.uid,
+            gid: caller.gid,
+        },
+        None => crate::credentials::Identity {
+            uid: nix::unistd::geteuid().as_raw(),
+            gid: nix::unistd::getegid().as_raw(),
+        },
+    }
+}
+
 pub(crate) fn set(caller: Caller) {
     let _ = CALLER.set(caller);
 }

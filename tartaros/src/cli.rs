@@ -159,16 +159,7 @@ fn run_command(mut args: RunArgs) -> i32 {
         }
     };
     // A service run's agent is its caller, whose HOME the worker holds.
-    let launcher = match crate::caller::caller() {
-        Some(caller) => crate::credentials::Identity {
-            uid: caller.uid,
-            gid: caller.gid,
-        },
-        None => crate::credentials::Identity {
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-        },
-    };
+    let launcher = crate::caller::launcher_identity();
     let home = crate::credentials::tilde_home(
         args.policy.user.as_deref(),
         launcher,

@@ -108,16 +108,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Ok(String::new())
     };
     // Run by the service for a caller, the agent is that caller.
-    let current = match crate::caller::caller() {
-        Some(caller) => crate::credentials::Identity {
-            uid: caller.uid,
-            gid: caller.gid,
-        },
-        None => crate::credentials::Identity {
-            uid: nix::unistd::geteuid().as_raw(),
-            gid: nix::unistd::getegid().as_raw(),
-        },
-    };
+    let current = crate::caller::launcher_identity();
     let facts = HostFacts {
         host: &host,
         current,
