@@ -157,6 +157,20 @@ pub fn check(policy: &Policy) -> Result<(), PolicyError> {
                 source.display()
             )));
         }
+        // A target inside a read-denied directory is hidden by the deny
+        // before the bind lands: the start would fail on a missing path.
+        if let Some(deny) = policy
+            .read_denies
+            .iter()
+            .find(|d| bind.target.starts_with(d) && bind.target != **d)
+        {
+            return Err(invalid(format!(
+                "--bind {} {}: the target lies inside the read-denied {}; bind onto a place outside it",
+                bind.source.display(),
+                bind.target.display(),
+                deny.display()
+            )));
+        }
         if bind.target == Path::new("/") {
             return Err(invalid(
                 "--bind onto / is not supported; bind onto a directory".into(),
@@ -229,5 +243,24 @@ mod tests {
             ..Default::default()
         };
         assert!(check(&mismatch).is_err());
+    }
+
+    #[test]
+    fn a_bind_target_inside_a_read_deny_is_refused_before_the_start() {
+        let inside = Policy {
+            binds: vec![Bind {
+                source: "/etc".into(),
+                target: "/usr/share".into(),
+            }],
+            read_denies: vec!["/usr".into()],
+            ..Default::default()
+        };
+        let refusal = check(&inside).unwrap_err().to_string();
+        assert!(refusal.contains("inside the read-denied /usr"), "{refusal}");
+        let beside = Policy {
+            read_denies: vec!["/usr/lib".into()],
+            ..inside
+        };
+        assert!(check(&beside).is_ok());
     }
 }
