@@ -202,6 +202,11 @@ pub mod unix_verdict {
     /// Allowed, but its name rewritten under [`super::UNIX_MIRROR`] would
     /// not fit in `sun_path`, or the kernel refused the rewrite.
     pub const DENY_UNPINNED: u16 = 7;
+    /// Or'ed into an allowed verdict when syscall capture records the
+    /// attempt: the event is no record of its own, only the path the
+    /// kernel copied, for the `connect` / `sendto` record of the same task
+    /// (as [`crate::verdict::DESTINATION_NOTE`] for inet).
+    pub const DESTINATION_NOTE: u16 = crate::verdict::DESTINATION_NOTE;
 }
 
 /// Where the sandbox shows each allowed unix prefix again, on a mount that

@@ -76,14 +76,24 @@ fn decide(ctx: *mut bpf_sock_addr, hook: u16) -> i32 {
     if verdict == unix_verdict::ALLOW && !pin(ctx, scan.as_mut_ptr()) {
         verdict = unix_verdict::DENY_UNPINNED;
     }
-    if verdict >= unix_verdict::DENY {
+    let denied = verdict >= unix_verdict::DENY;
+    let quiet = run.cfg.policy_quiet != 0;
+    // Without syscall capture a refusal is reported here, and nothing
+    // else. With it (`policy_quiet`) the `connect` / `sendto` record
+    // reports the attempt, and every judged name is a note of the path
+    // the kernel copied: the agent's sockaddr, read at `sys_enter`, may
+    // have been rewritten by a second thread before that copy.
+    if denied || quiet {
+        let verdict = if quiet {
+            verdict | unix_verdict::DESTINATION_NOTE
+        } else {
+            verdict
+        };
         // SAFETY: `judge` zeroes the path words before anything can fail.
         let path = unsafe { (&raw mut (*scan.as_mut_ptr()).words).cast::<u8>() };
         report(&run, hook, verdict, addr_len, path);
-        REFUSE
-    } else {
-        PASS
     }
+    if denied { REFUSE } else { PASS }
 }
 
 /// What the `bpf_loop` callbacks read and write: the verifier walks a
@@ -354,13 +364,10 @@ fn pin(ctx: *mut bpf_sock_addr, scan: *mut Scan) -> bool {
     }
 }
 
-/// Writes a denial to the ring buffer unless syscall capture reports it.
+/// Writes a denial, or a note of an allowed path, to the ring buffer.
 #[inline(always)]
 fn report(run: &Run, hook: u16, verdict: u16, addr_len: u32, path: *mut u8) {
     let cfg = run.cfg;
-    if cfg.policy_quiet != 0 {
-        return;
-    }
     let Some((_, mut entry)) = run.reserve::<UnixEvent>(effect::CONNECT) else {
         return;
     };

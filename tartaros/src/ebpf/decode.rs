@@ -105,6 +105,9 @@ pub(super) struct Decoder {
     /// Per thread: the destination the kernel's connect / sendmsg hook
     /// saw during the call in flight (`decode_net.rs`).
     kernel_dests: HashMap<u32, Vec<std::net::SocketAddr>>,
+    /// Per thread: the unix socket names the kernel's unix hook saw
+    /// during the call in flight, as records show them.
+    kernel_unix: HashMap<u32, Vec<String>>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -123,6 +126,7 @@ impl Decoder {
             wall_offset: clock_ns(libc::CLOCK_REALTIME) - clock_ns(libc::CLOCK_MONOTONIC),
             ppids: HashMap::new(),
             kernel_dests: HashMap::new(),
+            kernel_unix: HashMap::new(),
             known: HashSet::new(),
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
@@ -160,7 +164,7 @@ impl Decoder {
                 record::SYS_ADDR => read::<SysAddrEvent>(bytes)
                     .map(|e| self.sys(&e.sys, None, None, Some(&e.addr[..]))),
                 record::SYS_FILE => read::<SysFileEvent>(bytes).map(|e| self.sys_file(&e)),
-                record::UNIX => read::<UnixEvent>(bytes).map(|e| Some(self.unix(&e))),
+                record::UNIX => read::<UnixEvent>(bytes).map(|e| self.unix(&e)),
                 k if (kind::CONNECT4..=kind::SOCK_CREATE).contains(&k) => {
                     read::<ConnectEvent>(bytes).map(|e| self.connect_event(&e))
                 }

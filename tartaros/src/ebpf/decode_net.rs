@@ -71,16 +71,37 @@ impl Decoder {
         }
     }
 
-    pub(super) fn unix(&mut self, e: &UnixEvent) -> Record {
+    pub(super) fn unix(&mut self, e: &UnixEvent) -> Option<Record> {
         let kind = if e.hook == unix_hook::SENDMSG {
             "sendto"
         } else {
             "connect"
         };
-        let mut t = Target::new();
-        t.insert("family", "unix");
         let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
         let name = &e.path[..len];
+        if e.verdict & unix_verdict::DESTINATION_NOTE != 0 {
+            // A relative or unreadable name names nothing on its own: the
+            // record keeps the agent's string, resolved by its cwd.
+            let v = e.verdict & !unix_verdict::DESTINATION_NOTE;
+            if v == unix_verdict::DENY_RELATIVE || v == unix_verdict::DENY_ERROR {
+                return None;
+            }
+            // Kept for the syscall's own record, named as `put_sockaddr`
+            // names the agent's.
+            let shown_name = if name.first() == Some(&0) {
+                format!("@{}", shown(&name[1..]))
+            } else {
+                let end = name.iter().position(|&b| b == 0).unwrap_or(len);
+                shown(&name[..end])
+            };
+            let notes = self.kernel_unix.entry(e.header.pid).or_default();
+            if notes.len() < 1024 {
+                notes.push(shown_name);
+            }
+            return None;
+        }
+        let mut t = Target::new();
+        t.insert("family", "unix");
         let end = name.iter().position(|&b| b == 0).unwrap_or(len);
         t.insert("path", shown(&name[..end]));
         let reason = match e.verdict {
@@ -91,7 +112,7 @@ impl Decoder {
             _ => "socket address unreadable",
         };
         t.insert("reason", reason);
-        self.effect(kind, &e.header, EPERM, t)
+        Some(self.effect(kind, &e.header, EPERM, t))
     }
 
     /// Replaces the agent's sockaddr (read from its memory at
@@ -112,6 +133,11 @@ impl Decoder {
         errno: u64,
         (all, unnamed): (bool, bool),
     ) -> bool {
+        let unix = self.kernel_unix.remove(&tid).unwrap_or_default();
+        if let Some(path) = if all { unix.first() } else { unix.last() } {
+            put_kernel_unix_path(t, path);
+            return true;
+        }
         let notes = self.kernel_dests.remove(&tid).unwrap_or_default();
         let kernel = if all { notes.first() } else { notes.last() };
         if unnamed && kernel.is_none() {
@@ -120,8 +146,8 @@ impl Decoder {
         let family = t.get("family").and_then(|f| f.as_str());
         let inet = matches!(family, Some("inet" | "inet6"));
         if kernel.is_none() && (!inet || errno != 0) {
-            if inet {
-                // A refused attempt: the agent's claim is all there is.
+            if inet || family == Some("unix") {
+                // No hook's note: the agent's claim is all there is.
                 t.insert("addr_source", "agent");
             }
             return true;
@@ -218,6 +244,31 @@ impl Decoder {
         };
         Some(self.effect(kind, &header, errno, t))
     }
+}
+
+/// Names the unix socket the kernel's hook saw in a `connect` / `sendto`
+/// record; the agent's sockaddr, when it said otherwise, as `claimed_*`.
+fn put_kernel_unix_path(t: &mut Target, path: &str) {
+    let claimed = Claimed {
+        family: t.remove("family"),
+        addr: t.remove("addr"),
+        port: t.remove("port"),
+        path: t.remove("path"),
+    };
+    t.remove("abstract");
+    if claimed.family.as_ref().and_then(Value::as_str) != Some("unix")
+        || claimed.path.as_ref().and_then(Value::as_str) != Some(path)
+        || claimed.addr.is_some()
+    {
+        claimed.put(t, false);
+    }
+    t.insert("family", "unix");
+    t.insert("path", path);
+    // Pathnames are absolute: the hook refuses relative ones.
+    if path.starts_with('@') {
+        t.insert("abstract", true);
+    }
+    t.insert("addr_source", "kernel");
 }
 
 /// The destination the agent's sockaddr gave, kept as `claimed_*`.

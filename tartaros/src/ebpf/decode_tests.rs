@@ -298,6 +298,22 @@ fn policy_records_and_garbage() {
     assert_eq!(target(&e)["path"], "/run/d.so");
     assert_eq!(e.decision, Decision::Denied);
 
+    // An allowed unix name the kernel copied after the agent's sockaddr
+    // changed: the record names the kernel's, and keeps the agent's.
+    let note = UnixEvent {
+        verdict: unix_verdict::ALLOW | unix_verdict::DESTINATION_NOTE,
+        ..un
+    };
+    assert!(matches!(d.decode(&bytes_of(&note)), Decoded::Skip));
+    let mut claimed = AF_UNIX.to_ne_bytes().to_vec();
+    claimed.extend_from_slice(b"/run/a.so\0");
+    let e = effect_of(&mut d, &bytes_of(&addr_event(effect::CONNECT, 0, &claimed)));
+    let t = target(&e);
+    assert_eq!(
+        (&t["path"], &t["claimed_path"], &t["addr_source"]),
+        (&"/run/d.so".into(), &"/run/a.so".into(), &"kernel".into())
+    );
+
     assert!(matches!(d.decode(&[0u8; 10]), Decoded::Invalid));
     let mut unknown = vec![0u8; 64];
     unknown[28] = 0x7f;
