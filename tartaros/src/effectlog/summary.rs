@@ -282,7 +282,15 @@ impl Collector {
         let g = rec.get("guarantees");
         self.run.installed = strings(g.and_then(|g| g.get("installed")));
         self.run.degraded = strings(g.and_then(|g| g.get("degraded")));
-        self.run.writable_roots = strings(rec.get("policy").and_then(|p| p.get("writable_roots")));
+        let roots = rec.get("policy").and_then(|p| p.get("writable_roots"));
+        self.run.writable_roots = strings(roots);
+        self.files.set_roots(
+            roots
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str),
+        );
         self.genesis_mono = rec.get("mono_ns").and_then(Value::as_u64);
         self.policy = PolicyView::from_genesis(rec);
     }
