@@ -54,3 +54,90 @@ fn arguments_that_are_not_utf8_stay_distinct() {
         "{records:#?}"
     );
 }
+
+/// The readers call the sandbox's own init `(sandbox init)` and leave it
+/// out of ancestries and of the programs run. They knew it by a string in
+/// its exec (`__tartaros_sandbox_init`) anywhere in the exec text, and an
+/// agent could write that string itself: `sh -c '... __tartaros_sandbox_init'`
+/// was relabelled as the init, so the summary's `first:` command was a
+/// later one, the refusals' ancestries skipped the agent's own shells, and
+/// a script named `__tartaros_sandbox_init` was missing from `ran:`. The
+/// init is only the log's first exec, with exactly the init's arguments.
+#[test]
+fn an_agent_naming_itself_like_the_init_is_not_taken_for_it() {
+    if !usable("exec_named_like_init") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && echo 'cat /etc/shadow' > __tartaros_sandbox_init && sh __tartaros_sandbox_init; true"
+    );
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--write",
+            r,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        std::path::Path::new("/"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let summary = tartaros(
+        &["log", "summary", "--json", log.to_str().unwrap()],
+        std::path::Path::new("/"),
+    );
+    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
+    let json: Value = serde_json::from_slice(&summary.stdout).unwrap();
+    let first = json["processes"]["first"].as_str().unwrap_or_default();
+    assert!(
+        first.contains("-c") && first.contains("cat /etc/shadow"),
+        "the first command is the agent's: {first}"
+    );
+    let programs = json["processes"]["programs"].to_string();
+    assert!(programs.contains("\"/usr/bin/cat\""), "{programs}");
+    let sh_runs: u64 = json["processes"]["programs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p[0].as_str()
+                .is_some_and(|n| n.ends_with("/sh -> /usr/bin/dash") || n.ends_with("/sh"))
+        })
+        .filter_map(|p| p[1].as_u64())
+        .sum();
+    assert_eq!(sh_runs, 2, "both shells ran: {programs}");
+    let cat = json["refusals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["target"]
+                .as_str()
+                .is_some_and(|t| t.contains("/etc/shadow"))
+        })
+        .unwrap_or_else(|| panic!("no refusal of /etc/shadow: {}", json["refusals"]));
+    let ancestry: Vec<&str> = cat["ancestry"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        ancestry
+            .first()
+            .is_some_and(|a| a.ends_with("] __tartaros_sandbox_init")),
+        "the script's shell is the parent: {ancestry:?}"
+    );
+    assert!(
+        !ancestry.iter().any(|a| a.ends_with("(sandbox init)")),
+        "{ancestry:?}"
+    );
+}

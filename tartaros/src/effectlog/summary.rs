@@ -240,11 +240,7 @@ impl Collector {
         let node = self.tree.add(rec);
         if kind == "exec" && rec.get("decision").and_then(Value::as_str) == Some("allowed") {
             self.execs += 1;
-            let init = target
-                .and_then(|t| t.get("argv"))
-                .and_then(|a| a.get(1))
-                .and_then(Value::as_str)
-                == Some(crate::init::INIT_ARG);
+            let init = node.is_some_and(|i| self.tree.is_init(i));
             if let Some(p) = target.and_then(|t| t.get("path")).and_then(Value::as_str)
                 && !init
             {
