@@ -141,3 +141,59 @@ fn an_agent_naming_itself_like_the_init_is_not_taken_for_it() {
         "{ancestry:?}"
     );
 }
+
+/// A program's name is quoted when it holds a space or a quote, as its
+/// arguments are: a file named `build.sh --dry-run` showed as
+/// `/w/build.sh --dry-run x`, which reads as a dry run of `build.sh`.
+#[test]
+fn a_program_whose_name_holds_spaces_is_quoted() {
+    if !usable("exec_name_with_spaces") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && printf '#!/bin/sh\\necho ran\\n' > 'build.sh --dry-run' && chmod 755 'build.sh --dry-run' && './build.sh --dry-run' x"
+    );
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--write",
+            r,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        std::path::Path::new("/"),
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let shown = stdout(&tartaros(
+        &["log", "show", "--kind", "exec", log.to_str().unwrap()],
+        std::path::Path::new("/"),
+    ));
+    let line = shown
+        .lines()
+        .find(|l| l.contains("--dry-run") && l.contains("[runs ") && !l.contains("chmod"))
+        .unwrap_or_else(|| panic!("no exec of the script:\n{shown}"));
+    assert!(
+        line.contains(&format!("\"{r}/build.sh --dry-run\"")),
+        "the name is not quoted: {line}"
+    );
+    let summary = stdout(&tartaros(
+        &["log", "summary", log.to_str().unwrap()],
+        std::path::Path::new("/"),
+    ));
+    let ran = summary
+        .lines()
+        .find(|l| l.trim_start().starts_with("ran:"))
+        .unwrap_or_default();
+    assert!(
+        ran.contains(&format!("\"{r}/build.sh --dry-run\"")),
+        "the name is not quoted: {ran}"
+    );
+}

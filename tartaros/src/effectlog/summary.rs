@@ -245,9 +245,9 @@ impl Collector {
                 && !init
             {
                 // The name run, and what the kernel ran where that differs.
-                let p = match target.and_then(|t| render::ran_other_than(t, p)) {
-                    Some(ran) => format!("{} -> {}", text(p, 256), text(&ran, 256)),
-                    None => text(p, 256),
+                let p = match target.and_then(|t| render::ran_other_than(t, p, 256)) {
+                    Some(ran) => format!("{} -> {ran}", render::argument(p, 256)),
+                    None => render::argument(p, 256),
                 };
                 if self.programs.len() < 10_000 || self.programs.contains_key(&p) {
                     *self.programs.entry(p).or_insert(0) += 1;
