@@ -197,3 +197,41 @@ fn a_program_whose_name_holds_spaces_is_quoted() {
         "the name is not quoted: {ran}"
     );
 }
+
+/// A signal to one of the agent's own processes is never reported as sent
+/// outside the sandbox. The target (a pid of the sandbox's namespace) was
+/// matched against the namespace pids of the known sandbox processes,
+/// read from `/proc` when the record was decoded: a child killed and
+/// reaped by then had no `/proc` entry left, matched nothing, and the
+/// record said `outside: true`, allowed, as if the agent had signalled a
+/// host process.
+#[test]
+fn a_signal_to_a_child_reaped_at_once_is_not_outside() {
+    if !usable("signal_reaped_child") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let code = "import os, signal, time\n\
+        kids = []\n\
+        for i in range(20):\n\
+        \x20   pid = os.fork()\n\
+        \x20   if pid == 0:\n\
+        \x20       time.sleep(30)\n\
+        \x20       os._exit(0)\n\
+        \x20   kids.append(pid)\n\
+        time.sleep(0.2)\n\
+        for pid in kids:\n\
+        \x20   os.kill(pid, signal.SIGKILL)\n\
+        \x20   os.waitpid(pid, 0)\n";
+    let (_, records) = run_logged(&root, &logs, &["python3", "-c", code]);
+    let signals: Vec<&Value> = records.iter().filter(|r| r["kind"] == "signal").collect();
+    assert_eq!(signals.len(), 20, "{signals:#?}");
+    let outside: Vec<&&Value> = signals
+        .iter()
+        .filter(|r| r["target"]["outside"] == true)
+        .collect();
+    assert!(
+        outside.is_empty(),
+        "signals to its own children: {outside:#?}"
+    );
+}
