@@ -201,7 +201,7 @@ fn run_command(mut args: RunArgs) -> i32 {
         return end(exit::REFUSED, e);
     }
     if let Some(log) = &args.log
-        && let Err(e) = log_is_new(log)
+        && let Err(e) = log_is_new(log, &cwd)
     {
         return end(exit::REFUSED, e);
     }
@@ -261,8 +261,21 @@ fn run_command(mut args: RunArgs) -> i32 {
 
 /// Refuses a `--log` path that exists, or that the caller (the service's,
 /// with its own file access) cannot look at: the same line whether or not
-/// something is there behind a directory it may not search.
-fn log_is_new(log: &Path) -> Result<(), String> {
+/// something is there behind a directory it may not search. A path through
+/// a symlink is refused too: the log's own name and the real directories
+/// above it cannot be moved by the agent (mount points in its namespace),
+/// but a link in a writable root can be re-pointed, and the name the user
+/// reads the log by afterwards then holds the agent's file.
+fn log_is_new(log: &Path, cwd: &Path) -> Result<(), String> {
+    let named = crate::path_checks::lexical(log, cwd);
+    if let Some(found) =
+        crate::path_checks::first_symlink(&named, &crate::path_checks::host_read_link)
+    {
+        let resolved = crate::policy::resolve(&named, cwd);
+        return Err(crate::path_checks::symlink_refusal(
+            "--log", &named, &found, &resolved,
+        ));
+    }
     match crate::caller::as_caller(|| std::fs::symlink_metadata(log)) {
         Ok(_) => Err(format!(
             "--log {} already exists; choose a new file (the log is append-only and never overwritten)",

@@ -236,8 +236,10 @@ impl Decoder {
         if args_len > 0 {
             let raw = &e.args[..args_len];
             let raw = raw.strip_suffix(&[0]).unwrap_or(raw);
+            // As names are shown: a lossy U+FFFD made `rm $'\xff'` and
+            // `rm $'\xfe'` one record.
             for arg in raw.split(|&b| b == 0).take(e.argc as usize) {
-                argv.push(String::from_utf8_lossy(arg).into_owned().into());
+                argv.push(shown(arg).into());
             }
         }
         let truncated = h.flags & flag::ARGV_TRUNCATED != 0 || (argv.len() as u32) < e.argc;

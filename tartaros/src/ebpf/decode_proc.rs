@@ -21,7 +21,9 @@ impl Decoder {
             match super::super::targets::pidfd_pid(&self.proc_root, s.header.tgid, s.fd) {
                 Some(pid) => {
                     t.insert("to_host_pid", pid);
-                    t.insert("outside", !self.known.contains(&pid));
+                    // A pidfd is opened by a pid of the sender's namespace.
+                    let in_namespace = self.nspid(s.header.tgid).is_some_and(|ns| ns.len() > 1);
+                    t.insert("outside", !in_namespace && !self.known.contains(&pid));
                 }
                 None => {
                     t.insert("to_unresolved", true);
@@ -51,23 +53,11 @@ impl Decoder {
     }
 
     /// Whether pid `to`, as the sender `sender` names it, is a process not
-    /// known to be in the sandbox. The sender may live in a pid namespace:
-    /// its `NSpid` line says so, and the target is then matched against the
-    /// innermost pids of the known sandbox processes.
+    /// known to be in the sandbox (`None`: the sender is gone, so how it
+    /// names pids is unknown). See [`outside`].
     pub(super) fn target_outside(&mut self, sender: u32, to: i32) -> Option<bool> {
-        let sender_ns = self.nspid(sender)?;
-        if sender_ns.len() <= 1 {
-            return Some(!self.known.contains(&(to as u32)));
-        }
-        let known: Vec<u32> = self.known.iter().copied().collect();
-        for pid in known {
-            if let Some(ns) = self.nspid(pid)
-                && ns.last() == Some(&i64::from(to))
-            {
-                return Some(false);
-            }
-        }
-        Some(true)
+        let levels = self.nspid(sender)?.len();
+        Some(outside(levels, to, &self.known))
     }
 
     pub(super) fn nspid(&mut self, pid: u32) -> Option<Vec<i64>> {
@@ -85,5 +75,33 @@ impl Decoder {
                 )
             })
             .clone()
+    }
+}
+
+/// Whether `to`, named by a sender whose `NSpid` line has `levels` pids,
+/// is outside the sandbox. A sender in a pid namespace (more than one
+/// level) names only the processes of its own namespace, the run's (no
+/// other process joins it, and seccomp refuses the agent a nested one):
+/// never outside. Its target used to be looked up in `/proc` when the
+/// record was decoded, and a child killed and reaped by then matched
+/// nothing: a signal to the agent's own child was logged as sent outside
+/// (`log_exec_truth.rs`). A sender in the host's namespace names host
+/// pids: outside unless a known sandbox process.
+fn outside(levels: usize, to: i32, known: &std::collections::HashSet<u32>) -> bool {
+    levels <= 1 && !u32::try_from(to).is_ok_and(|pid| known.contains(&pid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::outside;
+
+    #[test]
+    fn a_sender_in_a_pid_namespace_signals_only_inside_it() {
+        let known = [40, 41].into_iter().collect();
+        assert!(!outside(2, 3, &known), "a reaped child of the namespace");
+        assert!(!outside(3, 1, &known));
+        assert!(outside(1, 1, &known), "the host's pid 1");
+        assert!(!outside(1, 41, &known));
+        assert!(outside(1, 42, &known));
     }
 }

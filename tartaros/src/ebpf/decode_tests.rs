@@ -84,6 +84,19 @@ fn exec_splits_argv_and_flags_truncation() {
     assert!(!target(&e).contains_key("argv_truncated"));
     assert!(e.wall_ns > 1_600_000_000_000_000_000);
 
+    // Bytes that are not UTF-8 are shown as names are, never as U+FFFD.
+    let mut odd = ev;
+    let raw = b"rm\0\xff\0\\xff\0";
+    odd.args = [0u8; ARGV_BYTES];
+    odd.args[..raw.len()].copy_from_slice(raw);
+    odd.args_len = raw.len() as i32;
+    odd.argc = 3;
+    let e = effect_of(&mut d, &bytes_of(&odd));
+    assert_eq!(
+        target(&e)["argv"],
+        serde_json::json!(["rm", "\\xff", "\\\\xff"])
+    );
+
     let mut cut = ev;
     cut.argc = 3;
     cut.header.flags = flag::ARGV_TRUNCATED;

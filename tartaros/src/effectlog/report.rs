@@ -27,6 +27,16 @@ use super::{LogError, VERDICT_OK, Verdict};
 /// Timeline rows and tree lines in one page, past which the page says it
 /// was cut (a browser slows down with more; `log show` has everything).
 const MAX_ROWS: usize = 20_000;
+/// Rows kept past [`MAX_ROWS`] for what a reviewer filters for: refusals,
+/// gaps, unreadable lines and the seal. Keeping only the first rows let an
+/// agent that made 20,000 files first push every later refusal off the page.
+const MAX_NOTABLE_ROWS: usize = 20_000;
+
+/// Whether one more row fits: any row within [`MAX_ROWS`], a notable one
+/// within the second bound.
+fn row_fits(rows: usize, notable_past_cut: usize, notable: bool) -> bool {
+    rows < MAX_ROWS || (notable && notable_past_cut < MAX_NOTABLE_ROWS)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
@@ -100,6 +110,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     let read_err = |source| file.read_err(source);
     let mut lines = Lines::new(file.pass()?);
     let mut rows: Vec<(i128, u64, String)> = Vec::new();
+    let mut past_cut = 0usize;
     let mut total = 0u64;
     let mut tree = Tree::default();
     let mut base: Option<i128> = None;
@@ -110,7 +121,8 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         let rec = match line {
             Line::Record(rec) => rec,
             Line::Unreadable(why) => {
-                if rows.len() < MAX_ROWS {
+                if row_fits(rows.len(), past_cut, true) {
+                    past_cut += usize::from(rows.len() >= MAX_ROWS);
                     let row = format!(
                         "<tr data-kind=\"unreadable\" data-group=\"log\" data-outcome=\"\" data-pid=\"\"><td></td><td></td><td>line {lineno}</td><td>(not a readable record: {why})</td><td></td></tr>"
                     );
@@ -126,11 +138,6 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
             policy = PolicyView::from_genesis(&rec);
         }
         tree.add(&rec);
-        if rows.len() >= MAX_ROWS {
-            continue;
-        }
-        let start = render::start_ns(&rec).map(i128::from);
-        let rel = start.zip(base).map(|(m, b)| m - b);
         let kind = rec.get("kind").and_then(Value::as_str).unwrap_or("?");
         let outcome = match names::outcome(&rec) {
             Outcome::Allowed => "allowed",
@@ -142,6 +149,13 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         } else {
             outcome
         };
+        let notable = outcome == "refused" || matches!(kind, "seal" | "gap");
+        if !row_fits(rows.len(), past_cut, notable) {
+            continue;
+        }
+        past_cut += usize::from(rows.len() >= MAX_ROWS);
+        let start = render::start_ns(&rec).map(i128::from);
+        let rel = start.zip(base).map(|(m, b)| m - b);
         let pid = rec
             .get("pid")
             .and_then(Value::as_u64)
@@ -287,7 +301,7 @@ fn page(
     if total > rows.len() as u64 {
         let _ = writeln!(
             h,
-            "<p class=\"bad\" id=\"cut\">The timeline shows the first {} of {total} lines; run <code>tartaros log show</code> for all.</p>",
+            "<p class=\"bad\" id=\"cut\">The timeline shows {} of {total} lines: the first {MAX_ROWS}, then only refusals, gaps and the seal (up to {MAX_NOTABLE_ROWS} more); run <code>tartaros log show</code> for all.</p>",
             rows.len()
         );
     }

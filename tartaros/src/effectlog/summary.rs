@@ -240,18 +240,14 @@ impl Collector {
         let node = self.tree.add(rec);
         if kind == "exec" && rec.get("decision").and_then(Value::as_str) == Some("allowed") {
             self.execs += 1;
-            let init = target
-                .and_then(|t| t.get("argv"))
-                .and_then(|a| a.get(1))
-                .and_then(Value::as_str)
-                == Some(crate::init::INIT_ARG);
+            let init = node.is_some_and(|i| self.tree.is_init(i));
             if let Some(p) = target.and_then(|t| t.get("path")).and_then(Value::as_str)
                 && !init
             {
                 // The name run, and what the kernel ran where that differs.
-                let p = match target.and_then(|t| render::ran_other_than(t, p)) {
-                    Some(ran) => format!("{} -> {}", text(p, 256), text(&ran, 256)),
-                    None => text(p, 256),
+                let p = match target.and_then(|t| render::ran_other_than(t, p, 256)) {
+                    Some(ran) => format!("{} -> {ran}", render::argument(p, 256)),
+                    None => render::argument(p, 256),
                 };
                 if self.programs.len() < 10_000 || self.programs.contains_key(&p) {
                     *self.programs.entry(p).or_insert(0) += 1;
@@ -282,7 +278,15 @@ impl Collector {
         let g = rec.get("guarantees");
         self.run.installed = strings(g.and_then(|g| g.get("installed")));
         self.run.degraded = strings(g.and_then(|g| g.get("degraded")));
-        self.run.writable_roots = strings(rec.get("policy").and_then(|p| p.get("writable_roots")));
+        let roots = rec.get("policy").and_then(|p| p.get("writable_roots"));
+        self.run.writable_roots = strings(roots);
+        self.files.set_roots(
+            roots
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str),
+        );
         self.genesis_mono = rec.get("mono_ns").and_then(Value::as_u64);
         self.policy = PolicyView::from_genesis(rec);
     }

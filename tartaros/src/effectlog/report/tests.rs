@@ -83,3 +83,12 @@ fn the_policy_pins_the_pages_own_style_and_script() {
     assert_eq!(csp_hash(SCRIPT), want);
     assert_eq!(csp_hash("").len(), 44);
 }
+
+#[test]
+fn past_the_cut_only_notable_rows_fit_up_to_their_bound() {
+    assert!(row_fits(MAX_ROWS - 1, 0, false));
+    assert!(!row_fits(MAX_ROWS, 0, false));
+    assert!(row_fits(MAX_ROWS, 0, true));
+    assert!(row_fits(MAX_ROWS + 5, MAX_NOTABLE_ROWS - 1, true));
+    assert!(!row_fits(MAX_ROWS + 5, MAX_NOTABLE_ROWS, true));
+}

@@ -255,7 +255,8 @@ pub(crate) fn render(kind: &str, key: &str, v: &Value) -> String {
 
 /// An argument as a reader must see it: quoted when it holds spaces or is
 /// empty, so `sh -c "make test; echo pwned"` is not read as five words.
-fn argument(s: &str, max: usize) -> String {
+/// A program's name too: a file `build.sh --dry-run` read as a dry run.
+pub(crate) fn argument(s: &str, max: usize) -> String {
     let t = text(s, max);
     if t.is_empty() || t.contains([' ', '"', '\'']) {
         format!("\"{}\"", t.replace('"', "\\\""))
@@ -266,10 +267,13 @@ fn argument(s: &str, max: usize) -> String {
 
 /// What the kernel ran when it is not the file `path` names: the
 /// `binary` (a link's target, a script's interpreter), or the leaf of one
-/// in no directory (a memfd), with `(deleted)` when it has no link left.
+/// in no directory (a memfd), with `(deleted)` when it has no link left;
+/// shown like a program's name (at most `max` characters, quoted when it
+/// holds a space).
 pub(crate) fn ran_other_than(
     target: &serde_json::Map<String, Value>,
     path: &str,
+    max: usize,
 ) -> Option<String> {
     let deleted = target.get("binary_deleted").and_then(Value::as_bool) == Some(true);
     let ran = target
@@ -279,10 +283,11 @@ pub(crate) fn ran_other_than(
     if ran == path && !deleted {
         return None;
     }
+    let ran = argument(ran, max);
     Some(if deleted {
         format!("{ran} (deleted)")
     } else {
-        ran.to_string()
+        ran
     })
 }
 
@@ -294,9 +299,12 @@ pub(crate) fn exec_text(target: &Value, max: usize) -> String {
     match target.get("path").and_then(Value::as_str) {
         // argv[0] is whatever the caller chose; the path is what ran.
         Some(path) => {
-            words.push(text(path, max));
-            if let Some(ran) = target.as_object().and_then(|t| ran_other_than(t, path)) {
-                words.push(format!("[runs {}]", text(&ran, max)));
+            words.push(argument(path, max));
+            if let Some(ran) = target
+                .as_object()
+                .and_then(|t| ran_other_than(t, path, max))
+            {
+                words.push(format!("[runs {ran}]"));
             }
             if let Some(a) = argv {
                 words.extend(a.iter().skip(1).take(256).map(|v| match v.as_str() {

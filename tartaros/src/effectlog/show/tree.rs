@@ -30,6 +30,20 @@ pub(crate) struct Tree {
     kept_matches: usize,
     /// The run's policy, from the genesis record.
     policy: Option<PolicyView>,
+    /// Whether an allowed exec was seen: only the first can be the init's.
+    exec_seen: bool,
+    /// The sandbox's own init, when its exec is in the log.
+    init: Option<usize>,
+}
+
+/// Whether an allowed exec is the sandbox init's: the log's first, with
+/// exactly the init's arguments. Anything looser is the agent's to forge:
+/// its own exec holding `__tartaros_sandbox_init` anywhere (a `sh -c`
+/// string, a script of that name) was taken for the init and left out of
+/// ancestries, `first:` and `ran:`.
+pub(crate) fn is_init_exec(target: Option<&Value>, first: bool) -> bool {
+    let argv = target.and_then(|t| t.get("argv")).and_then(Value::as_array);
+    first && argv.is_some_and(|a| a.len() == 2 && a[1].as_str() == Some(crate::init::INIT_ARG))
 }
 
 pub(crate) struct Proc {
@@ -67,16 +81,17 @@ impl Tree {
             "exec" => {
                 let what = target.map_or_else(String::new, |t| exec_text(t, TREE_TEXT_CHARS));
                 let p = &mut self.nodes[i];
-                let what = match rec.get("decision").and_then(Value::as_str) {
-                    Some("denied") => format!("{what} ({})", verdict(rec, self.policy.as_ref())),
-                    _ if what.contains(crate::init::INIT_ARG) => {
-                        p.program = Some(SANDBOX_INIT.to_string());
-                        what
-                    }
-                    _ => {
-                        p.program = Some(what.clone());
-                        what
-                    }
+                let denied = rec.get("decision").and_then(Value::as_str) == Some("denied");
+                let first = !denied && !std::mem::replace(&mut self.exec_seen, true);
+                let what = if denied {
+                    format!("{what} ({})", verdict(rec, self.policy.as_ref()))
+                } else if is_init_exec(target, first) {
+                    self.init = Some(i);
+                    p.program = Some(SANDBOX_INIT.to_string());
+                    what
+                } else {
+                    p.program = Some(what.clone());
+                    what
                 };
                 p.exec_count += 1;
                 if p.execs.len() < MAX_EXECS {
@@ -94,6 +109,11 @@ impl Tree {
             _ => {}
         }
         Some(i)
+    }
+
+    /// Whether node `i` is the sandbox's own init (see [`is_init_exec`]).
+    pub(crate) fn is_init(&self, i: usize) -> bool {
+        self.init == Some(i)
     }
 
     /// Remembers that a record of node `i` matched the filters.
@@ -245,5 +265,27 @@ pub(crate) fn indent(depth: usize) -> String {
         "  ".repeat(depth)
     } else {
         format!("{}[depth {depth}] ", "  ".repeat(MAX_INDENT))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn only_the_first_exec_with_the_init_s_arguments_is_the_init() {
+        let init =
+            json!({"path": "/proc/self/exe", "argv": ["tartaros-init", crate::init::INIT_ARG]});
+        assert!(is_init_exec(Some(&init), true));
+        assert!(
+            !is_init_exec(Some(&init), false),
+            "a later exec is the agent's"
+        );
+        let script = json!({"argv": ["sh", crate::init::INIT_ARG, "x"]});
+        assert!(!is_init_exec(Some(&script), true));
+        let inside = json!({"argv": ["sh", format!("-c {}", crate::init::INIT_ARG)]});
+        assert!(!is_init_exec(Some(&inside), true));
+        assert!(!is_init_exec(None, true));
     }
 }

@@ -29,23 +29,38 @@ struct FileState {
 const RENAME_EXCHANGE: u64 = 2;
 const RENAME_WHITEOUT: u64 = 4;
 
-/// Paths whose "changes" are not changes to the tree (`> /dev/null`).
-fn is_pseudo(path: &str) -> bool {
-    ["/dev/", "/proc/", "/sys/"]
+/// Paths whose "changes" are not changes to the tree (`> /dev/null`):
+/// under `/dev`, `/proc` or `/sys`, unless inside a writable root there
+/// (`--write /dev/shm/work`), whose changes are the run's like any other.
+fn is_pseudo(path: &str, roots: &[String]) -> bool {
+    let special = ["/dev/", "/proc/", "/sys/"]
         .iter()
-        .any(|p| path.starts_with(p))
-        || path == "/dev/null"
+        .any(|p| path.starts_with(p));
+    special && !roots.iter().any(|root| within(path, root))
+}
+
+/// Whether `path` is `root` or below it.
+fn within(path: &str, root: &str) -> bool {
+    let root = root.trim_end_matches('/');
+    path.strip_prefix(root)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 #[derive(Default)]
 pub(super) struct Files {
     files: HashMap<String, FileState>,
+    /// The genesis's writable roots.
+    roots: Vec<String>,
     pub(super) more: u64,
 }
 
 impl Files {
+    pub(super) fn set_roots<'a>(&mut self, roots: impl Iterator<Item = &'a str>) {
+        self.roots = roots.map(str::to_string).collect();
+    }
+
     fn file(&mut self, path: &str) -> Option<&mut FileState> {
-        if is_pseudo(path) {
+        if is_pseudo(path, &self.roots) {
             return None;
         }
         if !self.files.contains_key(path) {
@@ -254,4 +269,21 @@ struct Sealed {
     size: Option<u64>,
     sha256: Option<String>,
     skipped: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pseudo_paths_are_those_outside_the_roots() {
+        let roots = vec!["/dev/shm/work".to_string(), "/w".to_string()];
+        assert!(is_pseudo("/dev/null", &roots));
+        assert!(is_pseudo("/proc/self/fd/1", &roots));
+        assert!(is_pseudo("/dev/shm/workshop/x", &roots));
+        assert!(!is_pseudo("/dev/shm/work/x", &roots));
+        assert!(!is_pseudo("/dev/shm/work", &roots));
+        assert!(!is_pseudo("/w/dev/null", &roots));
+        assert!(!is_pseudo("/devices/x", &[]));
+    }
 }

@@ -45,6 +45,29 @@ fn inside_git(path: &str) -> bool {
     path.contains("/.git/")
 }
 
+/// A file of a `.git` directory that the reviewer's next `git` command
+/// runs or obeys on the host: a hook, a repository's (or a submodule's)
+/// `config` (`core.fsmonitor`, `core.hooksPath`). Never folded into the
+/// count of `.git` files.
+fn runs_on_host(path: &str) -> bool {
+    let Some(at) = path.find("/.git/") else {
+        return false;
+    };
+    let rest = &path[at + "/.git/".len()..];
+    // `git init` and `git clone` copy `*.sample` hooks, which git never
+    // runs (a hook has its exact name).
+    if rest.ends_with(".sample") {
+        return false;
+    }
+    let module = rest.starts_with("modules/") || rest.starts_with("worktrees/");
+    matches!(rest, "config" | "config.worktree")
+        || rest.starts_with("hooks/")
+        || (module
+            && (rest.contains("/hooks/")
+                || rest.ends_with("/config")
+                || rest.ends_with("/config.worktree")))
+}
+
 fn file_line(f: &FileChange) -> String {
     let mut what = f.path.clone();
     if let Some(from) = &f.renamed_from {
@@ -141,8 +164,19 @@ fn files_section(s: &Summary, o: &mut String) {
     let rank = |c: &str| order.iter().position(|o| *o == c).unwrap_or(order.len());
     let mut shown = 0;
     let mut in_git = 0u64;
+    // First, and not behind the work tree's 20 lines.
+    let mut control = 0;
+    for f in s.files.iter().filter(|f| runs_on_host(&f.path)) {
+        if control < FILES_SHOWN {
+            let _ = writeln!(o, "{}  [git runs this]", file_line(f));
+            control += 1;
+        }
+    }
     for r in 0..=order.len() {
         for f in s.files.iter().filter(|f| rank(f.change) == r) {
+            if runs_on_host(&f.path) {
+                continue;
+            }
             if inside_git(&f.path) {
                 in_git += 1;
             } else if shown < FILES_SHOWN {
@@ -154,7 +188,7 @@ fn files_section(s: &Summary, o: &mut String) {
     if in_git > 0 {
         let _ = writeln!(o, "  + {in_git} files inside .git directories");
     }
-    let rest = total - shown as u64 - in_git;
+    let rest = total.saturating_sub(shown as u64 + control as u64 + in_git);
     if rest > 0 {
         let _ = writeln!(o, "  … and {rest} more (log summary --json lists them)");
     }
@@ -291,7 +325,32 @@ fn processes_section(s: &Summary, o: &mut String) {
 
 #[cfg(test)]
 mod tests {
-    use super::size;
+    use super::{runs_on_host, size};
+
+    #[test]
+    fn git_hooks_and_configs_are_told_from_other_git_files() {
+        for path in [
+            "/w/r/.git/hooks/pre-commit",
+            "/w/r/.git/config",
+            "/w/r/.git/config.worktree",
+            "/w/r/.git/modules/sub/hooks/post-checkout",
+            "/w/r/.git/modules/sub/config",
+            "/w/r/.git/worktrees/wt/config.worktree",
+        ] {
+            assert!(runs_on_host(path), "{path}");
+        }
+        for path in [
+            "/w/r/.git/objects/ab/cdef",
+            "/w/r/.git/refs/heads/hooks/x",
+            "/w/r/.git/index",
+            "/w/r/config",
+            "/w/r/hooks/pre-commit",
+            "/w/r/.git/configs/x",
+            "/w/r/.git/hooks/pre-commit.sample",
+        ] {
+            assert!(!runs_on_host(path), "{path}");
+        }
+    }
 
     #[test]
     fn sizes_read_well() {
