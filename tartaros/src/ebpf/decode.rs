@@ -236,8 +236,7 @@ impl Decoder {
         if args_len > 0 {
             let raw = &e.args[..args_len];
             let raw = raw.strip_suffix(&[0]).unwrap_or(raw);
-            // As names are shown: a lossy U+FFFD made `rm $'\xff'` and
-            // `rm $'\xfe'` one record.
+            // As names are shown: lossy U+FFFD merged distinct arguments.
             for arg in raw.split(|&b| b == 0).take(e.argc as usize) {
                 argv.push(shown(arg).into());
             }
