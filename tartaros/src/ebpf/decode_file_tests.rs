@@ -2,6 +2,7 @@
 
 use super::*;
 
+/// A kernel file of `names` (leaf first) and walk `status`.
 pub(super) fn kernel_file(names: &[&str], status: u32) -> KernelFile {
     // SAFETY: plain data; every bit pattern is valid.
     let mut f: KernelFile = unsafe { std::mem::zeroed() };

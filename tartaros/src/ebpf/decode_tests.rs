@@ -474,8 +474,6 @@ fn every_syscall_the_capture_classifies_passes_the_prefilter() {
     }
 }
 
-/// A kernel file of `names` (leaf first) and walk `status`.
-
 #[path = "decode_file_tests.rs"]
 mod file_tests;
 use file_tests::kernel_file;
