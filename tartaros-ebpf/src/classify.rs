@@ -29,7 +29,12 @@ pub(crate) fn classify(nr: u64, a: [u64; 6]) -> Option<Call> {
         // Calls on a descriptor alone: named by the kernel's file at exit,
         // not by a `/proc/<pid>/fd` lookup after the agent may have put
         // another file at that number (`sys_enter` notes the file at entry).
-        if matches!(n, nr::FTRUNCATE | nr::FCHMOD | nr::FCHOWN) {
+        // A pidfd's file is its process: user space checks the process it
+        // names against the inode (`decode_proc.rs`).
+        if matches!(
+            n,
+            nr::FTRUNCATE | nr::FCHMOD | nr::FCHOWN | nr::PIDFD_SEND_SIGNAL
+        ) {
             c.record = record::SYS_FILE;
         }
         c

@@ -23,6 +23,11 @@ impl Decoder {
         // An xattr call's attribute name, read at entry.
         let name = (e.sys.header.effect == effect::XATTR).then_some(&e.path[..]);
         let mut r = self.sys(&e.sys, None, name, None)?;
+        if e.sys.header.effect == effect::SIGNAL {
+            // A pidfd: its file names a process, not a path.
+            self.pidfd_target(&mut r.target, e);
+            return Some(r);
+        }
         let t = &mut r.target;
         t.insert("fd", e.sys.fd);
         let status = e.file.status;

@@ -2,8 +2,43 @@
 //! sandbox (from the host's view of its PID namespaces).
 
 use super::*;
+use tartaros_common::capture::file_status;
 
 impl Decoder {
+    /// The process a `pidfd_send_signal` signalled, from the file the
+    /// kernel had at its descriptor (`e.file`, the same at entry and exit):
+    /// the agent's descriptor is reopened and used only if it is still
+    /// that file (inode and device), so a pidfd of another process put at
+    /// the number after the call is never named. Without a match (the
+    /// descriptor changed or closed, the process reaped) the target is
+    /// unresolved. A pidfs inode is unique to its process (Linux 6.9);
+    /// before pidfs every pidfd shared one inode, and the check cannot
+    /// tell them apart (`target_unverified`).
+    pub(super) fn pidfd_target(&mut self, t: &mut Target, e: &SysFileEvent) {
+        let status = e.file.status;
+        if status & file_status::FD_CHANGED != 0 {
+            t.insert("fd_changed", true);
+        }
+        let held =
+            status & (file_status::NO_LAYOUT | file_status::NO_FILE | file_status::FD_CHANGED) == 0;
+        let tgid = e.sys.header.tgid;
+        let kernel = (super::file::user_dev(e.file.dev), e.file.ino);
+        let found = held
+            .then(|| super::super::targets::pidfd_pid(&self.proc_root, tgid, e.sys.fd, kernel))
+            .flatten();
+        let Some((pid, pidfs)) = found else {
+            t.insert("to_unresolved", true);
+            return;
+        };
+        t.insert("to_host_pid", pid);
+        if !pidfs {
+            t.insert("target_unverified", true);
+        }
+        // A pidfd is opened by a pid of the sender's namespace.
+        let in_namespace = self.nspid(tgid).is_some_and(|ns| ns.len() > 1);
+        t.insert("outside", !in_namespace && !self.known.contains(&pid));
+    }
+
     pub(super) fn put_signal(&mut self, t: &mut Target, s: &SysEvent) {
         if matches!(
             s.nr,
@@ -15,20 +50,11 @@ impl Decoder {
             );
         }
         if s.nr == nr::PIDFD_SEND_SIGNAL {
-            // The target is a pidfd: its process, as the fd says now.
+            // The target is the pidfd's process: named from the kernel's
+            // file by `pidfd_target`, never from what the number holds
+            // when the record is read.
             t.insert("pidfd", s.fd);
             t.insert("signal", s.args[1] as u32 as i32);
-            match super::super::targets::pidfd_pid(&self.proc_root, s.header.tgid, s.fd) {
-                Some(pid) => {
-                    t.insert("to_host_pid", pid);
-                    // A pidfd is opened by a pid of the sender's namespace.
-                    let in_namespace = self.nspid(s.header.tgid).is_some_and(|ns| ns.len() > 1);
-                    t.insert("outside", !in_namespace && !self.known.contains(&pid));
-                }
-                None => {
-                    t.insert("to_unresolved", true);
-                }
-            }
             return;
         }
         let to = s.args[0] as u32 as i32;

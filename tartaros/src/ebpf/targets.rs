@@ -124,14 +124,39 @@ pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &
     }
 }
 
-/// Host pid of the process behind `fd` (a pidfd) of `tgid`, from the
-/// `Pid:` line of its fdinfo (read when the record arrives: racy, as every
-/// fd lookup here).
-pub(super) fn pidfd_pid(proc_root: &str, tgid: u32, fd: i32) -> Option<u32> {
+/// Host pid of the process behind `fd` (a pidfd) of `tgid`, if the
+/// descriptor still holds the file `(dev, ino)` the kernel named; and
+/// whether that file is a pidfs inode (one per process). The descriptor is
+/// reopened, so that the inode checked and the `Pid:` read are of one
+/// file, whatever the agent puts at the number meanwhile.
+pub(super) fn pidfd_pid(
+    proc_root: &str,
+    tgid: u32,
+    fd: i32,
+    file: (u64, u64),
+) -> Option<(u32, bool)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
     if fd < 0 {
         return None;
     }
-    let info = std::fs::read_to_string(format!("{proc_root}/{tgid}/fdinfo/{fd}")).ok()?;
+    let f = std::fs::File::open(format!("{proc_root}/{tgid}/fd/{fd}")).ok()?;
+    let meta = f.metadata().ok()?;
+    if (meta.dev(), meta.ino()) != file {
+        return None;
+    }
+    // The fdinfo of our own descriptor: nobody else can swap it.
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", f.as_raw_fd())).ok()?;
     let line = info.lines().find(|l| l.starts_with("Pid:"))?;
-    line[4..].trim().parse().ok()
+    // -1 once the process has been reaped.
+    let pid: i64 = line[4..].trim().parse().ok()?;
+    let pid = u32::try_from(pid).ok().filter(|p| *p > 0)?;
+    let pidfs =
+        nix::sys::statfs::fstatfs(&f).is_ok_and(|fs| fs.filesystem_type().0 as i64 == PIDFS_MAGIC);
+    Some((pid, pidfs))
 }
+
+/// `PIDFS_MAGIC` (include/uapi/linux/magic.h, Linux 6.9): pidfds on pidfs
+/// have an inode of their process's own; before, every pidfd shared one
+/// anonymous inode, which names no process.
+const PIDFS_MAGIC: i64 = 0x5049_4446;
