@@ -151,12 +151,12 @@ pub(super) fn pidfd_pid(
     // -1 once the process has been reaped.
     let pid: i64 = line[4..].trim().parse().ok()?;
     let pid = u32::try_from(pid).ok().filter(|p| *p > 0)?;
-    let pidfs =
-        nix::sys::statfs::fstatfs(&f).is_ok_and(|fs| fs.filesystem_type().0 as i64 == PIDFS_MAGIC);
+    let pidfs = nix::sys::statfs::fstatfs(&f)
+        .is_ok_and(|fs| fs.filesystem_type().0 as libc::c_long == PIDFS_MAGIC);
     Some((pid, pidfs))
 }
 
 /// `PIDFS_MAGIC` (include/uapi/linux/magic.h, Linux 6.9): pidfds on pidfs
 /// have an inode of their process's own; before, every pidfd shared one
 /// anonymous inode, which names no process.
-const PIDFS_MAGIC: i64 = 0x5049_4446;
+const PIDFS_MAGIC: libc::c_long = 0x5049_4446;
