@@ -110,7 +110,8 @@ pub fn apply_host_defaults(policy: &Policy, host: &Host, capture: bool) -> Polic
         };
         crate::guarantee::requested(&lenient, host, capture)
             .is_ok_and(|ledger| ledger.installed(guarantee))
-            && crate::cgroup::can_limit(controller)
+            && (crate::cgroup::can_limit(controller)
+                || (name == "max-procs" && crate::guarantee::tasks_by_rlimit(host)))
     };
     with_defaults(policy, host_defaults(), &check)
 }
