@@ -1,0 +1,91 @@
+//! Kernel pools every devpts instance of the host draws from: one run must
+//! not drain them for the other runs and containers of the host.
+//!
+//! The sandbox's devpts is an instance of its own, but its ptys come from
+//! the host-wide `kernel.pty.max` (4096 here), of which every instance but
+//! the host's first shares what `kernel.pty.reserve` leaves (3,072 here).
+//! Before, one agent opened all 3,071 of them: every other run (and any
+//! container) got ENOSPC from /dev/ptmx until it ended.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+/// Opens ptys until refused, says how many, holds them until `release`.
+const HOLDER: &str = r#"
+import os, sys, time
+ready, release = sys.argv[1], sys.argv[2]
+fds = []
+try:
+    while len(fds) < 5000:
+        fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))
+except OSError as e:
+    print('stopped', e.strerror, flush=True)
+open(ready, 'w').write(str(len(fds)))
+while not os.path.exists(release):
+    time.sleep(0.05)
+"#;
+
+fn ptys_in_use() -> usize {
+    std::fs::read_to_string("/proc/sys/kernel/pty/nr")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn one_run_cannot_take_every_pty_of_the_host() {
+    if !can_run("containment_shared_pools") {
+        return;
+    }
+    let work = Dir::new();
+    let script = work.file("holder.py", HOLDER);
+    let ready = work.join("ready");
+    let release = work.join("release");
+    let before = ptys_in_use();
+    let mut hog = KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args([
+                "run",
+                "--write",
+                work.path().to_str().unwrap(),
+                "--",
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+            ])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    ));
+    let started = eventually(60, || {
+        ready.exists()
+            || hog
+                .0
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let held = ptys_in_use().saturating_sub(before);
+    // Another run, while the first holds what it could get.
+    let other = Dir::new();
+    let out = python(
+        &["--write", other.path().to_str().unwrap()],
+        other.path(),
+        "import os\ntry:\n    os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY); print('pty OK')\nexcept OSError as e:\n    print('pty', e.strerror)",
+    );
+    std::fs::write(&release, "").unwrap();
+    let _ = hog.take().wait();
+    assert!(started, "the holder never started");
+    assert!(
+        held <= 256,
+        "one run held {held} of the host's ptys (kernel.pty.nr)"
+    );
+    expect(&out, "pty", "OK");
+}
