@@ -89,3 +89,95 @@ fn one_run_cannot_take_every_pty_of_the_host() {
     );
     expect(&out, "pty", "OK");
 }
+
+/// Fills loopback TCP connections the agent never reads, then holds them.
+const TCP_FILLER: &str = r#"
+import os, socket, sys, time
+ready, release, conns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+srv = socket.socket()
+srv.bind(('127.0.0.1', 0))
+srv.listen(1000)
+keep, total, chunk = [], 0, b'x' * 65536
+try:
+    for _ in range(conns):
+        c = socket.create_connection(srv.getsockname())
+        s, _ = srv.accept()
+        c.setblocking(False)
+        keep += [c, s]
+        try:
+            while True:
+                total += c.send(chunk)
+        except OSError:
+            pass
+except OSError as e:
+    print('stopped', e.strerror, flush=True)
+print('queued', total, flush=True)
+open(ready, 'w').write(str(total))
+while not os.path.exists(release):
+    time.sleep(0.05)
+"#;
+
+/// The host's TCP buffer memory in bytes: `tcp_memory_allocated`, which
+/// every network namespace draws from, and past whose `net.ipv4.tcp_mem`
+/// limit every TCP socket of the host is starved.
+fn host_tcp_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let line = text.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "mem").unwrap();
+    fields[at + 1].parse::<u64>().unwrap() * 4096
+}
+
+#[test]
+fn a_runs_tcp_buffers_stay_within_its_memory_limit() {
+    if !can_run("containment_shared_pools") {
+        return;
+    }
+    const LIMIT: u64 = 64 << 20;
+    let work = Dir::new();
+    let script = work.file("filler.py", TCP_FILLER);
+    let ready = work.join("ready");
+    let release = work.join("release");
+    let before = host_tcp_memory();
+    let mut filler = KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args([
+                "run",
+                "--write",
+                work.path().to_str().unwrap(),
+                "--max-memory",
+                "64M",
+                "--",
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+                "60",
+            ])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    ));
+    let started = eventually(60, || {
+        ready.exists()
+            || filler
+                .0
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    });
+    let during = host_tcp_memory();
+    std::fs::write(&release, "").unwrap();
+    let _ = filler.take().wait();
+    assert!(started, "the filler never started");
+    let queued: u64 = std::fs::read_to_string(&ready).unwrap().parse().unwrap();
+    let grown = during.saturating_sub(before);
+    // Slack for the rest of the host's TCP traffic meanwhile.
+    assert!(
+        grown <= LIMIT + (16 << 20),
+        "the host's TCP memory grew by {} MiB ({} MiB queued) under --max-memory 64M",
+        grown >> 20,
+        queued >> 20
+    );
+}
