@@ -181,3 +181,93 @@ fn a_runs_tcp_buffers_stay_within_its_memory_limit() {
         queued >> 20
     );
 }
+
+/// Opens `conns` connections to the egress proxy, asks each for a tunnel
+/// to an allowed host that cannot be reached, and sends into it what the
+/// kernel takes: the gateway's side of each connection is the supervisor's
+/// socket, outside the run's memory cgroup.
+const GATEWAY_FILLER: &str = r#"
+import os, socket, sys, time
+ready, release, conns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+proxy = os.environ['HTTPS_PROXY'].split('//')[1].rstrip('/')
+host, port = proxy.rsplit(':', 1)
+keep, total = [], 0
+for _ in range(conns):
+    try:
+        c = socket.create_connection((host, int(port)))
+    except OSError as e:
+        print('stopped', e.strerror, flush=True)
+        break
+    c.setblocking(False)
+    keep.append(c)
+    c.send(b'CONNECT unreachable.example:443 HTTP/1.1\r\nHost: unreachable.example:443\r\n\r\n')
+    # The request alone first: the gateway reads it, starts its upstream
+    # connection, and reads no more until that is up.
+    time.sleep(0.001)
+    try:
+        while True:
+            total += c.send(b'\x16' * 65536)
+    except OSError:
+        pass
+print('queued', total, flush=True)
+open(ready, 'w').write(str(total))
+while not os.path.exists(release):
+    time.sleep(0.05)
+"#;
+
+#[test]
+fn a_gateways_sockets_do_not_hold_the_hosts_tcp_memory_for_the_agent() {
+    if !can_run("containment_shared_pools") {
+        return;
+    }
+    let work = Dir::new();
+    let script = work.file("filler.py", GATEWAY_FILLER);
+    let ready = work.join("ready");
+    let release = work.join("release");
+    let before = host_tcp_memory();
+    let mut filler = KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args([
+                "run",
+                "--write",
+                work.path().to_str().unwrap(),
+                "--max-memory",
+                "64M",
+                "--allow-domain",
+                "unreachable.example",
+                "--",
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+                "300",
+            ])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    ));
+    let started = eventually(60, || {
+        ready.exists()
+            || filler
+                .0
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    });
+    let during = host_tcp_memory();
+    std::fs::write(&release, "").unwrap();
+    let _ = filler.take().wait();
+    assert!(started, "the filler never started");
+    let queued: u64 = std::fs::read_to_string(&ready).unwrap().parse().unwrap();
+    let grown = during.saturating_sub(before);
+    eprintln!("grown {} MiB, queued {} MiB", grown >> 20, queued >> 20);
+    // The run's own 64 MiB, and the gateway's small buffers: 128 KiB a
+    // connection at most (300 here, accepted or in the backlog).
+    assert!(
+        grown <= (64 << 20) + 300 * (128 << 10) + (16 << 20),
+        "the host's TCP memory grew by {} MiB ({} MiB queued) under --max-memory 64M",
+        grown >> 20,
+        queued >> 20
+    );
+}
