@@ -269,11 +269,11 @@ impl RunCgroup {
                         if memsw.exists() {
                             write_limit(&memsw, &value, controller)?;
                         }
-                        // A v1 memory cgroup leaves socket buffers
-                        // uncharged unless this is set, and they come from
-                        // one budget for the whole host: bound the run's
-                        // share (limits::tcp_buffer_limit). Set before the
-                        // init exists, so every socket of the run counts.
+                        // A v1 memory cgroup leaves socket buffers (TCP
+                        // and UDP) uncharged unless this is set, and they
+                        // come from one budget for the whole host: bound
+                        // the run's share (limits::tcp_buffer_limit). Set
+                        // before the init exists, so every socket counts.
                         let tcp = dir.join("memory.kmem.tcp.limit_in_bytes");
                         if tcp.exists() {
                             let bytes = limits.max_memory.unwrap_or(u64::MAX);

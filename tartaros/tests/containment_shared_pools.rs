@@ -271,3 +271,85 @@ fn a_gateways_sockets_do_not_hold_the_hosts_tcp_memory_for_the_agent() {
         queued >> 20
     );
 }
+
+/// Queues datagrams to `socks` UDP sockets that never read them.
+const UDP_FILLER: &str = r#"
+import os, socket, sys, time
+ready, release, socks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+tx.setblocking(False)
+keep, total = [], 0
+for _ in range(socks):
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(('127.0.0.1', 0))
+    keep.append(rx)
+    for _ in range(400):
+        try:
+            total += tx.sendto(b'x' * 1400, rx.getsockname())
+        except OSError:
+            break
+open(ready, 'w').write(str(total))
+while not os.path.exists(release):
+    time.sleep(0.05)
+"#;
+
+/// The host's UDP buffer memory in bytes (`udp_memory_allocated`, one
+/// budget for every network namespace, `net.ipv4.udp_mem`).
+fn host_udp_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
+    let line = text.lines().find(|l| l.starts_with("UDP:")).unwrap();
+    let fields: Vec<&str> = line.split_whitespace().collect();
+    let at = fields.iter().position(|f| *f == "mem").unwrap();
+    fields[at + 1].parse::<u64>().unwrap() * 4096
+}
+
+#[test]
+fn a_runs_udp_buffers_stay_within_its_memory_limit() {
+    if !can_run("containment_shared_pools") {
+        return;
+    }
+    let work = Dir::new();
+    let script = work.file("filler.py", UDP_FILLER);
+    let ready = work.join("ready");
+    let release = work.join("release");
+    let before = host_udp_memory();
+    let mut filler = KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args([
+                "run",
+                "--write",
+                work.path().to_str().unwrap(),
+                "--max-memory",
+                "64M",
+                "--",
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+                "1500",
+            ])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    ));
+    let started = eventually(60, || {
+        ready.exists()
+            || filler
+                .0
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    });
+    let during = host_udp_memory();
+    std::fs::write(&release, "").unwrap();
+    let _ = filler.take().wait();
+    assert!(started, "the filler never started");
+    let grown = during.saturating_sub(before);
+    eprintln!("UDP memory grown {} MiB", grown >> 20);
+    assert!(
+        grown <= (64 << 20) + (16 << 20),
+        "the host's UDP memory grew by {} MiB under --max-memory 64M",
+        grown >> 20
+    );
+}
