@@ -353,3 +353,112 @@ fn a_runs_udp_buffers_stay_within_its_memory_limit() {
         grown >> 20
     );
 }
+
+/// Opens `conns` connections to a `--port` relay and reads nothing.
+const IDLE_READER: &str = r#"
+import os, socket, sys, time
+port, conns, ready, release = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+keep = [socket.create_connection(('127.0.0.1', port)) for _ in range(conns)]
+open(ready, 'w').write(str(len(keep)))
+while not os.path.exists(release):
+    time.sleep(0.05)
+"#;
+
+/// Bytes queued for sending on the sockets bound to local `port` in the
+/// network namespace of `pid` (`/proc/<pid>/net/tcp`, `tx_queue`).
+fn queued_from_port(pid: i32, port: u16) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).unwrap_or_default();
+    text.lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = u16::from_str_radix(fields.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let tx = fields.get(4)?.split(':').next()?;
+            (local_port == port).then(|| u64::from_str_radix(tx, 16).ok())?
+        })
+        .sum()
+}
+
+#[test]
+fn a_port_relay_does_not_buffer_a_streaming_host_service_for_an_agent_that_never_reads() {
+    if !can_run("containment_shared_pools") {
+        return;
+    }
+    const CONNS: u64 = 100;
+    // A host service that sends as fast as it may, on every connection.
+    let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in service.incoming().flatten() {
+            std::thread::spawn(move || {
+                use std::io::Write;
+                let mut stream = stream;
+                let chunk = [b'y'; 65536];
+                while stream.write_all(&chunk).is_ok() {}
+            });
+        }
+    });
+    let work = Dir::new();
+    let script = work.file("reader.py", IDLE_READER);
+    let ready = work.join("ready");
+    let release = work.join("release");
+    let port_arg = port.to_string();
+    let conns = CONNS.to_string();
+    let mut run = KillOnDrop(Some(
+        std::process::Command::new(bin())
+            .args([
+                "run",
+                "--write",
+                work.path().to_str().unwrap(),
+                "--port",
+                &port_arg,
+                "--",
+                "/usr/bin/python3",
+                script.to_str().unwrap(),
+                &port_arg,
+                &conns,
+                ready.to_str().unwrap(),
+                release.to_str().unwrap(),
+            ])
+            .current_dir(work.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    ));
+    let started = eventually(60, || {
+        ready.exists()
+            || run
+                .0
+                .as_mut()
+                .is_some_and(|c| !matches!(c.try_wait(), Ok(None)))
+    });
+    // Let the relay push what the kernel takes.
+    std::thread::sleep(Duration::from_secs(2));
+    let agent = processes_running(script.to_str().unwrap());
+    let queued = agent.map_or(0, |pid| queued_from_port(pid, port));
+    std::fs::write(&release, "").unwrap();
+    let _ = run.take().wait();
+    assert!(started && agent.is_some(), "the reader never started");
+    eprintln!("the relay's side queued {} MiB", queued >> 20);
+    // What the relay's sockets in the sandbox may hold for one connection:
+    // their fixed buffer (doubled by the kernel for its bookkeeping).
+    assert!(
+        queued <= CONNS * (512 << 10),
+        "the relay's sockets held {} MiB of the host's TCP memory for {CONNS} connections the agent never read",
+        queued >> 20
+    );
+}
+
+/// The pid of a process whose command line holds `marker`.
+fn processes_running(marker: &str) -> Option<i32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid = entry.file_name().to_string_lossy().parse::<i32>().ok()?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).into_owned();
+            (cmdline.contains(marker) && !cmdline.contains("tartaros")).then_some(pid)
+        })
+}
