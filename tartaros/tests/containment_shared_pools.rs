@@ -28,6 +28,13 @@ while not os.path.exists(release):
     time.sleep(0.05)
 "#;
 
+/// The tests measure host-wide counters: one at a time, or each would see
+/// the others' sockets.
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn ptys_in_use() -> usize {
     std::fs::read_to_string("/proc/sys/kernel/pty/nr")
         .unwrap()
@@ -41,6 +48,7 @@ fn one_run_cannot_take_every_pty_of_the_host() {
     if !can_run("containment_shared_pools") {
         return;
     }
+    let _serial = serial();
     let work = Dir::new();
     let script = work.file("holder.py", HOLDER);
     let ready = work.join("ready");
@@ -133,6 +141,7 @@ fn a_runs_tcp_buffers_stay_within_its_memory_limit() {
     if !can_run("containment_shared_pools") {
         return;
     }
+    let _serial = serial();
     const LIMIT: u64 = 64 << 20;
     let work = Dir::new();
     let script = work.file("filler.py", TCP_FILLER);
@@ -220,6 +229,7 @@ fn a_gateways_sockets_do_not_hold_the_hosts_tcp_memory_for_the_agent() {
     if !can_run("containment_shared_pools") {
         return;
     }
+    let _serial = serial();
     let work = Dir::new();
     let script = work.file("filler.py", GATEWAY_FILLER);
     let ready = work.join("ready");
@@ -262,10 +272,11 @@ fn a_gateways_sockets_do_not_hold_the_hosts_tcp_memory_for_the_agent() {
     let queued: u64 = std::fs::read_to_string(&ready).unwrap().parse().unwrap();
     let grown = during.saturating_sub(before);
     eprintln!("grown {} MiB, queued {} MiB", grown >> 20, queued >> 20);
-    // The run's own 64 MiB, and the gateway's small buffers: 128 KiB a
-    // connection at most (300 here, accepted or in the backlog).
+    // The run's own 64 MiB, and the gateway's fixed buffers: 128 KiB,
+    // doubled by the kernel, a connection (300 here, accepted or in the
+    // backlog), and slack for the rest of the host's traffic.
     assert!(
-        grown <= (64 << 20) + 300 * (128 << 10) + (16 << 20),
+        grown <= (64 << 20) + 300 * (256 << 10) + (16 << 20),
         "the host's TCP memory grew by {} MiB ({} MiB queued) under --max-memory 64M",
         grown >> 20,
         queued >> 20
@@ -308,6 +319,7 @@ fn a_runs_udp_buffers_stay_within_its_memory_limit() {
     if !can_run("containment_shared_pools") {
         return;
     }
+    let _serial = serial();
     let work = Dir::new();
     let script = work.file("filler.py", UDP_FILLER);
     let ready = work.join("ready");
@@ -384,6 +396,7 @@ fn a_port_relay_does_not_buffer_a_streaming_host_service_for_an_agent_that_never
     if !can_run("containment_shared_pools") {
         return;
     }
+    let _serial = serial();
     const CONNS: u64 = 100;
     // A host service that sends as fast as it may, on every connection.
     let service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
