@@ -269,6 +269,17 @@ impl RunCgroup {
                         if memsw.exists() {
                             write_limit(&memsw, &value, controller)?;
                         }
+                        // A v1 memory cgroup leaves socket buffers (TCP
+                        // and UDP) uncharged unless this is set, and they
+                        // come from one budget for the whole host: bound
+                        // the run's share (limits::tcp_buffer_limit). Set
+                        // before the init exists, so every socket counts.
+                        let tcp = dir.join("memory.kmem.tcp.limit_in_bytes");
+                        if tcp.exists() {
+                            let bytes = limits.max_memory.unwrap_or(u64::MAX);
+                            let bound = crate::limits::host_tcp_buffer_limit(bytes);
+                            write_limit(&tcp, &bound.to_string(), controller)?;
+                        }
                     }
                 }
             }

@@ -278,6 +278,11 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         scope: crate::scope::ScopeMounts::of(policy, identity),
         // The agent keeps the launcher's own ids (identity_map.rs).
         map_user: user_namespace.then_some(facts.current),
+        // Only the agent's own user namespace makes RLIMIT_NPROC a per-run
+        // bound (as root the uid's count is host-wide, and the cgroup holds).
+        max_tasks: policy
+            .max_processes
+            .filter(|_| user_namespace && ledger.installed(Guarantee::MaxProcs)),
         // Known once the cgroups exist (supervisor.rs).
         limit_cgroups: Vec::new(),
     };

@@ -26,6 +26,15 @@ pub enum DevfsError {
 /// Host device nodes the agent may use; nothing else of the host's /dev.
 pub const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom", "tty"];
 
+/// A devpts of the sandbox's own (its ptys are not the host's) with at
+/// most 256 ptys (`max=`) at once. A devpts instance draws from the
+/// host-wide `kernel.pty.max`, and every instance but the host's first
+/// shares what `kernel.pty.reserve` leaves (3,072 of 4,096 by default): an
+/// agent without `max=` took all of them, and every other run and container
+/// of the host got ENOSPC from /dev/ptmx until it ended. 256 is far more
+/// than terminals, tmux and pty-spawning test suites hold at once.
+const PTS_OPTIONS: &str = "newinstance,ptmxmode=0666,mode=0620,max=256";
+
 const LINKS: &[(&str, &str)] = &[
     ("ptmx", "pts/ptmx"),
     ("fd", "/proc/self/fd"),
@@ -99,7 +108,7 @@ pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
         pts.as_path(),
         Some("devpts"),
         MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("newinstance,ptmxmode=0666,mode=0620"),
+        Some(PTS_OPTIONS),
     )
     .map_err(failed("mount a private devpts on", &pts))?;
     let shm = dev.join("shm");

@@ -181,6 +181,15 @@ pub fn wants_bpf(policy: &Policy, capture: bool, root: bool) -> bool {
 
 /// Decides which guarantees `policy` requests and which `host` can install,
 /// and settles the missing ones (refusal or degraded). Pure.
+/// Whether the agent's tasks are bounded without a pids cgroup: an
+/// unprivileged run puts the agent in a user namespace of its own, where
+/// RLIMIT_NPROC counts only the run's tasks (the kernel counts a uid's tasks
+/// per user namespace, and no cap of the agent's lifts the limit). Root runs
+/// have no such namespace: there the uid's count is host-wide.
+pub fn tasks_by_rlimit(host: &Host) -> bool {
+    !host.root && host.user_namespaces
+}
+
 pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, Refusal> {
     let mut ledger = Ledger::new(policy.strict);
     let check = |ok: bool, why: &str| if ok { Ok(()) } else { Err(why.to_string()) };
@@ -241,7 +250,7 @@ pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, 
         ledger.request(
             Guarantee::MaxProcs,
             check(
-                controller("pids"),
+                controller("pids") || tasks_by_rlimit(host),
                 "no pids cgroup controller (v2 or v1) is available to enforce --max-procs",
             ),
         )?;
@@ -421,9 +430,10 @@ mod tests {
             ..Policy::default()
         };
         let ledger = requested(&policy, &host, true).unwrap();
+        // Tasks are bounded by the agent's user namespace instead.
+        assert!(ledger.installed(Guarantee::MaxProcs));
         for g in [
             Guarantee::Cgroup,
-            Guarantee::MaxProcs,
             Guarantee::ConnectFilter,
             Guarantee::UnixSocketPolicy,
             Guarantee::EbpfCapture,

@@ -239,6 +239,20 @@ fn become_agent(
     // with the agent's memory: 1 is the kernel's marker that refuses the
     // pipe. Soft and hard, and seccomp refuses changing it (docs/seccomp.md).
     let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 1, 1);
+    // No pids cgroup holds an unprivileged run: its tasks are bounded here.
+    // In the agent's own user namespace (map_user) RLIMIT_NPROC counts only
+    // the run's tasks, threads included, and the agent has no capability
+    // to raise the hard limit. Fail closed: unbounded, one fork bomb takes
+    // every pid of the host.
+    if let (Some(max), Some(_)) = (plan.max_tasks, plan.map_user)
+        && let Err(e) =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NPROC, max, max)
+    {
+        return failure(
+            exit::START_FAILURE,
+            format!("failed to limit the agent to {max} tasks (RLIMIT_NPROC): {e}"),
+        );
+    }
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()
     {

@@ -49,6 +49,38 @@ pub fn defaults(
 }
 
 /// `MemTotal` from the text of `/proc/meminfo`, in bytes.
+/// Share of the host's TCP buffer limit one run may hold (1/8, as the
+/// default tasks are 1/8 of `pid_max`).
+pub const TCP_SHARE: u64 = 8;
+
+/// The TCP buffer memory a run with `max_memory` may hold, given
+/// `net.ipv4.tcp_mem` (three numbers of pages) and the page size. TCP
+/// buffers are charged to one budget for the whole host, whatever the
+/// network namespace (`tcp_memory_allocated`), and past its third number
+/// every TCP socket of the host is starved: the agent's own loopback
+/// connections, filled and never read, did that under any memory limit,
+/// since a v1 memory cgroup leaves socket memory uncharged. So the run
+/// gets its memory limit, and at most an eighth of that budget.
+pub fn tcp_buffer_limit(max_memory: u64, tcp_mem: &str, page: u64) -> u64 {
+    let host = tcp_mem
+        .split_whitespace()
+        .nth(2)
+        .and_then(|pages| pages.parse::<u64>().ok())
+        .map(|pages| pages.saturating_mul(page) / TCP_SHARE);
+    host.map_or(max_memory, |h| max_memory.min(h))
+}
+
+/// [`tcp_buffer_limit`] on this host.
+pub fn host_tcp_buffer_limit(max_memory: u64) -> u64 {
+    let tcp_mem = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_mem").unwrap_or_default();
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u64::try_from(p).ok())
+        .unwrap_or(4096);
+    tcp_buffer_limit(max_memory, &tcp_mem, page)
+}
+
 pub fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -110,7 +142,8 @@ pub fn apply_host_defaults(policy: &Policy, host: &Host, capture: bool) -> Polic
         };
         crate::guarantee::requested(&lenient, host, capture)
             .is_ok_and(|ledger| ledger.installed(guarantee))
-            && crate::cgroup::can_limit(controller)
+            && (crate::cgroup::can_limit(controller)
+                || (name == "max-procs" && crate::guarantee::tasks_by_rlimit(host)))
     };
     with_defaults(policy, host_defaults(), &check)
 }
@@ -144,6 +177,19 @@ mod tests {
         // Tiny pid_max: the floor, within half of it.
         assert_eq!(defaults(Some(1024), Some(1), None).max_procs, Some(256));
         assert_eq!(defaults(Some(300), Some(1), None).max_procs, Some(150));
+    }
+
+    #[test]
+    fn a_runs_tcp_buffers_are_an_eighth_of_the_hosts_at_most() {
+        let tcp_mem = "287913\t383885\t575826\n";
+        // 575,826 pages of 4 KiB = 2.2 GiB; an eighth is 281 MiB.
+        assert_eq!(
+            tcp_buffer_limit(12 << 30, tcp_mem, 4096),
+            575_826 * 4096 / 8
+        );
+        assert_eq!(tcp_buffer_limit(64 << 20, tcp_mem, 4096), 64 << 20);
+        assert_eq!(tcp_buffer_limit(64 << 20, "", 4096), 64 << 20);
+        assert_eq!(tcp_buffer_limit(64 << 20, "1 2 x", 4096), 64 << 20);
     }
 
     #[test]

@@ -19,6 +19,11 @@ pub enum NetworkError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("failed to size the buffers of the listener on {addr} inside the sandbox: {source}")]
+    Buffers {
+        addr: SocketAddr,
+        source: nix::Error,
+    },
     #[error("failed to pass the gateways' listeners from the sandbox: {0}")]
     Pass(nix::Error),
     #[error("failed to pass the gateways' listeners from the sandbox: a malformed message")]
@@ -72,7 +77,12 @@ pub fn listen_all(specs: &[ListenSpec]) -> Result<Vec<Option<TcpListener>>, Netw
     specs
         .iter()
         .map(|spec| match TcpListener::bind(spec.addr) {
-            Ok(listener) => Ok(Some(listener)),
+            Ok(listener) => fixed_buffers(&listener)
+                .map(|()| Some(listener))
+                .map_err(|source| NetworkError::Buffers {
+                    addr: spec.addr,
+                    source,
+                }),
             Err(_) if spec.optional => Ok(None),
             Err(source) => Err(NetworkError::Bind {
                 addr: spec.addr,
@@ -80,6 +90,23 @@ pub fn listen_all(specs: &[ListenSpec]) -> Result<Vec<Option<TcpListener>>, Netw
             }),
         })
         .collect()
+}
+
+/// Send and receive buffer of the gateways' sockets inside the sandbox
+/// (the kernel doubles it for its bookkeeping). Those sockets are the
+/// supervisor's, accepted outside the run's memory cgroup, and TCP memory
+/// is one budget for the whole host: autotuned, each one buffered up to
+/// `tcp_wmem`'s 4 MiB of what a host service streamed to an agent that
+/// never read (372 MiB for 100 connections of a `--port` relay), and the
+/// gateways accept hundreds. 128 KiB keeps loopback transfers fast.
+pub const GATEWAY_SOCKET_BUFFER: usize = 128 << 10;
+
+/// Fixes the buffers of a listener; the connections it accepts inherit
+/// them, with autotuning off (the kernel's lock bits are copied too).
+fn fixed_buffers(listener: &TcpListener) -> Result<(), nix::Error> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(listener, sockopt::SndBuf, &GATEWAY_SOCKET_BUFFER)?;
+    setsockopt(listener, sockopt::RcvBuf, &GATEWAY_SOCKET_BUFFER)
 }
 
 /// Sends the listeners over `channel` (a unix socket) in one message: a

@@ -63,6 +63,11 @@ pub struct Plan {
     /// anything else (`cgroup::join_v1_self`); set once they exist.
     #[serde(default)]
     pub limit_cgroups: Vec<PathBuf>,
+    /// RLIMIT_NPROC of the agent, set once it is in its own user namespace
+    /// (`map_user`), where the kernel counts only the run's tasks: the
+    /// bound of a run with no pids cgroup (guarantee::tasks_by_rlimit).
+    #[serde(default)]
+    pub max_tasks: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -174,6 +179,7 @@ mod tests {
             pty: false,
             scope: Default::default(),
             map_user: None,
+            max_tasks: None,
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let late = Late {
