@@ -87,8 +87,11 @@ pub async fn serve_attributed(
     accept_loop(listener, MAX_CONNECTIONS, move |stream| {
         let mut context = context.clone();
         if owner.is_some() {
-            let events =
-                crate::events::attributed(&context.events, owner.as_ref(), stream.peer_addr().ok());
+            let events = crate::events::attributed(
+                &context.events,
+                owner.as_ref(),
+                crate::events::ConnectionEnds::of(&stream),
+            );
             context = Arc::new(Context {
                 events,
                 ..(*context).clone()
