@@ -240,10 +240,12 @@ pub fn token_matches(presented: &[u8], token: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Whether `haystack` contains `needle` (a secret), for dropping response
-/// headers that echo one.
+/// Whether `haystack` contains `needle`, ignoring ASCII case.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Checks a broker policy before serving: header names, methods, path
