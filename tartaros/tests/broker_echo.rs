@@ -29,6 +29,8 @@ const TOKEN: &str = "agent-token-0123456789";
 /// The scheme and the credential proper; the upstream quotes the latter.
 const SECRET: &str = "Bearer ghp_Up5treamCred/9f8e+7d==";
 const CREDENTIAL: &str = "ghp_Up5treamCred/9f8e+7d==";
+/// A second capability's value, whose credential is a valid header name.
+const NAMED: &str = "token ghp_HeaderNameCred0123";
 
 /// What the upstream answers for each path: a header that holds the
 /// credential in some form, and one that must be kept.
@@ -60,6 +62,13 @@ fn echo(path: &str, authorization: &str) -> Option<(&'static str, String)> {
     })
 }
 
+/// The upstream of the second capability names a header after the
+/// credential (`token <credential>`).
+fn echo_as_name(path: &str, authorization: &str) -> Option<(String, String)> {
+    let bare = authorization.strip_prefix("token ")?;
+    (path == "/v1/name").then(|| (bare.to_ascii_lowercase(), "1".to_string()))
+}
+
 async fn upstream(tls: Arc<rustls::ServerConfig>) -> SocketAddr {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -79,6 +88,10 @@ async fn upstream(tls: Arc<rustls::ServerConfig>) -> SocketAddr {
                         .to_string();
                     let mut response = Response::builder().header("x-safe", "kept");
                     if let Some((name, value)) = echo(request.uri().path(), &authorization) {
+                        response = response.header(name, value);
+                    }
+                    if let Some((name, value)) = echo_as_name(request.uri().path(), &authorization)
+                    {
                         response = response.header(name, value);
                     }
                     Ok::<_, Infallible>(
@@ -104,18 +117,29 @@ async fn broker_with_upstream() -> (pki_support::TestPki, SocketAddr) {
         allow_internal: true,
         token_env: "TT_BROKER_TOKEN".into(),
         ca_file: None,
-        capabilities: vec![BrokerCapability {
-            name: "api".into(),
-            upstream: "api.test".into(),
-            header: "Authorization".into(),
-            value_env: "TT_API_VALUE".into(),
-            methods: vec![],
-            path_prefix: Some("/v1".into()),
-        }],
+        capabilities: vec![
+            BrokerCapability {
+                name: "api".into(),
+                upstream: "api.test".into(),
+                header: "Authorization".into(),
+                value_env: "TT_API_VALUE".into(),
+                methods: vec![],
+                path_prefix: Some("/v1".into()),
+            },
+            BrokerCapability {
+                name: "named".into(),
+                upstream: "api.test".into(),
+                header: "Authorization".into(),
+                value_env: "TT_NAMED_VALUE".into(),
+                methods: vec![],
+                path_prefix: Some("/v1".into()),
+            },
+        ],
     };
     let env = |name: &str| match name {
         "TT_BROKER_TOKEN" => Some(OsString::from(TOKEN)),
         "TT_API_VALUE" => Some(OsString::from(SECRET)),
+        "TT_NAMED_VALUE" => Some(OsString::from(NAMED)),
         _ => None,
     };
     let secrets = Arc::new(BrokerSecrets::load(&config, env).unwrap());
@@ -166,4 +190,13 @@ async fn the_credential_echoed_in_another_form_does_not_reach_the_agent() {
             "{path}: credential in the answer: {answer}"
         );
     }
+    let answer = call(broker, "/named/v1/name").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("x-safe: kept"), "{answer}");
+    assert!(
+        !answer
+            .to_ascii_lowercase()
+            .contains("ghp_headernamecred0123"),
+        "credential as a header name in the answer: {answer}"
+    );
 }

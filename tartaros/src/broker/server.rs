@@ -303,11 +303,14 @@ async fn handle(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that echoes the credential in a header (debug headers,
-    // a redirect carrying it) must not hand it to the agent.
+    // a redirect carrying it, a header named after it) must not hand it to
+    // the agent.
     let leaking: Vec<HeaderName> = parts
         .headers
         .iter()
-        .filter(|(_, v)| secrets.leaks_into(v.as_bytes()))
+        .filter(|(n, v)| {
+            secrets.leaks_into(n.as_str().as_bytes()) || secrets.leaks_into(v.as_bytes())
+        })
         .map(|(name, _)| name.clone())
         .collect();
     for name in leaking {
