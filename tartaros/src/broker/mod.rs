@@ -10,6 +10,7 @@
 //! functions in [`rules`]; [`serve`] applies them. See `docs/egress.md`.
 
 mod echo;
+mod path_forms;
 pub mod rules;
 mod server;
 

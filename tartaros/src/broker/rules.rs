@@ -140,8 +140,9 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 /// which Tomcat, Jetty and Spring strip before matching, so `..;` is a
 /// dot segment to them), backslashes, empty segments (`//`), and
 /// percent-encoded `.`, `/`, `\`, `;`, `%` (double encoding) or NUL
-/// anywhere in a segment, plus malformed escapes. A trailing `/` is
-/// allowed.
+/// anywhere in a segment, plus malformed escapes, overlong UTF-8 and
+/// characters that normalize to those ([`super::path_forms`]). A trailing
+/// `/` is allowed.
 pub fn check_path(path: &str) -> Result<(), &'static str> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err("path must start with /");
@@ -171,6 +172,9 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
         let escaped = escaped_bytes(segment).ok_or("malformed percent-encoding in the path")?;
         if escaped.iter().any(|b| ENCODED_REFUSED.contains(b)) {
             return Err("percent-encoded . / \\ ; % or NUL refused in the path");
+        }
+        if let Some(why) = super::path_forms::ambiguous(segment) {
+            return Err(why);
         }
     }
     Ok(())

@@ -1,8 +1,16 @@
-//! The broker's injected credential echoed back by the upstream in another
-//! form than the exact value it injected (adversarial round 6): the bare
-//! token without its `Bearer ` scheme (as an API's error or debug header
-//! would quote it), percent-encoded in a redirect's `Location`, or in
-//! another letter case. None of these may reach the agent.
+//! The broker against a hostile agent and a careless upstream
+//! (adversarial round 6):
+//! - the injected credential echoed back by the upstream in another form
+//!   than the exact value it injected: the bare token without its
+//!   `Bearer ` scheme (as an API's error or debug header would quote it),
+//!   percent-encoded in a redirect's `Location`, in another letter case,
+//!   or as a header's name. None of these may reach the agent;
+//! - paths whose meaning depends on the upstream's decoding: overlong
+//!   UTF-8 for `.` and `/` (`%C0%AE`, which lenient decoders read as `.`)
+//!   and characters that Unicode compatibility normalization (NFKC) turns
+//!   into `.`, `/`, `\`, `;` or `%` (`%EF%BC%8E` is U+FF0E FULLWIDTH FULL
+//!   STOP). Each could climb out of the capability's `path_prefix` at an
+//!   upstream that normalizes; the broker must refuse them, not forward.
 
 use std::convert::Infallible;
 use std::ffi::OsString;
@@ -157,6 +165,29 @@ async fn broker_with_upstream() -> (pki_support::TestPki, SocketAddr) {
         events,
     ));
     (pki, addr)
+}
+
+#[tokio::test]
+async fn paths_that_normalize_to_dot_segments_are_refused() {
+    let (_pki, broker) = broker_with_upstream().await;
+    for path in [
+        "/api/v1/x/%C0%AE%C0%AE/admin",
+        "/api/v1/%C0%AE%C0%AE%C0%AF..%C0%AFadmin",
+        "/api/v1/%E0%80%AE%E0%80%AE/admin",
+        "/api/v1/x/%EF%BC%8E%EF%BC%8E/admin",
+        "/api/v1/x/%E2%80%A5/admin",
+        "/api/v1/x%EF%BC%8F..%EF%BC%8Fadmin",
+        "/api/v1/x%EF%BC%BC..",
+        "/api/v1/x%EF%BC%9B/admin",
+        "/api/v1/x%CD%BE/admin",
+        "/api/v1/x/%FF/admin",
+    ] {
+        let answer = call(broker, path).await;
+        assert!(answer.starts_with("HTTP/1.1 403"), "{path}: {answer}");
+    }
+    // Other non-ASCII names still pass.
+    let answer = call(broker, "/api/v1/caf%C3%A9.txt").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 }
 
 async fn call(broker: SocketAddr, path: &str) -> String {
