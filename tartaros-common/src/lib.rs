@@ -49,14 +49,14 @@ pub const MAP_UNIX_ALLOW: &str = "UNIX_ALLOW";
 /// `connect6` (`LruHashMap<u64, SavedDst>`, keyed by socket cookie).
 pub const MAP_TPROXY_COOKIE: &str = "TPROXY_COOKIE";
 /// Name of the map `sock_ops` moves those entries to
-/// (`LruHashMap<TransparentKey, SavedDst>`, keyed by the client's local port),
+/// (`LruHashMap<TransparentKey, SavedDst>`, keyed by the connection),
 /// which the transparent proxy reads (and deletes from) on accept.
 pub const MAP_TPROXY_PORT: &str = "TPROXY_PORT";
 /// Name of the map of who opened each TCP connection, filled by
 /// `connect4` / `connect6` (`LruHashMap<u64, ConnOwner>`, by socket cookie).
 pub const MAP_OWNER_COOKIE: &str = "OWNER_COOKIE";
 /// Name of the map `sock_ops` moves those entries to (`LruHashMap<
-/// TransparentKey, u32>`, by the client's local port), which the gateways
+/// TransparentKey, u32>`, by the connection), which the gateways
 /// read to attribute their records.
 pub const MAP_OWNER_PORT: &str = "OWNER_PORT";
 /// Capacity of both transparent-interception maps (LRU: entries of
@@ -157,14 +157,22 @@ pub struct SavedDst {
     pub pad: u16,
 }
 
-/// Key of [`MAP_TPROXY_PORT`]: the intercepted client's local port, as the
-/// proxy sees it (the accepted connection's peer port), and the family of
-/// the loopback address it connected to.
+/// Key of [`MAP_TPROXY_PORT`] and [`MAP_OWNER_PORT`]: one connection to a
+/// gateway, as the gateway sees it on accept: the client's address and
+/// port (the accepted connection's peer), the gateway's port, and the
+/// family of the loopback address the client connected to.
 ///
-/// Runs have network namespaces of their own, so the same port can be in
-/// use in two of them: the key names the run too.
+/// The whole connection, not the client's port alone: two sockets may
+/// share a local port (`SO_REUSEADDR`) while their connections differ, so
+/// a second process connecting from the same port elsewhere (or to the
+/// same gateway from 127.0.0.2) overwrote the first one's entry before the
+/// gateway accepted it, and the gateway named the wrong process (adversarial
+/// round 6). TCP keeps a live connection's four-tuple unique.
 ///
-/// 16 bytes, alignment 8, no padding.
+/// Runs have network namespaces of their own, so the same connection can
+/// exist in two of them: the key names the run too.
+///
+/// 32 bytes, alignment 8, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct TransparentKey {
@@ -174,12 +182,18 @@ pub struct TransparentKey {
     pub family: u16,
     /// Client's local port, host byte order.
     pub port: u16,
+    /// The gateway's port (the client's remote port), host byte order.
+    pub gateway_port: u16,
     /// Zero.
-    pub _pad: u32,
+    pub _pad: u16,
+    /// Client's local address in network order: an IPv4 address (also one
+    /// an IPv6 socket uses through `::ffff:a.b.c.d`) in the first 4 bytes,
+    /// the rest zero.
+    pub addr: [u8; 16],
 }
 
 /// Who opened a TCP connection, by socket cookie (`OWNER_COOKIE`), until
-/// `sock_ops` keys it by the local port.
+/// `sock_ops` keys it by the connection.
 ///
 /// 16 bytes, alignment 8, no padding.
 #[repr(C)]
@@ -295,7 +309,7 @@ const _: () = assert!(core::mem::size_of::<ConnectEvent>() == 56);
 const _: () = assert!(core::mem::align_of::<ConnectEvent>() == 8);
 const _: () = assert!(core::mem::size_of::<SavedDst>() == 32);
 const _: () = assert!(core::mem::align_of::<SavedDst>() == 8);
-const _: () = assert!(core::mem::size_of::<TransparentKey>() == 16);
+const _: () = assert!(core::mem::size_of::<TransparentKey>() == 32);
 const _: () = assert!(core::mem::size_of::<ConnOwner>() == 16);
 
 #[cfg(feature = "user")]

@@ -13,7 +13,8 @@
 //! socket cookie (`bpf_get_socket_cookie` in sock_addr and sock_ops
 //! programs, Linux 4.19), and `sock_ops` (Linux 4.13) moves it, once the
 //! local port is bound (`BPF_SOCK_OPS_TCP_CONNECT_CB`, before the SYN is
-//! sent), to `TPROXY_PORT` keyed by that port, where the proxy finds it.
+//! sent), to `TPROXY_PORT` keyed by the connection (client address and
+//! port, gateway port), where the proxy finds it.
 
 use aya_ebpf::{
     EbpfContext as _,
@@ -323,7 +324,7 @@ const BPF_SOCK_OPS_TCP_CONNECT_CB: u32 = 3;
 const SOCK_OPS_OK: u32 = 1;
 
 /// Moves the saved destination of an intercepted connect from its socket
-/// cookie to its local port, where the proxy looks it up on accept.
+/// cookie to its connection, where the gateway looks it up on accept.
 #[sock_ops]
 pub fn sock_ops(ctx: SockOpsContext) -> u32 {
     let _ = try_sock_ops(&ctx);
@@ -337,6 +338,55 @@ fn v4_mapped(ip6: [u32; 4]) -> bool {
     ip6[0] == 0 && ip6[1] == 0 && ip6[2] == 0x0000_ffff_u32.to_be()
 }
 
+/// The connection as the gateway sees it on accept (see
+/// [`TransparentKey`]): keyed by the family the gateway sees (an IPv6
+/// socket connected to an IPv4-mapped address reaches it as IPv4; keyed by
+/// the socket's own family instead, an older IPv4 entry answered for it),
+/// the client's address and port, and the gateway's port.
+#[inline(always)]
+fn connection_key(ctx: &SockOpsContext, run: u64) -> TransparentKey {
+    let v6 = ctx.family() == u32::from(AF_INET6) && !v4_mapped(ctx.remote_ip6());
+    let mut addr = [0u8; 16];
+    if v6 {
+        let ops = ctx.ops;
+        // SAFETY: `ops` is the context pointer the kernel passed in; one
+        // volatile 4-byte load per word at a constant offset, the access
+        // the verifier accepts (it refuses a load through a pointer the
+        // compiler computed from the context).
+        let words = unsafe {
+            [
+                read_volatile(addr_of!((*ops).local_ip6[0])),
+                read_volatile(addr_of!((*ops).local_ip6[1])),
+                read_volatile(addr_of!((*ops).local_ip6[2])),
+                read_volatile(addr_of!((*ops).local_ip6[3])),
+            ]
+        };
+        let mut i = 0;
+        while i < 16 {
+            addr[i] = words[i / 4].to_ne_bytes()[i % 4];
+            i += 1;
+        }
+    } else {
+        // Also for a mapped connection of an IPv6 socket: `tcp_v4_connect`
+        // has set the IPv4 source, the IPv6 one is set after this callback.
+        let ip = ctx.local_ip4().to_ne_bytes();
+        addr[0] = ip[0];
+        addr[1] = ip[1];
+        addr[2] = ip[2];
+        addr[3] = ip[3];
+    }
+    TransparentKey {
+        run,
+        family: if v6 { AF_INET6 } else { AF_INET },
+        // `local_port` is in host byte order; `remote_port` holds the
+        // network-order port in the high bytes of a network-order word.
+        port: ctx.local_port() as u16,
+        gateway_port: u32::from_be(ctx.remote_port()) as u16,
+        _pad: 0,
+        addr,
+    }
+}
+
 fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     if ctx.op() != BPF_SOCK_OPS_TCP_CONNECT_CB {
         return Ok(());
@@ -348,21 +398,7 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     // the same socket, which run before this.
     if let Some(owner) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
         let _ = OWNER_COOKIE.remove(&cookie);
-        // Keyed by the family the gateway sees: an IPv6 socket connected
-        // to an IPv4-mapped address reaches it as IPv4. Keyed by the
-        // socket's own family instead, an older IPv4 entry of the same
-        // port (another process's, long gone) answered for it.
-        let family = if ctx.family() == u32::from(AF_INET6) && !v4_mapped(ctx.remote_ip6()) {
-            AF_INET6
-        } else {
-            AF_INET
-        };
-        let key = TransparentKey {
-            run: owner.run,
-            family,
-            port: ctx.local_port() as u16,
-            _pad: 0,
-        };
+        let key = connection_key(ctx, owner.run);
         let _ = OWNER_PORT.insert(&key, &owner.tgid, 0);
     }
     // SAFETY: the value is copied out right away; entries are only written
@@ -372,12 +408,10 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
         None => return Ok(()),
     };
     let _ = TPROXY_COOKIE.remove(&cookie);
+    // The listener's family is the family the gateway sees (`redirect`).
     let key = TransparentKey {
-        run: saved.run,
         family: saved.listener_family,
-        // `local_port` is in host byte order.
-        port: ctx.local_port() as u16,
-        _pad: 0,
+        ..connection_key(ctx, saved.run)
     };
     TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
 }

@@ -31,7 +31,7 @@ pub static ALLOW: HashMap<AllowKey, u32> =
 pub static TPROXY_COOKIE: LruHashMap<u64, SavedDst> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// The same, by run and the client's local port (read and deleted by the
+/// The same, by run and connection (`TransparentKey`; read and deleted by the
 /// proxy).
 #[map(name = "TPROXY_PORT")]
 pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
@@ -44,7 +44,7 @@ pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
 pub static OWNER_COOKIE: LruHashMap<u64, ConnOwner> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
-/// The same by run and the client's local port (and family), which the
+/// The same by run and connection (`TransparentKey`), which the
 /// relays, the proxy and the broker see as the peer of an accepted
 /// connection.
 #[map(name = "OWNER_PORT")]

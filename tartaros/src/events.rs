@@ -31,9 +31,29 @@ impl From<Record> for Entry {
 }
 
 /// Names the sandbox process (host pid) behind an accepted connection,
-/// from its peer address (see `CgroupPrograms::connection_owner`).
-pub type ConnectionOwner =
-    std::sync::Arc<dyn Fn(std::net::SocketAddr) -> Option<u32> + Send + Sync>;
+/// from its two ends: the peer's address and the gateway's own (see
+/// `CgroupPrograms::connection_owner`).
+pub type ConnectionOwner = std::sync::Arc<dyn Fn(ConnectionEnds) -> Option<u32> + Send + Sync>;
+
+/// An accepted connection's peer (the sandbox client) and local (the
+/// gateway) addresses: together they name the connection, where the peer
+/// alone does not (two sockets may share a local port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionEnds {
+    pub peer: std::net::SocketAddr,
+    pub local: std::net::SocketAddr,
+}
+
+impl ConnectionEnds {
+    /// The ends of an accepted connection; `None` when the socket cannot
+    /// say (it is already gone).
+    pub fn of(stream: &tokio::net::TcpStream) -> Option<Self> {
+        Some(Self {
+            peer: stream.peer_addr().ok()?,
+            local: stream.local_addr().ok()?,
+        })
+    }
+}
 
 /// The sender for the records of one accepted connection from `peer`:
 /// each gets the `pid` of the process that opened the connection, when
@@ -43,12 +63,12 @@ pub type ConnectionOwner =
 pub fn attributed(
     effects: &EffectSender,
     owner: Option<&ConnectionOwner>,
-    peer: Option<std::net::SocketAddr>,
+    ends: Option<ConnectionEnds>,
 ) -> EffectSender {
     let Some(owner) = owner else {
         return effects.clone();
     };
-    let pid = peer.and_then(|peer| owner(peer));
+    let pid = ends.and_then(|ends| owner(ends));
     let (tx, mut rx) = channel();
     let out = effects.clone();
     // Ends when the connection's last sender is gone.
@@ -90,11 +110,14 @@ mod tests {
     /// lands where the log has always had it: `pid`, or `target`.
     #[tokio::test]
     async fn attributed_records_carry_the_owner_pid_or_say_it_is_unknown() {
-        let peer: std::net::SocketAddr = "127.0.0.1:4000".parse().unwrap();
+        let ends = ConnectionEnds {
+            peer: "127.0.0.1:4000".parse().unwrap(),
+            local: "127.0.0.1:3128".parse().unwrap(),
+        };
         for (known, want) in [(Some(42), 42), (None, 0)] {
             let owner: ConnectionOwner = std::sync::Arc::new(move |_| known);
             let (out, mut rx) = channel();
-            let tx = attributed(&out, Some(&owner), Some(peer));
+            let tx = attributed(&out, Some(&owner), Some(ends));
             tx.send(Record::new("proxy").with("host", "a.example").into())
                 .unwrap();
             tx.send(Entry::Records(vec![Record::new("open").pid(7)]))

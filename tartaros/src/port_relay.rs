@@ -40,8 +40,8 @@ pub async fn relay(
     owner: Option<crate::events::ConnectionOwner>,
 ) {
     crate::proxy::accept_loop(listener, MAX_CONNECTIONS, move |inside| {
-        let peer = inside.peer_addr().ok();
-        let effects = crate::events::attributed(&effects, owner.as_ref(), peer);
+        let ends = crate::events::ConnectionEnds::of(&inside);
+        let effects = crate::events::attributed(&effects, owner.as_ref(), ends);
         relay_one(inside, upstream, CONNECT_TIMEOUT, effects)
     })
     .await

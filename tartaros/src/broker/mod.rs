@@ -9,6 +9,8 @@
 //! lines, bodies, effects, errors) ever contains one. Decisions are pure
 //! functions in [`rules`]; [`serve`] applies them. See `docs/egress.md`.
 
+mod echo;
+mod path_forms;
 pub mod rules;
 mod server;
 
@@ -137,11 +139,12 @@ impl BrokerSecrets {
             .map(|(_, v)| v)
     }
 
-    /// Whether `haystack` contains the token or any value.
+    /// Whether `haystack` holds the token or any value, in any form
+    /// [`echo::echoes`] knows.
     fn leaks_into(&self, haystack: &[u8]) -> bool {
         std::iter::once(&self.token)
             .chain(self.values.iter().map(|(_, v)| v))
-            .any(|secret| rules::contains(haystack, secret.as_ref()))
+            .any(|secret| echo::echoes(haystack, secret.as_ref()))
     }
 
     /// `text` with every occurrence of a secret replaced, for the few

@@ -140,8 +140,9 @@ pub fn prefix_matches(prefix: &str, path: &str) -> bool {
 /// which Tomcat, Jetty and Spring strip before matching, so `..;` is a
 /// dot segment to them), backslashes, empty segments (`//`), and
 /// percent-encoded `.`, `/`, `\`, `;`, `%` (double encoding) or NUL
-/// anywhere in a segment, plus malformed escapes. A trailing `/` is
-/// allowed.
+/// anywhere in a segment, plus malformed escapes, overlong UTF-8 and
+/// characters that normalize to those ([`super::path_forms`]). A trailing
+/// `/` is allowed.
 pub fn check_path(path: &str) -> Result<(), &'static str> {
     let Some(rest) = path.strip_prefix('/') else {
         return Err("path must start with /");
@@ -171,6 +172,9 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
         let escaped = escaped_bytes(segment).ok_or("malformed percent-encoding in the path")?;
         if escaped.iter().any(|b| ENCODED_REFUSED.contains(b)) {
             return Err("percent-encoded . / \\ ; % or NUL refused in the path");
+        }
+        if let Some(why) = super::path_forms::ambiguous(segment) {
+            return Err(why);
         }
     }
     Ok(())
@@ -240,10 +244,12 @@ pub fn token_matches(presented: &[u8], token: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Whether `haystack` contains `needle` (a secret), for dropping response
-/// headers that echo one.
+/// Whether `haystack` contains `needle`, ignoring ASCII case.
 pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
 /// Checks a broker policy before serving: header names, methods, path

@@ -87,8 +87,11 @@ pub async fn serve_attributed(
     accept_loop(listener, MAX_CONNECTIONS, move |stream| {
         let mut context = context.clone();
         if owner.is_some() {
-            let events =
-                crate::events::attributed(&context.events, owner.as_ref(), stream.peer_addr().ok());
+            let events = crate::events::attributed(
+                &context.events,
+                owner.as_ref(),
+                crate::events::ConnectionEnds::of(&stream),
+            );
             context = Arc::new(Context {
                 events,
                 ..(*context).clone()
@@ -300,11 +303,14 @@ async fn handle(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that echoes the credential in a header (debug headers,
-    // a redirect carrying it) must not hand it to the agent.
+    // a redirect carrying it, a header named after it) must not hand it to
+    // the agent.
     let leaking: Vec<HeaderName> = parts
         .headers
         .iter()
-        .filter(|(_, v)| secrets.leaks_into(v.as_bytes()))
+        .filter(|(n, v)| {
+            secrets.leaks_into(n.as_str().as_bytes()) || secrets.leaks_into(v.as_bytes())
+        })
         .map(|(name, _)| name.clone())
         .collect();
     for name in leaking {

@@ -344,7 +344,7 @@ impl CgroupPrograms {
     pub fn original_dst(&self) -> Option<OriginalDst> {
         let map = self.transparent.clone()?;
         Some(Arc::new(move |stream: &tokio::net::TcpStream| {
-            map.take(stream.peer_addr().ok()?)
+            map.take(crate::events::ConnectionEnds::of(stream)?)
         }))
     }
 
@@ -355,7 +355,7 @@ impl CgroupPrograms {
     /// connection).
     pub fn connection_owner(&self) -> Option<crate::events::ConnectionOwner> {
         let map = self.owners.clone()?;
-        Some(Arc::new(move |peer: SocketAddr| map.owner(peer)))
+        Some(Arc::new(move |ends| map.owner(ends)))
     }
 
     /// Allows one more destination, effective for the next connect / send.

@@ -8,8 +8,9 @@ use aya::maps::HashMap as AyaHashMap;
 
 use super::load::{Object, map_data};
 use super::{EbpfError, SavedDst, TransparentKey};
+use crate::events::ConnectionEnds;
 
-/// The map of intercepted connects, keyed by the client's local port.
+/// The map of intercepted connects, keyed by the connection.
 pub(super) struct OriginalDstMap {
     map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, SavedDst>>,
     run: u64,
@@ -33,20 +34,20 @@ impl OriginalDstMap {
         })
     }
 
-    /// Removes and returns the original destination of the connection
-    /// whose client is `peer`.
-    pub(super) fn take(&self, peer: SocketAddr) -> Option<SocketAddr> {
-        let key = transparent_key(self.run, peer);
+    /// Removes and returns the original destination of the accepted
+    /// connection `ends`.
+    pub(super) fn take(&self, ends: ConnectionEnds) -> Option<SocketAddr> {
+        let key = transparent_key(self.run, ends);
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = map.get(&key, 0).ok()?;
-        // A failed removal leaves a stale entry that the next connect from
-        // the same port overwrites (and the LRU ages out).
+        // A failed removal leaves a stale entry that the next connection
+        // with the same ends overwrites (and the LRU ages out).
         let _ = map.remove(&key);
         saved_destination(&saved)
     }
 }
 
-/// Who opened each TCP connection, keyed by the client's local port.
+/// Who opened each TCP connection, keyed by the connection.
 pub(super) struct OwnerMap {
     map: Mutex<AyaHashMap<aya::maps::MapData, TransparentKey, u32>>,
     run: u64,
@@ -70,33 +71,46 @@ impl OwnerMap {
         })
     }
 
-    /// The tgid that connected from `peer`. The program keys an IPv6
-    /// socket connected to an IPv4-mapped address as IPv4, as the gateway
-    /// sees it, so one family is looked up: a fallback to the other found
-    /// a stale entry of another process that had used the same port.
-    pub(super) fn owner(&self, peer: SocketAddr) -> Option<u32> {
-        let key = transparent_key(self.run, peer);
+    /// The tgid that opened the accepted connection `ends`. The program
+    /// keys an IPv6 socket connected to an IPv4-mapped address as IPv4, as
+    /// the gateway sees it, so one family is looked up: a fallback to the
+    /// other found a stale entry of another process that had used the same
+    /// port.
+    pub(super) fn owner(&self, ends: ConnectionEnds) -> Option<u32> {
+        let key = transparent_key(self.run, ends);
         let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         map.get(&key, 0).ok()
     }
 }
 
-/// The map key for a client seen by the proxy at `peer`: an IPv4 client
-/// (or an IPv4-mapped one, on a dual-stack listener) is `AF_INET`.
-fn transparent_key(run: u64, peer: SocketAddr) -> TransparentKey {
-    let v4 = match peer.ip() {
-        IpAddr::V4(_) => true,
-        IpAddr::V6(a) => a.to_ipv4_mapped().is_some(),
+/// The map key of an accepted connection: the client's address and port
+/// (the peer) and the gateway's port (local). An IPv4 client (or an
+/// IPv4-mapped one, on a dual-stack listener) is `AF_INET`, its address in
+/// the first 4 bytes, as `sock_ops` writes it.
+fn transparent_key(run: u64, ends: ConnectionEnds) -> TransparentKey {
+    let mut addr = [0u8; 16];
+    let v4 = match ends.peer.ip() {
+        IpAddr::V4(a) => Some(a),
+        IpAddr::V6(a) => a.to_ipv4_mapped(),
+    };
+    let family = match (v4, ends.peer.ip()) {
+        (Some(a), _) => {
+            addr[..4].copy_from_slice(&a.octets());
+            tartaros_common::AF_INET
+        }
+        (None, IpAddr::V6(a)) => {
+            addr = a.octets();
+            tartaros_common::AF_INET6
+        }
+        (None, IpAddr::V4(_)) => tartaros_common::AF_INET,
     };
     TransparentKey {
         run,
-        family: if v4 {
-            tartaros_common::AF_INET
-        } else {
-            tartaros_common::AF_INET6
-        },
-        port: peer.port(),
+        family,
+        port: ends.peer.port(),
+        gateway_port: ends.local.port(),
         _pad: 0,
+        addr,
     }
 }
 
@@ -118,12 +132,32 @@ mod tests {
 
     #[test]
     fn transparent_keys_and_destinations() {
-        let k = transparent_key(5, "127.0.0.1:40000".parse().unwrap());
-        assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40000));
-        let k = transparent_key(5, "[::ffff:127.0.0.1]:40001".parse().unwrap());
+        let ends = |peer: &str, local: &str| ConnectionEnds {
+            peer: peer.parse().unwrap(),
+            local: local.parse().unwrap(),
+        };
+        let k = transparent_key(5, ends("127.0.0.1:40000", "127.0.0.1:3129"));
+        assert_eq!(
+            (k.family, k.port, k.gateway_port),
+            (tartaros_common::AF_INET, 40000, 3129)
+        );
+        assert_eq!(k.addr[..4], [127, 0, 0, 1]);
+        assert!(k.addr[4..].iter().all(|b| *b == 0));
+        // The same port from another address, or to another gateway, is
+        // another connection: another key.
+        let other = transparent_key(5, ends("127.0.0.2:40000", "127.0.0.1:3129"));
+        assert_ne!(k, other);
+        let other = transparent_key(5, ends("127.0.0.1:40000", "127.0.0.1:3128"));
+        assert_ne!(k, other);
+        let k = transparent_key(
+            5,
+            ends("[::ffff:127.0.0.1]:40001", "[::ffff:127.0.0.1]:3128"),
+        );
         assert_eq!((k.family, k.port), (tartaros_common::AF_INET, 40001));
-        let k = transparent_key(5, "[::1]:40002".parse().unwrap());
+        assert_eq!(k.addr[..4], [127, 0, 0, 1]);
+        let k = transparent_key(5, ends("[::1]:40002", "[::1]:3129"));
         assert_eq!((k.family, k.port), (tartaros_common::AF_INET6, 40002));
+        assert_eq!(k.addr, std::net::Ipv6Addr::LOCALHOST.octets());
         let mut s = SavedDst {
             run: 5,
             family: tartaros_common::AF_INET,

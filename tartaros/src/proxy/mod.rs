@@ -252,7 +252,8 @@ pub async fn serve(listener: TcpListener, config: Arc<ProxyConfig>, events: Effe
     let max = config.max_connections;
     accept_loop(listener, max, move |stream| {
         let owner = config.connection_owner.as_ref();
-        let events = crate::events::attributed(&events, owner, stream.peer_addr().ok());
+        let ends = crate::events::ConnectionEnds::of(&stream);
+        let events = crate::events::attributed(&events, owner, ends);
         explicit::serve_connection(stream, config.clone(), events)
     })
     .await
@@ -270,7 +271,8 @@ pub async fn serve_transparent(
     accept_loop(listener, max, move |stream| {
         let original = original_dst(&stream);
         let owner = config.connection_owner.as_ref();
-        let events = crate::events::attributed(&events, owner, stream.peer_addr().ok());
+        let ends = crate::events::ConnectionEnds::of(&stream);
+        let events = crate::events::attributed(&events, owner, ends);
         transparent::serve_connection(stream, original, config.clone(), events)
     })
     .await
