@@ -48,7 +48,6 @@ pub fn defaults(
     }
 }
 
-/// `MemTotal` from the text of `/proc/meminfo`, in bytes.
 /// Share of the host's TCP buffer limit one run may hold (1/8, as the
 /// default tasks are 1/8 of `pid_max`).
 pub const TCP_SHARE: u64 = 8;
@@ -81,6 +80,7 @@ pub fn host_tcp_buffer_limit(max_memory: u64) -> u64 {
     tcp_buffer_limit(max_memory, &tcp_mem, page)
 }
 
+/// `MemTotal` from the text of `/proc/meminfo`, in bytes.
 pub fn mem_total(meminfo: &str) -> Option<u64> {
     let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
