@@ -33,11 +33,10 @@ const COMPAT_PUNCTUATION: &[(u32, u32)] = &[
     (0x1F100, 0x1F100), // DIGIT ZERO FULL STOP → 0.
 ];
 
-/// Why the percent-decoded form of `segment` is ambiguous, if it is.
-/// Malformed escapes are left to the caller (`None` here).
-pub fn ambiguous(segment: &str) -> Option<&'static str> {
-    let decoded = decoded(segment)?;
-    let Ok(text) = std::str::from_utf8(&decoded) else {
+/// Why a path segment, percent-decoded (`decoded`), is ambiguous, if it
+/// is.
+pub fn ambiguous(decoded: &[u8]) -> Option<&'static str> {
+    let Ok(text) = std::str::from_utf8(decoded) else {
         return Some("percent-encoded bytes that are not UTF-8 refused in the path");
     };
     text.chars()
@@ -49,30 +48,15 @@ pub fn ambiguous(segment: &str) -> Option<&'static str> {
         .then_some("characters that normalize to . / \\ ; or % refused in the path")
 }
 
-/// `segment` with its `%XX` escapes decoded; `None` when one is malformed.
-fn decoded(segment: &str) -> Option<Vec<u8>> {
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                return None;
-            }
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    Some(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `ambiguous` of a segment as `rules::check_path` decodes it.
+    fn of(segment: &str) -> Option<&'static str> {
+        let (decoded, _) = super::super::rules::percent_decoded(segment).expect("well-formed");
+        ambiguous(&decoded)
+    }
 
     #[test]
     fn overlong_and_compatibility_forms_are_ambiguous() {
@@ -89,16 +73,14 @@ mod tests {
             "%EF%B9%A8",
             "%F0%9F%84%80",
         ] {
-            assert!(ambiguous(segment).is_some(), "{segment}");
+            assert!(of(segment).is_some(), "{segment}");
         }
     }
 
     #[test]
     fn names_and_other_characters_pass() {
         for segment in ["v1.2", "caf%C3%A9", "%E2%82%AC", "a%20b", "%41", "", "x"] {
-            assert_eq!(ambiguous(segment), None, "{segment}");
+            assert_eq!(of(segment), None, "{segment}");
         }
-        // Malformed escapes are the caller's to refuse.
-        assert_eq!(ambiguous("%zz"), None);
     }
 }

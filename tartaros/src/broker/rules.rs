@@ -169,11 +169,12 @@ pub fn check_path(path: &str) -> Result<(), &'static str> {
         if segment.contains('\\') {
             return Err("backslash refused in the path");
         }
-        let escaped = escaped_bytes(segment).ok_or("malformed percent-encoding in the path")?;
+        let (decoded, escaped) =
+            percent_decoded(segment).ok_or("malformed percent-encoding in the path")?;
         if escaped.iter().any(|b| ENCODED_REFUSED.contains(b)) {
             return Err("percent-encoded . / \\ ; % or NUL refused in the path");
         }
-        if let Some(why) = super::path_forms::ambiguous(segment) {
+        if let Some(why) = super::path_forms::ambiguous(&decoded) {
             return Err(why);
         }
     }
@@ -208,11 +209,11 @@ pub fn stripped_request_headers(config: &BrokerConfig) -> Vec<HeaderName> {
     names
 }
 
-/// The bytes that `segment` spells as `%XX` escapes; `None` when an
-/// escape is malformed.
-fn escaped_bytes(segment: &str) -> Option<Vec<u8>> {
+/// `segment` percent-decoded, and apart the bytes it spells as `%XX`
+/// escapes; `None` when an escape is malformed.
+pub(super) fn percent_decoded(segment: &str) -> Option<(Vec<u8>, Vec<u8>)> {
     let bytes = segment.as_bytes();
-    let mut out = Vec::new();
+    let (mut all, mut escaped) = (Vec::with_capacity(bytes.len()), Vec::new());
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
@@ -221,13 +222,16 @@ fn escaped_bytes(segment: &str) -> Option<Vec<u8>> {
                 return None;
             }
             let text = std::str::from_utf8(hex).ok()?;
-            out.push(u8::from_str_radix(text, 16).ok()?);
+            let byte = u8::from_str_radix(text, 16).ok()?;
+            all.push(byte);
+            escaped.push(byte);
             i += 3;
         } else {
+            all.push(bytes[i]);
             i += 1;
         }
     }
-    Some(out)
+    Some((all, escaped))
 }
 
 /// Compares a presented token with the real one in time independent of
