@@ -179,8 +179,6 @@ pub fn wants_bpf(policy: &Policy, capture: bool, root: bool) -> bool {
     capture || !policy.allow_domains.is_empty() || (root && !policy.deny_unix)
 }
 
-/// Decides which guarantees `policy` requests and which `host` can install,
-/// and settles the missing ones (refusal or degraded). Pure.
 /// Whether the agent's tasks are bounded without a pids cgroup: an
 /// unprivileged run puts the agent in a user namespace of its own, where
 /// RLIMIT_NPROC counts only the run's tasks (the kernel counts a uid's tasks
@@ -190,6 +188,8 @@ pub fn tasks_by_rlimit(host: &Host) -> bool {
     !host.root && host.user_namespaces
 }
 
+/// Decides which guarantees `policy` requests and which `host` can install,
+/// and settles the missing ones (refusal or degraded). Pure.
 pub fn requested(policy: &Policy, host: &Host, capture: bool) -> Result<Ledger, Refusal> {
     let mut ledger = Ledger::new(policy.strict);
     let check = |ok: bool, why: &str| if ok { Ok(()) } else { Err(why.to_string()) };

@@ -39,7 +39,7 @@ fn list(policy: &Value, key: &str) -> Vec<String> {
 }
 
 /// `path` is `root` or below it.
-fn under(path: &str, root: &str) -> bool {
+pub(crate) fn under(path: &str, root: &str) -> bool {
     let root = root.trim_end_matches('/');
     root.is_empty()
         || path == root

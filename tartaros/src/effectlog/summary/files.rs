@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use super::{FileChange, MAX_STRING};
 use crate::effectlog::show::names;
+use crate::effectlog::show::policy::under;
 use crate::effectlog::show::render::text;
 
 /// Distinct paths tracked; more are counted.
@@ -36,14 +37,7 @@ fn is_pseudo(path: &str, roots: &[String]) -> bool {
     let special = ["/dev/", "/proc/", "/sys/"]
         .iter()
         .any(|p| path.starts_with(p));
-    special && !roots.iter().any(|root| within(path, root))
-}
-
-/// Whether `path` is `root` or below it.
-fn within(path: &str, root: &str) -> bool {
-    let root = root.trim_end_matches('/');
-    path.strip_prefix(root)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    special && !roots.iter().any(|root| under(path, root))
 }
 
 #[derive(Default)]
