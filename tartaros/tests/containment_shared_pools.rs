@@ -125,15 +125,23 @@ while not os.path.exists(release):
     time.sleep(0.05)
 "#;
 
-/// The host's TCP buffer memory in bytes: `tcp_memory_allocated`, which
-/// every network namespace draws from, and past whose `net.ipv4.tcp_mem`
-/// limit every TCP socket of the host is starved.
-fn host_tcp_memory() -> u64 {
+/// The host's buffer memory of `proto` (`TCP` or `UDP`) in bytes, from
+/// `/proc/net/sockstat`: `tcp_memory_allocated` / `udp_memory_allocated`,
+/// one budget for every network namespace, past whose `net.ipv4.tcp_mem`
+/// (`udp_mem`) limit every socket of the host is starved.
+fn host_buffer_memory(proto: &str) -> u64 {
     let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
-    let line = text.lines().find(|l| l.starts_with("TCP:")).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.strip_prefix(proto).is_some_and(|r| r.starts_with(':')))
+        .unwrap();
     let fields: Vec<&str> = line.split_whitespace().collect();
     let at = fields.iter().position(|f| *f == "mem").unwrap();
     fields[at + 1].parse::<u64>().unwrap() * 4096
+}
+
+fn host_tcp_memory() -> u64 {
+    host_buffer_memory("TCP")
 }
 
 #[test]
@@ -304,14 +312,8 @@ while not os.path.exists(release):
     time.sleep(0.05)
 "#;
 
-/// The host's UDP buffer memory in bytes (`udp_memory_allocated`, one
-/// budget for every network namespace, `net.ipv4.udp_mem`).
 fn host_udp_memory() -> u64 {
-    let text = std::fs::read_to_string("/proc/net/sockstat").unwrap();
-    let line = text.lines().find(|l| l.starts_with("UDP:")).unwrap();
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let at = fields.iter().position(|f| *f == "mem").unwrap();
-    fields[at + 1].parse::<u64>().unwrap() * 4096
+    host_buffer_memory("UDP")
 }
 
 #[test]
