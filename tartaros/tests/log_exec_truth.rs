@@ -74,21 +74,7 @@ fn an_agent_naming_itself_like_the_init_is_not_taken_for_it() {
     let script = format!(
         "cd {r} && echo 'cat /etc/shadow' > __tartaros_sandbox_init && sh __tartaros_sandbox_init; true"
     );
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--write",
-            r,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        std::path::Path::new("/"),
-    );
+    let out = run_sh_logged(r, &log, &script);
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = tartaros(
         &["log", "summary", "--json", log.to_str().unwrap()],
@@ -156,21 +142,7 @@ fn a_program_whose_name_holds_spaces_is_quoted() {
     let script = format!(
         "cd {r} && printf '#!/bin/sh\\necho ran\\n' > 'build.sh --dry-run' && chmod 755 'build.sh --dry-run' && './build.sh --dry-run' x"
     );
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--write",
-            r,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        std::path::Path::new("/"),
-    );
+    let out = run_sh_logged(r, &log, &script);
     assert!(out.status.success(), "{}", stderr(&out));
     let shown = stdout(&tartaros(
         &["log", "show", "--kind", "exec", log.to_str().unwrap()],

@@ -12,6 +12,7 @@ mod common;
 
 use std::path::Path;
 
+use common::logged::*;
 use common::*;
 
 #[test]
@@ -31,21 +32,7 @@ fn git_hooks_and_config_written_by_the_agent_are_on_the_summary_screen() {
          printf '[core]\\n\\tfsmonitor = sh -c evil\\n' > repo/.git/config && \
          echo x > repo/.git/modules/sub/hooks/pre-commit"
     );
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--write",
-            r,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        Path::new("/"),
-    );
+    let out = run_sh_logged(r, &log, &script);
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = tartaros(&["log", "summary", log.to_str().unwrap()], Path::new("/"));
     assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));

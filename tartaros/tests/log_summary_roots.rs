@@ -11,6 +11,7 @@ mod common;
 
 use std::path::Path;
 
+use common::logged::*;
 use common::*;
 use serde_json::Value;
 
@@ -52,21 +53,7 @@ fn changes_in_a_root_under_dev_are_summarized() {
         "echo evil > {r}/payload.sh && chmod 755 {r}/payload.sh && \
          echo gone > {r}/dropped && rm {r}/dropped"
     );
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--write",
-            r,
-            "--log",
-            log.to_str().unwrap(),
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ],
-        Path::new("/"),
-    );
+    let out = run_sh_logged(r, &log, &script);
     assert!(out.status.success(), "{}", stderr(&out));
     let summary = tartaros(
         &["log", "summary", "--json", log.to_str().unwrap()],

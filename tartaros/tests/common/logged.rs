@@ -136,3 +136,23 @@ pub fn secret_dir() -> Dir {
     std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     dir
 }
+
+/// `tartaros run -q --write ROOT --log LOG -- sh -c SCRIPT`, from `/`.
+#[allow(dead_code)]
+pub fn run_sh_logged(root: &str, log: &Path, script: &str) -> std::process::Output {
+    tartaros(
+        &[
+            "run",
+            "-q",
+            "--write",
+            root,
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        Path::new("/"),
+    )
+}
