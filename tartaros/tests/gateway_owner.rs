@@ -6,44 +6,8 @@
 
 mod common;
 
+use common::proxied::*;
 use common::*;
-
-const POLICY: &str =
-    "[proxy]\nallow_internal = true\nhttp_ports = [18080]\nconnect_ports = [18080]\n";
-
-/// `tartaros run --strict --allow-domain localhost` with the loopback
-/// upstream policy, `--log` into `logs`, extra flags, then `argv`.
-fn run_with_proxy(
-    work: &Dir,
-    logs: &Dir,
-    flags: &[&str],
-    argv: &[&str],
-) -> (std::process::Output, Vec<serde_json::Value>) {
-    let policy = logs.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let log = logs.join("effects.jsonl");
-    let mut args = vec![
-        "run",
-        "-q",
-        "--strict",
-        "--allow-domain",
-        "localhost",
-        "--config",
-        policy.to_str().unwrap(),
-        "--log",
-        log.to_str().unwrap(),
-    ];
-    args.extend_from_slice(flags);
-    args.push("--");
-    args.extend_from_slice(argv);
-    let out = tartaros(&args, work.path());
-    let records = if log.exists() {
-        records(&log)
-    } else {
-        Vec::new()
-    };
-    (out, records)
-}
 
 #[test]
 fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_port() {
@@ -61,19 +25,10 @@ fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_po
         &["python3", script.to_str().unwrap(), w],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    let pid_of_marker = |name: &str| {
-        records
-            .iter()
-            .find(|r| {
-                r["target"]["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with(name))
-            })
-            .unwrap_or_else(|| panic!("no record of {name}: {records:#?}"))["pid"]
-            .as_u64()
-            .unwrap()
-    };
-    let (x, y) = (pid_of_marker("/X_marker"), pid_of_marker("/Y_marker"));
+    let (x, y) = (
+        pid_of_marker(&records, "/X_marker"),
+        pid_of_marker(&records, "/Y_marker"),
+    );
     assert_ne!(x, y);
     let proxy = records
         .iter()

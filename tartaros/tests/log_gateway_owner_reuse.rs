@@ -8,10 +8,8 @@
 
 mod common;
 
+use common::proxied::*;
 use common::*;
-
-const POLICY: &str =
-    "[proxy]\nallow_internal = true\nhttp_ports = [18080]\nconnect_ports = [18080]\n";
 
 /// The proxy's connection slots on 127.0.0.1 (`ProxyConfig::max_connections`):
 /// holding them all keeps X's connection in the listen backlog, unaccepted,
@@ -22,49 +20,20 @@ fn attack(mode: &str) {
     let (work, logs) = (Dir::new(), Dir::new());
     let script = work.join("reuse.py");
     std::fs::write(&script, include_str!("support/owner_port_reuse.py")).unwrap();
-    let policy = logs.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
-    let log = logs.join("effects.jsonl");
     let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--strict",
-            "--allow-domain",
-            "localhost",
-            "--config",
-            policy.to_str().unwrap(),
-            "--log",
-            log.to_str().unwrap(),
-            "--write",
-            w,
-            "--",
-            "python3",
-            script.to_str().unwrap(),
-            w,
-            PROXY_SLOTS,
-            mode,
-        ],
-        work.path(),
+    let (out, records) = run_with_proxy(
+        &work,
+        &logs,
+        &["--write", w],
+        &["python3", script.to_str().unwrap(), w, PROXY_SLOTS, mode],
     );
     let text = stdout(&out);
     assert!(out.status.success(), "{text}{}", stderr(&out));
     assert!(text.contains("Y connected"), "{text}");
-    let records = records(&log);
-    let pid_of_marker = |name: &str| {
-        records
-            .iter()
-            .find(|r| {
-                r["target"]["path"]
-                    .as_str()
-                    .is_some_and(|p| p.ends_with(name))
-            })
-            .unwrap_or_else(|| panic!("no record of {name}: {records:#?}"))["pid"]
-            .as_u64()
-            .unwrap()
-    };
-    let (x, y) = (pid_of_marker("/X_marker"), pid_of_marker("/Y_marker"));
+    let (x, y) = (
+        pid_of_marker(&records, "/X_marker"),
+        pid_of_marker(&records, "/Y_marker"),
+    );
     assert_ne!(x, y);
     let by_x: Vec<_> = records
         .iter()

@@ -361,3 +361,5 @@ pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
 }
 
 pub mod logged;
+#[allow(dead_code)]
+pub mod proxied;
