@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
@@ -46,6 +47,8 @@ pub(super) struct Join {
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
     writes: WriteCounts,
+    /// The files each process's exec opened, for its record's `script`.
+    exec_opens: ExecOpens,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
@@ -107,8 +110,15 @@ impl Join {
 
     /// Takes one notification of a sandbox thread; returns the `write`
     /// records it completes.
-    pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
+    pub fn notice(&mut self, mut n: Notice, task: Task) -> Vec<Record> {
         let mut out = Vec::new();
+        if n.mask & bit::OPEN_EXEC != 0 {
+            if let Some(path) = &n.path {
+                self.exec_opens.opened(task.tgid, n.tid, path);
+            }
+            // No record claims it: it only names an exec's files.
+            n.mask &= !bit::OPEN_EXEC;
+        }
         if let (Some(path), Some(raw)) = (&n.path, &n.raw) {
             if n.mask & (bit::MODIFY | bit::CREATE | bit::ATTRIB) != 0 && !n.is_dir() {
                 self.touched.touch(raw);
@@ -213,6 +223,9 @@ impl Join {
             let tid = tid_of(&r);
             let t = self.last_ns.entry(tid).or_insert(0);
             *t = (*t).max(r.mono_ns);
+            if r.kind == "exec" {
+                self.exec_opens.name(&mut r, tid);
+            }
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
