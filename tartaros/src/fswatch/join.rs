@@ -21,6 +21,7 @@ use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
+use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target, names};
@@ -49,6 +50,8 @@ pub(super) struct Join {
     writes: WriteCounts,
     /// The files each process's exec opened, for its record's `script`.
     exec_opens: ExecOpens,
+    /// Where O_TMPFILEs were linked, for their `write` records.
+    tmpfile_links: TmpfileLinks,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
@@ -167,6 +170,19 @@ impl Join {
 
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
+        // An O_TMPFILE linked into the tree: its writes are named
+        // `#<inode>` by the kernel however it is named now.
+        let linked = exists
+            .then(|| is_tmpfile_name(path))
+            .filter(|&tmp| tmp)
+            .and_then(|_| self.tmpfile_links.name_of(path));
+        let path = match &linked {
+            Some(to) => {
+                t.insert("written_as", path.to_string());
+                to.as_str()
+            }
+            None => path,
+        };
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
@@ -312,6 +328,7 @@ impl Join {
                     match exact {
                         Some(n) => {
                             apply(&mut r, n);
+                            self.note_link(&r);
                             self.claim_exchange_twin(tid, &r);
                             out.push(r);
                         }
@@ -383,6 +400,7 @@ impl Join {
             match found {
                 Some(n) => {
                     apply(&mut r, n);
+                    self.note_link(&r);
                     self.claim_exchange_twin(tid, &r);
                 }
                 None => {
@@ -439,6 +457,15 @@ impl Join {
         let mut out = Vec::new();
         self.settle(now_ns, true, &mut out);
         out
+    }
+
+    /// A link named by the kernel: an O_TMPFILE's new name.
+    fn note_link(&mut self, r: &Record) {
+        if r.kind == "link"
+            && let Some(to) = r.target.get("to").and_then(Value::as_str)
+        {
+            self.tmpfile_links.linked(to);
+        }
     }
 
     /// `renameat2(RENAME_EXCHANGE)` is reported as two renames, `a` to

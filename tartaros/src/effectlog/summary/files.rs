@@ -96,9 +96,20 @@ impl Files {
         let Some(path) = path else {
             return;
         };
+        // An O_TMPFILE's writes, named where it was linked: its nameless
+        // `#<inode>` entry (its open) is this file, not one of the tree.
+        let nameless = (kind == "write")
+            .then(|| t.get("written_as").and_then(Value::as_str))
+            .flatten()
+            .and_then(|w| self.files.remove(w));
         let Some(f) = self.file(path) else {
             return;
         };
+        for a in nameless.into_iter().flat_map(|n| n.actions) {
+            if !f.actions.contains(&a) && f.actions.len() < 16 {
+                f.actions.push(a);
+            }
+        }
         if creates {
             f.created = true;
             f.deleted = false;

@@ -1,0 +1,91 @@
+//! Where an `O_TMPFILE` lives once it was given a name.
+//!
+//! The kernel names an `O_TMPFILE` `#<inode>` in its directory, and every
+//! notification of a write through its descriptor keeps that name, also
+//! after `linkat` (`/proc/self/fd/N`, or `AT_EMPTY_PATH`) gave it a real
+//! one: the descriptor's dentry is still the nameless one. So the `write`
+//! record said `#<inode>`, `deleted: true`, and the summary listed the
+//! writes as gone, while the file the agent wrote was in the tree under
+//! the link's name. A link's record names its new file from the kernel's
+//! create notification; the inode found there, when the record is joined,
+//! maps `#<inode>` to it.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::Path;
+
+use crate::effectlog::names;
+
+/// Links remembered (a bound on the supervisor's memory; the oldest go).
+const KEPT: usize = 65_536;
+
+#[derive(Debug, Default)]
+pub(super) struct TmpfileLinks {
+    /// `(dev, ino)` of a linked file -> the link's path (kernel's).
+    by_inode: HashMap<(u64, u64), String>,
+}
+
+impl TmpfileLinks {
+    /// An allowed link, its `to` named by the kernel.
+    pub fn linked(&mut self, to: &str) {
+        let Ok(meta) = std::fs::symlink_metadata(names::on_disk(to)) else {
+            return;
+        };
+        if !meta.is_file() || meta.nlink() == 0 {
+            return;
+        }
+        if self.by_inode.len() >= KEPT {
+            self.by_inode.clear();
+        }
+        self.by_inode
+            .insert((meta.dev(), meta.ino()), to.to_string());
+    }
+
+    /// The name a nameless `path` (`<dir>/#<inode>`) was linked as, if
+    /// that name still holds the file.
+    pub fn name_of(&self, path: &str) -> Option<String> {
+        let (dir, leaf) = path.rsplit_once('/')?;
+        let ino: u64 = leaf.strip_prefix('#')?.parse().ok()?;
+        let dev = std::fs::metadata(names::on_disk(if dir.is_empty() { "/" } else { dir }))
+            .ok()?
+            .dev();
+        let to = self.by_inode.get(&(dev, ino))?;
+        let meta = std::fs::symlink_metadata(names::on_disk(to)).ok()?;
+        (meta.dev() == dev && meta.ino() == ino).then(|| to.clone())
+    }
+}
+
+/// Whether `path` is the kernel's name of an `O_TMPFILE`.
+pub(super) fn is_tmpfile_name(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix('#'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt as _;
+
+    #[test]
+    fn a_linked_tmpfile_is_found_under_its_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("linked");
+        std::fs::write(&file, "x").unwrap();
+        let ino = std::fs::metadata(&file).unwrap().ino();
+        let d = dir.path().to_str().unwrap();
+        let mut links = TmpfileLinks::default();
+        links.linked(file.to_str().unwrap());
+        let nameless = format!("{d}/#{ino}");
+        assert!(is_tmpfile_name(&nameless));
+        assert_eq!(links.name_of(&nameless).as_deref(), file.to_str());
+        // Another inode's name, and a link removed since, give nothing.
+        assert_eq!(links.name_of(&format!("{d}/#{}", ino + 1)), None);
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(links.name_of(&nameless), None);
+        assert!(!is_tmpfile_name(&format!("{d}/#12x")));
+        assert!(!is_tmpfile_name(&format!("{d}/plain")));
+    }
+}
