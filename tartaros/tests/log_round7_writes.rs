@@ -128,3 +128,72 @@ fn changes_that_are_not_write_calls_are_write_records_of_the_file() {
         .unwrap_or_else(|| panic!("no line for the link:\n{summary}"));
     assert!(line.contains("write"), "{line}");
 }
+
+const MOVER: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    char d[] = "d", e[] = "e", f[] = "d/f", g[] = "d/g";
+    if (chdir(argv[1]) || mkdir(d, 0755)) return 9;
+    int a = open(f, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    int b = open(g, O_CREAT | O_WRONLY | O_EXCL, 0644);
+    if (write(a, "one", 3) != 3 || write(b, "two", 3) != 3) return 10;
+    /* Let the supervisor read the writes under the old place. */
+    usleep(300000);
+    if (rename(d, e)) return 11;
+    return write(a, "more", 4) == 4 ? 0 : 12;
+}
+"#;
+
+/// Files written in a directory that is then renamed: their `write`
+/// records named the old place with `deleted: true`, and the summary
+/// showed them deleted there (and one as `seal-only` at the new place).
+#[test]
+fn writes_in_a_renamed_directory_are_named_where_the_files_are() {
+    if !usable("renamed_dir_writes") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "mover", MOVER);
+    let dir = root.path().to_str().unwrap();
+    chown(root.path(), NOBODY);
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let writes: Vec<&Value> = records.iter().filter(|r| r["kind"] == "write").collect();
+    for name in ["f", "g"] {
+        let path = format!("{dir}/e/{name}");
+        let w: Vec<&&Value> = writes
+            .iter()
+            .filter(|r| field(r, "path") == Some(path.as_str()))
+            .collect();
+        assert_eq!(w.len(), 1, "{path}: {writes:#?}");
+        assert!(w[0]["target"].get("deleted").is_none(), "{}", w[0]);
+    }
+    assert!(
+        writes
+            .iter()
+            .all(|r| !field(r, "path").unwrap_or_default().contains("/d/")),
+        "{writes:#?}"
+    );
+    let log = logs.join("effects.jsonl");
+    let summary = stdout(&tartaros(
+        &["log", "summary", log.to_str().unwrap()],
+        root.path(),
+    ));
+    for name in ["f", "g"] {
+        let line = summary
+            .lines()
+            .find(|l| l.contains(&format!("{dir}/e/{name} ")))
+            .unwrap_or_else(|| panic!("no line for e/{name}:\n{summary}"));
+        assert!(line.trim_start().starts_with("created"), "{line}");
+    }
+    assert!(
+        !summary
+            .lines()
+            .any(|l| l.contains(&format!("{dir}/d/")) || l.contains("seal-only")),
+        "{summary}"
+    );
+}

@@ -132,7 +132,9 @@ impl Join {
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
             {
-                if !n.is_dir() {
+                if n.is_dir() {
+                    self.writes.renamed_dir(path, new);
+                } else {
                     self.writes.renamed(path, new);
                 }
                 self.touched.renamed(raw, new_raw, n.is_dir());
