@@ -42,6 +42,12 @@ impl ExecOpens {
         }
     }
 
+    /// A process exited: an exec of it that failed past the point of no
+    /// return (killed, no record) leaves opens nothing else takes.
+    pub fn exited(&mut self, tgid: u32) {
+        self.by_process.remove(&tgid);
+    }
+
     /// Names the scripts of an exec record from the opens of its process
     /// (and forgets them: every open so far belongs to this exec or an
     /// earlier one). A refused exec forgets its thread's opens: the
@@ -50,6 +56,9 @@ impl ExecOpens {
         if r.decision != Decision::Allowed {
             if let Some(opens) = self.by_process.get_mut(&r.pid) {
                 opens.retain(|(t, _)| *t != tid);
+                if opens.is_empty() {
+                    self.by_process.remove(&r.pid);
+                }
             }
             return;
         }

@@ -246,6 +246,7 @@ impl Join {
             }
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
+                self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
                     out.push(self.write_record(&path, &w, true));
                 }
