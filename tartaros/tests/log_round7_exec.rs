@@ -11,6 +11,7 @@ mod common;
 use common::logged::*;
 use common::*;
 use serde_json::Value;
+use std::path::Path;
 
 const AGENT: &str = r#"
 #define _GNU_SOURCE
@@ -146,5 +147,64 @@ fn a_script_exec_names_the_script_the_kernel_ran() {
     assert!(
         line.contains(&format!("[runs {dash} {dir}/evil.sh]")),
         "{line}"
+    );
+}
+
+/// A script whose interpreter is read-denied: the exec is refused on the
+/// interpreter, which the record named nowhere (it was an exec of the
+/// script refused for `file permissions?`). Now the record has the
+/// script the kernel opened and the interpreter its `#!` line names, and
+/// the readers give the rule that refused it.
+#[test]
+fn a_refused_interpreter_is_named_with_the_rule_that_refused_it() {
+    if !usable("exec_refused_interpreter") {
+        return;
+    }
+    let (root, secret) = (Dir::new(), secret_dir());
+    let r = root.path().to_str().unwrap();
+    let interpreter = secret.join("key");
+    let script = root.file("s.sh", &format!("#!{}\n", interpreter.display()));
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    chown(root.path(), NOBODY);
+    let logs = Dir::new();
+    let log = logs.join("effects.jsonl");
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--write",
+            r,
+            "--read-deny",
+            secret.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            script.to_str().unwrap(),
+        ],
+        root.path(),
+    );
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
+    let records = records(&log);
+    let refused = records
+        .iter()
+        .find(|e| e["kind"] == "exec" && e["decision"] == "denied")
+        .unwrap_or_else(|| panic!("no refused exec: {records:#?}"));
+    assert_eq!(refused["errno"], 13, "{refused}");
+    assert_eq!(field(refused, "script"), script.to_str(), "{refused}");
+    assert_eq!(
+        field(refused, "interpreter"),
+        interpreter.to_str(),
+        "{refused}"
+    );
+    let summary = stdout(&tartaros(
+        &["log", "summary", log.to_str().unwrap()],
+        Path::new("/"),
+    ));
+    let rule = format!("[read_denies {}]", secret.path().display());
+    assert!(
+        summary
+            .lines()
+            .any(|l| l.contains("s.sh") && l.contains(&rule)),
+        "{summary}"
     );
 }

@@ -21,7 +21,7 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-use crate::effectlog::{Decision, Record};
+use crate::effectlog::{Decision, Record, names};
 
 /// Opens kept per process until its exec record (a `#!` chain is at
 /// most 5 deep, plus the binary and `ld.so`; more is another exec's).
@@ -54,12 +54,19 @@ impl ExecOpens {
     /// kernel opened the file, then the exec failed.
     pub fn name(&mut self, r: &mut Record, tid: u32) {
         if r.decision != Decision::Allowed {
+            let mut opened = Vec::new();
             if let Some(opens) = self.by_process.get_mut(&r.pid) {
-                opens.retain(|(t, _)| *t != tid);
+                opens.retain(|(t, p)| {
+                    if *t == tid {
+                        opened.push(p.clone());
+                    }
+                    *t != tid
+                });
                 if opens.is_empty() {
                     self.by_process.remove(&r.pid);
                 }
             }
+            name_refused(r, &opened);
             return;
         }
         let opens = self.by_process.remove(&r.pid).unwrap_or_default();
@@ -93,6 +100,52 @@ impl ExecOpens {
             );
         }
     }
+}
+
+/// A refused exec whose first files the kernel opened (`opened`, in
+/// order): the refusal was on a later file. When the last one is a
+/// script, that is its interpreter, which the record named nowhere: a
+/// `#!/home/u/.ssh/x` script's refusal was logged as an exec of the
+/// script refused for `file permissions?`, the read-denied interpreter in
+/// no record. The interpreter is read from the script's `#!` line now
+/// (`interpreter_source: "script"`: what the file says, not a name the
+/// kernel reported), without following a link planted at its name.
+fn name_refused(r: &mut Record, opened: &[String]) {
+    const EACCES: u64 = 13;
+    const EPERM: u64 = 1;
+    let (Some(first), Some(last)) = (opened.first(), opened.last()) else {
+        return;
+    };
+    if !matches!(r.errno, EACCES | EPERM) {
+        return;
+    }
+    let Some(interpreter) = interpreter_line(last) else {
+        return;
+    };
+    r.target.insert("script", first.clone());
+    r.target.insert("interpreter", interpreter);
+    r.target.insert("interpreter_source", "script");
+}
+
+/// The interpreter a `#!` line at the start of `path` names (the
+/// kernel reads at most 256 bytes of it).
+fn interpreter_line(path: &str) -> Option<String> {
+    use std::io::Read as _;
+    let file = crate::mount_tree::open_file_no_symlinks(&names::on_disk(path)).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut head = Vec::with_capacity(256);
+    file.take(256).read_to_end(&mut head).ok()?;
+    let line = head.strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let name: Vec<u8> = line
+        .iter()
+        .copied()
+        .skip_while(|b| *b == b' ' || *b == b'\t')
+        .take_while(|b| !matches!(b, b' ' | b'\t' | 0))
+        .collect();
+    (!name.is_empty()).then(|| names::display(&name))
 }
 
 /// `execveat(fd, "", AT_EMPTY_PATH)` of a script with no open reported
@@ -190,6 +243,28 @@ mod tests {
         opens.name(&mut r, 9);
         assert_eq!(r.target.get("script"), None);
         assert_eq!(r.target.get("script_unverified"), Some(&Value::Bool(true)));
+    }
+
+    #[test]
+    fn a_refused_exec_past_its_script_names_the_interpreter_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("s.sh");
+        std::fs::write(&script, "#! \t/home/u/.ssh/x -e\nexit 0\n").unwrap();
+        let script = script.to_str().unwrap();
+        let mut opens = ExecOpens::default();
+        opens.opened(7, 7, script);
+        let mut r = exec(7, "", Decision::Denied);
+        r.errno = 13;
+        opens.name(&mut r, 7);
+        assert_eq!(r.target.get("script").and_then(Value::as_str), Some(script));
+        assert_eq!(
+            r.target.get("interpreter").and_then(Value::as_str),
+            Some("/home/u/.ssh/x")
+        );
+        // A link planted at the name is not followed.
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(script, &link).unwrap();
+        assert_eq!(interpreter_line(link.to_str().unwrap()), None);
     }
 
     #[test]
