@@ -165,9 +165,23 @@ fn a_refused_interpreter_is_named_with_the_rule_that_refused_it() {
     let interpreter = secret.join("key");
     let script = root.file("s.sh", &format!("#!{}\n", interpreter.display()));
     std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // And a program whose own interpreter (`PT_INTERP`) is read-denied.
+    let bin = Dir::open_to_all();
+    let ld = secret.join("ld.so");
+    let prog = bin.join("prog");
+    let c = bin.file("prog.c", "int main(void) { return 0; }\n");
+    let built = std::process::Command::new("/usr/bin/gcc")
+        .arg(format!("-Wl,--dynamic-linker={}", ld.display()))
+        .arg("-o")
+        .arg(&prog)
+        .arg(&c)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{}", stderr(&built));
     chown(root.path(), NOBODY);
     let logs = Dir::new();
     let log = logs.join("effects.jsonl");
+    let both = format!("{}; {}", script.display(), prog.display());
     let out = tartaros(
         &[
             "run",
@@ -179,16 +193,25 @@ fn a_refused_interpreter_is_named_with_the_rule_that_refused_it() {
             "--log",
             log.to_str().unwrap(),
             "--",
-            script.to_str().unwrap(),
+            "sh",
+            "-c",
+            &both,
         ],
         root.path(),
     );
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
     let records = records(&log);
-    let refused = records
-        .iter()
-        .find(|e| e["kind"] == "exec" && e["decision"] == "denied")
-        .unwrap_or_else(|| panic!("no refused exec: {records:#?}"));
+    let refused_exec = |path: &Path| {
+        records
+            .iter()
+            .find(|e| {
+                e["kind"] == "exec"
+                    && e["decision"] == "denied"
+                    && field(e, "path") == path.to_str()
+            })
+            .unwrap_or_else(|| panic!("no refused exec of {path:?}: {records:#?}"))
+    };
+    let refused = refused_exec(&script);
     assert_eq!(refused["errno"], 13, "{refused}");
     assert_eq!(field(refused, "script"), script.to_str(), "{refused}");
     assert_eq!(
@@ -196,15 +219,25 @@ fn a_refused_interpreter_is_named_with_the_rule_that_refused_it() {
         interpreter.to_str(),
         "{refused}"
     );
+    let program = refused_exec(&prog);
+    assert_eq!(field(program, "interpreter"), ld.to_str(), "{program}");
+    assert_eq!(
+        field(program, "interpreter_source"),
+        Some("elf"),
+        "{program}"
+    );
+    assert_eq!(program["target"].get("script"), None, "{program}");
     let summary = stdout(&tartaros(
         &["log", "summary", log.to_str().unwrap()],
         Path::new("/"),
     ));
     let rule = format!("[read_denies {}]", secret.path().display());
-    assert!(
-        summary
-            .lines()
-            .any(|l| l.contains("s.sh") && l.contains(&rule)),
-        "{summary}"
-    );
+    for name in ["s.sh", "prog"] {
+        assert!(
+            summary
+                .lines()
+                .any(|l| l.contains(name) && l.contains(&rule)),
+            "{name}: {summary}"
+        );
+    }
 }

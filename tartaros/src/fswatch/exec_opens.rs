@@ -119,24 +119,33 @@ fn name_refused(r: &mut Record, opened: &[String]) {
     if !matches!(r.errno, EACCES | EPERM) {
         return;
     }
-    let Some(interpreter) = interpreter_line(last) else {
+    let Some((interpreter, elf)) = interpreter_line(last) else {
         return;
     };
-    r.target.insert("script", first.clone());
+    // A program alone (its `ld.so` refused) is no script.
+    if !(elf && opened.len() == 1) {
+        r.target.insert("script", first.clone());
+    }
     r.target.insert("interpreter", interpreter);
-    r.target.insert("interpreter_source", "script");
+    r.target
+        .insert("interpreter_source", if elf { "elf" } else { "script" });
 }
 
 /// The interpreter a `#!` line at the start of `path` names (the
-/// kernel reads at most 256 bytes of it).
-fn interpreter_line(path: &str) -> Option<String> {
+/// kernel reads at most 256 bytes of it), or the program interpreter
+/// (`PT_INTERP`, `ld.so`) of an ELF file, which the kernel opens before
+/// the point of no return too.
+fn interpreter_line(path: &str) -> Option<(String, bool)> {
     use std::io::Read as _;
     let file = crate::mount_tree::open_file_no_symlinks(&names::on_disk(path)).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
     }
     let mut head = Vec::with_capacity(256);
-    file.take(256).read_to_end(&mut head).ok()?;
+    (&file).take(256).read_to_end(&mut head).ok()?;
+    if head.starts_with(b"\x7fELF") {
+        return elf_interpreter(&file, &head).map(|i| (i, true));
+    }
     let line = head.strip_prefix(b"#!")?;
     let line = line.split(|&b| b == b'\n').next()?;
     let name: Vec<u8> = line
@@ -145,7 +154,39 @@ fn interpreter_line(path: &str) -> Option<String> {
         .skip_while(|b| *b == b' ' || *b == b'\t')
         .take_while(|b| !matches!(b, b' ' | b'\t' | 0))
         .collect();
-    (!name.is_empty()).then(|| names::display(&name))
+    (!name.is_empty()).then(|| (names::display(&name), false))
+}
+
+/// `PT_INTERP` of a 64-bit little-endian ELF file (`head`: its first
+/// bytes), read at most 4 KiB.
+fn elf_interpreter(file: &std::fs::File, head: &[u8]) -> Option<String> {
+    use std::os::unix::fs::FileExt as _;
+    const PT_INTERP: u32 = 3;
+    let u16_at =
+        |b: &[u8], at: usize| Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?));
+    let u32_at =
+        |b: &[u8], at: usize| Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?));
+    let u64_at =
+        |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+    // ELFCLASS64, ELFDATA2LSB: the only binaries this host runs natively.
+    if head.get(4..6)? != [2, 1] {
+        return None;
+    }
+    let (phoff, phentsize, phnum) = (u64_at(head, 32)?, u16_at(head, 54)?, u16_at(head, 56)?);
+    for i in 0..u64::from(phnum.min(64)) {
+        let mut ph = [0u8; 56];
+        let at = phoff.checked_add(i.checked_mul(u64::from(phentsize))?)?;
+        file.read_exact_at(&mut ph, at).ok()?;
+        if u32_at(&ph, 0)? != PT_INTERP {
+            continue;
+        }
+        let (offset, size) = (u64_at(&ph, 8)?, u64_at(&ph, 32)?);
+        let mut name = vec![0u8; usize::try_from(size.min(4096)).ok()?];
+        file.read_exact_at(&mut name, offset).ok()?;
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        return (end > 0).then(|| names::display(&name[..end]));
+    }
+    None
 }
 
 /// `execveat(fd, "", AT_EMPTY_PATH)` of a script with no open reported
@@ -265,6 +306,9 @@ mod tests {
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(script, &link).unwrap();
         assert_eq!(interpreter_line(link.to_str().unwrap()), None);
+        // A program's own interpreter (ld.so).
+        let elf = interpreter_line("/usr/bin/true").map(|(i, elf)| (i.contains("ld-linux"), elf));
+        assert_eq!(elf, Some((true, true)));
     }
 
     #[test]
