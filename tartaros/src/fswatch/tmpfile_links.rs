@@ -67,7 +67,6 @@ pub(super) fn is_tmpfile_name(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt as _;
 
     #[test]
     fn a_linked_tmpfile_is_found_under_its_link() {
