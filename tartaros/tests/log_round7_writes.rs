@@ -48,6 +48,13 @@ int main(int argc, char **argv) {
     char linked[] = "linked";
     if (linkat(AT_FDCWD, pp, AT_FDCWD, linked, AT_SYMLINK_FOLLOW)) return 17;
     if (write(t, "TMP2", 4) != 4) return 18;
+    /* Linked under a staging name, renamed at once (atomic creation). */
+    int u = open(".", O_TMPFILE | O_WRONLY, 0644);
+    if (u < 0 || write(u, "STG1", 4) != 4) return 19;
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", u);
+    char stage[] = "stage", final[] = "final";
+    if (linkat(AT_FDCWD, pp, AT_FDCWD, stage, AT_SYMLINK_FOLLOW) || rename(stage, final)) return 20;
+    if (write(u, "STG2", 4) != 4) return 21;
     return 0;
 }
 "#;
@@ -89,7 +96,7 @@ fn changes_that_are_not_write_calls_are_write_records_of_the_file() {
             .and_then(|f| f["sha256"].as_str())
             .map(str::to_string)
     };
-    for name in CHANGED.iter().copied().chain(["linked"]) {
+    for name in CHANGED.iter().copied().chain(["linked", "final"]) {
         let path = format!("{dir}/{name}");
         let w = writes_of(&path);
         assert_eq!(w.len(), 1, "{path}: {records:#?}");
@@ -98,6 +105,7 @@ fn changes_that_are_not_write_calls_are_write_records_of_the_file() {
         assert_eq!(sealed(&path), Some(sha256_hex(&on_host)), "{path}");
     }
     assert_eq!(std::fs::read(root.join("linked")).unwrap(), b"TMP1TMP2");
+    assert_eq!(std::fs::read(root.join("final")).unwrap(), b"STG1STG2");
     // The tmpfile's writes: named where the file is, the kernel's
     // nameless name kept, and no record says they went to a deleted file.
     let linked = writes_of(&format!("{dir}/linked"))[0];

@@ -137,6 +137,7 @@ impl Join {
                 } else {
                     self.writes.renamed(path, new);
                 }
+                self.tmpfile_links.renamed(path, new, n.is_dir());
                 self.touched.renamed(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {

@@ -18,11 +18,15 @@ use crate::effectlog::names;
 
 /// Links remembered (a bound on the supervisor's memory; the oldest go).
 const KEPT: usize = 65_536;
+/// Entries of the tmpfile's directory read to find it by inode.
+const DIR_SCAN: usize = 65_536;
 
 #[derive(Debug, Default)]
 pub(super) struct TmpfileLinks {
     /// `(dev, ino)` of a linked file -> the link's path (kernel's).
     by_inode: HashMap<(u64, u64), String>,
+    /// The same, by path, to follow renames.
+    by_path: HashMap<String, (u64, u64)>,
 }
 
 impl TmpfileLinks {
@@ -36,9 +40,42 @@ impl TmpfileLinks {
         }
         if self.by_inode.len() >= KEPT {
             self.by_inode.clear();
+            self.by_path.clear();
         }
-        self.by_inode
-            .insert((meta.dev(), meta.ino()), to.to_string());
+        let key = (meta.dev(), meta.ino());
+        if let Some(old) = self.by_inode.insert(key, to.to_string()) {
+            self.by_path.remove(&old);
+        }
+        self.by_path.insert(to.to_string(), key);
+    }
+
+    /// A rename the kernel reported: a linked file (or a directory
+    /// holding one) moved.
+    pub fn renamed(&mut self, from: &str, to: &str, dir: bool) {
+        let moved: Vec<String> = if dir {
+            let prefix = format!("{}/", from.trim_end_matches('/'));
+            self.by_path
+                .keys()
+                .filter(|p| p.starts_with(&prefix))
+                .cloned()
+                .collect()
+        } else if self.by_path.contains_key(from) {
+            vec![from.to_string()]
+        } else {
+            return;
+        };
+        for old in moved {
+            let Some(key) = self.by_path.remove(&old) else {
+                continue;
+            };
+            let new = format!(
+                "{}{}",
+                to.trim_end_matches('/'),
+                &old[from.trim_end_matches('/').len()..]
+            );
+            self.by_inode.insert(key, new.clone());
+            self.by_path.insert(new, key);
+        }
     }
 
     /// The name a nameless `path` (`<dir>/#<inode>`) was linked as, if
@@ -49,9 +86,23 @@ impl TmpfileLinks {
         let dev = std::fs::metadata(names::on_disk(if dir.is_empty() { "/" } else { dir }))
             .ok()?
             .dev();
-        let to = self.by_inode.get(&(dev, ino))?;
-        let meta = std::fs::symlink_metadata(names::on_disk(to)).ok()?;
-        (meta.dev() == dev && meta.ino() == ino).then(|| to.clone())
+        let holds = |p: &str| {
+            std::fs::symlink_metadata(names::on_disk(p))
+                .is_ok_and(|m| m.dev() == dev && m.ino() == ino && m.is_file())
+        };
+        if let Some(to) = self.by_inode.get(&(dev, ino)).filter(|to| holds(to)) {
+            return Some(to.clone());
+        }
+        // Linked and renamed before the link's record was joined (both
+        // in one read): the usual place is the tmpfile's own directory.
+        let entries =
+            std::fs::read_dir(names::on_disk(if dir.is_empty() { "/" } else { dir })).ok()?;
+        entries
+            .flatten()
+            .take(DIR_SCAN)
+            .filter(|e| std::os::unix::fs::DirEntryExt::ino(e) == ino)
+            .map(|e| names::display_path(&e.path()))
+            .find(|p| holds(p))
     }
 }
 
@@ -82,6 +133,18 @@ mod tests {
         assert_eq!(links.name_of(&nameless).as_deref(), file.to_str());
         // Another inode's name, and a link removed since, give nothing.
         assert_eq!(links.name_of(&format!("{d}/#{}", ino + 1)), None);
+        // Followed through a rename of the file, then of its directory.
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let moved = sub.join("moved");
+        std::fs::rename(&file, &moved).unwrap();
+        links.renamed(file.to_str().unwrap(), moved.to_str().unwrap(), false);
+        assert_eq!(links.name_of(&nameless).as_deref(), moved.to_str());
+        let sub2 = dir.path().join("sub2");
+        std::fs::rename(&sub, &sub2).unwrap();
+        links.renamed(sub.to_str().unwrap(), sub2.to_str().unwrap(), true);
+        let file = sub2.join("moved");
+        assert_eq!(links.name_of(&nameless).as_deref(), file.to_str());
         std::fs::remove_file(&file).unwrap();
         assert_eq!(links.name_of(&nameless), None);
         assert!(!is_tmpfile_name(&format!("{d}/#12x")));
