@@ -17,9 +17,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
+use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target, names};
@@ -46,6 +48,10 @@ pub(super) struct Join {
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
     writes: WriteCounts,
+    /// The files each process's exec opened, for its record's `script`.
+    exec_opens: ExecOpens,
+    /// Where O_TMPFILEs were linked, for their `write` records.
+    tmpfile_links: TmpfileLinks,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
@@ -107,8 +113,15 @@ impl Join {
 
     /// Takes one notification of a sandbox thread; returns the `write`
     /// records it completes.
-    pub fn notice(&mut self, n: Notice, task: Task) -> Vec<Record> {
+    pub fn notice(&mut self, mut n: Notice, task: Task) -> Vec<Record> {
         let mut out = Vec::new();
+        if n.mask & bit::OPEN_EXEC != 0 {
+            if let Some(path) = &n.path {
+                self.exec_opens.opened(task.tgid, n.tid, path);
+            }
+            // No record claims it: it only names an exec's files.
+            n.mask &= !bit::OPEN_EXEC;
+        }
         if let (Some(path), Some(raw)) = (&n.path, &n.raw) {
             if n.mask & (bit::MODIFY | bit::CREATE | bit::ATTRIB) != 0 && !n.is_dir() {
                 self.touched.touch(raw);
@@ -119,9 +132,12 @@ impl Join {
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
             {
-                if !n.is_dir() {
+                if n.is_dir() {
+                    self.writes.renamed_dir(path, new);
+                } else {
                     self.writes.renamed(path, new);
                 }
+                self.tmpfile_links.renamed(path, new, n.is_dir());
                 self.touched.renamed(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
@@ -157,6 +173,19 @@ impl Join {
 
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
+        // An O_TMPFILE linked into the tree: its writes are named
+        // `#<inode>` by the kernel however it is named now.
+        let linked = exists
+            .then(|| is_tmpfile_name(path))
+            .filter(|&tmp| tmp)
+            .and_then(|_| self.tmpfile_links.name_of(path));
+        let path = match &linked {
+            Some(to) => {
+                t.insert("written_as", path.to_string());
+                to.as_str()
+            }
+            None => path,
+        };
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
         t.insert("count", w.count);
@@ -213,8 +242,12 @@ impl Join {
             let tid = tid_of(&r);
             let t = self.last_ns.entry(tid).or_insert(0);
             *t = (*t).max(r.mono_ns);
+            if r.kind == "exec" {
+                self.exec_opens.name(&mut r, tid);
+            }
             if r.kind == "exit" {
                 self.exited.insert(r.pid);
+                self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
                     out.push(self.write_record(&path, &w, true));
                 }
@@ -299,6 +332,7 @@ impl Join {
                     match exact {
                         Some(n) => {
                             apply(&mut r, n);
+                            self.note_link(&r);
                             self.claim_exchange_twin(tid, &r);
                             out.push(r);
                         }
@@ -370,6 +404,7 @@ impl Join {
             match found {
                 Some(n) => {
                     apply(&mut r, n);
+                    self.note_link(&r);
                     self.claim_exchange_twin(tid, &r);
                 }
                 None => {
@@ -426,6 +461,15 @@ impl Join {
         let mut out = Vec::new();
         self.settle(now_ns, true, &mut out);
         out
+    }
+
+    /// A link named by the kernel: an O_TMPFILE's new name.
+    fn note_link(&mut self, r: &Record) {
+        if r.kind == "link"
+            && let Some(to) = r.target.get("to").and_then(Value::as_str)
+        {
+            self.tmpfile_links.linked(to);
+        }
     }
 
     /// `renameat2(RENAME_EXCHANGE)` is reported as two renames, `a` to

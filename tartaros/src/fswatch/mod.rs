@@ -17,12 +17,14 @@
 //! Design and limits: docs/ebpf.md, "Kernel-sourced paths".
 
 mod content;
+mod exec_opens;
 mod join;
 mod links;
 mod notify;
 mod pairing;
 mod place;
 mod queue;
+mod tmpfile_links;
 mod touched;
 mod writes;
 

@@ -21,14 +21,17 @@ const INIT_FLAGS: libc::c_uint = libc::FAN_CLASS_NOTIF
     | libc::FAN_REPORT_DFID_NAME
     | libc::FAN_REPORT_TID;
 
-/// The events that change a writable root. Not `FAN_CLOSE_WRITE`: a
-/// process's `write` record is written when it exits or the file is
-/// deleted, which saves a notification per closed file.
+/// The events that change a writable root, and the opens of the files an
+/// exec runs (`FAN_OPEN_EXEC`: a script's own name, which no object of
+/// the exec tracepoint still holds; `exec_opens.rs`). Not
+/// `FAN_CLOSE_WRITE`: a process's `write` record is written when it exits
+/// or the file is deleted, which saves a notification per closed file.
 pub(super) const MARK_MASK: u64 = libc::FAN_CREATE
     | libc::FAN_DELETE
     | libc::FAN_RENAME
     | libc::FAN_MODIFY
     | libc::FAN_ATTRIB
+    | libc::FAN_OPEN_EXEC
     | libc::FAN_ONDIR;
 
 /// The most notification bytes one [`Group::read_all`] takes (about

@@ -16,6 +16,8 @@ pub(super) mod bit {
     pub const DELETE: u64 = libc::FAN_DELETE;
     pub const RENAME: u64 = libc::FAN_RENAME;
     pub const ONDIR: u64 = libc::FAN_ONDIR;
+    /// An exec's open of a file it runs (script, interpreter, `ld.so`).
+    pub const OPEN_EXEC: u64 = libc::FAN_OPEN_EXEC;
     pub const OVERFLOW: u64 = libc::FAN_Q_OVERFLOW;
 }
 

@@ -90,6 +90,22 @@ impl WriteCounts {
             .extend(entries);
     }
 
+    /// Moves the counts of the files below a renamed directory (they
+    /// were left at the old place and written as deleted there).
+    pub fn renamed_dir(&mut self, from: &str, to: &str) {
+        let prefix = format!("{}/", from.trim_end_matches('/'));
+        let moved: Vec<String> = self
+            .by_path
+            .keys()
+            .filter(|p| p.starts_with(&prefix))
+            .cloned()
+            .collect();
+        for old in moved {
+            let new = format!("{}/{}", to.trim_end_matches('/'), &old[prefix.len()..]);
+            self.renamed(&old, &new);
+        }
+    }
+
     /// Takes everything, oldest first.
     pub fn drain(&mut self) -> Vec<(String, Writes)> {
         let mut all: Vec<(String, Writes)> = self

@@ -68,7 +68,8 @@ impl PolicyView {
         let flags = target.get("flags").and_then(Value::as_u64);
         let writes =
             CHANGE_KINDS.contains(&kind) || (kind == "open" && flags.is_some_and(opens_for_write));
-        let paths: Vec<&str> = ["path", "from", "to"]
+        // A refused script's interpreter is what the refusal was on.
+        let paths: Vec<&str> = ["interpreter", "path", "from", "to"]
             .iter()
             .filter_map(|k| target.get(*k).and_then(Value::as_str))
             .collect();

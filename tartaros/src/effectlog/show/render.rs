@@ -267,7 +267,8 @@ pub(crate) fn argument(s: &str, max: usize) -> String {
 
 /// What the kernel ran when it is not the file `path` names: the
 /// `binary` (a link's target, a script's interpreter), or the leaf of one
-/// in no directory (a memfd), with `(deleted)` when it has no link left;
+/// in no directory (a memfd), with `(deleted)` when it has no link left,
+/// and the `script` it ran when that is not `path` either;
 /// shown like a program's name (at most `max` characters, quoted when it
 /// holds a space).
 pub(crate) fn ran_other_than(
@@ -280,15 +281,24 @@ pub(crate) fn ran_other_than(
         .get("binary")
         .or_else(|| target.get("binary_tail"))
         .and_then(Value::as_str)?;
-    if ran == path && !deleted {
+    // A script the kernel ran under another name (a link re-pointed
+    // since): the interpreter, then the script, as the kernel ran them.
+    let script = target
+        .get("script")
+        .and_then(Value::as_str)
+        .filter(|s| *s != path);
+    if ran == path && !deleted && script.is_none() {
         return None;
     }
-    let ran = argument(ran, max);
-    Some(if deleted {
-        format!("{ran} (deleted)")
-    } else {
-        ran
-    })
+    let mut shown = argument(ran, max);
+    if deleted {
+        shown.push_str(" (deleted)");
+    }
+    if let Some(script) = script {
+        shown.push(' ');
+        shown.push_str(&argument(script, max));
+    }
+    Some(shown)
 }
 
 /// `/bin/sh -c "make test"`: the name that was run, then argv[1..]; a cut

@@ -559,6 +559,16 @@ fn an_exec_shows_what_the_kernel_ran_when_the_name_says_otherwise() {
         render::exec_text(&memfd, 100),
         "/dev/fd/3 [runs memfd:p (deleted)]"
     );
+    let script = json!({"path": "/w/run-tests", "binary": "/usr/bin/dash", "script": "/w/evil.sh", "argv": ["/bin/sh", "./run-tests"]});
+    assert_eq!(
+        render::exec_text(&script, 100),
+        "/w/run-tests [runs /usr/bin/dash /w/evil.sh] ./run-tests"
+    );
+    let named = json!({"path": "/w/evil.sh", "binary": "/usr/bin/dash", "script": "/w/evil.sh", "argv": ["/bin/sh", "/w/evil.sh"]});
+    assert_eq!(
+        render::exec_text(&named, 100),
+        "/w/evil.sh [runs /usr/bin/dash] /w/evil.sh"
+    );
     let same = json!({"path": "/usr/bin/true", "binary": "/usr/bin/true", "argv": ["true"]});
     assert_eq!(render::exec_text(&same, 100), "/usr/bin/true");
 }

@@ -96,9 +96,20 @@ impl Files {
         let Some(path) = path else {
             return;
         };
+        // An O_TMPFILE's writes, named where it was linked: its nameless
+        // `#<inode>` entry (its open) is this file, not one of the tree.
+        let nameless = (kind == "write")
+            .then(|| t.get("written_as").and_then(Value::as_str))
+            .flatten()
+            .and_then(|w| self.files.remove(w));
         let Some(f) = self.file(path) else {
             return;
         };
+        for a in nameless.into_iter().flat_map(|n| n.actions) {
+            if !f.actions.contains(&a) && f.actions.len() < 16 {
+                f.actions.push(a);
+            }
+        }
         if creates {
             f.created = true;
             f.deleted = false;
@@ -129,6 +140,15 @@ impl Files {
             return;
         };
         let flags = t.get("flags").and_then(Value::as_u64).unwrap_or(0);
+        if kind == "rename" {
+            // A directory's files move with it (they used to stay at the
+            // old place, and be shown `deleted` there).
+            let (a, b) = (self.take_under(from), self.take_under(to));
+            self.put_under(from, to, a);
+            if flags & RENAME_EXCHANGE != 0 {
+                self.put_under(to, from, b);
+            }
+        }
         if kind == "rename" && flags & RENAME_EXCHANGE != 0 {
             return self.exchanged(from, to);
         }
@@ -173,6 +193,32 @@ impl Files {
         }
         if !f.actions.iter().any(|a| a == "rename") {
             f.actions.push("rename".to_string());
+        }
+    }
+
+    /// The entries below `dir` (not `dir` itself), taken out.
+    fn take_under(&mut self, dir: &str) -> Vec<(String, FileState)> {
+        let prefix = format!("{}/", dir.trim_end_matches('/'));
+        let keys: Vec<String> = self
+            .files
+            .keys()
+            .filter(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| self.files.remove(&k).map(|f| (k, f)))
+            .collect()
+    }
+
+    /// Puts entries taken from below `from` at the same places below `to`.
+    fn put_under(&mut self, from: &str, to: &str, entries: Vec<(String, FileState)>) {
+        let (from, to) = (from.trim_end_matches('/'), to.trim_end_matches('/'));
+        for (old, mut f) in entries {
+            let new = format!("{to}{}", &old[from.len()..]);
+            if !f.created && f.renamed_from.is_none() {
+                f.renamed_from = Some(old);
+            }
+            self.files.insert(new, f);
         }
     }
 
