@@ -22,6 +22,7 @@ pub mod bench;
 pub mod budget;
 mod explicit;
 pub(crate) mod http;
+pub mod own_addresses;
 pub mod rules;
 pub mod sniff;
 mod splice;
