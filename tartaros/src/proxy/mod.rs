@@ -27,6 +27,7 @@ pub mod rules;
 pub mod sniff;
 mod splice;
 mod transparent;
+mod transparent_http;
 pub(crate) mod upstream;
 
 use std::collections::HashMap;
