@@ -86,6 +86,10 @@ pub const FILTER_MONITOR: u32 = 2;
 /// Value stored in the allow map for a granted destination.
 pub const ALLOW_VALUE: u32 = 1;
 
+/// [`AllowKey::family`] of a gateway's port ([`AllowKey::gateway`]): no
+/// address family has this number, so no destination's key can be one.
+pub const FAMILY_GATEWAY: u16 = 0xfffe;
+
 /// Key of the allow map: one destination granted to one run.
 ///
 /// 32 bytes, alignment 8, no padding.
@@ -118,6 +122,23 @@ impl AllowKey {
             family: AF_INET,
             port,
             addr,
+            _pad: 0,
+        }
+    }
+
+    /// Key saying that a gateway of run `run` (a `--port` relay, the
+    /// proxy, the broker) listens on loopback port `port`: the connect
+    /// programs save the owner of a TCP connection only for connects to
+    /// such a port on loopback (or to a redirect), so the owner maps hold
+    /// entries for gateway connections alone. Every connect once had one,
+    /// also those to the agent's own servers, and 6,000 of them evicted a
+    /// waiting gateway connection's entry from the LRU (adversarial round 7).
+    pub const fn gateway(run: u64, port: u16) -> Self {
+        Self {
+            run,
+            family: FAMILY_GATEWAY,
+            port,
+            addr: [0; 16],
             _pad: 0,
         }
     }

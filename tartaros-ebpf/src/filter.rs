@@ -108,7 +108,10 @@ fn decide(
     if verdict::is_denied(v) {
         return REFUSE;
     }
-    if (kind == kind::CONNECT4 || kind == kind::CONNECT6) && ev.sock_type == SOCK_STREAM {
+    if (kind == kind::CONNECT4 || kind == kind::CONNECT6)
+        && ev.sock_type == SOCK_STREAM
+        && (v == verdict::REDIRECT || to_gateway(kind, ctx, &run, &ev))
+    {
         // Runs in the connecting task: its tgid is who opened the
         // connection, race-free, whatever happens to the socket later.
         // SAFETY: the helper takes the context pointer the kernel passed in.
@@ -121,6 +124,39 @@ fn decide(
         let _ = OWNER_COOKIE.insert(&cookie, &owner, 0);
     }
     PASS
+}
+
+/// Whether a connect goes to one of the run's gateways: to `127.0.0.1`
+/// (`connect4`), `::1` or `::ffff:127.0.0.1` (`connect6`), on a port in the
+/// run's gateway set (`AllowKey::gateway`). Only those connections get an
+/// owner entry: the gateways remove theirs on accept, so the entries are
+/// bounded by the listen backlogs, and a flood of connects to the agent's
+/// own servers cannot evict a waiting gateway connection's entry. The
+/// address is read again from the context (4-byte loads, cheaper for the
+/// verifier than rebuilding words from `ev.addr`).
+#[inline(always)]
+fn to_gateway(kind: u16, ctx: &SockAddrContext, run: &Run, ev: &ConnectEvent) -> bool {
+    let sa = ctx.sock_addr;
+    let loopback4 = u32::from_ne_bytes([127, 0, 0, 1]);
+    let loopback = if kind == kind::CONNECT4 {
+        // SAFETY: as in `read_common`.
+        unsafe { read_volatile(addr_of!((*sa).user_ip4)) == loopback4 }
+    } else {
+        // SAFETY: as in `check_v6`.
+        let (w0, w1, w2, w3) = unsafe {
+            (
+                read_volatile(addr_of!((*sa).user_ip6[0])),
+                read_volatile(addr_of!((*sa).user_ip6[1])),
+                read_volatile(addr_of!((*sa).user_ip6[2])),
+                read_volatile(addr_of!((*sa).user_ip6[3])),
+            )
+        };
+        let v6 = w2 == 0 && w3 == u32::from_ne_bytes([0, 0, 0, 1]);
+        let mapped = w2 == u32::from_ne_bytes([0, 0, 0xff, 0xff]) && w3 == loopback4;
+        w0 == 0 && w1 == 0 && (v6 || mapped)
+    };
+    // SAFETY: the value is a plain `u32` that we only test for presence.
+    loopback && unsafe { ALLOW.get(&AllowKey::gateway(run.id, ev.port)) }.is_some()
 }
 
 /// Reads the socket's family, type and protocol into `ev`. These fields
@@ -320,6 +356,14 @@ fn redirect(
 /// local port is bound and before the SYN is sent (Linux 4.13; needs no
 /// `bpf_sock_ops_cb_flags_set`).
 const BPF_SOCK_OPS_TCP_CONNECT_CB: u32 = 3;
+/// `BPF_SOCK_OPS_STATE_CB`: a state change of a socket that asked for
+/// them (`BPF_SOCK_OPS_STATE_CB_FLAG`, Linux 4.16), called from
+/// `tcp_set_state()` before the change (the ports are still bound);
+/// `args[1]` is the new state.
+const BPF_SOCK_OPS_STATE_CB: u32 = 10;
+const BPF_SOCK_OPS_STATE_CB_FLAG: i32 = 1 << 2;
+/// `TCP_CLOSE` (include/net/tcp_states.h).
+const TCP_CLOSE: u32 = 7;
 /// Return value of a sock_ops program (ignored for this callback).
 const SOCK_OPS_OK: u32 = 1;
 
@@ -388,18 +432,43 @@ fn connection_key(ctx: &SockOpsContext, run: u64) -> TransparentKey {
 }
 
 fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
-    if ctx.op() != BPF_SOCK_OPS_TCP_CONNECT_CB {
+    let op = ctx.op();
+    // A state change matters only as the end of a client socket: the
+    // close of a gateway connection (reset, connect failed or timed out,
+    // or its end after the gateway's).
+    let closed = op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == TCP_CLOSE;
+    if op != BPF_SOCK_OPS_TCP_CONNECT_CB && !closed {
         return Ok(());
     }
     // SAFETY: the helper takes the context pointer the kernel passed in
     // (`bpf_get_socket_cookie_sock_ops`, Linux 4.19).
     let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
+    // One key for all the maps (the run is set per map): computed once,
+    // the program stays within its verifier budget.
+    let mut key = connection_key(ctx, 0);
     // SAFETY: copied out right away; written by the connect programs of
     // the same socket, which run before this.
     if let Some(owner) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
-        let _ = OWNER_COOKIE.remove(&cookie);
-        let key = connection_key(ctx, owner.run);
-        let _ = OWNER_PORT.insert(&key, &owner.tgid, 0);
+        key.run = owner.run;
+        if closed {
+            // The gateway removes the connection's entry on accept: what
+            // is left here is one it never accepted (its SYN dropped by a
+            // full backlog, then abandoned), which must not stay behind
+            // and evict a waiting one.
+            let _ = OWNER_COOKIE.remove(&cookie);
+            let _ = OWNER_PORT.remove(&key);
+            return Ok(());
+        }
+        // The cookie's entry stays until the socket closes: it names the
+        // run of the connection entry to remove then.
+        if OWNER_PORT.insert(&key, &owner.tgid, 0).is_ok() {
+            let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG);
+        } else {
+            let _ = OWNER_COOKIE.remove(&cookie);
+        }
+    }
+    if closed {
+        return Ok(());
     }
     // SAFETY: the value is copied out right away; entries are only written
     // by the connect programs of the same socket, which run before this.
@@ -410,8 +479,9 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     let _ = TPROXY_COOKIE.remove(&cookie);
     // The listener's family is the family the gateway sees (`redirect`).
     let key = TransparentKey {
+        run: saved.run,
         family: saved.listener_family,
-        ..connection_key(ctx, saved.run)
+        ..key
     };
     TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
 }

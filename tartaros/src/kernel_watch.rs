@@ -75,6 +75,12 @@ pub fn options(policy: &Policy, capture: bool, ring_bytes: u32) -> AttachOptions
         // The gateways' records carry the pid that opened each connection.
         attribution: capture
             && (transparent || !policy.local_ports.is_empty() || policy.broker.is_some()),
+        gateway_ports: crate::egress::plan(policy, transparent)
+            .iter()
+            .map(|g| g.listen.addr.port())
+            .collect::<std::collections::BTreeSet<u16>>()
+            .into_iter()
+            .collect(),
     }
 }
 

@@ -56,6 +56,9 @@ pub struct AttachOptions {
     /// With `capture`: gateways (relay, proxy, broker) will ask who opened
     /// their connections (`CgroupPrograms::connection_owner`).
     pub attribution: bool,
+    /// With `attribution`: the loopback ports the gateways listen on. Only
+    /// TCP connects to these (and redirected ones) get an owner entry.
+    pub gateway_ports: Vec<u16>,
 }
 
 /// Entries of a map a run's own object does not use (its programs
@@ -101,7 +104,7 @@ impl AttachOptions {
         };
         let unless = |used: bool| (!used).then_some(UNUSED_MAP_ENTRIES);
         match name {
-            MAP_ALLOW => Some(OWN_ALLOW_ENTRIES),
+            MAP_ALLOW => Some(OWN_ALLOW_ENTRIES.saturating_add(self.gateway_entries())),
             MAP_TPROXY_COOKIE | MAP_TPROXY_PORT => unless(self.transparent_port.is_some()),
             MAP_OWNER_COOKIE | MAP_OWNER_PORT => unless(self.capture && self.attribution),
             _ => None,
@@ -110,11 +113,21 @@ impl AttachOptions {
 
     /// What decides the sizes of [`Self::own_map_entries`]: two options
     /// with the same key make the same object.
-    pub fn sizing(&self) -> (bool, bool) {
+    pub fn sizing(&self) -> (bool, bool, u32) {
         (
             self.transparent_port.is_some(),
             self.capture && self.attribution,
+            self.gateway_entries(),
         )
+    }
+
+    /// Room in a run's own `ALLOW` for its gateways' ports (one each).
+    fn gateway_entries(&self) -> u32 {
+        if self.attribution {
+            u32::try_from(self.gateway_ports.len()).unwrap_or(u32::MAX)
+        } else {
+            0
+        }
     }
 }
 
@@ -129,6 +142,7 @@ impl Default for AttachOptions {
             unix_allowed: Vec::new(),
             transparent_port: None,
             attribution: false,
+            gateway_ports: Vec::new(),
         }
     }
 }

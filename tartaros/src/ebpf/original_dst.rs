@@ -75,11 +75,17 @@ impl OwnerMap {
     /// keys an IPv6 socket connected to an IPv4-mapped address as IPv4, as
     /// the gateway sees it, so one family is looked up: a fallback to the
     /// other found a stale entry of another process that had used the same
-    /// port.
+    /// port. The entry is removed: each connection is accepted (and asked
+    /// about) once, so the map holds only connections still waiting in a
+    /// gateway's backlog.
     pub(super) fn owner(&self, ends: ConnectionEnds) -> Option<u32> {
         let key = transparent_key(self.run, ends);
-        let map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(&key, 0).ok()
+        let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
+        let owner = map.get(&key, 0).ok()?;
+        // A failed removal leaves an entry that the next connection with
+        // the same ends overwrites (and the LRU ages out).
+        let _ = map.remove(&key);
+        Some(owner)
     }
 }
 

@@ -80,6 +80,15 @@ fn fill(
         for grant in &options.grants {
             insert_grant(object, run, *grant)?;
         }
+        if options.attribution {
+            for port in &options.gateway_ports {
+                insert_key(
+                    object,
+                    run,
+                    tartaros_common::AllowKey::gateway(run.id, *port),
+                )?;
+            }
+        }
     }
     if options.unix_policy {
         let name = tartaros_common::MAP_UNIX_ALLOW;
@@ -238,8 +247,17 @@ pub(super) fn insert_grant(
     run: &mut Registered,
     grant: ConnectGrant,
 ) -> Result<(), EbpfError> {
+    insert_key(object, run, grant.key(run.id))
+}
+
+/// Puts `key` in `run`'s part of the allow map (a grant, or a gateway's
+/// port), to be taken out when the run leaves.
+fn insert_key(
+    object: &mut Object,
+    run: &mut Registered,
+    key: tartaros_common::AllowKey,
+) -> Result<(), EbpfError> {
     let name = tartaros_common::MAP_ALLOW;
-    let key = grant.key(run.id);
     let map = object
         .map_mut(name)
         .ok_or_else(|| missing(format!("map {name}")))?;

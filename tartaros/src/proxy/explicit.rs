@@ -119,7 +119,7 @@ fn base_effect(host: &str, port: u16, method: &str) -> Record {
 }
 
 /// Sends a denial effect and builds the 403.
-fn deny(
+pub(super) fn deny(
     events: &EffectSender,
     effect: Record,
     start: Instant,
@@ -175,7 +175,7 @@ async fn handle(
     if request.method() == Method::CONNECT {
         connect(request, config, events, spawn, start).await
     } else {
-        forward(request, config, events, spawn, start).await
+        forward(request, config, events, spawn, start, &base_effect).await
     }
 }
 
@@ -268,12 +268,19 @@ async fn connect(
     empty(StatusCode::OK)
 }
 
-async fn forward(
+/// The record of a request to `host`, `port` with `method`, before its
+/// decision: the explicit proxy's or the transparent one's.
+pub(super) type BaseEffect<'a> = &'a (dyn Fn(&str, u16, &str) -> Record + Send + Sync);
+
+/// Forwards one absolute-form plain HTTP request on a connection of its
+/// own to the upstream, once its target and Host header are allowed.
+pub(super) async fn forward(
     request: Request<Incoming>,
     config: &ProxyConfig,
     events: &EffectSender,
     spawn: &Spawner,
     start: Instant,
+    base_effect: BaseEffect<'_>,
 ) -> Response<ProxyBody> {
     let method = request.method().as_str().to_string();
     let host_headers: Vec<&HeaderValue> = request.headers().get_all(header::HOST).iter().collect();

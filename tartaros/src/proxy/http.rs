@@ -18,7 +18,6 @@ use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
@@ -47,8 +46,9 @@ pub(crate) type Spawner = mpsc::UnboundedSender<Task>;
 /// Serves one HTTP/1 connection with `handler`. Tasks the handler hands to
 /// its [`Spawner`] run in a [`JoinSet`] owned by this future, so aborting
 /// the server ends them too.
-pub(crate) async fn serve_http1<H, Fut>(stream: TcpStream, handler: H)
+pub(crate) async fn serve_http1<S, H, Fut>(stream: S, handler: H)
 where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>, Spawner) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
 {

@@ -22,10 +22,12 @@ pub mod bench;
 pub mod budget;
 mod explicit;
 pub(crate) mod http;
+pub mod own_addresses;
 pub mod rules;
 pub mod sniff;
 mod splice;
 mod transparent;
+mod transparent_http;
 pub(crate) mod upstream;
 
 use std::collections::HashMap;

@@ -161,6 +161,11 @@ pub(super) async fn serve_connection(
             return record(effect.with("host", truncate(named, 253)), "denied", reason);
         }
     };
+    if matches!(sniffed, Sniffed::Http { .. }) {
+        // Every request of the connection is judged on its own, the first
+        // one again included (`transparent_http`).
+        return super::transparent_http::serve(stream, prefix, original, config, events).await;
+    }
     let effect = effect.with("host", target.host.clone());
     let upstream = connect_checked(
         config.resolver.as_ref(),

@@ -10,7 +10,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::splice::{self, Pipe};
-use super::{ProxyError, Resolve, upstream_address_allowed};
+use super::{ProxyError, Resolve, own_addresses, upstream_address_allowed};
 
 /// Relay buffer per direction. Large buffers halve the syscalls of a bulk
 /// transfer compared to tokio's 8 KiB default, which is most of the
@@ -61,12 +61,30 @@ pub(crate) async fn connect_checked(
                 addr,
             });
         }
+        // The proxy runs on the host: a name that resolves to one of the
+        // host's own addresses (public ones too) reaches its services.
+        let own = |ip: IpAddr| !allow_internal && own_addresses::is_own_address(ip);
+        if let Some(addr) = addrs.iter().map(SocketAddr::ip).find(|ip| own(*ip)) {
+            return Err(ProxyError::Internal {
+                host: host.to_string(),
+                addr,
+            });
+        }
         let mut last = ProxyError::NoAddress {
             host: host.to_string(),
         };
         for addr in addrs {
             match crate::caller::connect_tcp(addr).await {
                 Ok(stream) => {
+                    let to_self = stream
+                        .local_addr()
+                        .is_ok_and(|local| own_addresses::connected_to_self(local, addr));
+                    if to_self && !allow_internal {
+                        return Err(ProxyError::Internal {
+                            host: host.to_string(),
+                            addr: addr.ip(),
+                        });
+                    }
                     let _ = stream.set_nodelay(true);
                     return Ok(stream);
                 }

@@ -1,0 +1,176 @@
+//! Intercepted plain HTTP, request by request. The first request's Host
+//! header decided the connection once, and the bytes after it were relayed
+//! as they came: a second request on the kept-alive connection, naming
+//! another host, reached the allowed host's server, which behind a shared
+//! front (a CDN, a virtual-hosting server) routes it to the other site
+//! (adversarial round 7). Now the connection is served by the HTTP parser,
+//! like the explicit proxy's: every request is judged by its own Host
+//! header and forwarded on an upstream connection of its own.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Uri};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::ProxyConfig;
+use super::explicit::{deny, forward};
+use super::http::{serve_http1, truncate};
+use super::sniff::split_host_port;
+use crate::effectlog::Record;
+use crate::events::EffectSender;
+
+/// Serves the intercepted connection `stream` whose first bytes, already
+/// read to sniff it, are `prefix`; `original` is where it was going.
+pub(super) async fn serve(
+    stream: TcpStream,
+    prefix: Vec<u8>,
+    original: SocketAddr,
+    config: Arc<ProxyConfig>,
+    events: EffectSender,
+) {
+    let stream = Rewind {
+        prefix,
+        read: 0,
+        inner: stream,
+    };
+    let dst = original.to_string();
+    serve_http1(stream, move |request, spawn| {
+        let (config, events, dst) = (config.clone(), events.clone(), dst.clone());
+        async move {
+            let start = Instant::now();
+            // The record keeps the transparent shape: the method is the
+            // protocol, as for an intercepted TLS connection.
+            let base = move |host: &str, port: u16, _method: &str| {
+                Record::new("proxy")
+                    .with("mode", "transparent")
+                    .with("original_dst", dst.clone())
+                    .with("host", truncate(host, 253))
+                    .with("port", port)
+                    .with("method", "HTTP")
+            };
+            match absolute(request, original.port()) {
+                Ok(request) => forward(request, &config, &events, &spawn, start, &base).await,
+                Err((host, reason)) => {
+                    deny(&events, base(&host, original.port(), ""), start, reason)
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// `request` in absolute form for `http://host:port`, `host` from its one
+/// Host header and `port` the original destination's (a Host header that
+/// names another port is refused, as for the first request); the Host
+/// header is rewritten to match. Refused: the Host's text (for the record)
+/// and why.
+fn absolute(
+    mut request: Request<Incoming>,
+    port: u16,
+) -> Result<Request<Incoming>, (String, &'static str)> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let (raw, more) = (hosts.next(), hosts.next());
+    let text = raw
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let refuse = |why| Err((text.clone(), why));
+    if raw.is_none() {
+        return refuse("HTTP request without a Host header");
+    }
+    if more.is_some() {
+        return refuse("more than one Host header");
+    }
+    if request.method() == Method::CONNECT {
+        return refuse("CONNECT on an intercepted connection");
+    }
+    let host = match split_host_port(&text) {
+        None => return refuse("Host header is not host[:port]"),
+        Some((_, Some(p))) if p != port => {
+            return refuse("Host header port does not match the destination port");
+        }
+        Some((host, _)) => host.to_string(),
+    };
+    let authority = if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    };
+    let path = request
+        .uri()
+        .path_and_query()
+        .map_or("/", |pq| pq.as_str())
+        .to_string();
+    let (Ok(uri), Ok(value)) = (
+        format!("http://{authority}{path}").parse::<Uri>(),
+        HeaderValue::from_str(&authority),
+    ) else {
+        return refuse("Host header is not host[:port]");
+    };
+    *request.uri_mut() = uri;
+    request.headers_mut().insert(header::HOST, value);
+    Ok(request)
+}
+
+/// A stream whose first bytes are `prefix` (read before, to sniff it).
+struct Rewind {
+    prefix: Vec<u8>,
+    read: usize,
+    inner: TcpStream,
+}
+
+impl AsyncRead for Rewind {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let left = &this.prefix[this.read..];
+        if !left.is_empty() {
+            let n = left.len().min(buf.remaining());
+            buf.put_slice(&left[..n]);
+            this.read += n;
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Rewind {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
