@@ -111,10 +111,23 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
 /// The arguments the refusing `rule` tested, by the names it gives them
 /// (not a pointer's value), and who refused: the filter for certain only
 /// when the rule is of the set every run has.
-pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &SysEvent) {
+/// A refused call's arguments by the filter's index. The exit record keeps
+/// three registers; openat's are its dirfd, flags and mode (the mode, its
+/// fourth argument, is what the filter tests), so its path pointer, which
+/// no rule reads, is left 0.
+pub(super) fn filtered_args(s: &SysEvent) -> Vec<u64> {
+    let [a0, a1, a2] = s.args;
+    if s.nr == nr::OPENAT {
+        vec![a0, 0, a1, a2]
+    } else {
+        vec![a0, a1, a2]
+    }
+}
+
+pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, args: &[u64]) {
     for cond in &rule.when {
         if cond.test != crate::seccomp::ArgTest::NotNull
-            && let Some(&arg) = s.args.get(usize::from(cond.index))
+            && let Some(&arg) = args.get(usize::from(cond.index))
         {
             t.insert(cond.name, arg);
         }
