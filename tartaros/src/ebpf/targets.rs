@@ -141,7 +141,11 @@ pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, args
 /// descriptor still holds the file `(dev, ino)` the kernel named; and
 /// whether that file is a pidfs inode (one per process). The descriptor is
 /// reopened, so that the inode checked and the `Pid:` read are of one
-/// file, whatever the agent puts at the number meanwhile.
+/// file, whatever the agent puts at the number meanwhile. Non-blocking
+/// and without taking a terminal, as every file an agent can swap is
+/// opened here (`mount_tree::open_file_no_symlinks`): a FIFO put at the
+/// number after the call made a plain open wait for a writer forever, and
+/// the whole supervisor with it (no `--timeout`, no seal; round 7).
 pub(super) fn pidfd_pid(
     proc_root: &str,
     tgid: u32,
@@ -153,7 +157,12 @@ pub(super) fn pidfd_pid(
     if fd < 0 {
         return None;
     }
-    let f = std::fs::File::open(format!("{proc_root}/{tgid}/fd/{fd}")).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(format!("{proc_root}/{tgid}/fd/{fd}"))
+        .ok()?;
     let meta = f.metadata().ok()?;
     if (meta.dev(), meta.ino()) != file {
         return None;
