@@ -67,26 +67,6 @@ fn special(n: u32, e: u16, a: [u64; 6]) -> Option<Call> {
         nr::OPEN => open_call(AT_FDCWD, a[0], a[1], a[2]),
         nr::OPENAT => open_call(fd(a[0]), a[1], a[2], a[3]),
         nr::CREAT => open_call(AT_FDCWD, a[0], oflag::CREAT_FLAGS, a[1]),
-        // struct open_how { u64 flags; u64 mode; u64 resolve; }, read here
-        // once: the kernel has copied it before any lookup.
-        // Recorded whatever the flags say: they are in the agent's memory,
-        // and a thread flipping them between this read and the kernel's
-        // (or a page the kernel faults in and this read cannot) could pass
-        // a write-open off as a read-only one. So the returned descriptor
-        // is always looked at: `sys_exit` names its file when the kernel
-        // opened it for writing.
-        nr::OPENAT2 => {
-            let mut c = match read_user::<[u64; 2]>(a[2]) {
-                Some(how) => open_call(fd(a[0]), a[1], how[0], how[1]).only(when::ALWAYS),
-                None => {
-                    let mut c = Call::path(e, fd(a[0]), a[1], [0; 3]);
-                    c.flags = flag::ADDR_UNREADABLE;
-                    c
-                }
-            };
-            c.flags |= flag::OPENS_FILE;
-            c
-        }
         nr::UNLINKAT => {
             let e = if a[2] & AT_REMOVEDIR != 0 {
                 effect::RMDIR

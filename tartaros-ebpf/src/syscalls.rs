@@ -402,7 +402,15 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
                 return None;
             }
             // Another ABI's registers mean other arguments: none are kept.
-            let args = if abi == 0 { [a[0], a[1], a[2]] } else { [0; 3] };
+            // openat's mode, the argument the filter tests, is its fourth:
+            // it takes the path pointer's place, which no record reads.
+            let args = if abi != 0 {
+                [0; 3]
+            } else if number == u64::from(nr::OPENAT) {
+                [a[0], a[2], a[3]]
+            } else {
+                [a[0], a[1], a[2]]
+            };
             let slot = SYS_CALL.get_ptr_mut(EXIT_SLOT)?;
             // SAFETY: as in `try_sys_enter`.
             // Field by field, only what `emit` reads of a plain record: a

@@ -227,6 +227,11 @@ fn become_agent(
     {
         return failure(exit::START_FAILURE, e);
     }
+    // Before drop_to: a launcher's real-time policy, negative nice value or
+    // real-time I/O class must not become the agent's (sched_reset.rs).
+    if let Err(e) = crate::sched_reset::reset_priorities() {
+        return failure(exit::START_FAILURE, e);
+    }
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }

@@ -48,6 +48,7 @@ pub mod pty;
 pub mod pty_helper;
 pub mod run_options;
 pub mod runlog;
+pub mod sched_reset;
 pub mod scope;
 pub mod seccomp;
 pub mod service;

@@ -145,7 +145,7 @@ pub async fn drain_with(
         }
         if !full_reported && let Some(why) = writer.full() {
             eprintln!(
-                "tartaros: the effect log's filesystem is full ({why}): later records are dropped and the log will verify as incomplete"
+                "tartaros: the effect log is full ({why}): later records are dropped and the log will verify as incomplete"
             );
             full_reported = true;
         }
@@ -251,7 +251,7 @@ pub fn finish(
     };
     let incomplete = if lost > 0 {
         Some(match full {
-            Some(why) => format!("its filesystem filled up ({why}); {lost} records are missing"),
+            Some(why) => format!("it is full ({why}); {lost} records are missing"),
             None => format!("{lost} events were lost"),
         })
     } else if !cgroup_empty {

@@ -151,7 +151,7 @@ named! {
     SOCK_RAW = 3; SOCK_PACKET = 10;
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
-    MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
+    MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4; F_SETLEASE = 1024;
     S_ISUID = 0o4000; S_ISGID = 0o2000;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
@@ -181,7 +181,8 @@ use prologue::prologue;
 #[cfg(test)]
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
-    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_SETID, WHY_UNIX,
+    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_LEASE, WHY_NS,
+    WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_UNIX,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -252,6 +253,7 @@ fn default_rules() -> Vec<Rule> {
         r.push(deny("clone", vec![arg(0, "flags", HasBits(flag))], D, WHY_NS));
     }
     r.push(Rule { errno: libc::ENOSYS, ..deny("clone3", Vec::new(), D, WHY_CLONE3) });
+    r.push(Rule { errno: libc::ENOSYS, ..deny("openat2", Vec::new(), D, WHY_OPENAT2) });
     for (cmd, why) in [
         (TIOCSTI, "pushes input into the terminal; the user's shell runs it after the sandbox"),
         (TIOCLINUX, "virtual-console selection paste: the same input injection"),
@@ -280,6 +282,7 @@ fn default_rules() -> Vec<Rule> {
     r.push(deny("setrlimit", vec![core()], D, WHY_CORE));
     let core = arg(1, "resource", Eq(RLIMIT_CORE));
     r.push(deny("prlimit64", vec![core, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_CORE));
+    r.push(deny("fcntl", vec![arg(1, "cmd", Eq(F_SETLEASE))], D, WHY_LEASE));
     r.extend(privilege_bit_rules());
     r
 }
@@ -292,11 +295,20 @@ fn default_rules() -> Vec<Rule> {
 #[rustfmt::skip]
 fn privilege_bit_rules() -> impl Iterator<Item = Rule> {
     let calls = [("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2)];
-    calls.into_iter().flat_map(|(syscall, index)| {
+    let chmods = calls.into_iter().flat_map(|(syscall, index)| {
         [S_ISUID, S_ISGID].map(|bit| {
             deny(syscall, vec![arg(index, "mode", ArgTest::HasBits(bit))], Tier::Default, WHY_SETID)
         })
-    })
+    });
+    // S_ISGID survives writes while group-execute is off, and a POSIX ACL
+    // (setxattr, which the lab's own tools need) then adds group-execute
+    // without chmod: so no creation mode may carry it. openat2's mode is in
+    // a struct; it gets ENOSYS (the prologue) and callers fall back here.
+    let creates = [("open", 2), ("creat", 1), ("mknod", 1), ("openat", 3), ("mknodat", 2)];
+    let creates = creates.into_iter().map(|(syscall, index)| {
+        deny(syscall, vec![arg(index, "mode", ArgTest::HasBits(S_ISGID))], Tier::Default, WHY_SETGID_CREATE)
+    });
+    chmods.chain(creates)
 }
 
 #[rustfmt::skip]
@@ -352,10 +364,10 @@ fn syscall_nr(name: &str) -> Option<i64> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
-        SYS_fchmod SYS_fchmodat
+        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl
     }
     #[cfg(target_arch = "x86_64")]
-    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod }
+    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod }
     match name {
         // Linux 6.15, one number on every architecture, not yet in `libc`.
         "open_tree_attr" if arch().is_some() => Some(467),
@@ -395,13 +407,13 @@ fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
     SeccompRule::new(conds).map_err(err)
 }
 
-/// The rule of any tier that refuses `syscall` with these first three
-/// arguments, if one does: how the capture tells the filter's EPERM from
+/// The rule of any tier that refuses `syscall` with these arguments (by
+/// index; a rule testing one past the end does not hold), if one does: how the capture tells the filter's EPERM from
 /// the kernel's own for a call refused for its arguments or in some runs
 /// only. Over every tier, since the capture does not know the run's
 /// options: only a `Tier::Default` rule (every run has it) proves the
 /// filter refused.
-pub fn refusing_rule(syscall: &str, args: [u64; 3]) -> Option<Rule> {
+pub fn refusing_rule(syscall: &str, args: &[u64]) -> Option<Rule> {
     let all = rules(&SeccompOptions {
         strict: true,
         deny_unix: true,

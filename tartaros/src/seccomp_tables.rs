@@ -66,3 +66,9 @@ pub(super) const WHY_SETID: &str = "a setuid or setgid file left in a root runs 
     any local user after the run, outside every sandbox";
 pub(super) const WHY_CORE: &str = "RLIMIT_CORE stays 1, the kernel's marker that refuses a core_pattern pipe: \
     at 0 a crash would run the host's root core handler (apport, systemd-coredump) outside the sandbox";
+pub(super) const WHY_SETGID_CREATE: &str = "a setgid creation mode survives writes while group-execute is off, and a \
+    POSIX ACL then adds group-execute without chmod: a file setgid to the agent's group for any local user";
+pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot read (a setgid creation mode); ENOSYS \
+    makes callers fall back to openat, whose mode is filtered";
+pub(super) const WHY_LEASE: &str = "a lease on any file the agent owns, outside the roots too (read-only does not \
+    matter), stalls every host process that opens it for writing for lease-break-time (45 s)";

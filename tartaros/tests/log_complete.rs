@@ -601,9 +601,10 @@ print('proxy', p.recv(12))"
 }
 
 /// The agent's lease-holding child keeps a write open blocked in the kernel
-/// while a second thread rewrites what the open was given: the flags of
-/// `open_how` (openat2) to read-only, or the path (openat) to another
-/// file. The records have what the kernel was asked, read at entry.
+/// while a second thread rewrites what the open was given: the path
+/// (openat) to another file. The records have what the kernel was asked,
+/// read at entry. (openat2, whose `open_how` flags could be flipped the
+/// same way, is refused with ENOSYS: docs/seccomp.md.)
 const FLIP_WHILE_BLOCKED: &str = r#"
 import struct, fcntl, threading, time, signal
 W = sys.argv[1]
@@ -643,9 +644,8 @@ def leased(name, call, flip):
     os.write(fd, b'written by ' + name.encode())
     os.close(fd)
     os.waitpid(holder, 0)
-how = ctypes.create_string_buffer(struct.pack('QQQ', os.O_WRONLY, 0, 0), 24)
-leased('leased', lambda: libc.syscall(437, -100, (W + '/leased').encode(), how, 24),
-       lambda: struct.pack_into('Q', how, 0, os.O_RDONLY))
+leased('leased', lambda: libc.syscall(257, -100, (W + '/leased').encode(), os.O_WRONLY, 0),
+       lambda: None)
 hook = W + '/pre-commit'
 buf = ctypes.create_string_buffer(hook.encode(), 256)
 leased('pre-commit', lambda: libc.syscall(257, -100, buf, os.O_WRONLY | os.O_TRUNC, 0),

@@ -123,8 +123,13 @@ fn assert_sealed(records: &[Value], path: &std::path::Path) {
     assert!(got.contains(&want), "{want:?} not in the seal: {got:#?}");
 }
 
+/// openat2's `open_how` is a struct seccomp cannot read (a setgid creation
+/// mode hides there: docs/seccomp.md, "Privilege bits"), and one the
+/// capture could not read at entry either when it sat on a page never
+/// touched. The filter answers ENOSYS, as for clone3, so callers fall back
+/// to openat: nothing is opened, and the file stays as it was.
 #[test]
-fn an_openat2_whose_flags_the_capture_cannot_read_is_named_and_sealed() {
+fn an_openat2_whose_flags_the_capture_cannot_read_opens_nothing() {
     if !usable("openat2_unread") {
         return;
     }
@@ -147,15 +152,19 @@ fn an_openat2_whose_flags_the_capture_cannot_read_is_named_and_sealed() {
             victim.to_str().unwrap(),
         ],
     );
-    assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(std::fs::read(&victim).unwrap(), b"EVILn content\n");
-    let open = records
-        .iter()
-        .find(|r| r["kind"] == "open" && field(r, "path") == victim.to_str())
-        .unwrap_or_else(|| panic!("no open naming the file: {records:#?}"));
-    assert_eq!(field(open, "path_source"), Some("kernel"), "{open}");
-    assert_eq!(open["target"]["opened_for_writing"], true, "{open}");
-    assert_sealed(&records, &victim);
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "openat2 opened: {}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"clean content\n");
+    assert!(
+        !records
+            .iter()
+            .any(|r| r["kind"] == "open" && field(r, "path") == victim.to_str()),
+        "{records:#?}"
+    );
 }
 
 #[test]

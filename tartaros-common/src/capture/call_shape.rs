@@ -265,8 +265,8 @@ mod tests {
     #[test]
     fn only_the_value_dependent_calls_are_special() {
         let special = [
-            OPEN, OPENAT, CREAT, OPENAT2, UNLINKAT, UTIMENSAT, IOCTL, CONNECT, BIND, SENDTO,
-            SENDMSG, SENDMMSG,
+            OPEN, OPENAT, CREAT, UNLINKAT, UTIMENSAT, IOCTL, CONNECT, BIND, SENDTO, SENDMSG,
+            SENDMMSG,
         ];
         for n in 0..crate::capture::SYSCALL_KINDS {
             let captured = nr::is_captured(u64::from(n));

@@ -356,7 +356,7 @@ pub const TABLE: &[(u32, &str, Class)] = &[
     (434, "pidfd_open", Inert(OWN_FDS)),
     (435, "clone3", RefusedQuiet("ENOSYS; glibc tries it before every thread and falls back to clone, whose process is a fork record")),
     (436, "close_range", Inert(OWN_FDS)),
-    (437, "openat2", Captured(effect::OPEN)),
+    (437, "openat2", Refused),
     (438, "pidfd_getfd", Refused),
     (439, "faccessat2", Inert(READS)),
     (440, "process_madvise", Refused),

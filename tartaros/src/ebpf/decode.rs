@@ -312,8 +312,9 @@ impl Decoder {
             // Every EPERM of these reaches here; the kernel's own (a hard
             // limit raised without the capability) is no attempt the
             // filter refused.
-            let rule = crate::seccomp::refusing_rule(syscalls::name_of(s.nr)?, s.args)?;
-            super::targets::put_refused_args(&mut t, &rule, s);
+            let args = super::targets::filtered_args(s);
+            let rule = crate::seccomp::refusing_rule(syscalls::name_of(s.nr)?, &args)?;
+            super::targets::put_refused_args(&mut t, &rule, &args);
         }
         // An xattr record's second string is the attribute's name, and the
         // fd-based calls have no path.
@@ -416,10 +417,6 @@ impl Decoder {
                 }
                 if flags & flag::ADDR_UNREADABLE != 0 {
                     t.insert("flags_unreadable", true);
-                }
-                if s.nr == nr::OPENAT2 {
-                    // Read from the agent's `struct open_how`, not the kernel's copy.
-                    t.insert("flags_source", "agent");
                 }
             }
             effect::TRUNCATE => {

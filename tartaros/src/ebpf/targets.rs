@@ -111,10 +111,23 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
 /// The arguments the refusing `rule` tested, by the names it gives them
 /// (not a pointer's value), and who refused: the filter for certain only
 /// when the rule is of the set every run has.
-pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &SysEvent) {
+/// A refused call's arguments by the filter's index. The exit record keeps
+/// three registers; openat's are its dirfd, flags and mode (the mode, its
+/// fourth argument, is what the filter tests), so its path pointer, which
+/// no rule reads, is left 0.
+pub(super) fn filtered_args(s: &SysEvent) -> Vec<u64> {
+    let [a0, a1, a2] = s.args;
+    if s.nr == nr::OPENAT {
+        vec![a0, 0, a1, a2]
+    } else {
+        vec![a0, a1, a2]
+    }
+}
+
+pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, args: &[u64]) {
     for cond in &rule.when {
         if cond.test != crate::seccomp::ArgTest::NotNull
-            && let Some(&arg) = s.args.get(usize::from(cond.index))
+            && let Some(&arg) = args.get(usize::from(cond.index))
         {
             t.insert(cond.name, arg);
         }
@@ -128,7 +141,11 @@ pub(super) fn put_refused_args(t: &mut Target, rule: &crate::seccomp::Rule, s: &
 /// descriptor still holds the file `(dev, ino)` the kernel named; and
 /// whether that file is a pidfs inode (one per process). The descriptor is
 /// reopened, so that the inode checked and the `Pid:` read are of one
-/// file, whatever the agent puts at the number meanwhile.
+/// file, whatever the agent puts at the number meanwhile. Non-blocking
+/// and without taking a terminal, as every file an agent can swap is
+/// opened here (`mount_tree::open_file_no_symlinks`): a FIFO put at the
+/// number after the call made a plain open wait for a writer forever, and
+/// the whole supervisor with it (no `--timeout`, no seal; round 7).
 pub(super) fn pidfd_pid(
     proc_root: &str,
     tgid: u32,
@@ -140,7 +157,12 @@ pub(super) fn pidfd_pid(
     if fd < 0 {
         return None;
     }
-    let f = std::fs::File::open(format!("{proc_root}/{tgid}/fd/{fd}")).ok()?;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(format!("{proc_root}/{tgid}/fd/{fd}"))
+        .ok()?;
     let meta = f.metadata().ok()?;
     if (meta.dev(), meta.ino()) != file {
         return None;

@@ -318,7 +318,7 @@ impl Chain {
         };
         if self.lost > 0 {
             let cause = if self.log_full {
-                "; the log's filesystem filled up and the writer dropped records"
+                "; the log's filesystem filled up (or the log reached its size limit) and the writer dropped records"
             } else {
                 ""
             };

@@ -73,6 +73,9 @@ pub struct LogWriter {
     /// and the seal.
     full: Option<String>,
     dropped: u64,
+    /// The most the log may grow to, reserve included (see
+    /// [`space::size_limit`]).
+    size_limit: u64,
     // Extra seal fields (the kernel-sourced `files` list).
     seal_extra: Map<String, Value>,
 }
@@ -118,8 +121,10 @@ impl LogWriter {
             writeback_from: 0,
             full: None,
             dropped: 0,
+            size_limit: u64::MAX,
             seal_extra: Map::new(),
         };
+        writer.size_limit = space::size_limit(&writer.file);
         writer.keep_reserve();
         Ok((writer, created))
     }
@@ -130,6 +135,13 @@ impl LogWriter {
         if self.full.is_some() || self.reserved_end >= self.written + space::RESERVE / 2 {
             return;
         }
+        if self.written + space::RESERVE > self.size_limit {
+            self.full = Some(format!(
+                "it reached its size limit of {} MiB, half the free space of its filesystem at the start",
+                self.size_limit >> 20
+            ));
+            return;
+        }
         match space::reserve(&self.file, self.written) {
             Ok(true) => self.reserved_end = self.written + space::RESERVE,
             Ok(false) => {}
@@ -137,7 +149,8 @@ impl LogWriter {
         }
     }
 
-    /// Why the log had to drop records (its filesystem filled up), if it did.
+    /// Why the log had to drop records (its filesystem filled up, or it
+    /// reached its size limit), if it did.
     pub fn full(&self) -> Option<&str> {
         self.full.as_deref()
     }
@@ -528,59 +541,4 @@ impl Drop for LogWriter {
 #[cfg(test)]
 mod tests;
 
-/// Room for the end of the log. The agent may fill the filesystem that
-/// holds the log (a writable root on it); the gap and the seal must still
-/// fit. So the writer keeps [`RESERVE`] bytes allocated past the end of
-/// the file (`fallocate(FALLOC_FL_KEEP_SIZE)`: ext4, xfs, btrfs, tmpfs):
-/// appends land in blocks that are already the log's. When the reserve
-/// cannot be renewed for lack of room, the log is full: effect records are
-/// dropped and counted, and what remains of the reserve (at least half of
-/// it) holds the `log-full` gap and the seal, so `verify` answers
-/// `incomplete` (3), never `ok`. On a filesystem without fallocate the
-/// writer has no reserve: a full disk there leaves the log unsealed (2).
-mod space {
-    use std::fs::File;
-    use std::os::fd::AsRawFd;
-
-    /// 256 KiB: four full batches, or a seal listing ~2,000 files.
-    pub const RESERVE: u64 = 256 * 1024;
-
-    /// Written data is sent to the disk every this many bytes, so that the
-    /// seal's fdatasync waits only for the last of it: for a log of 24 MB
-    /// (60,000 records) that sync took 13 ms after the agent had ended.
-    pub const WRITEBACK_BYTES: u64 = 1024 * 1024;
-
-    /// Starts writing `[from, to)` of the file to the disk without waiting
-    /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)`): no durability promise of
-    /// its own (the seal's fdatasync keeps that), and a failure here is
-    /// one the fdatasync reports.
-    pub fn start_writeback(file: &File, from: u64, to: u64) {
-        let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
-            return;
-        };
-        // SAFETY: sync_file_range on an fd we own; no memory is passed.
-        let _ = unsafe {
-            libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
-        };
-    }
-
-    /// Allocates `RESERVE` bytes from `offset` without changing the file's
-    /// size. `Ok(false)`: the filesystem cannot (no reserve, not full);
-    /// `Err`: no room.
-    pub fn reserve(file: &File, offset: u64) -> Result<bool, std::io::Error> {
-        let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(RESERVE)) else {
-            return Ok(false);
-        };
-        // SAFETY: fallocate on an fd we own; no memory is passed.
-        let rc =
-            unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, offset, len) };
-        if rc == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ENOSPC) | Some(libc::EDQUOT) | Some(libc::EFBIG) => Err(e),
-            _ => Ok(false),
-        }
-    }
-}
+mod space;
