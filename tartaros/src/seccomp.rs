@@ -151,7 +151,7 @@ named! {
     SOCK_RAW = 3; SOCK_PACKET = 10;
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
-    MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4; F_SETLEASE = 1024;
+    MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
     S_ISUID = 0o4000; S_ISGID = 0o2000;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
@@ -181,8 +181,8 @@ use prologue::prologue;
 #[cfg(test)]
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
-    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_LEASE, WHY_NS,
-    WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_UNIX,
+    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_OPENAT2,
+    WHY_SETGID_CREATE, WHY_SETID, WHY_UNIX,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -282,7 +282,6 @@ fn default_rules() -> Vec<Rule> {
     r.push(deny("setrlimit", vec![core()], D, WHY_CORE));
     let core = arg(1, "resource", Eq(RLIMIT_CORE));
     r.push(deny("prlimit64", vec![core, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_CORE));
-    r.push(deny("fcntl", vec![arg(1, "cmd", Eq(F_SETLEASE))], D, WHY_LEASE));
     r.extend(privilege_bit_rules());
     r
 }
@@ -364,7 +363,7 @@ fn syscall_nr(name: &str) -> Option<i64> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
-        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl
+        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2
     }
     #[cfg(target_arch = "x86_64")]
     table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod }

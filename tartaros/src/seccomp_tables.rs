@@ -70,5 +70,3 @@ pub(super) const WHY_SETGID_CREATE: &str = "a setgid creation mode survives writ
     POSIX ACL then adds group-execute without chmod: a file setgid to the agent's group for any local user";
 pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot read (a setgid creation mode); ENOSYS \
     makes callers fall back to openat, whose mode is filtered";
-pub(super) const WHY_LEASE: &str = "a lease on any file the agent owns, outside the roots too (read-only does not \
-    matter), stalls every host process that opens it for writing for lease-break-time (45 s)";

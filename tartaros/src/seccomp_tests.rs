@@ -114,7 +114,6 @@ fn default_set_denies_what_breaks_the_walls() {
         "open if mode has S_ISGID -> EPERM",
         "creat if mode has S_ISGID -> EPERM",
         "openat2 -> ENOSYS",
-        "fcntl if cmd == F_SETLEASE -> EPERM",
     ] {
         assert!(has(&rules, text), "{text} missing");
     }

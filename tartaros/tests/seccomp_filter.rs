@@ -272,7 +272,7 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64 SYS_getpid
-        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl
+        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2
     };
     #[cfg(target_arch = "x86_64")]
     v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod });
@@ -293,7 +293,7 @@ const ALLOWED: &[&str] = &[
     "unshare_files", "clone_plain", "ioctl_tcgets", "socket_inet_stream", "socket_inet6_dgram",
     "socketpair_unix", "personality_query", "memfd_cloexec", "prctl_set_name", "fork", "threads",
     "posix_spawn", "exec_true", "exec_sh_pipeline", "exec_git", "exec_python",
-    "exec_python_asyncio", "exec_cargo", "exec_node", "openat_plain_create", "fcntl_getfd",
+    "exec_python_asyncio", "exec_cargo", "exec_node", "openat_plain_create",
 ];
 /// Probes that must succeed (0) without the filter, or the controls prove nothing.
 #[rustfmt::skip]
@@ -319,7 +319,6 @@ const DISCRIMINATING: &[&str] = &[
     "socket_inet_raw_flags", "socket_inet_packet", "ioctl_tiocsti", "ioctl_tiocsti_high",
     "ioctl_tioclinux", "syslog", "reboot", "x32_getpid", "compat_int80", "personality_page_zero",
     "sethostname", "adjtimex", "acct", "openat2", "openat_setgid", "mknodat_setgid",
-    "fcntl_setlease",
 ];
 
 /// The errno `name` must fail with under `opts`, or `None` when the
@@ -452,8 +451,6 @@ PROBES = [
     ("clone_plain", lambda: clone(0)),
     ("clone3", lambda: sc("clone3", 0, 0)),
     ("openat2", lambda: sc("openat2", -100, NOPE, 0, 0)),
-    ("fcntl_setlease", lambda: sc("fcntl", -1, 1024, 0)),
-    ("fcntl_getfd", lambda: sc("fcntl", 0, 1, 0)),
     ("openat_setgid", lambda: sc("openat", -100, NOPE + b"/x", 0o100 | 0o1, 0o2745)),
     ("mknodat_setgid", lambda: sc("mknodat", -100, NOPE + b"/x", 0o102745, 0)),
     ("openat_plain_create", lambda: sc("openat", -100, NOPE + b"/x", 0o100 | 0o1, 0o745)),
