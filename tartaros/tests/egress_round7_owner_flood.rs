@@ -13,40 +13,17 @@ mod common;
 use common::proxied::*;
 use common::*;
 
-/// The proxy's connection slots on 127.0.0.1: holding them keeps X in the
-/// listen backlog while the flood runs.
-const PROXY_SLOTS: &str = "256";
 /// Well above the map's 4,096 entries.
 const FLOOD: &str = "6000";
 
 fn attack(mode: &str) {
-    let (work, logs) = (Dir::new(), Dir::new());
-    let script = work.join("flood.py");
-    std::fs::write(&script, include_str!("support/owner_flood.py")).unwrap();
-    let w = work.path().to_str().unwrap();
-    let (out, records) = run_with_proxy(
-        &work,
-        &logs,
-        &["--write", w],
-        &[
-            "python3",
-            script.to_str().unwrap(),
-            w,
-            PROXY_SLOTS,
-            mode,
-            FLOOD,
-        ],
+    let records = run_owner_script(
+        "flood.py",
+        include_str!("support/owner_flood.py"),
+        &[mode, FLOOD],
+        &format!("flooded {FLOOD}"),
     );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
-    assert!(text.contains(&format!("flooded {FLOOD}")), "{text}");
-    let x = pid_of_marker(&records, "/X_marker");
-    let by_x: Vec<_> = records
-        .iter()
-        .filter(|r| r["kind"] == "proxy" && r["target"]["method"] == "GET")
-        .collect();
-    assert_eq!(by_x.len(), 1, "{records:#?}");
-    assert_eq!(by_x[0]["pid"].as_u64(), Some(x), "{}", by_x[0]);
+    assert_one_get_by(&records, pid_of_marker(&records, "/X_marker"));
 }
 
 #[test]

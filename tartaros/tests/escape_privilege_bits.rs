@@ -101,12 +101,7 @@ fn the_agent_leaves_no_setuid_or_setgid_file_in_a_root() {
     if !can_run("the_agent_leaves_no_setuid_or_setgid_file_in_a_root") {
         return;
     }
-    let work = Dir::new();
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &["run", "-q", "--write", w, "--", "python3", "-c", PLANT, w],
-        work.path(),
-    );
+    let (work, out) = plant(Planter::Nobody, PLANT);
     check(work.path(), &out);
 }
 
@@ -117,14 +112,7 @@ fn an_ordinary_users_agent_leaves_no_setuid_file_of_that_user() {
     if !can_run("an_ordinary_users_agent_leaves_no_setuid_file_of_that_user") {
         return;
     }
-    const UID: u32 = 47_000 + 131;
-    let work = owned_dir(UID);
-    let w = work.path().to_str().unwrap();
-    let out = run_as(
-        UID,
-        &["run", "-q", "--write", w, "--", "python3", "-c", PLANT, w],
-        work.path(),
-    );
+    let (work, out) = plant(Planter::Ordinary(47_000 + 131), PLANT);
     check(work.path(), &out);
 }
 
@@ -135,14 +123,6 @@ fn an_agent_run_as_root_leaves_no_setuid_root_file() {
     if !can_run("an_agent_run_as_root_leaves_no_setuid_root_file") {
         return;
     }
-    let work = Dir::new();
-    chown(work.path(), 0);
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run", "-q", "--user", "root", "--write", w, "--", "python3", "-c", PLANT, w,
-        ],
-        work.path(),
-    );
+    let (work, out) = plant(Planter::UserRoot, PLANT);
     check(work.path(), &out);
 }

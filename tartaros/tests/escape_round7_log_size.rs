@@ -15,42 +15,6 @@ use std::process::Command;
 
 use common::*;
 
-/// A tmpfs of `size` for the log alone, unmounted (lazily) on drop.
-struct LogDisk(tempfile::TempDir);
-
-impl LogDisk {
-    fn mount(size: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("tt-logdisk-")
-            .tempdir()
-            .expect("tempdir");
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .status()
-            .expect("mount");
-        assert!(ok.success(), "mount tmpfs");
-        Self(dir)
-    }
-
-    fn free(&self) -> u64 {
-        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
-        st.blocks_available() * st.fragment_size()
-    }
-}
-
-impl Drop for LogDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
-    }
-}
-
 /// Refused write opens outside every root, each one record, for `secs`.
 const FLOOD: &str = r#"
 import os, sys, time
@@ -71,9 +35,9 @@ fn a_flood_of_records_stops_at_half_the_free_space_of_the_logs_disk() {
     if !can_run("a_flood_of_records_stops_at_half_the_free_space_of_the_logs_disk") {
         return;
     }
-    let disk = LogDisk::mount("48m");
+    let disk = Tmpfs::mount("48m");
     let at_start = disk.free();
-    let log = disk.0.path().join("effects.jsonl");
+    let log = disk.path().join("effects.jsonl");
     let work = Dir::new();
     let out = tartaros(
         &[

@@ -97,15 +97,7 @@ fn an_agent_run_as_root_leaves_no_setgid_root_file_through_a_creation_mode() {
     if !can_run("an_agent_run_as_root_leaves_no_setgid_root_file_through_a_creation_mode") {
         return;
     }
-    let work = Dir::new();
-    chown(work.path(), 0);
-    let w = work.path().to_str().unwrap();
-    let out = tartaros(
-        &[
-            "run", "-q", "--user", "root", "--write", w, "--", "python3", "-c", PLANT, w,
-        ],
-        work.path(),
-    );
+    let (work, out) = plant(Planter::UserRoot, PLANT);
     plant_and_check(&out, work.path());
 }
 
@@ -116,13 +108,6 @@ fn an_ordinary_users_agent_leaves_no_setgid_file_through_a_creation_mode() {
     if !can_run("an_ordinary_users_agent_leaves_no_setgid_file_through_a_creation_mode") {
         return;
     }
-    const UID: u32 = 47_000 + 171;
-    let work = owned_dir(UID);
-    let w = work.path().to_str().unwrap();
-    let out = run_as(
-        UID,
-        &["run", "-q", "--write", w, "--", "python3", "-c", PLANT, w],
-        work.path(),
-    );
+    let (work, out) = plant(Planter::Ordinary(47_000 + 171), PLANT);
     plant_and_check(&out, work.path());
 }

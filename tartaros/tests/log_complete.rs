@@ -343,46 +343,14 @@ fn the_syscall_table_agrees_with_the_seccomp_filter() {
     }
 }
 
-/// A small tmpfs, unmounted (lazily, so a failing test cannot leave it
-/// busy) and removed on drop.
-struct SmallTmpfs(tempfile::TempDir);
-
-impl SmallTmpfs {
-    fn mount(size: &str) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("tt-full-")
-            .tempdir()
-            .expect("tempdir");
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0755"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .status()
-            .expect("mount");
-        assert!(ok.success(), "mount tmpfs");
-        chown(dir.path(), NOBODY);
-        Self(dir)
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
-    }
-}
-
 #[test]
 fn a_log_whose_disk_fills_up_ends_incomplete_and_fails_the_run() {
     if !can_run("log_complete_disk_full") {
         return;
     }
-    let fs = SmallTmpfs::mount("4m");
-    let dir = fs.0.path();
+    let fs = Tmpfs::mount("4m");
+    chown(fs.path(), NOBODY);
+    let dir = fs.path();
     let log = dir.join("effects.jsonl");
     // The agent fills the filesystem that holds the log, then goes on
     // creating (empty) files, which a full tmpfs still allows.

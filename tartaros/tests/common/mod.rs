@@ -363,3 +363,73 @@ pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
 pub mod logged;
 #[allow(dead_code)]
 pub mod proxied;
+
+/// Who launches a run whose agent plants files in its writable root.
+pub enum Planter {
+    /// Root launches; the agent is nobody (the default).
+    Nobody,
+    /// Root launches with `--user root`: uid 0 without capabilities.
+    UserRoot,
+    /// An ordinary user launches (no service); the agent is that user.
+    Ordinary(u32),
+}
+
+/// `tartaros run -q [--user root] --write W -- python3 -c SCRIPT W` as
+/// `planter` would start it, in a work dir it owns: the dir and the output.
+pub fn plant(planter: Planter, script: &str) -> (Dir, Output) {
+    let work = match planter {
+        Planter::Ordinary(uid) => owned_dir(uid),
+        _ => Dir::new(),
+    };
+    if matches!(planter, Planter::UserRoot) {
+        chown(work.path(), 0);
+    }
+    let w = work.path().to_str().unwrap().to_string();
+    let mut args = vec!["run", "-q"];
+    if matches!(planter, Planter::UserRoot) {
+        args.extend(["--user", "root"]);
+    }
+    args.extend(["--write", &w, "--", "python3", "-c", script, &w]);
+    let out = match planter {
+        Planter::Ordinary(uid) => run_as(uid, &args, work.path()),
+        _ => tartaros(&args, work.path()),
+    };
+    (work, out)
+}
+
+/// A tmpfs of its own (a small disk to fill), unmounted lazily on drop so
+/// that a failing test cannot leave it busy.
+pub struct Tmpfs(tempfile::TempDir);
+
+impl Tmpfs {
+    pub fn mount(size: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("tt-tmpfs-")
+            .tempdir()
+            .expect("tempdir");
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .status()
+            .expect("mount");
+        assert!(ok.success(), "mount tmpfs");
+        Self(dir)
+    }
+
+    pub fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// The bytes an unprivileged writer may still use.
+    pub fn free(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(self.0.path()).unwrap();
+        st.blocks_available() * st.fragment_size()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
+    }
+}

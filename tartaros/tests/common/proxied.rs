@@ -59,3 +59,43 @@ pub fn pid_of_marker(records: &[Value], name: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// The proxy's connection slots on 127.0.0.1 (`ProxyConfig::max_connections`):
+/// a script that holds them all keeps its next connection in the listen
+/// backlog, unaccepted.
+pub const PROXY_SLOTS: &str = "256";
+
+/// Runs a gateway-owner script (`support/NAME`, given as its text) with
+/// `support/backlogged_x.py` beside it, under the proxy: `python3 SCRIPT
+/// WORK PROXY_SLOTS args...`. Asserts that it succeeded and that its
+/// output holds `expect`; returns the log's records.
+#[track_caller]
+pub fn run_owner_script(name: &str, source: &str, args: &[&str], expect: &str) -> Vec<Value> {
+    let (work, logs) = (Dir::new(), Dir::new());
+    let script = work.join(name);
+    std::fs::write(&script, source).unwrap();
+    std::fs::write(
+        work.join("backlogged_x.py"),
+        include_str!("../support/backlogged_x.py"),
+    )
+    .unwrap();
+    let w = work.path().to_str().unwrap();
+    let mut argv = vec!["python3", script.to_str().unwrap(), w, PROXY_SLOTS];
+    argv.extend_from_slice(args);
+    let (out, records) = run_with_proxy(&work, &logs, &["--write", w], &argv);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(text.contains(expect), "{text}");
+    records
+}
+
+/// The log holds one proxied GET, and its record names `pid`.
+#[track_caller]
+pub fn assert_one_get_by(records: &[Value], pid: u64) {
+    let gets: Vec<_> = records
+        .iter()
+        .filter(|r| r["kind"] == "proxy" && r["target"]["method"] == "GET")
+        .collect();
+    assert_eq!(gets.len(), 1, "{records:#?}");
+    assert_eq!(gets[0]["pid"].as_u64(), Some(pid), "{}", gets[0]);
+}

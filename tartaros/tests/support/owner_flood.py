@@ -5,27 +5,11 @@
 # to the proxy itself, whose backlog it has filled, each abandoned before the
 # proxy could accept it ("abandoned"). When every connect left an owner entry in
 # an LRU of 4,096, X's entry was evicted and X's request was logged without a pid.
-import errno, socket, os, sys, time
+import socket, os, sys, time
+from backlogged_x import hold_slots, start_x
 D, HOLD, MODE, FLOOD = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
-holders = [socket.create_connection(('127.0.0.1', 3128)) for _ in range(HOLD)]
-time.sleep(0.5)
-r, w = os.pipe()
-x = os.fork()
-if x == 0:  # X: the real actor
-    for h in holders:
-        h.close()  # else X keeps the slots' connections open
-    open(os.path.join(D, 'X_marker'), 'w').close()
-    s = socket.create_connection(('127.0.0.1', 3128))
-    s.sendall(b'GET http://localhost:18080/by-X HTTP/1.1\r\nHost: localhost:18080\r\nConnection: close\r\n\r\n')
-    os.write(w, b'x')
-    s.settimeout(30)
-    try:
-        print('X got', s.recv(4096)[:12])
-    except OSError as e:
-        print('X error', e)
-    sys.stdout.flush()
-    os._exit(0)
-os.read(r, 1)
+holders = hold_slots(HOLD)
+x = start_x(D, holders)
 time.sleep(0.2)
 done = 0
 if MODE == 'local':

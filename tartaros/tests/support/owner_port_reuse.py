@@ -6,30 +6,13 @@
 # is keyed by the local port alone, Y's connect overwrites X's entry, and the proxy,
 # which looks the owner up on accept, names Y for X's request.
 import socket, os, sys, time
+from backlogged_x import hold_slots, start_x
 D, HOLD, MODE = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 P = 25200 if MODE == "server" else 25201
 srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(('127.0.0.1', 47010)); srv.listen(5)
-holders = [socket.create_connection(('127.0.0.1', 3128)) for _ in range(HOLD)]
-time.sleep(0.5)
-r, w = os.pipe()
-x = os.fork()
-if x == 0:  # X: the real actor
-    for h in holders:
-        h.close()  # else X keeps the slots' connections open
-    open(os.path.join(D, 'X_marker'), 'w').close(); print('X pid', os.getpid())
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(('127.0.0.1', P)); s.connect(('127.0.0.1', 3128))
-    s.sendall(b'GET http://localhost:18080/by-X HTTP/1.1\r\nHost: localhost:18080\r\nConnection: close\r\n\r\n')
-    os.write(w, b'x')
-    s.settimeout(20)
-    try:
-        print('X got', s.recv(4096)[:12])
-    except OSError as e:
-        print('X error', e)
-    sys.stdout.flush()
-    os._exit(0)
-os.read(r, 1)
+holders = hold_slots(HOLD)
+x = start_x(D, holders, bind=('127.0.0.1', P), timeout=20)
 y = os.fork()
 if y == 0:  # Y: shares X's local port while X waits to be accepted
     for h in holders:
