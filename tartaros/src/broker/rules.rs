@@ -193,24 +193,6 @@ pub const METHOD_OVERRIDE_HEADERS: &[&str] = &[
     "x-method-override",
 ];
 
-/// Headers with which frameworks and fronts replace the request's path or
-/// virtual host (Symfony, Zend and IIS URL Rewrite route by
-/// `X-Original-URL`; trusting fronts pick the host from `X-Forwarded-Host`
-/// or `Forwarded`): the upstream would serve another request than the one
-/// the broker checked against the capability's prefix (adversarial
-/// round 8). Stripped from every request, as the method overrides are.
-pub const TARGET_OVERRIDE_HEADERS: &[&str] = &[
-    "x-original-url",
-    "x-rewrite-url",
-    "x-override-url",
-    "x-forwarded-host",
-    "x-forwarded-server",
-    "x-forwarded-prefix",
-    "x-host",
-    "x-http-host-override",
-    "forwarded",
-];
-
 /// Headers with which the agent shapes the response body so that a scan
 /// for an echoed credential cannot see it (adversarial round 8): a range
 /// fetches it in pieces too short to recognize, a content coding hides
@@ -219,12 +201,13 @@ pub const BODY_SHAPING_HEADERS: &[&str] = &["range", "if-range", "accept-encodin
 
 /// Every agent-sent header the broker removes before forwarding: the
 /// broker token, every header any capability injects (the agent must not
-/// supply or duplicate one), the method, path and host overrides and the
+/// supply or duplicate one), the method overrides, the path and host
+/// overrides (`proxy::http::TARGET_OVERRIDE_HEADERS`) and the
 /// headers that shape the body ([`BODY_SHAPING_HEADERS`]).
 pub fn stripped_request_headers(config: &BrokerConfig) -> Vec<HeaderName> {
     let mut names: Vec<HeaderName> = METHOD_OVERRIDE_HEADERS
         .iter()
-        .chain(TARGET_OVERRIDE_HEADERS)
+        .chain(crate::proxy::http::TARGET_OVERRIDE_HEADERS)
         .chain(BODY_SHAPING_HEADERS)
         .map(|name| HeaderName::from_static(name))
         .collect();
