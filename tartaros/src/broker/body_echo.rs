@@ -30,7 +30,6 @@ use super::echo::MIN_SECRET_PART;
 #[derive(Default)]
 pub(super) struct Needles {
     list: Vec<Zeroizing<Vec<u8>>>,
-    longest: usize,
 }
 
 impl Needles {
@@ -72,8 +71,7 @@ impl Needles {
         }
         list.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
         list.dedup_by(|a, b| a.as_slice() == b.as_slice());
-        let longest = list.iter().map(|n| n.len()).max().unwrap_or(0);
-        Self { list, longest }
+        Self { list }
     }
 
     /// Overwrites every occurrence of a needle in `text` with `*`.
@@ -94,6 +92,29 @@ impl Needles {
     }
 }
 
+impl Needles {
+    /// The length of the longest end of `text` that begins a needle
+    /// (shorter than it): the bytes to hold back until the next chunk
+    /// says whether they are a secret. Everything before may go: a needle
+    /// starting there either ends within `text`, and is masked, or its
+    /// start would be a longer such end. Holding back only these (not the
+    /// longest needle's length each time) keeps a streamed answer (server-
+    /// sent events, a model's tokens) flowing as it comes.
+    fn unfinished(&self, text: &[u8]) -> usize {
+        let mut longest = 0;
+        for needle in &self.list {
+            let most = (needle.len() - 1).min(text.len());
+            for k in (longest + 1..=most).rev() {
+                if text[text.len() - k..].eq_ignore_ascii_case(&needle[..k]) {
+                    longest = k;
+                    break;
+                }
+            }
+        }
+        longest
+    }
+}
+
 /// The first position of `needle` (whose first byte is `first`) in `hay`.
 fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
     let mut from = 0;
@@ -107,10 +128,10 @@ fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
     None
 }
 
-/// A response body with every secret form masked. It holds back the last
-/// `longest - 1` bytes of what it has seen, so a secret split over two
-/// chunks is still found whole before any of it is passed on: a match
-/// that starts in the part passed on ends within what was seen.
+/// A response body with every secret form masked. It holds back the end
+/// of what it has seen that could begin a secret
+/// ([`Needles::unfinished`]), so a secret split over two chunks is still
+/// found whole before any of it is passed on.
 pub(super) struct Masked<B> {
     inner: B,
     needles: Arc<Needles>,
@@ -161,7 +182,7 @@ where
                     Ok(data) => {
                         this.held.extend_from_slice(&data);
                         this.needles.mask(&mut this.held);
-                        let keep = this.needles.longest.saturating_sub(1);
+                        let keep = this.needles.unfinished(&this.held);
                         if this.held.len() > keep {
                             let out = this.held.split_to(this.held.len() - keep).freeze();
                             return Poll::Ready(Some(Ok(Frame::data(out))));
@@ -236,6 +257,19 @@ mod tests {
         let mut plain = b"Bearer realm=\"api\" ghp_Up5treamCre".to_vec();
         needles.mask(&mut plain);
         assert_eq!(plain, b"Bearer realm=\"api\" ghp_Up5treamCre");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_that_cannot_begin_a_secret_is_passed_on_whole() {
+        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"data: token 42\n\n")]));
+        let mut body = Masked::new(chunks, needles());
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), &b"data: token 42\n\n"[..]);
+        // An end that could begin one waits for the next chunk.
+        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer ghp_U")]));
+        let mut body = Masked::new(chunks, needles());
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), &b"x: "[..]);
     }
 
     #[tokio::test]
