@@ -75,6 +75,11 @@ fn echo(path: &str, authorization: &str) -> Option<(&'static str, String)> {
             format!("https://login.example/cb?access_token={encoded}"),
         ),
         "/v1/upper" => ("x-debug-token", bare.to_ascii_uppercase()),
+        // A debug header holding JSON, from PHP's json_encode (`/` as `\/`).
+        "/v1/jsonheader" => (
+            "x-debug",
+            format!("{{\"auth\":\"{}\"}}", bare.replace('/', "\\/")),
+        ),
         _ => return None,
     })
 }
@@ -338,11 +343,17 @@ async fn call_with(broker: SocketAddr, path: &str, headers: &str) -> String {
 async fn the_credential_echoed_in_another_form_does_not_reach_the_agent() {
     let (_pki, broker) = broker_with_upstream().await;
     let lower = CREDENTIAL.to_ascii_lowercase();
-    for path in ["/api/v1/bare", "/api/v1/location", "/api/v1/upper"] {
+    for path in [
+        "/api/v1/bare",
+        "/api/v1/location",
+        "/api/v1/upper",
+        "/api/v1/jsonheader",
+    ] {
         let answer = call(broker, path).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
         assert!(answer.contains("x-safe: kept"), "{path}: {answer}");
         let decoded = answer
+            .replace("\\/", "/")
             .replace("%2F", "/")
             .replace("%2B", "+")
             .replace("%3D", "=");

@@ -74,6 +74,15 @@ impl Needles {
         Self { list }
     }
 
+    /// Whether `text` holds any needle (a response header, which is
+    /// dropped rather than masked).
+    pub(super) fn found_in(&self, text: &[u8]) -> bool {
+        let lower = text.to_ascii_lowercase();
+        self.list
+            .iter()
+            .any(|needle| find(&lower, needle, needle[0]).is_some())
+    }
+
     /// Overwrites every occurrence of a needle in `text` with `*`.
     pub(super) fn mask(&self, text: &mut [u8]) {
         if self.list.is_empty() {

@@ -331,7 +331,8 @@ async fn handle(
         .headers
         .iter()
         .filter(|(n, v)| {
-            secrets.leaks_into(n.as_str().as_bytes()) || secrets.leaks_into(v.as_bytes())
+            let leaks = |text: &[u8]| secrets.leaks_into(text) || context.needles.found_in(text);
+            leaks(n.as_str().as_bytes()) || leaks(v.as_bytes())
         })
         .map(|(name, _)| name.clone())
         .collect();
