@@ -148,14 +148,11 @@ impl BrokerSecrets {
             .any(|secret| echo::echoes(haystack, secret.as_ref()))
     }
 
-    /// Every form of the token and the values that [`body_echo::Masked`]
-    /// masks in response bodies.
+    /// Every form of the injected values that [`body_echo::Masked`]
+    /// masks in response bodies. Not the token: the agent holds it
+    /// already, and a short one would mask innocent text.
     fn needles(&self) -> body_echo::Needles {
-        body_echo::Needles::of(
-            std::iter::once(&self.token)
-                .chain(self.values.iter().map(|(_, v)| v))
-                .map(|secret| secret.as_ref()),
-        )
+        body_echo::Needles::of(self.values.iter().map(|(_, v)| v.as_ref()))
     }
 
     /// `text` with every occurrence of a secret replaced, for the few
