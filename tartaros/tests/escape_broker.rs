@@ -135,6 +135,13 @@ fn body_echo(
         "/v1/page" => (vec![], Chunks::one(page)),
         // PHP's json_encode writes `/` as `\/`.
         "/v1/json" => (vec![], Chunks::one(page.replace('/', "\\/"))),
+        // An HTML template that escapes `/` and `=` (OWASP's rule, as
+        // Handlebars does for `=`): each escape breaks the whole value,
+        // and the runs between them are most of the credential.
+        "/v1/html" => (
+            vec![],
+            Chunks::one(page.replace('/', "&#x2F;").replace('=', "&#x3D;")),
+        ),
         "/v1/split" => {
             let at = page.find("Up5tream").unwrap_or(page.len() / 2) + 4;
             let (a, b) = page.split_at(at);
@@ -397,6 +404,28 @@ async fn the_credential_echoed_in_a_body_does_not_reach_the_agent() {
     assert!(
         plain.ends_with("ok"),
         "other bodies pass unchanged: {plain}"
+    );
+}
+
+/// Whether `answer` holds any 12 bytes of the credential in a row, in
+/// any letter case: enough of it to be worth stealing.
+fn holds_a_run_of_the_credential(answer: &str) -> Option<String> {
+    let answer = answer.to_ascii_lowercase();
+    let credential = CREDENTIAL.to_ascii_lowercase();
+    (0..=credential.len() - 12)
+        .map(|at| credential[at..at + 12].to_string())
+        .find(|run| answer.contains(run.as_str()))
+}
+
+#[tokio::test]
+async fn the_credential_echoed_with_html_escapes_does_not_reach_the_agent() {
+    let (_pki, broker) = broker_with_upstream().await;
+    let answer = call(broker, "/api/v1/html").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        holds_a_run_of_the_credential(&answer),
+        None,
+        "a run of the credential in the body: {answer}"
     );
 }
 

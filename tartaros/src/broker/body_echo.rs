@@ -14,6 +14,7 @@
 //! would let it fetch an echoed credential in pieces, each too short to
 //! be recognized.
 
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -37,7 +38,9 @@ impl Needles {
     /// whitespace-separated parts of at least [`MIN_SECRET_PART`] bytes
     /// (the credential without its `Bearer ` scheme), each as is, with `/`
     /// JSON-escaped as `\/` (PHP's `json_encode`), and percent-encoded (a
-    /// URL in the page).
+    /// URL in the page); and every run of [`MIN_SECRET_PART`] bytes of
+    /// the value, so that no such run of it survives however the rest
+    /// was encoded.
     pub(super) fn of<'a>(secrets: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut list: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for secret in secrets {
@@ -65,6 +68,15 @@ impl Needles {
                 }
                 list.extend([Zeroizing::new(needle.to_vec()), slashed, encoded]);
             }
+            // Every run of MIN_SECRET_PART bytes too: an encoding that
+            // changes one character (an HTML template's `&#x3D;` for `=`)
+            // breaks every whole form above, and the runs between its
+            // escapes are most of the credential.
+            list.extend(
+                secret
+                    .windows(MIN_SECRET_PART)
+                    .map(|run| Zeroizing::new(run.to_vec())),
+            );
         }
         for needle in &mut list {
             needle.make_ascii_lowercase();
@@ -83,10 +95,22 @@ impl Needles {
             .any(|needle| find(&lower, needle, needle[0]).is_some())
     }
 
-    /// Overwrites every occurrence of a needle in `text` with `*`.
-    pub(super) fn mask(&self, text: &mut [u8]) {
+    /// Overwrites every occurrence of a needle in `text` with `*`, as
+    /// [`Masked`] does to a body (for the tests of the forms).
+    #[cfg(test)]
+    fn mask(&self, text: &mut [u8]) {
+        for found in self.matches(text) {
+            text[found].fill(b'*');
+        }
+    }
+
+    /// Where the needles occur in `text`, found on its bytes as they are
+    /// (masking one occurrence first would hide another that overlaps
+    /// it).
+    fn matches(&self, text: &[u8]) -> Vec<Range<usize>> {
+        let mut found = Vec::new();
         if self.list.is_empty() {
-            return;
+            return found;
         }
         let lower = text.to_ascii_lowercase();
         for needle in &self.list {
@@ -94,10 +118,11 @@ impl Needles {
             let mut from = 0;
             while let Some(at) = find(&lower[from..], needle, first) {
                 let at = from + at;
-                text[at..at + needle.len()].fill(b'*');
+                found.push(at..at + needle.len());
                 from = at + 1;
             }
         }
+        found
     }
 }
 
@@ -147,7 +172,12 @@ fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
 pub(super) struct Masked<B> {
     inner: B,
     needles: Arc<Needles>,
+    /// Seen and not yet passed on, as the upstream sent it (unmasked, so
+    /// that a needle reaching into it is still found whole).
     held: BytesMut,
+    /// How many bytes at the start of `held` belong to an occurrence
+    /// found before and must be masked when they go.
+    mask_through: usize,
     /// The inner body has ended; what is held goes out, then `last`.
     ended: bool,
     /// A trailers frame that came after the data.
@@ -160,9 +190,35 @@ impl<B> Masked<B> {
             inner,
             needles,
             held: BytesMut::new(),
+            mask_through: 0,
             ended: false,
             last: None,
         }
+    }
+
+    /// The held bytes that may go now (all of them at the end of the
+    /// body), masked; `None` when none may.
+    fn release(&mut self) -> Option<Bytes> {
+        let cut = if self.ended {
+            self.held.len()
+        } else {
+            self.held.len() - self.needles.unfinished(&self.held)
+        };
+        if cut == 0 {
+            return None;
+        }
+        let found = self.needles.matches(&self.held);
+        let mut out = self.held.split_to(cut);
+        let mut carry = self.mask_through.saturating_sub(cut);
+        out[..self.mask_through.min(cut)].fill(b'*');
+        // An occurrence starting after the cut is found again next time;
+        // one reaching across it is masked on both sides.
+        for range in found.into_iter().filter(|r| r.start < cut) {
+            out[range.start..range.end.min(cut)].fill(b'*');
+            carry = carry.max(range.end.saturating_sub(cut));
+        }
+        self.mask_through = carry;
+        Some(out.freeze())
     }
 }
 
@@ -180,8 +236,7 @@ where
         let this = &mut *self;
         loop {
             if this.ended {
-                if !this.held.is_empty() {
-                    let rest = this.held.split().freeze();
+                if let Some(rest) = this.release() {
                     return Poll::Ready(Some(Ok(Frame::data(rest))));
                 }
                 return Poll::Ready(this.last.take().map(Ok));
@@ -193,10 +248,7 @@ where
                 Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                     Ok(data) => {
                         this.held.extend_from_slice(&data);
-                        this.needles.mask(&mut this.held);
-                        let keep = this.needles.unfinished(&this.held);
-                        if this.held.len() > keep {
-                            let out = this.held.split_to(this.held.len() - keep).freeze();
+                        if let Some(out) = this.release() {
                             return Poll::Ready(Some(Ok(Frame::data(out))));
                         }
                     }
@@ -266,9 +318,15 @@ mod tests {
                 String::from_utf8_lossy(&text)
             );
         }
-        let mut plain = b"Bearer realm=\"api\" ghp_Up5treamCre".to_vec();
+        // Fewer than 12 bytes of it in a row are left alone.
+        let mut plain = b"Bearer realm=\"api\" ghp_Up5tr".to_vec();
         needles.mask(&mut plain);
-        assert_eq!(plain, b"Bearer realm=\"api\" ghp_Up5treamCre");
+        assert_eq!(plain, b"Bearer realm=\"api\" ghp_Up5tr");
+        // Twelve are masked, however the rest was encoded.
+        let mut run = b"token ghp_Up5treamCred&#x2F;9f8e".to_vec();
+        needles.mask(&mut run);
+        // The space before it is a byte of the value too.
+        assert_eq!(run, b"token*****************&#x2F;9f8e");
     }
 
     #[tokio::test]
@@ -278,7 +336,7 @@ mod tests {
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), &b"data: token 42\n\n"[..]);
         // An end that could begin one waits for the next chunk.
-        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer ghp_U")]));
+        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer gh")]));
         let mut body = Masked::new(chunks, needles());
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), &b"x: "[..]);
