@@ -472,3 +472,52 @@ async fn hundreds_of_sequential_calls_then_one_more_work() {
     assert!(answer.ends_with("ok /v1/last"), "{answer}");
     eprintln!("301 broker calls in {:?}", started.elapsed());
 }
+
+/// Adversarial round 8: headers with which frameworks and fronts replace
+/// the request's path or host. Symfony, Zend and IIS's URL Rewrite route
+/// by `X-Original-URL` / `X-Rewrite-URL`; fronts and frameworks that
+/// trust forwarding headers pick the virtual host from `X-Forwarded-Host`,
+/// `Forwarded: host=` or `X-Host`. The broker checked `/v1/repos` against
+/// the prefix, and the upstream served `/admin`. Like the method
+/// overrides, they must not reach the upstream.
+#[tokio::test]
+async fn path_and_host_overrides_do_not_reach_the_upstream() {
+    let s = setup(true).await;
+    let overrides = [
+        ("x-original-url", "/admin/delete-everything"),
+        ("x-rewrite-url", "/admin/delete-everything"),
+        ("x-override-url", "/admin/delete-everything"),
+        ("x-forwarded-host", "evil.test"),
+        ("x-forwarded-server", "evil.test"),
+        ("x-host", "evil.test"),
+        ("x-http-host-override", "evil.test"),
+        ("forwarded", "host=evil.test;proto=https"),
+        ("x-forwarded-prefix", "/admin"),
+    ];
+    let extra: String = overrides
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let request = format!(
+        "GET /api/v1/repos HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\n{extra}X-Kept: 1\r\n\r\n"
+    );
+    let mut stream = TcpStream::connect(s.broker).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    assert_eq!(status(&answer), 200, "{answer}");
+    let seen = s.api.requests.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    for (name, _) in overrides {
+        assert!(
+            !seen[0].headers.contains_key(name),
+            "{name} reached the upstream: {:?}",
+            seen[0].headers
+        );
+    }
+    assert_eq!(seen[0].headers.get("x-kept").map(String::as_str), Some("1"));
+}

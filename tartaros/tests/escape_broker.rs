@@ -11,15 +11,24 @@
 //!   into `.`, `/`, `\`, `;` or `%` (`%EF%BC%8E` is U+FF0E FULLWIDTH FULL
 //!   STOP). Each could climb out of the capability's `path_prefix` at an
 //!   upstream that normalizes; the broker must refuse them, not forward.
+//!
+//! Adversarial round 8: the credential echoed in the response *body* (an
+//! error page or a "request inspector" endpoint quoting the request's
+//! headers, as httpbin's `/headers` does), whole, JSON-escaped, split
+//! over two chunks, in two halves fetched with `Range`, or hidden under a
+//! content coding the agent asked for with `Accept-Encoding`.
 
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::ffi::OsString;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::Full;
+use hyper::body::{Body, Frame, SizeHint};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
@@ -66,6 +75,11 @@ fn echo(path: &str, authorization: &str) -> Option<(&'static str, String)> {
             format!("https://login.example/cb?access_token={encoded}"),
         ),
         "/v1/upper" => ("x-debug-token", bare.to_ascii_uppercase()),
+        // A debug header holding JSON, from PHP's json_encode (`/` as `\/`).
+        "/v1/jsonheader" => (
+            "x-debug",
+            format!("{{\"auth\":\"{}\"}}", bare.replace('/', "\\/")),
+        ),
         _ => return None,
     })
 }
@@ -77,34 +91,152 @@ fn echo_as_name(path: &str, authorization: &str) -> Option<(String, String)> {
     (path == "/v1/name").then(|| (bare.to_ascii_lowercase(), "1".to_string()))
 }
 
-async fn upstream(tls: Arc<rustls::ServerConfig>) -> SocketAddr {
+/// A response body sent as the given chunks, one frame each, so that a
+/// credential can straddle two of them.
+struct Chunks(VecDeque<Bytes>);
+
+impl Chunks {
+    fn one(bytes: impl Into<Bytes>) -> Self {
+        Self(VecDeque::from([bytes.into()]))
+    }
+}
+
+impl Body for Chunks {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+    }
+
+    /// One chunk has a known length (sent with `Content-Length`); more
+    /// are sent chunked, so that they stay apart on the wire.
+    fn size_hint(&self) -> SizeHint {
+        match self.0.len() {
+            0 | 1 => SizeHint::with_exact(self.0.iter().map(|c| c.len() as u64).sum()),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// What the upstream answers in its body for each path (round 8): the
+/// request's `Authorization` quoted in a page, as an inspector endpoint or
+/// an error page does. `None`: the plain `ok`.
+fn body_echo(
+    path: &str,
+    authorization: &str,
+    range: Option<&str>,
+) -> Option<(Vec<(&'static str, String)>, Chunks)> {
+    let page = format!("{{\"headers\": {{\"Authorization\": \"{authorization}\"}}}}");
+    Some(match path {
+        "/v1/page" => (vec![], Chunks::one(page)),
+        // PHP's json_encode writes `/` as `\/`.
+        "/v1/json" => (vec![], Chunks::one(page.replace('/', "\\/"))),
+        // An HTML template that escapes `/` and `=` (OWASP's rule, as
+        // Handlebars does for `=`): each escape breaks the whole value,
+        // and the runs between them are most of the credential.
+        "/v1/html" => (
+            vec![],
+            Chunks::one(page.replace('/', "&#x2F;").replace('=', "&#x3D;")),
+        ),
+        "/v1/split" => {
+            let at = page.find("Up5tream").unwrap_or(page.len() / 2) + 4;
+            let (a, b) = page.split_at(at);
+            (
+                vec![],
+                Chunks(VecDeque::from([
+                    Bytes::from(a.to_string()),
+                    Bytes::from(b.to_string()),
+                ])),
+            )
+        }
+        // Honours `Range: bytes=A-B`, as static file servers and many APIs do.
+        "/v1/range" => {
+            let Some((from, to)) = range
+                .and_then(|r| r.strip_prefix("bytes="))
+                .and_then(|r| r.split_once('-'))
+            else {
+                return Some((vec![], Chunks::one(page)));
+            };
+            let from: usize = from.parse().unwrap_or(0).min(page.len());
+            let to: usize = to
+                .parse()
+                .map_or(page.len(), |to: usize| (to + 1).min(page.len()))
+                .max(from);
+            let headers = vec![(
+                "content-range",
+                format!("bytes {from}-{}/{}", to.max(1) - 1, page.len()),
+            )];
+            (headers, Chunks::one(page[from..to].to_string()))
+        }
+        // A content coding the broker cannot read: the page reversed.
+        "/v1/coded" => {
+            let reversed: String = page.chars().rev().collect();
+            (
+                vec![("content-encoding", "x-reverse".to_string())],
+                Chunks::one(reversed),
+            )
+        }
+        _ => return None,
+    })
+}
+
+/// The `Accept-Encoding` of every request the upstream got.
+type Seen = Arc<Mutex<Vec<String>>>;
+
+async fn upstream(tls: Arc<rustls::ServerConfig>) -> (SocketAddr, Seen) {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
+    let seen: Seen = Arc::default();
+    let seen_by_server = seen.clone();
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
             let tls = tls.clone();
+            let seen = seen_by_server.clone();
             tokio::spawn(async move {
                 let Ok(stream) = tokio_rustls::TlsAcceptor::from(tls).accept(stream).await else {
                     return;
                 };
-                let service = service_fn(|request: Request<hyper::body::Incoming>| async move {
-                    let authorization = request
-                        .headers()
-                        .get("authorization")
-                        .and_then(|v| v.to_str().ok())
-                        .unwrap_or_default()
-                        .to_string();
-                    let mut response = Response::builder().header("x-safe", "kept");
-                    if let Some((name, value)) = echo(request.uri().path(), &authorization) {
-                        response = response.header(name, value);
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        let header = |name: &str| {
+                            request
+                                .headers()
+                                .get(name)
+                                .and_then(|v| v.to_str().ok())
+                                .map(str::to_string)
+                        };
+                        let authorization = header("authorization").unwrap_or_default();
+                        seen.lock()
+                            .unwrap()
+                            .push(header("accept-encoding").unwrap_or_default());
+                        let mut response = Response::builder().header("x-safe", "kept");
+                        if let Some((name, value)) = echo(request.uri().path(), &authorization) {
+                            response = response.header(name, value);
+                        }
+                        if let Some((name, value)) =
+                            echo_as_name(request.uri().path(), &authorization)
+                        {
+                            response = response.header(name, value);
+                        }
+                        let range = header("range");
+                        let body =
+                            match body_echo(request.uri().path(), &authorization, range.as_deref())
+                            {
+                                Some((headers, body)) => {
+                                    for (name, value) in headers {
+                                        response = response.header(name, value);
+                                    }
+                                    body
+                                }
+                                None => Chunks::one(Bytes::from_static(b"ok")),
+                            };
+                        Ok::<_, Infallible>(response.body(body).unwrap())
                     }
-                    if let Some((name, value)) = echo_as_name(request.uri().path(), &authorization)
-                    {
-                        response = response.header(name, value);
-                    }
-                    Ok::<_, Infallible>(
-                        response.body(Full::new(Bytes::from_static(b"ok"))).unwrap(),
-                    )
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -112,12 +244,17 @@ async fn upstream(tls: Arc<rustls::ServerConfig>) -> SocketAddr {
             });
         }
     });
-    addr
+    (addr, seen)
 }
 
 async fn broker_with_upstream() -> (pki_support::TestPki, SocketAddr) {
+    let (pki, broker, _) = broker_and_upstream().await;
+    (pki, broker)
+}
+
+async fn broker_and_upstream() -> (pki_support::TestPki, SocketAddr, Seen) {
     let pki = pki(&["api.test"]);
-    let api = upstream(pki.server.clone()).await;
+    let (api, seen) = upstream(pki.server.clone()).await;
     let config = BrokerConfig {
         port: 1,
         auth_header: "X-Broker-Auth".into(),
@@ -164,7 +301,7 @@ async fn broker_with_upstream() -> (pki_support::TestPki, SocketAddr) {
         Arc::new(resolver),
         events,
     ));
-    (pki, addr)
+    (pki, addr, seen)
 }
 
 #[tokio::test]
@@ -191,8 +328,13 @@ async fn paths_that_normalize_to_dot_segments_are_refused() {
 }
 
 async fn call(broker: SocketAddr, path: &str) -> String {
+    call_with(broker, path, "").await
+}
+
+/// `path` with the extra header lines `headers` (each ending in CRLF).
+async fn call_with(broker: SocketAddr, path: &str, headers: &str) -> String {
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\n{headers}\r\n"
     );
     let mut stream = TcpStream::connect(broker).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
@@ -208,11 +350,17 @@ async fn call(broker: SocketAddr, path: &str) -> String {
 async fn the_credential_echoed_in_another_form_does_not_reach_the_agent() {
     let (_pki, broker) = broker_with_upstream().await;
     let lower = CREDENTIAL.to_ascii_lowercase();
-    for path in ["/api/v1/bare", "/api/v1/location", "/api/v1/upper"] {
+    for path in [
+        "/api/v1/bare",
+        "/api/v1/location",
+        "/api/v1/upper",
+        "/api/v1/jsonheader",
+    ] {
         let answer = call(broker, path).await;
         assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
         assert!(answer.contains("x-safe: kept"), "{path}: {answer}");
         let decoded = answer
+            .replace("\\/", "/")
             .replace("%2F", "/")
             .replace("%2B", "+")
             .replace("%3D", "=");
@@ -230,4 +378,97 @@ async fn the_credential_echoed_in_another_form_does_not_reach_the_agent() {
             .contains("ghp_headernamecred0123"),
         "credential as a header name in the answer: {answer}"
     );
+}
+
+/// Whether `answer` holds the credential, whole or JSON-escaped, in any
+/// letter case.
+fn holds_credential(answer: &str) -> bool {
+    let answer = answer.to_ascii_lowercase().replace("\\/", "/");
+    answer.contains(&CREDENTIAL.to_ascii_lowercase())
+}
+
+#[tokio::test]
+async fn the_credential_echoed_in_a_body_does_not_reach_the_agent() {
+    let (_pki, broker) = broker_with_upstream().await;
+    for path in ["/api/v1/page", "/api/v1/json", "/api/v1/split"] {
+        let answer = call(broker, path).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{path}: {answer}");
+        // The page reaches the agent, the credential masked in it.
+        assert!(answer.contains("********"), "{path}: {answer}");
+        assert!(
+            !holds_credential(&answer),
+            "{path}: credential in the body: {answer}"
+        );
+    }
+    let plain = call(broker, "/api/v1/other").await;
+    assert!(
+        plain.ends_with("ok"),
+        "other bodies pass unchanged: {plain}"
+    );
+}
+
+/// Whether `answer` holds any 12 bytes of the credential in a row, in
+/// any letter case: enough of it to be worth stealing.
+fn holds_a_run_of_the_credential(answer: &str) -> Option<String> {
+    let answer = answer.to_ascii_lowercase();
+    let credential = CREDENTIAL.to_ascii_lowercase();
+    (0..=credential.len() - 12)
+        .map(|at| credential[at..at + 12].to_string())
+        .find(|run| answer.contains(run.as_str()))
+}
+
+#[tokio::test]
+async fn the_credential_echoed_with_html_escapes_does_not_reach_the_agent() {
+    let (_pki, broker) = broker_with_upstream().await;
+    let answer = call(broker, "/api/v1/html").await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(
+        holds_a_run_of_the_credential(&answer),
+        None,
+        "a run of the credential in the body: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn the_credential_fetched_in_ranges_does_not_reach_the_agent() {
+    let (_pki, broker) = broker_with_upstream().await;
+    let mut received = String::new();
+    for range in ["0-44", "45-"] {
+        let answer = call_with(
+            broker,
+            "/api/v1/range",
+            &format!("Range: bytes={range}\r\n"),
+        )
+        .await;
+        assert!(!answer.starts_with("HTTP/1.1 5"), "{range}: {answer}");
+        let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+        received.push_str(body);
+    }
+    assert!(
+        !holds_credential(&received),
+        "credential pieced together from ranges: {received}"
+    );
+}
+
+#[tokio::test]
+async fn the_credential_under_a_content_coding_does_not_reach_the_agent() {
+    let (_pki, broker, seen) = broker_and_upstream().await;
+    let answer = call_with(
+        broker,
+        "/api/v1/coded",
+        "Accept-Encoding: x-reverse, gzip\r\n",
+    )
+    .await;
+    let unreversed: String = answer.chars().rev().collect();
+    assert!(
+        !holds_credential(&unreversed),
+        "credential under a content coding: {answer}"
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 502"),
+        "a body the broker cannot read is refused: {answer}"
+    );
+    // The upstream is asked for bodies the broker can read.
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, ["identity"], "accept-encoding sent upstream");
 }

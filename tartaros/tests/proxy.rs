@@ -298,6 +298,51 @@ async fn absolute_form_http_is_forwarded_without_proxy_headers() {
     assert_eq!(field(&effect, "bytes_down"), "hello /path?q=1".len());
 }
 
+/// Adversarial round 8: plain HTTP to an allowed name that names another
+/// virtual host in a forwarding header. A shared front (a CDN, a
+/// virtual-hosting server, a framework that trusts forwarding headers)
+/// picks the site from `X-Forwarded-Host` or `Forwarded: host=`, as it
+/// would from a second Host header, which the proxy already refuses.
+/// The proxy judged `allowed.test`; no other host name may go with it,
+/// through the explicit proxy or an intercepted connection.
+#[tokio::test]
+async fn host_overrides_do_not_reach_the_upstream() {
+    let mut s = setup(true).await;
+    let port = s.http.port();
+    let overrides = "X-Forwarded-Host: denied.test\r\nForwarded: host=denied.test\r\nX-Host: denied.test\r\nX-Forwarded-Server: denied.test\r\nX-HTTP-Host-Override: denied.test\r\nX-Original-URL: /admin\r\nX-Rewrite-URL: /admin\r\n";
+    let explicit = format!(
+        "GET http://allowed.test:{port}/a HTTP/1.1\r\nHost: allowed.test:{port}\r\n{overrides}X-Keep: 1\r\nConnection: close\r\n\r\n"
+    );
+    let answer = exchange(s.proxy, &explicit).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    s.effect().await;
+    *s.original.lock().unwrap() = Some(SocketAddr::new("198.51.100.1".parse().unwrap(), port));
+    let intercepted = format!(
+        "GET /b HTTP/1.1\r\nHost: allowed.test:{port}\r\n{overrides}X-Keep: 1\r\nConnection: close\r\n\r\n"
+    );
+    let answer = exchange(s.transparent, &intercepted).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let requests = s.http_seen.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2);
+    for (_, target, _, names) in &requests {
+        assert!(names.contains(&"x-keep".to_string()), "{target}: {names:?}");
+        for name in [
+            "x-forwarded-host",
+            "forwarded",
+            "x-host",
+            "x-forwarded-server",
+            "x-http-host-override",
+            "x-original-url",
+            "x-rewrite-url",
+        ] {
+            assert!(
+                !names.contains(&name.to_string()),
+                "{target}: {name} reached the upstream: {names:?}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn denied_domains_and_ip_literals_get_403() {
     let mut s = setup(true).await;

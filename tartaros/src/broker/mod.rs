@@ -9,6 +9,7 @@
 //! lines, bodies, effects, errors) ever contains one. Decisions are pure
 //! functions in [`rules`]; [`serve`] applies them. See `docs/egress.md`.
 
+mod body_echo;
 mod echo;
 mod path_forms;
 pub mod rules;
@@ -145,6 +146,13 @@ impl BrokerSecrets {
         std::iter::once(&self.token)
             .chain(self.values.iter().map(|(_, v)| v))
             .any(|secret| echo::echoes(haystack, secret.as_ref()))
+    }
+
+    /// Every form of the injected values that [`body_echo::Masked`]
+    /// masks in response bodies. Not the token: the agent holds it
+    /// already, and a short one would mask innocent text.
+    fn needles(&self) -> body_echo::Needles {
+        body_echo::Needles::of(self.values.iter().map(|(_, v)| v.as_ref()))
     }
 
     /// `text` with every occurrence of a secret replaced, for the few

@@ -193,12 +193,22 @@ pub const METHOD_OVERRIDE_HEADERS: &[&str] = &[
     "x-method-override",
 ];
 
+/// Headers with which the agent shapes the response body so that a scan
+/// for an echoed credential cannot see it (adversarial round 8): a range
+/// fetches it in pieces too short to recognize, a content coding hides
+/// it. Stripped from every request; the broker asks for `identity`.
+pub const BODY_SHAPING_HEADERS: &[&str] = &["range", "if-range", "accept-encoding"];
+
 /// Every agent-sent header the broker removes before forwarding: the
 /// broker token, every header any capability injects (the agent must not
-/// supply or duplicate one), and the method overrides.
+/// supply or duplicate one), the method overrides, the path and host
+/// overrides (`proxy::http::TARGET_OVERRIDE_HEADERS`) and the
+/// headers that shape the body ([`BODY_SHAPING_HEADERS`]).
 pub fn stripped_request_headers(config: &BrokerConfig) -> Vec<HeaderName> {
     let mut names: Vec<HeaderName> = METHOD_OVERRIDE_HEADERS
         .iter()
+        .chain(crate::proxy::http::TARGET_OVERRIDE_HEADERS)
+        .chain(BODY_SHAPING_HEADERS)
         .map(|name| HeaderName::from_static(name))
         .collect();
     let policy_names = std::iter::once(config.auth_header.as_str())

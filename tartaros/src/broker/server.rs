@@ -13,6 +13,7 @@ use rustls_pki_types::ServerName;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsConnector;
 
+use super::body_echo::{Masked, Needles};
 use super::rules::{route, stripped_request_headers, token_matches, validate};
 use super::{BrokerError, BrokerSecrets, UPSTREAM_PORT};
 use crate::effectlog::Record;
@@ -42,6 +43,8 @@ struct Context {
     auth_header: HeaderName,
     /// Agent headers removed before forwarding (see [`stripped_request_headers`]).
     stripped: Vec<HeaderName>,
+    /// The forms of the secrets masked in response bodies.
+    needles: Arc<Needles>,
 }
 
 /// Serves the broker on `listener` until the future is dropped or aborted
@@ -75,8 +78,10 @@ pub async fn serve_attributed(
         BrokerError::Invalid("[broker] auth_header is not a valid HTTP header name".into())
     })?;
     let stripped = stripped_request_headers(&config);
+    let needles = Arc::new(secrets.needles());
     let context = Arc::new(Context {
         stripped,
+        needles,
         config,
         secrets,
         tls: TlsConnector::from(tls),
@@ -277,6 +282,11 @@ async fn handle(
     }
     parts.headers.remove(header::HOST);
     parts.headers.insert(header::HOST, host_value);
+    // A body under a coding could hide an echoed credential from the scan.
+    parts.headers.insert(
+        header::ACCEPT_ENCODING,
+        HeaderValue::from_static("identity"),
+    );
     parts.headers.insert(inject, value);
     parts.uri = uri;
     parts.version = Version::HTTP_11;
@@ -301,6 +311,18 @@ async fn handle(
     // Redirects are passed back, never followed: the agent may follow a
     // Location itself, without the credential, which only the broker has.
     let (mut parts, body) = response.into_parts();
+    if coded(&parts.headers) {
+        // Asked for `identity`, yet sent a coded body: it cannot be
+        // scanned for an echoed credential, so the agent does not get it.
+        let reason = "upstream sent a coded body the broker cannot check";
+        pending.status.store(502, Ordering::Relaxed);
+        let _ = pending.failure.set(reason);
+        drop(pending);
+        return plain(
+            StatusCode::BAD_GATEWAY,
+            &format!("tartaros broker: {reason}"),
+        );
+    }
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that echoes the credential in a header (debug headers,
     // a redirect carrying it, a header named after it) must not hand it to
@@ -309,7 +331,8 @@ async fn handle(
         .headers
         .iter()
         .filter(|(n, v)| {
-            secrets.leaks_into(n.as_str().as_bytes()) || secrets.leaks_into(v.as_bytes())
+            let leaks = |text: &[u8]| secrets.leaks_into(text) || context.needles.found_in(text);
+            leaks(n.as_str().as_bytes()) || leaks(v.as_bytes())
         })
         .map(|(name, _)| name.clone())
         .collect();
@@ -322,7 +345,30 @@ async fn handle(
     pending
         .status
         .store(parts.status.as_u16(), Ordering::Relaxed);
-    Response::from_parts(parts, Counted::new(body, pending, Direction::Down).boxed())
+    let counted = Counted::new(body, pending, Direction::Down);
+    let masked = Masked::new(counted, context.needles.clone());
+    Response::from_parts(parts, masked.boxed())
+}
+
+/// Whether a response's body is under a content coding, or a transfer
+/// coding other than `chunked` (which hyper decodes): bytes the echo scan
+/// would not see as the agent, decoding them, does.
+fn coded(headers: &hyper::HeaderMap) -> bool {
+    let codings = |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|&b| b == b','))
+            .map(|coding| coding.trim_ascii().to_ascii_lowercase())
+            .filter(|coding| !coding.is_empty())
+            .collect::<Vec<_>>()
+    };
+    codings(header::CONTENT_ENCODING)
+        .iter()
+        .any(|c| c != b"identity")
+        || codings(header::TRANSFER_ENCODING)
+            .iter()
+            .any(|c| c != b"chunked" && c != b"identity")
 }
 
 /// Tells the agent which header carries the token (the header's name is

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 
 use super::http::{
     Counted, Direction, Pending, ProxyBody, Spawner, Task, empty, plain, serve_http1,
-    strip_hop_by_hop, truncate,
+    strip_hop_by_hop, strip_target_overrides, truncate,
 };
 use super::sniff::split_host_port;
 use super::upstream::{connect_checked, relay};
@@ -335,6 +335,8 @@ pub(super) async fn forward(
     ));
     let (mut parts, body) = request.into_parts();
     strip_hop_by_hop(&mut parts.headers);
+    // The host judged is the only one the upstream may be told of.
+    strip_target_overrides(&mut parts.headers);
     let host_value = if target.port == 80 {
         target.host.clone()
     } else {

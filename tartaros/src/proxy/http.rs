@@ -147,6 +147,32 @@ pub(crate) fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
+/// Headers with which frameworks and fronts replace the request's path or
+/// virtual host (Symfony, Zend and IIS URL Rewrite route by
+/// `X-Original-URL`; trusting fronts pick the host from `X-Forwarded-Host`
+/// or `Forwarded`): the upstream would serve another request than the one
+/// the proxy judged (its host) or the broker checked (the capability's
+/// prefix), adversarial round 8. Both strip them from every request, as
+/// they strip a second Host header or the method overrides.
+pub(crate) const TARGET_OVERRIDE_HEADERS: &[&str] = &[
+    "x-original-url",
+    "x-rewrite-url",
+    "x-override-url",
+    "x-forwarded-host",
+    "x-forwarded-server",
+    "x-forwarded-prefix",
+    "x-host",
+    "x-http-host-override",
+    "forwarded",
+];
+
+/// Removes every [`TARGET_OVERRIDE_HEADERS`] header.
+pub(crate) fn strip_target_overrides(headers: &mut HeaderMap) {
+    for name in TARGET_OVERRIDE_HEADERS {
+        headers.remove(*name);
+    }
+}
+
 /// Cuts a string to at most `max` bytes on a character boundary, for
 /// attacker-chosen values that go into the effect log.
 pub(crate) fn truncate(text: &str, max: usize) -> String {

@@ -321,3 +321,48 @@ fn bad_filters_are_refused_with_one_line() {
         );
     }
 }
+
+/// Adversarial round 8: a destination the agent named (a TLS server name
+/// is any UTF-8, spaces included) printed bare in `log summary` forged
+/// the columns of the destinations list: a refused server name
+/// `pypi.org:443  1 allowed, 9.0 MiB up` showed as a line saying pypi.org
+/// was reached. Shown quoted now, as `log show` quotes values with spaces.
+#[test]
+fn a_destination_with_spaces_cannot_forge_a_summary_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let forged = format!(
+        "pypi.org:443  1 allowed, 9.0 MiB up, 2.0 MiB down{}",
+        " ".repeat(120)
+    );
+    let path = write_log(dir.path(), "dest.jsonl", |w| {
+        let mut refused = effect(
+            "proxy",
+            0,
+            0,
+            1,
+            json!({"host": forged, "port": 443, "method": "TLS", "mode": "transparent",
+                   "reason": "domain not in the allow list"}),
+            0,
+        );
+        refused.decision = tartaros::effectlog::Decision::Denied;
+        w.record(&mut refused).unwrap();
+        sealed(w);
+    });
+    let out = log(&["summary", path.to_str().unwrap()]);
+    let text = stdout(&out);
+    let section = text
+        .split("network destinations")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no destinations section:\n{text}"));
+    for line in section.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert!(
+            !(words.first() == Some(&"proxy") && words.get(1) == Some(&"pypi.org:443")),
+            "a forged destination line:\n{line}"
+        );
+    }
+    assert!(
+        section.contains("\"pypi.org:443  1 allowed"),
+        "the agent's name is shown quoted:\n{section}"
+    );
+}

@@ -68,10 +68,23 @@ fn runs_on_host(path: &str) -> bool {
                 || rest.ends_with("/config.worktree")))
 }
 
+/// An agent's string (already escaped) as one unmistakable field of a
+/// line: quoted when it holds a space or a quote, as `log show` quotes
+/// values, so that its spaces cannot forge the columns after it
+/// (adversarial round 8: a refused TLS server name
+/// `pypi.org:443  1 allowed, 9.0 MiB up` read as a destination reached).
+fn field(escaped: &str) -> String {
+    if escaped.is_empty() || escaped.contains(char::is_whitespace) || escaped.contains('"') {
+        format!("\"{}\"", escaped.replace('"', "\\\""))
+    } else {
+        escaped.to_string()
+    }
+}
+
 fn file_line(f: &FileChange) -> String {
-    let mut what = f.path.clone();
+    let mut what = field(&f.path);
     if let Some(from) = &f.renamed_from {
-        what = format!("{from} -> {what}");
+        what = format!("{} -> {what}", field(from));
     }
     let actions = if f.actions.is_empty() {
         String::new()
@@ -216,7 +229,13 @@ fn network_section(s: &Summary, o: &mut String) {
         } else {
             String::new()
         };
-        let _ = writeln!(o, "  {:<7} {}  {}{bytes}", d.via, d.dest, counts.join(", "));
+        let _ = writeln!(
+            o,
+            "  {:<7} {}  {}{bytes}",
+            d.via,
+            field(&d.dest),
+            counts.join(", ")
+        );
     }
     let rest = total.saturating_sub(DESTINATIONS_SHOWN as u64);
     if rest > 0 {

@@ -1,0 +1,363 @@
+//! The credential echoed in a response *body* (adversarial round 8). An
+//! error page that quotes the rejected header, or a "request inspector"
+//! endpoint (httpbin's `/headers`), hands the agent the very value the
+//! broker injected; until this round only headers were checked. The body
+//! now passes through [`Masked`], which overwrites every form of a secret
+//! [`Needles`] knows with `*` of the same length, so `Content-Length`
+//! stays right and the page stays readable.
+//!
+//! A scan of the bytes is only as good as the bytes are plain, so the
+//! broker also (in `server.rs`, with the header lists in `rules.rs`):
+//! asks the upstream for `identity` bodies and refuses a response whose
+//! body is under a content or transfer coding (`gzip` of an echo hides it
+//! from any scan), and drops the agent's `Range` / `If-Range`, which
+//! would let it fetch an echoed credential in pieces, each too short to
+//! be recognized.
+
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use hyper::body::{Body, Frame, SizeHint};
+use zeroize::Zeroizing;
+
+use super::echo::MIN_SECRET_PART;
+
+/// Every byte string whose presence in a body means a secret reached it,
+/// lower case (matching ignores ASCII case, as hex tokens read the same
+/// in either).
+#[derive(Default)]
+pub(super) struct Needles {
+    list: Vec<Zeroizing<Vec<u8>>>,
+}
+
+impl Needles {
+    /// The forms of each of `secrets`: the whole value and each of its
+    /// whitespace-separated parts of at least [`MIN_SECRET_PART`] bytes
+    /// (the credential without its `Bearer ` scheme), each as is, with `/`
+    /// JSON-escaped as `\/` (PHP's `json_encode`), and percent-encoded (a
+    /// URL in the page); and every run of [`MIN_SECRET_PART`] bytes of
+    /// the value, so that no such run of it survives however the rest
+    /// was encoded.
+    pub(super) fn of<'a>(secrets: impl Iterator<Item = &'a [u8]>) -> Self {
+        let mut list: Vec<Zeroizing<Vec<u8>>> = Vec::new();
+        for secret in secrets {
+            let parts = secret
+                .split(u8::is_ascii_whitespace)
+                .filter(|part| part.len() >= MIN_SECRET_PART);
+            for needle in std::iter::once(secret).chain(parts) {
+                if needle.is_empty() {
+                    continue;
+                }
+                // Built in wiped memory, as the secrets themselves are.
+                let mut slashed = Zeroizing::new(Vec::with_capacity(needle.len() * 2));
+                let mut encoded = Zeroizing::new(Vec::with_capacity(needle.len() * 3));
+                for &b in needle {
+                    if b == b'/' {
+                        slashed.push(b'\\');
+                    }
+                    slashed.push(b);
+                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                        encoded.push(b);
+                    } else {
+                        let hex = b"0123456789abcdef";
+                        encoded.extend([b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+                    }
+                }
+                list.extend([Zeroizing::new(needle.to_vec()), slashed, encoded]);
+            }
+            // Every run of MIN_SECRET_PART bytes too: an encoding that
+            // changes one character (an HTML template's `&#x3D;` for `=`)
+            // breaks every whole form above, and the runs between its
+            // escapes are most of the credential.
+            list.extend(
+                secret
+                    .windows(MIN_SECRET_PART)
+                    .map(|run| Zeroizing::new(run.to_vec())),
+            );
+        }
+        for needle in &mut list {
+            needle.make_ascii_lowercase();
+        }
+        list.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
+        list.dedup_by(|a, b| a.as_slice() == b.as_slice());
+        Self { list }
+    }
+
+    /// Whether `text` holds any needle (a response header, which is
+    /// dropped rather than masked).
+    pub(super) fn found_in(&self, text: &[u8]) -> bool {
+        let lower = text.to_ascii_lowercase();
+        self.list
+            .iter()
+            .any(|needle| find(&lower, needle, needle[0]).is_some())
+    }
+
+    /// Overwrites every occurrence of a needle in `text` with `*`, as
+    /// [`Masked`] does to a body (for the tests of the forms).
+    #[cfg(test)]
+    fn mask(&self, text: &mut [u8]) {
+        for found in self.matches(text) {
+            text[found].fill(b'*');
+        }
+    }
+
+    /// Where the needles occur in `text`, found on its bytes as they are
+    /// (masking one occurrence first would hide another that overlaps
+    /// it).
+    fn matches(&self, text: &[u8]) -> Vec<Range<usize>> {
+        let mut found = Vec::new();
+        if self.list.is_empty() {
+            return found;
+        }
+        let lower = text.to_ascii_lowercase();
+        for needle in &self.list {
+            let first = needle[0];
+            let mut from = 0;
+            while let Some(at) = find(&lower[from..], needle, first) {
+                let at = from + at;
+                found.push(at..at + needle.len());
+                from = at + 1;
+            }
+        }
+        found
+    }
+}
+
+impl Needles {
+    /// The length of the longest end of `text` that begins a needle
+    /// (shorter than it): the bytes to hold back until the next chunk
+    /// says whether they are a secret. Everything before may go: a needle
+    /// starting there either ends within `text`, and is masked, or its
+    /// start would be a longer such end. Holding back only these (not the
+    /// longest needle's length each time) keeps a streamed answer (server-
+    /// sent events, a model's tokens) flowing as it comes.
+    fn unfinished(&self, text: &[u8]) -> usize {
+        let mut longest = 0;
+        for needle in &self.list {
+            let most = (needle.len() - 1).min(text.len());
+            for k in (longest + 1..=most).rev() {
+                let end = &text[text.len() - k..];
+                // Most ends fail on their first byte: skip the comparison.
+                if end[0].eq_ignore_ascii_case(&needle[0]) && end.eq_ignore_ascii_case(&needle[..k])
+                {
+                    longest = k;
+                    break;
+                }
+            }
+        }
+        longest
+    }
+}
+
+/// The first position of `needle` (whose first byte is `first`) in `hay`.
+fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
+    let mut from = 0;
+    while from + needle.len() <= hay.len() {
+        let at = from + hay[from..].iter().position(|&b| b == first)?;
+        if hay.get(at..at + needle.len()) == Some(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// A response body with every secret form masked. It holds back the end
+/// of what it has seen that could begin a secret
+/// ([`Needles::unfinished`]), so a secret split over two chunks is still
+/// found whole before any of it is passed on.
+pub(super) struct Masked<B> {
+    inner: B,
+    needles: Arc<Needles>,
+    /// Seen and not yet passed on, as the upstream sent it (unmasked, so
+    /// that a needle reaching into it is still found whole).
+    held: BytesMut,
+    /// How many bytes at the start of `held` belong to an occurrence
+    /// found before and must be masked when they go.
+    mask_through: usize,
+    /// The inner body has ended; what is held goes out, then `last`.
+    ended: bool,
+    /// A trailers frame that came after the data.
+    last: Option<Frame<Bytes>>,
+}
+
+impl<B> Masked<B> {
+    pub(super) fn new(inner: B, needles: Arc<Needles>) -> Self {
+        Self {
+            inner,
+            needles,
+            held: BytesMut::new(),
+            mask_through: 0,
+            ended: false,
+            last: None,
+        }
+    }
+
+    /// The held bytes that may go now (all of them at the end of the
+    /// body), masked; `None` when none may.
+    fn release(&mut self) -> Option<Bytes> {
+        let cut = if self.ended {
+            self.held.len()
+        } else {
+            self.held.len() - self.needles.unfinished(&self.held)
+        };
+        if cut == 0 {
+            return None;
+        }
+        let found = self.needles.matches(&self.held);
+        let mut out = self.held.split_to(cut);
+        let mut carry = self.mask_through.saturating_sub(cut);
+        out[..self.mask_through.min(cut)].fill(b'*');
+        // An occurrence starting after the cut is found again next time;
+        // one reaching across it is masked on both sides.
+        for range in found.into_iter().filter(|r| r.start < cut) {
+            out[range.start..range.end.min(cut)].fill(b'*');
+            carry = carry.max(range.end.saturating_sub(cut));
+        }
+        self.mask_through = carry;
+        Some(out.freeze())
+    }
+}
+
+impl<B> Body for Masked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let this = &mut *self;
+        loop {
+            if this.ended {
+                if let Some(rest) = this.release() {
+                    return Poll::Ready(Some(Ok(Frame::data(rest))));
+                }
+                return Poll::Ready(this.last.take().map(Ok));
+            }
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(None) => this.ended = true,
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(data) => {
+                        this.held.extend_from_slice(&data);
+                        if let Some(out) = this.release() {
+                            return Poll::Ready(Some(Ok(Frame::data(out))));
+                        }
+                    }
+                    Err(other) => {
+                        this.ended = true;
+                        this.last = Some(other);
+                    }
+                },
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.held.is_empty() && self.last.is_none() && (self.ended || self.inner.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        // Masking keeps the length.
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+    use std::collections::VecDeque;
+    use std::convert::Infallible;
+
+    const VALUE: &[u8] = b"Bearer ghp_Up5treamCred/9f8e+7d==";
+
+    fn needles() -> Arc<Needles> {
+        Arc::new(Needles::of([VALUE].into_iter()))
+    }
+
+    /// A body of the given chunks, one frame each.
+    struct Chunks(VecDeque<Bytes>);
+
+    impl Body for Chunks {
+        type Data = Bytes;
+        type Error = Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+            Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        }
+    }
+
+    #[test]
+    fn every_form_is_masked_to_the_same_length() {
+        let needles = needles();
+        for page in [
+            &b"{\"auth\": \"Bearer ghp_Up5treamCred/9f8e+7d==\"}"[..],
+            b"bad token GHP_UP5TREAMCRED/9F8E+7D== given",
+            b"{\"auth\": \"ghp_Up5treamCred\\/9f8e+7d==\"}",
+            b"<a href=\"/cb?t=ghp_Up5treamCred%2F9f8e%2B7d%3D%3D\">",
+        ] {
+            let mut text = page.to_vec();
+            needles.mask(&mut text);
+            assert_eq!(text.len(), page.len());
+            let lower = text.to_ascii_lowercase();
+            assert!(
+                find(&lower, b"ghp_up5treamcred", b'g').is_none(),
+                "{}",
+                String::from_utf8_lossy(&text)
+            );
+        }
+        // Fewer than 12 bytes of it in a row are left alone.
+        let mut plain = b"Bearer realm=\"api\" ghp_Up5tr".to_vec();
+        needles.mask(&mut plain);
+        assert_eq!(plain, b"Bearer realm=\"api\" ghp_Up5tr");
+        // Twelve are masked, however the rest was encoded.
+        let mut run = b"token ghp_Up5treamCred&#x2F;9f8e".to_vec();
+        needles.mask(&mut run);
+        // The space before it is a byte of the value too.
+        assert_eq!(run, b"token*****************&#x2F;9f8e");
+    }
+
+    #[tokio::test]
+    async fn a_chunk_that_cannot_begin_a_secret_is_passed_on_whole() {
+        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"data: token 42\n\n")]));
+        let mut body = Masked::new(chunks, needles());
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), &b"data: token 42\n\n"[..]);
+        // An end that could begin one waits for the next chunk.
+        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer gh")]));
+        let mut body = Masked::new(chunks, needles());
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), &b"x: "[..]);
+    }
+
+    #[tokio::test]
+    async fn a_secret_split_over_chunks_is_masked() {
+        let page = b"x: Bearer ghp_Up5treamCred/9f8e+7d== y";
+        let masked = format!("x: {} y", "*".repeat(VALUE.len()));
+        let masked = masked.as_bytes();
+        for cut in 1..page.len() {
+            let chunks = Chunks(VecDeque::from([
+                Bytes::copy_from_slice(&page[..cut]),
+                Bytes::copy_from_slice(&page[cut..]),
+            ]));
+            let out = Masked::new(chunks, needles())
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes();
+            assert_eq!(&out[..], masked, "cut {cut}");
+        }
+    }
+}
