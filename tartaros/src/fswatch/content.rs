@@ -228,6 +228,14 @@ pub fn size_of(raw: &Path) -> Option<u64> {
     meta.is_file().then_some(meta.len())
 }
 
+/// Whether nothing is at `raw` now (reached without a symlink).
+pub fn absent(raw: &Path) -> bool {
+    matches!(
+        crate::mount_tree::open_file_no_symlinks(raw),
+        Err(nix::errno::Errno::ENOENT)
+    )
+}
+
 /// The entry of one path, `None` when it is not a regular file (any
 /// more): no symlink is followed in any component (the agent may have put
 /// one where a directory was), and nothing else is hashed.

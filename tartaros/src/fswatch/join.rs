@@ -21,6 +21,7 @@ use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
+use super::relinked::Relinked;
 use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
@@ -52,6 +53,8 @@ pub(super) struct Join {
     exec_opens: ExecOpens,
     /// Where O_TMPFILEs were linked, for their `write` records.
     tmpfile_links: TmpfileLinks,
+    /// Counts of removed names, and the links that kept their files.
+    relinked: Relinked,
     /// Regular files created or modified (for the seal), by kernel path.
     touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
@@ -111,10 +114,9 @@ impl Join {
         }
     }
 
-    /// Takes one notification of a sandbox thread; returns the `write`
-    /// records it completes.
-    pub fn notice(&mut self, mut n: Notice, task: Task) -> Vec<Record> {
-        let mut out = Vec::new();
+    /// Takes one notification of a sandbox thread. The `write` records it
+    /// completes (a removed name's) wait for the thread's records.
+    pub fn notice(&mut self, mut n: Notice, task: Task) {
         if n.mask & bit::OPEN_EXEC != 0 {
             if let Some(path) = &n.path {
                 self.exec_opens.opened(task.tgid, n.tid, path);
@@ -141,8 +143,10 @@ impl Join {
                 self.touched.renamed(raw, new_raw, n.is_dir());
             }
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
-                // The file is gone: its writers' counts are final.
-                out.extend(self.flush_writes(path, None, false));
+                // The name is gone: its writers' counts are final, and
+                // named once the records show whether a link kept the file.
+                let done = self.writes.flush(path, None);
+                self.relinked.removed(path, n.tid, n.read_ns, done);
             }
         } else if n.mask & bit::RENAME != 0
             && let Some(new_raw) = &n.new_raw
@@ -159,26 +163,23 @@ impl Join {
         if n.mask & !bit::ONDIR != 0 {
             self.pending.entry(n.tid).or_default().push_back(n);
         }
-        out
     }
 
-    /// The `write` records of `path` (of one process, or of all), with
-    /// the file's size when it still exists.
-    fn flush_writes(&mut self, path: &str, tgid: Option<u32>, exists: bool) -> Vec<Record> {
-        let done = self.writes.flush(path, tgid);
-        done.iter()
-            .map(|w| self.write_record(path, w, exists))
-            .collect()
-    }
-
+    /// A `write` record of `path`, with the file's size when it still
+    /// exists; `exists` false: the name was removed.
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
+        let absent = |p: &str| super::content::absent(&names::on_disk(p));
         // An O_TMPFILE linked into the tree: its writes are named
-        // `#<inode>` by the kernel however it is named now.
-        let linked = exists
-            .then(|| is_tmpfile_name(path))
-            .filter(|&tmp| tmp)
-            .and_then(|_| self.tmpfile_links.name_of(path));
+        // `#<inode>` by the kernel however it is named now. A name removed
+        // after a link: the descriptor's dentry keeps the old name.
+        let linked = if exists && is_tmpfile_name(path) {
+            self.tmpfile_links.name_of(path)
+        } else if !exists || absent(path) {
+            self.relinked.name_of(path, &self.tmpfile_links)
+        } else {
+            None
+        };
         let path = match &linked {
             Some(to) => {
                 t.insert("written_as", path.to_string());
@@ -197,11 +198,7 @@ impl Join {
         // name of a file unlinked while open, or the `#<inode>` the kernel
         // gives an O_TMPFILE. Nothing there now: the writes went to a file
         // the tree does not have.
-        let gone = !exists
-            || matches!(
-                crate::mount_tree::open_file_no_symlinks(&on_disk),
-                Err(nix::errno::Errno::ENOENT)
-            );
+        let gone = linked.is_none() && (!exists || absent(path));
         if gone {
             t.insert("deleted", true);
         }
@@ -414,6 +411,20 @@ impl Join {
             out.push(r);
         }
         let waiting: BTreeSet<u32> = self.held.iter().map(|(tid, _)| *tid).collect();
+        // Counts of removed names, once the thread's records (its links)
+        // have passed the removal, as for an orphaned notification below.
+        let (last_ns, tasks, exited) = (&self.last_ns, &self.tasks, &self.exited);
+        let parked = self.relinked.take_ready(|p| {
+            all || (!waiting.contains(&p.tid)
+                && (last_ns.get(&p.tid).is_some_and(|&l| l >= p.read_ns)
+                    || tasks.get(&p.tid).is_some_and(|t| exited.contains(&t.tgid))
+                    || now_ns.saturating_sub(p.read_ns) > ORPHAN_NS))
+        });
+        for p in parked {
+            for w in &p.writes {
+                out.push(self.write_record(&p.path, w, false));
+            }
+        }
         let tids: Vec<u32> = self.pending.keys().copied().collect();
         for tid in tids {
             if waiting.contains(&tid) && !all {
@@ -463,12 +474,20 @@ impl Join {
         out
     }
 
-    /// A link named by the kernel: an O_TMPFILE's new name.
+    /// A link named by the kernel (an O_TMPFILE's new name, or where a
+    /// file lives on once its old name is removed), or the removal of a
+    /// name, in the order of the records.
     fn note_link(&mut self, r: &Record) {
         if r.kind == "link"
             && let Some(to) = r.target.get("to").and_then(Value::as_str)
+            && let Some(key) = self.tmpfile_links.linked(to)
+            && let Some(from) = r.target.get("from").and_then(Value::as_str)
         {
-            self.tmpfile_links.linked(to);
+            self.relinked.linked(from, key);
+        } else if r.kind == "unlink"
+            && let Some(path) = r.target.get("path").and_then(Value::as_str)
+        {
+            self.relinked.unlinked(path);
         }
     }
 

@@ -24,6 +24,7 @@ mod notify;
 mod pairing;
 mod place;
 mod queue;
+mod relinked;
 mod tmpfile_links;
 mod touched;
 mod writes;

@@ -72,7 +72,7 @@ impl Placement {
         after: u64,
         facts: &dyn Facts,
     ) -> Vec<Record> {
-        let mut out = Vec::new();
+        let out = Vec::new();
         for event in &events {
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
@@ -101,7 +101,7 @@ impl Placement {
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
                     let n = self.notice(event, now, after, facts);
-                    out.extend(self.join.notice(n, task));
+                    self.join.notice(n, task);
                 }
                 Member::Gone => {
                     let n = self.notice(event, now, after, facts);
@@ -119,7 +119,7 @@ impl Placement {
         let unplaced = std::mem::take(&mut self.unplaced);
         for n in unplaced {
             match self.join.task(n.tid) {
-                Some(task) => out.extend(self.join.notice(n, task)),
+                Some(task) => self.join.notice(n, task),
                 None => self.unplaced.push(n),
             }
         }
@@ -136,7 +136,7 @@ impl Placement {
                 ppid: 0,
                 uid: 0,
             });
-            out.extend(self.join.notice(n, task));
+            self.join.notice(n, task);
         }
         out.extend(self.join.finish(now));
         out

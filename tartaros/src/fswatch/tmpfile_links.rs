@@ -30,13 +30,12 @@ pub(super) struct TmpfileLinks {
 }
 
 impl TmpfileLinks {
-    /// An allowed link, its `to` named by the kernel.
-    pub fn linked(&mut self, to: &str) {
-        let Ok(meta) = std::fs::symlink_metadata(names::on_disk(to)) else {
-            return;
-        };
+    /// An allowed link, its `to` named by the kernel; the linked file's
+    /// `(dev, ino)` when it is still there.
+    pub fn linked(&mut self, to: &str) -> Option<(u64, u64)> {
+        let meta = std::fs::symlink_metadata(names::on_disk(to)).ok()?;
         if !meta.is_file() || meta.nlink() == 0 {
-            return;
+            return None;
         }
         if self.by_inode.len() >= KEPT {
             self.by_inode.clear();
@@ -47,6 +46,16 @@ impl TmpfileLinks {
             self.by_path.remove(&old);
         }
         self.by_path.insert(to.to_string(), key);
+        Some(key)
+    }
+
+    /// The name a linked file `(dev, ino)` has now (followed through
+    /// renames), if that name still holds it.
+    pub fn name_of_inode(&self, key: (u64, u64)) -> Option<String> {
+        let to = self.by_inode.get(&key)?;
+        std::fs::symlink_metadata(names::on_disk(to))
+            .is_ok_and(|m| (m.dev(), m.ino()) == key && m.is_file())
+            .then(|| to.clone())
     }
 
     /// A rename the kernel reported: a linked file (or a directory

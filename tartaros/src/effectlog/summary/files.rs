@@ -98,9 +98,12 @@ impl Files {
         };
         // An O_TMPFILE's writes, named where it was linked: its nameless
         // `#<inode>` entry (its open) is this file, not one of the tree.
+        // A name removed after a link (`written_as` too) was a name of the
+        // tree: it stays, deleted.
         let nameless = (kind == "write")
             .then(|| t.get("written_as").and_then(Value::as_str))
             .flatten()
+            .filter(|w| !self.files.get(*w).is_some_and(|f| f.deleted))
             .and_then(|w| self.files.remove(w));
         let Some(f) = self.file(path) else {
             return;

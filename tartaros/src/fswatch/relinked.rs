@@ -1,0 +1,165 @@
+//! Where a file lives on after the name its writes were reported under
+//! was removed, when it had been given another name first (`link x y;
+//! unlink x`, writes through a descriptor before and after).
+//!
+//! A modify notification names a file by its dentry: after `unlink x` the
+//! descriptor's dentry is still `x`, so every write through it is reported
+//! as `x`, and the `write` records said `x`, `deleted: true`, while the
+//! tree holds what was written under `y`. The removal's notification is
+//! read before the link's record is joined (and the kernel merges a
+//! name's queued modify and delete into one notification, queued where
+//! the first write was, before the link's), so notification order cannot
+//! say which link kept the file. Record order can: the links made from a
+//! name since its previous removal are the ones its next `unlink` record
+//! leaves behind. The counts of a removed name are parked here until the
+//! thread's records have passed the removal, then named by those links'
+//! new names (the kernel's `to`, found by inode through [`TmpfileLinks`],
+//! which follows renames), if one still holds the linked file. The link's
+//! `from` is the agent's string: a thread rewriting it during the call
+//! can make the log name the link's real source's new name for the
+//! writes, never a file that was not linked (docs/effect-log.md).
+
+use std::collections::HashMap;
+
+use super::tmpfile_links::TmpfileLinks;
+use super::writes::Writes;
+
+/// Names remembered (a bound on the supervisor's memory; all go at once
+/// when it is reached, as in [`TmpfileLinks`]).
+const KEPT: usize = 65_536;
+/// Links remembered from one name.
+const LINKS_PER_NAME: usize = 256;
+
+/// Write counts of a name that was removed, waiting for the records of
+/// the thread that removed it.
+#[derive(Debug)]
+pub(super) struct Parked {
+    pub path: String,
+    pub tid: u32,
+    pub read_ns: u64,
+    pub writes: Vec<Writes>,
+}
+
+#[derive(Debug, Default)]
+pub(super) struct Relinked {
+    /// Links made from each name (the record's `from`) since its last
+    /// removal: the new file's `(dev, ino)`.
+    pending: HashMap<String, Vec<(u64, u64)>>,
+    /// The links each removed name left behind at its last removal.
+    removed: HashMap<String, Vec<(u64, u64)>>,
+    parked: Vec<Parked>,
+}
+
+impl Relinked {
+    /// The notification of `path`'s removal, with its counts until then.
+    pub fn removed(&mut self, path: &str, tid: u32, read_ns: u64, writes: Vec<Writes>) {
+        if !writes.is_empty() {
+            self.parked.push(Parked {
+                path: path.to_string(),
+                tid,
+                read_ns,
+                writes,
+            });
+        }
+    }
+
+    /// An allowed link record from `from` (the agent's string) to the
+    /// file `key`.
+    pub fn linked(&mut self, from: &str, key: (u64, u64)) {
+        if self.pending.len() >= KEPT {
+            self.pending.clear();
+        }
+        let links = self.pending.entry(from.to_string()).or_default();
+        if links.len() < LINKS_PER_NAME {
+            links.push(key);
+        }
+    }
+
+    /// An allowed unlink record of `path`: the links made from it since
+    /// its previous removal are where its file lives on.
+    pub fn unlinked(&mut self, path: &str) {
+        let links = self.pending.remove(path);
+        match links {
+            Some(links) => {
+                if self.removed.len() >= KEPT {
+                    self.removed.clear();
+                }
+                self.removed.insert(path.to_string(), links);
+            }
+            None => {
+                self.removed.remove(path);
+            }
+        }
+    }
+
+    /// The parked counts `ready` says the records have passed.
+    pub fn take_ready(&mut self, ready: impl Fn(&Parked) -> bool) -> Vec<Parked> {
+        let (done, kept) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| ready(p));
+        self.parked = kept;
+        done
+    }
+
+    /// Where the file written as the removed name `path` is now: the
+    /// newest link its last removal left behind whose new name still
+    /// holds the linked file.
+    pub fn name_of(&self, path: &str, links: &TmpfileLinks) -> Option<String> {
+        self.removed
+            .get(path)?
+            .iter()
+            .rev()
+            .find_map(|key| links.name_of_inode(*key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fswatch::join::Task;
+    use std::os::unix::fs::MetadataExt as _;
+
+    fn writes() -> Vec<Writes> {
+        let task = Task {
+            tgid: 7,
+            ppid: 1,
+            uid: 0,
+        };
+        vec![Writes {
+            task,
+            count: 1,
+            first_ns: 0,
+        }]
+    }
+
+    #[test]
+    fn a_removed_name_is_found_at_the_link_made_before_its_removal() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        let (x, y) = (format!("{d}/x"), format!("{d}/y"));
+        std::fs::write(&y, "kept").unwrap();
+        let meta = std::fs::metadata(&y).unwrap();
+        let mut links = TmpfileLinks::default();
+        let key = links.linked(&y).unwrap();
+        assert_eq!(key, (meta.dev(), meta.ino()));
+        let mut relinked = Relinked::default();
+        relinked.removed(&x, 1, 0, writes());
+        assert_eq!(relinked.take_ready(|_| true).len(), 1);
+        // Removed with no link: nothing; linked, then removed: the link.
+        relinked.unlinked(&x);
+        assert_eq!(relinked.name_of(&x, &links), None);
+        relinked.linked(&x, key);
+        assert_eq!(relinked.name_of(&x, &links), None, "not removed yet");
+        relinked.unlinked(&x);
+        assert_eq!(relinked.name_of(&x, &links), Some(y.clone()));
+        // A later file of that name, removed with no link: its own.
+        relinked.unlinked(&x);
+        assert_eq!(relinked.name_of(&x, &links), None);
+        // The new name no longer holds the file: nothing.
+        relinked.linked(&x, key);
+        relinked.unlinked(&x);
+        std::fs::remove_file(&y).unwrap();
+        assert_eq!(relinked.name_of(&x, &links), None);
+        assert_eq!(relinked.name_of(&format!("{d}/z"), &links), None);
+    }
+}
