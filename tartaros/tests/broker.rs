@@ -196,6 +196,16 @@ impl Setup {
         }
         // The agent trying to set the credential itself must not work.
         request.push_str("Authorization: Bearer agent-chosen\r\n\r\n");
+        let answer = self.send(&request).await;
+        assert!(
+            !answer.contains(SECRET) && !answer.contains("upstream-secret"),
+            "secret in answer: {answer}"
+        );
+        answer
+    }
+
+    /// Sends a raw request to the broker; returns the whole raw answer.
+    async fn send(&self, request: &str) -> String {
         let mut stream = TcpStream::connect(self.broker).await.unwrap();
         stream.write_all(request.as_bytes()).await.unwrap();
         let mut answer = Vec::new();
@@ -203,12 +213,7 @@ impl Setup {
             .await
             .expect("broker answers within 10 s")
             .unwrap();
-        let answer = String::from_utf8_lossy(&answer).into_owned();
-        assert!(
-            !answer.contains(SECRET) && !answer.contains("upstream-secret"),
-            "secret in answer: {answer}"
-        );
-        answer
+        String::from_utf8_lossy(&answer).into_owned()
     }
 
     async fn effect(&mut self) -> Record {
@@ -426,14 +431,7 @@ async fn normalization_tricks_are_refused_and_method_overrides_stripped() {
     let request = format!(
         "GET /api/v1/repos HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\nX-HTTP-Method-Override: DELETE\r\nX-HTTP-Method: DELETE\r\nX-Method-Override: DELETE\r\nAuthorization: Bearer agent-chosen\r\nX-Kept: 1\r\n\r\n"
     );
-    let mut stream = TcpStream::connect(s.broker).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = s.send(&request).await;
     assert_eq!(status(&answer), 200, "{answer}");
     let seen = s.api.requests.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
@@ -501,14 +499,7 @@ async fn path_and_host_overrides_do_not_reach_the_upstream() {
     let request = format!(
         "GET /api/v1/repos HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nX-Broker-Auth: {TOKEN}\r\n{extra}X-Kept: 1\r\n\r\n"
     );
-    let mut stream = TcpStream::connect(s.broker).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
-        .await
-        .unwrap()
-        .unwrap();
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = s.send(&request).await;
     assert_eq!(status(&answer), 200, "{answer}");
     let seen = s.api.requests.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
