@@ -182,7 +182,7 @@ use prologue::prologue;
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
     DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_OPENAT2,
-    WHY_SETGID_CREATE, WHY_SETID, WHY_UNIX,
+    WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -289,8 +289,10 @@ fn default_rules() -> Vec<Rule> {
 /// No file the agent leaves in a root may run as its uid or gid for
 /// whoever executes it after the run (docs/seccomp.md, "Privilege bits").
 /// The chmod family is the only way to put S_ISUID on a file with content:
-/// every write, truncate or allocation without CAP_FSETID clears it, and a
-/// creation mode's S_ISUID with it. `mkdir` drops both bits itself.
+/// every write, truncate or allocation without CAP_FSETID clears it. A
+/// creation mode could still leave it on an empty file, which keeps it
+/// when a process with CAP_FSETID later writes there. `mkdir` drops both
+/// bits itself.
 #[rustfmt::skip]
 fn privilege_bit_rules() -> impl Iterator<Item = Rule> {
     let calls = [("chmod", 1), ("fchmod", 1), ("fchmodat", 2), ("fchmodat2", 2)];
@@ -301,11 +303,14 @@ fn privilege_bit_rules() -> impl Iterator<Item = Rule> {
     });
     // S_ISGID survives writes while group-execute is off, and a POSIX ACL
     // (setxattr, which the lab's own tools need) then adds group-execute
-    // without chmod: so no creation mode may carry it. openat2's mode is in
-    // a struct; it gets ENOSYS (the prologue) and callers fall back here.
+    // without chmod; S_ISUID stays on a file nothing writes (round 8): so
+    // no creation mode may carry either. openat2's mode is in a struct; it
+    // gets ENOSYS (the prologue) and callers fall back here.
     let creates = [("open", 2), ("creat", 1), ("mknod", 1), ("openat", 3), ("mknodat", 2)];
-    let creates = creates.into_iter().map(|(syscall, index)| {
-        deny(syscall, vec![arg(index, "mode", ArgTest::HasBits(S_ISGID))], Tier::Default, WHY_SETGID_CREATE)
+    let creates = creates.into_iter().flat_map(|(syscall, index)| {
+        [(S_ISUID, WHY_SETUID_CREATE), (S_ISGID, WHY_SETGID_CREATE)].map(|(bit, why)| {
+            deny(syscall, vec![arg(index, "mode", ArgTest::HasBits(bit))], Tier::Default, why)
+        })
     });
     chmods.chain(creates)
 }

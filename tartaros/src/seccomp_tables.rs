@@ -68,5 +68,7 @@ pub(super) const WHY_CORE: &str = "RLIMIT_CORE stays 1, the kernel's marker that
     at 0 a crash would run the host's root core handler (apport, systemd-coredump) outside the sandbox";
 pub(super) const WHY_SETGID_CREATE: &str = "a setgid creation mode survives writes while group-execute is off, and a \
     POSIX ACL then adds group-execute without chmod: a file setgid to the agent's group for any local user";
+pub(super) const WHY_SETUID_CREATE: &str = "a setuid creation mode stays on a file nothing writes, and keeps \
+    the bit when a process with CAP_FSETID later writes it: a setuid file of the agent's uid left in a root";
 pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot read (a setgid creation mode); ENOSYS \
     makes callers fall back to openat, whose mode is filtered";

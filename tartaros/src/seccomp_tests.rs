@@ -113,6 +113,11 @@ fn default_set_denies_what_breaks_the_walls() {
         "mknodat if mode has S_ISGID -> EPERM",
         "open if mode has S_ISGID -> EPERM",
         "creat if mode has S_ISGID -> EPERM",
+        "openat if mode has S_ISUID -> EPERM",
+        "mknodat if mode has S_ISUID -> EPERM",
+        "mknod if mode has S_ISUID -> EPERM",
+        "open if mode has S_ISUID -> EPERM",
+        "creat if mode has S_ISUID -> EPERM",
         "openat2 -> ENOSYS",
     ] {
         assert!(has(&rules, text), "{text} missing");

@@ -319,6 +319,7 @@ const DISCRIMINATING: &[&str] = &[
     "socket_inet_raw_flags", "socket_inet_packet", "ioctl_tiocsti", "ioctl_tiocsti_high",
     "ioctl_tioclinux", "syslog", "reboot", "x32_getpid", "compat_int80", "personality_page_zero",
     "sethostname", "adjtimex", "acct", "openat2", "openat_setgid", "mknodat_setgid",
+    "openat_setuid", "mknodat_setuid",
 ];
 
 /// The errno `name` must fail with under `opts`, or `None` when the
@@ -453,6 +454,8 @@ PROBES = [
     ("openat2", lambda: sc("openat2", -100, NOPE, 0, 0)),
     ("openat_setgid", lambda: sc("openat", -100, NOPE + b"/x", 0o100 | 0o1, 0o2745)),
     ("mknodat_setgid", lambda: sc("mknodat", -100, NOPE + b"/x", 0o102745, 0)),
+    ("openat_setuid", lambda: sc("openat", -100, NOPE + b"/x", 0o100 | 0o1, 0o4755)),
+    ("mknodat_setuid", lambda: sc("mknodat", -100, NOPE + b"/x", 0o104755, 0)),
     ("openat_plain_create", lambda: sc("openat", -100, NOPE + b"/x", 0o100 | 0o1, 0o745)),
     ("keyctl", lambda: sc("keyctl", 0, -3, 0)),
     ("add_key", lambda: sc("add_key", b"tartaros_no_type", b"x", 0, 0, -2)),
