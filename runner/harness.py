@@ -176,7 +176,8 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
                     netns = bare_netns.path
                 tls = test_ca.server_context(spec["tls"]) if test_ca is not None and spec.get("tls") else None
                 lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
-                               netns=netns, hold=bool(spec.get("hold")), tls=tls)
+                               netns=netns, hold=bool(spec.get("hold")), tls=tls,
+                               echo=bool(spec.get("echo")))
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)

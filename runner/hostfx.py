@@ -26,7 +26,8 @@ class Listener:
     """A host listener that records every byte it receives."""
 
     def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
-                 netns: str | None = None, hold: bool = False, tls: "ssl.SSLContext | None" = None):
+                 netns: str | None = None, hold: bool = False, tls: "ssl.SSLContext | None" = None,
+                 echo: bool = False):
         self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
         # tls: terminate TLS with this context, so that what is recorded is
         # the plaintext request (path, headers) an upstream would act on
@@ -34,6 +35,10 @@ class Listener:
         # hold: never close an accepted connection (a service that keeps a
         # relay connection open after the agent is gone)
         self.hold = hold
+        # echo: answer an HTTP request with the request itself as the body
+        # (an upstream's debug endpoint), so what a broker injected comes
+        # back to the agent unless the broker keeps it out
+        self.echo = echo
         self.data = bytearray()
         self.connections = 0
         self._stop = threading.Event()
@@ -107,7 +112,8 @@ class Listener:
                 got += b
                 self._record(b)
                 if got.startswith(HTTP_METHODS) and b"\r\n\r\n" in got:
-                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 3\r\nConnection: close\r\n\r\nok\n")
+                    body = bytes(got) if self.echo else b"ok\n"
+                    conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
                     break
         except OSError:
             pass
