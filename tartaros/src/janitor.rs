@@ -74,18 +74,20 @@ impl Janitor {
     }
 }
 
+/// The descriptor the janitor keeps its pipe on; every other one is closed
+/// or `/dev/null`.
+const PIPE_FD: i32 = 3;
+
 /// The janitor's life: detach from the terminal, wait, clean up.
 fn serve(pipe: File) -> i32 {
     let _ = nix::unistd::setsid();
-    // Hold none of the launcher's stdio: a harness waiting for EOF on the
-    // supervisor's output must not wait for us.
-    if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
-        use std::os::fd::AsRawFd;
-        for fd in 0..=2 {
-            // SAFETY: dup2 onto the standard descriptors we own.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
+    // Hold nothing of the launcher's: its working directory (often the
+    // writable root) kept the user's filesystem busy after the run
+    // returned (`umount` failed with EBUSY while we exited), and its other
+    // descriptors (a harness's --status-fd pipe) would not reach EOF until
+    // we were gone. Every path we are told is absolute.
+    let _ = nix::unistd::chdir("/");
+    let pipe = keep_only(pipe);
     let mut cgroups = Vec::new();
     let mut v1 = Vec::new();
     let mut placeholders = Vec::new();
@@ -117,4 +119,31 @@ fn serve(pipe: File) -> i32 {
     }
     crate::materialize::cleanup_placeholders(&placeholders);
     code
+}
+
+/// Leaves the process with `pipe` on [`PIPE_FD`], `/dev/null` on 0-2 and
+/// no other descriptor. A pipe that cannot be moved is kept where it is
+/// (the cleanup matters more than the launcher's descriptors).
+fn keep_only(pipe: File) -> File {
+    use std::os::fd::{AsRawFd as _, FromRawFd as _, IntoRawFd as _};
+    let fd = pipe.into_raw_fd();
+    // SAFETY: descriptor calls on a freshly forked single-threaded process;
+    // `fd` is ours and is owned again by the File returned.
+    unsafe {
+        let fd = if fd == PIPE_FD {
+            fd
+        } else if libc::dup2(fd, PIPE_FD) == PIPE_FD {
+            libc::close(fd);
+            PIPE_FD
+        } else {
+            return File::from_raw_fd(fd);
+        };
+        if let Ok(null) = File::options().read(true).write(true).open("/dev/null") {
+            for std_fd in 0..=2 {
+                libc::dup2(null.as_raw_fd(), std_fd);
+            }
+        }
+        libc::syscall(libc::SYS_close_range, (PIPE_FD + 1) as u32, u32::MAX, 0u32);
+        File::from_raw_fd(fd)
+    }
 }

@@ -15,6 +15,7 @@ use anyhow::{Context, Result, bail};
 use crate::bench_user::{self, Callers};
 
 mod flood;
+mod fresh_fs;
 
 /// The workload, in C so that the program itself costs next to nothing:
 /// `cycles N` creates, writes, closes and unlinks N files; `execs N` runs
@@ -254,31 +255,34 @@ fn overhead(setup: &Setup) -> Result<()> {
         tartaros,
         workload: w,
         dir,
-        cwd: d,
+        cwd: _,
         runs,
     } = setup;
     let runs = *runs;
     let args = ["cycles", "20000", "execs", "2000"];
     let mut samples: [Vec<Duration>; 4] = Default::default();
     let mut cpu: [Vec<Duration>; 2] = Default::default();
+    // Each run gets an ext4 filesystem of its own (fresh_fs.rs: the
+    // previous runs' deletes would otherwise cost the next one's creates).
+    let fresh = |tag: &str| fresh_fs::FreshFs::new(dir.path(), tag);
     for i in 0..runs {
         let log = dir.path().join(format!("effects-{i}.jsonl"));
-        samples[0].push(timed(Command::new(w).args(args).current_dir(d))?);
-        // Every run leaves the filesystem with 20,000 freshly deleted
-        // inodes, which the next run's creates pay for: alternate which of
-        // the two goes first.
+        let fs = fresh("bare")?;
+        samples[0].push(timed(Command::new(w).args(args).current_dir(fs.path()))?);
+        drop(fs);
         let order = if i % 2 == 0 {
             [false, true]
         } else {
             [true, false]
         };
         for logged in order {
+            let fs = fresh(if logged { "logged" } else { "plain" })?;
             let mut cmd = Command::new(tartaros);
-            cmd.args(["run", "--write", d]);
+            cmd.arg("run").arg("--write").arg(fs.path());
             if logged {
                 cmd.arg("--log").arg(&log);
             }
-            cmd.arg("--").arg(w).args(args).current_dir(d);
+            cmd.arg("--").arg(w).args(args).current_dir(fs.path());
             let (wall, workload_cpu) = timed_cpu(&mut cmd)?;
             samples[1 + usize::from(logged)].push(wall);
             cpu[usize::from(logged)].push(workload_cpu);
@@ -287,13 +291,14 @@ fn overhead(setup: &Setup) -> Result<()> {
         // three runs are enough for its median.
         let trace = dir.path().join("strace.out");
         if i < 3 {
+            let fs = fresh("strace")?;
             samples[3].push(timed(
                 Command::new("strace")
                     .args(["-f", "-o"])
                     .arg(&trace)
                     .arg(w)
                     .args(args)
-                    .current_dir(d),
+                    .current_dir(fs.path()),
             )?);
         }
         let _ = std::fs::remove_file(&log);
@@ -302,7 +307,7 @@ fn overhead(setup: &Setup) -> Result<()> {
     let [bare, plain, logged, strace] = samples.map(median);
     let [plain_cpu, logged_cpu] = cpu.map(median);
     println!(
-        "log: 20,000 create/write/unlink cycles + 2,000 execs, median of {runs} (strace: of 3)"
+        "log: 20,000 create/write/unlink cycles + 2,000 execs on a new ext4 filesystem each, median of {runs} (strace: of 3)"
     );
     println!("  bare workload                    {:>9.1} ms", ms(bare));
     println!("  tartaros run                     {:>9.1} ms", ms(plain));

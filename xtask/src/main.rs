@@ -70,9 +70,11 @@ enum Task {
 
 /// Debian packages the tests and the demo need (chromium opens `log
 /// report`'s page, python3-jsonschema checks the log schema, gcc builds in
-/// the reviewers' realistic run).
+/// the reviewers' realistic run, e2fsprogs makes the log benchmark's
+/// filesystems).
 const TEST_PACKAGES: &[&str] = &[
     "bubblewrap",
+    "e2fsprogs",
     "iproute2",
     "strace",
     "git",
