@@ -73,9 +73,23 @@ impl FreshFs {
 impl Drop for FreshFs {
     fn drop(&mut self) {
         // `mount -o loop` sets autoclear: the loop device goes with the
-        // unmount.
+        // unmount. A process of the run still exiting may hold it for a
+        // moment; lazily unmounted as a last resort, never left mounted.
         if self.mounted {
-            let _ = Command::new("umount").arg(&self.mount).status();
+            let unmounted = (0..20).any(|_| {
+                let ok = Command::new("umount")
+                    .arg(&self.mount)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok {
+                    std::thread::sleep(std::time::Duration::from_millis(50));
+                }
+                ok
+            });
+            if !unmounted {
+                let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+            }
         }
         let _ = std::fs::remove_dir(&self.mount);
         let _ = std::fs::remove_file(&self.image);
