@@ -150,6 +150,8 @@ impl Files {
             self.put_under(from, to, a);
             if flags & RENAME_EXCHANGE != 0 {
                 self.put_under(to, from, b);
+            } else {
+                self.gone_below(b);
             }
         }
         if kind == "rename" && flags & RENAME_EXCHANGE != 0 {
@@ -168,34 +170,82 @@ impl Files {
             f.created = true;
             f.actions.push("whiteout".to_string());
         }
-        let Some(f) = self.file(to) else {
-            return;
-        };
-        f.deleted = false;
         if kind == "link" {
+            let Some(f) = self.file(to) else {
+                return;
+            };
+            f.deleted = false;
             f.created = true;
             if !f.actions.iter().any(|a| a == "link") {
                 f.actions.push("link".to_string());
             }
             return;
         }
-        match old {
-            Some(old) if old.created => {
-                f.created = true;
-                for a in old.actions {
-                    if !f.actions.contains(&a) {
-                        f.actions.push(a);
-                    }
+        // The destination's entry is what the name held before: the
+        // rename replaced it, and the file there is the source's.
+        let prior = self.files.remove(to);
+        let mut moved = old.unwrap_or_default();
+        moved.deleted = false;
+        if !moved.created && moved.renamed_from.is_none() {
+            moved.renamed_from = Some(from.to_string());
+        }
+        push(&mut moved.actions, "rename");
+        if let Some(prior) = prior {
+            if prior.deleted {
+                // Deleted before the rename: its history stays the name's.
+                let mut actions = prior.actions;
+                for a in moved.actions {
+                    push(&mut actions, &a);
+                }
+                moved.actions = actions;
+            } else {
+                // A file of the tree renamed to `to` earlier is gone now:
+                // no other entry would name it (`mv x b; mv a b`).
+                if !prior.created
+                    && let Some(origin) = prior.renamed_from
+                {
+                    self.replaced(&origin, prior.actions);
+                }
+                push(&mut moved.actions, "replaced");
+            }
+        }
+        if let Some(f) = self.file(to) {
+            *f = moved;
+        }
+    }
+
+    /// The tree's file first named `origin` was replaced by a rename at
+    /// the name it had moved to.
+    fn replaced(&mut self, origin: &str, mut actions: Vec<String>) {
+        push(&mut actions, "replaced");
+        let fresh = !self.files.contains_key(origin);
+        if let Some(f) = self.file(origin) {
+            if fresh {
+                f.deleted = true;
+                f.actions = actions;
+            } else {
+                push(&mut f.actions, "replaced");
+            }
+        }
+    }
+
+    /// Entries taken from below a rename's destination, which was a file
+    /// or an empty directory: none of them is in the tree now. Dropping
+    /// them hid deletions (`rm e/f; rmdir e; mkdir n; mv n e` had no
+    /// line naming `e/f`).
+    fn gone_below(&mut self, entries: Vec<(String, FileState)>) {
+        for (path, mut f) in entries {
+            match self.files.get_mut(&path) {
+                // A file moved in at the same place: the name's history.
+                Some(new) => push(
+                    &mut new.actions,
+                    if f.deleted { "delete" } else { "replaced" },
+                ),
+                None => {
+                    f.deleted = true;
+                    self.files.insert(path, f);
                 }
             }
-            Some(old) => {
-                f.renamed_from = old.renamed_from.or_else(|| Some(from.to_string()));
-                f.actions = old.actions;
-            }
-            None => f.renamed_from = Some(from.to_string()),
-        }
-        if !f.actions.iter().any(|a| a == "rename") {
-            f.actions.push("rename".to_string());
         }
     }
 
@@ -303,6 +353,13 @@ impl Files {
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
         (files, self.more)
+    }
+}
+
+/// Adds `action` to a file's actions once (bounded, as `effect` is).
+fn push(actions: &mut Vec<String>, action: &str) {
+    if !actions.iter().any(|a| a == action) && actions.len() < 16 {
+        actions.push(action.to_string());
     }
 }
 
