@@ -46,6 +46,11 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     {
         return Some(Unnamed::Lost("on a shared descriptor, unverified".into()));
     }
+    if flag("links_forgotten") {
+        return Some(Unnamed::Lost(
+            "`path` removed, and the links that may keep its file were forgotten".into(),
+        ));
+    }
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
     // `from` of a link stays the agent's even when `to` is the kernel's.
     let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");

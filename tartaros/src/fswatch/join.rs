@@ -21,8 +21,8 @@ use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
-use super::relinked::Relinked;
-use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
+use super::relinked::{Place, Relinked, locate};
+use super::tmpfile_links::TmpfileLinks;
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target, names};
@@ -169,23 +169,13 @@ impl Join {
     /// exists; `exists` false: the name was removed.
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
-        let absent = |p: &str| super::content::absent(&names::on_disk(p));
-        // An O_TMPFILE linked into the tree: its writes are named
-        // `#<inode>` by the kernel however it is named now. A name removed
-        // after a link: the descriptor's dentry keeps the old name.
-        let linked = if exists && is_tmpfile_name(path) {
-            self.tmpfile_links.name_of(path)
-        } else if !exists || absent(path) {
-            self.relinked.name_of(path, &self.tmpfile_links)
-        } else {
-            None
-        };
-        let path = match &linked {
-            Some(to) => {
+        let place = locate(path, exists, &self.tmpfile_links, &self.relinked);
+        let path = match &place {
+            Place::Linked(to) => {
                 t.insert("written_as", path.to_string());
                 to.as_str()
             }
-            None => path,
+            _ => path,
         };
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
@@ -194,13 +184,10 @@ impl Join {
         if let Some(size) = exists.then(|| super::content::size_of(&on_disk)).flatten() {
             t.insert("size", size);
         }
-        // The name is the one the kernel's notification gave: the last
-        // name of a file unlinked while open, or the `#<inode>` the kernel
-        // gives an O_TMPFILE. Nothing there now: the writes went to a file
-        // the tree does not have.
-        let gone = linked.is_none() && (!exists || absent(path));
-        if gone {
-            t.insert("deleted", true);
+        match place {
+            Place::Gone => t.insert("deleted", true),
+            Place::Unknown => t.insert("links_forgotten", true),
+            Place::Linked(_) | Place::Here => {}
         }
         if !self.tasks.contains_key(&w.task.tgid) {
             // A thread gone before it could be looked up, that no record
