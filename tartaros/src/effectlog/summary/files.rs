@@ -24,7 +24,13 @@ struct FileState {
     exchanged: bool,
     actions: Vec<String>,
     renamed_from: Option<String>,
+    /// Named only by an `O_TMPFILE` open (the kernel's `#<inode>`) and
+    /// its writes: a file of no name, which a link's `written_as` folds.
+    nameless: bool,
 }
+
+/// `__O_TMPFILE`: an open that makes a file with no name.
+const O_TMPFILE: u64 = 0o20000000;
 
 /// `renameat2` flags that leave both names in place.
 const RENAME_EXCHANGE: u64 = 2;
@@ -99,15 +105,23 @@ impl Files {
         // An O_TMPFILE's writes, named where it was linked: its nameless
         // `#<inode>` entry (its open) is this file, not one of the tree.
         // A name removed after a link (`written_as` too) was a name of the
-        // tree: it stays, deleted.
+        // tree: it stays, with whatever was made there since (a symlink,
+        // a directory made at the removed name were folded away).
         let nameless = (kind == "write")
             .then(|| t.get("written_as").and_then(Value::as_str))
             .flatten()
-            .filter(|w| !self.files.get(*w).is_some_and(|f| f.deleted))
+            .filter(|w| self.files.get(*w).is_some_and(|f| f.nameless))
             .and_then(|w| self.files.remove(w));
         let Some(f) = self.file(path) else {
             return;
         };
+        let tmpfile =
+            matches!(kind, "open" | "create") && flags.is_some_and(|f| f & O_TMPFILE != 0);
+        if tmpfile {
+            f.nameless = f.nameless || f.actions.is_empty();
+        } else if kind != "write" {
+            f.nameless = false;
+        }
         for a in nameless.into_iter().flat_map(|n| n.actions) {
             if !f.actions.contains(&a) && f.actions.len() < 16 {
                 f.actions.push(a);
