@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
+use super::print::runs_on_host;
 use super::{FileChange, MAX_STRING};
 use crate::effectlog::show::names;
 use crate::effectlog::show::policy::under;
@@ -12,6 +13,9 @@ use crate::effectlog::show::render::text;
 
 /// Distinct paths tracked; more are counted.
 const MAX_FILES: usize = 100_000;
+/// Files git runs on the host (hooks, configs) tracked past MAX_FILES: a
+/// full table hid a hook written after 100,000 other files.
+const MAX_GIT_RUNS: usize = 10_000;
 
 #[derive(Default)]
 struct FileState {
@@ -64,7 +68,7 @@ impl Files {
             return None;
         }
         if !self.files.contains_key(path) {
-            if self.files.len() >= MAX_FILES {
+            if !room(self.files.len(), path) {
                 self.more += 1;
                 return None;
             }
@@ -353,7 +357,7 @@ impl Files {
             });
         }
         for (path, s) in sealed {
-            if !seen.contains(&path) && files.len() < MAX_FILES {
+            if !seen.contains(&path) && room(files.len(), &path) {
                 files.push(FileChange {
                     path: text(&path, MAX_STRING),
                     change: "seal-only",
@@ -368,6 +372,11 @@ impl Files {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         (files, self.more)
     }
+}
+
+/// Whether a table of `len` files takes `path`.
+fn room(len: usize, path: &str) -> bool {
+    len < MAX_FILES || (len < MAX_FILES + MAX_GIT_RUNS && runs_on_host(path))
 }
 
 /// Adds `action` to a file's actions once (bounded, as `effect` is).

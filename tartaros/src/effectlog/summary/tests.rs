@@ -430,3 +430,47 @@ fn a_reused_pid_or_an_exec_starts_a_new_refusal_entry() {
         ]
     );
 }
+
+/// 100,000 files made first fill the summary's table of files; a git
+/// hook written after them was then on no line (not even `seal-only`),
+/// while the summary promises to list what the reviewer's next `git`
+/// command runs first.
+#[test]
+fn a_git_hook_written_after_the_file_table_is_full_is_still_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.set_batch_bytes(1 << 20);
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        policy: json!({"writable_roots": ["/work"]}),
+        ..genesis()
+    })
+    .unwrap();
+    let create = |p: String| effect("create", 10, 1, 1, json!({"path": p, "flags": 0o301}), None);
+    for i in 0..100_000 {
+        w.record(&mut create(format!("/work/f{i}"))).unwrap();
+    }
+    let hook = "/work/r/.git/hooks/pre-commit";
+    w.record(&mut create(hook.to_string())).unwrap();
+    let config = "/work/r/.git/config";
+    let h = "a".repeat(64);
+    let files = vec![json!({"path": config, "size": 1, "sha256": h})];
+    w.seal_with_files(
+        Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        },
+        Some(files),
+    )
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    let text = summary_text(&s);
+    for p in [hook, config] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(p) && l.ends_with("[git runs this]")),
+            "{p}:\n{text}"
+        );
+    }
+}
