@@ -77,12 +77,18 @@ impl ExecOpens {
         let Some(binary) = r.target.get("binary").and_then(Value::as_str) else {
             return;
         };
-        let Some(at) = opens.iter().position(|(_, p)| p == binary) else {
+        // No open before the interpreter's (a memfd, or a file on no
+        // marked filesystem, is not reported): a script run by descriptor
+        // is still said to have no name. Only the empty case was checked,
+        // and the interpreter's own open on the root's filesystem skipped it.
+        let Some(at) = opens
+            .iter()
+            .position(|(_, p)| p == binary)
+            .filter(|&at| at > 0)
+        else {
+            mark_fd_script(r);
             return;
         };
-        if at == 0 {
-            return;
-        }
         let thread = opens[at].0;
         if opens.iter().any(|(t, _)| *t != thread) {
             // Two threads of the process were in an exec at once (one
