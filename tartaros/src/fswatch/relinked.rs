@@ -145,12 +145,7 @@ pub(super) enum Place {
 /// Once the link tables forgot a link (an agent made 65,536 of them
 /// between a link and a write), a name not found there may live on under
 /// one: the record cannot say `deleted`, and `verify` says incomplete.
-pub(super) fn locate(
-    path: &str,
-    exists: bool,
-    links: &TmpfileLinks,
-    relinked: &Relinked,
-) -> Place {
+pub(super) fn locate(path: &str, exists: bool, links: &TmpfileLinks, relinked: &Relinked) -> Place {
     let absent = |p: &str| super::content::absent(&crate::effectlog::names::on_disk(p));
     let gone = !exists || absent(path);
     let linked = if exists && is_tmpfile_name(path) {
