@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 
 use common::logged::*;
 use common::*;
-use serde_json::Value;
 
 const THREADS: usize = 8;
 const FILES: usize = 1_500;
