@@ -1,10 +1,12 @@
-//! Adversarial round 9: pid reuse in the readers. The host's pids wrap
+//! Adversarial round 9: pid reuse. The host's pids wrap
 //! (`pid_max`, 32,768 here), so an agent that forks that many times gets
 //! the pid of one of its earlier processes. `log summary` counted a
 //! refusal once per pid, so a later process's refusal was added to an
 //! earlier one's (`×2 by P /bin/cat`): an agent could file its own
-//! refusals under an innocent program. Needs root and gcc (fails under
-//! CI=true without); skipped where pid_max is too large to wrap quickly.
+//! refusals under an innocent program; and the supervisor's join took a
+//! process whose pid had exited before for the one that exited. Needs
+//! root and gcc (fails under CI=true without); skipped where pid_max is
+//! too large to wrap quickly.
 
 mod common;
 
@@ -43,20 +45,28 @@ int main(int argc, char **argv) {
 }
 "#;
 
-#[test]
-fn a_reused_pid_does_not_file_a_refusal_under_another_program() {
-    if !usable("round9_pid_reuse") {
-        return;
-    }
+/// The host's `pid_max`, when it is small enough to wrap in a test.
+fn wrappable_pid_max(test: &str) -> Option<u64> {
     let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
         .unwrap()
         .trim()
         .parse()
         .unwrap();
     if pid_max > 65_536 {
-        skip("round9_pid_reuse", "pid_max is too large to wrap in a test");
+        skip(test, "pid_max is too large to wrap in a test");
+        return None;
+    }
+    Some(pid_max)
+}
+
+#[test]
+fn a_reused_pid_does_not_file_a_refusal_under_another_program() {
+    if !usable("round9_pid_reuse") {
         return;
     }
+    let Some(pid_max) = wrappable_pid_max("round9_pid_reuse") else {
+        return;
+    };
     let (root, bin, secret) = (Dir::new(), Dir::open_to_all(), secret_dir());
     let agent = compile(&bin, "agent", AGENT);
     let key = secret.join("key");
@@ -123,5 +133,75 @@ fn a_reused_pid_does_not_file_a_refusal_under_another_program() {
             r["count"], 1,
             "a refusal of another process counted as cat's: {r}"
         );
+    }
+}
+
+/// `argv[2]` children that only exit, then 300 that each create a file:
+/// every one of those has a pid an earlier child had.
+const CREATORS: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (chdir(argv[1])) return 9;
+    long n = atol(argv[2]);
+    for (long i = 0; i < n; i++) {
+        pid_t p = fork();
+        if (p == 0) _exit(0);
+        if (p < 0) return 2;
+        waitpid(p, NULL, 0);
+    }
+    for (int i = 0; i < 300; i++) {
+        pid_t p = fork();
+        if (p == 0) {
+            char name[32];
+            snprintf(name, sizeof name, "c%d", i);
+            int fd = open(name, O_CREAT | O_EXCL | O_WRONLY, 0644);
+            _exit(fd < 0 || write(fd, "x", 1) != 1);
+        }
+        waitpid(p, NULL, 0);
+    }
+    return 0;
+}
+"#;
+
+/// The join released a process's notifications as soon as any process
+/// of its pid had exited: after a wrap, a creator's notification read
+/// before its record became an `uncaptured` create of its own, and its
+/// record kept the agent's string (`path_source: "agent"`; 61 of 300
+/// here, with 144 uncaptured records), so a thread rewriting the name
+/// could have the log name a file that was never made.
+#[test]
+fn a_process_with_a_reused_pid_keeps_its_kernel_names() {
+    if !usable("round9_reused_pid_names") {
+        return;
+    }
+    let Some(pid_max) = wrappable_pid_max("round9_reused_pid_names") else {
+        return;
+    };
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "creators", CREATORS);
+    let dir = root.path().to_str().unwrap();
+    let forks = (pid_max + 2_000).to_string();
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, &forks]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let creates: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "create" && allowed(r))
+        .collect();
+    for i in 0..300 {
+        let path = format!("{dir}/c{i}");
+        assert!(std::path::Path::new(&path).exists(), "{path}");
+        let of: Vec<&&Value> = creates
+            .iter()
+            .filter(|r| field(r, "path") == Some(path.as_str()))
+            .collect();
+        assert_eq!(of.len(), 1, "{path}: {of:#?}");
+        assert_eq!(of[0]["target"]["path_source"], "kernel", "{}", of[0]);
+        assert!(of[0]["target"].get("uncaptured").is_none(), "{}", of[0]);
     }
 }
