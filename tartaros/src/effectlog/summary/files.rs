@@ -36,7 +36,9 @@ struct FileState {
 /// `__O_TMPFILE`: an open that makes a file with no name.
 const O_TMPFILE: u64 = 0o20000000;
 
-/// `renameat2` flags that leave both names in place.
+/// `renameat2` flags: a rename that replaced nothing, and two that
+/// leave both names in place.
+const RENAME_NOREPLACE: u64 = 1;
 const RENAME_EXCHANGE: u64 = 2;
 const RENAME_WHITEOUT: u64 = 4;
 
@@ -209,7 +211,8 @@ impl Files {
         }
         push(&mut moved.actions, "rename");
         if let Some(prior) = prior {
-            if prior.deleted {
+            // RENAME_NOREPLACE succeeded: the name held nothing.
+            if prior.deleted || flags & RENAME_NOREPLACE != 0 {
                 // Deleted before the rename: its history stays the name's.
                 let mut actions = prior.actions;
                 for a in moved.actions {
