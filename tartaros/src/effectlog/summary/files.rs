@@ -140,9 +140,12 @@ impl Files {
         if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
             f.maybe_created = true;
         }
+        // Links forgotten: the name holds nothing, and where the file
+        // went is unknown; not a sign the name exists again.
+        let unknown = t.get("links_forgotten").and_then(Value::as_bool) == Some(true);
         if deletes {
             f.deleted = true;
-        } else if !creates && f.deleted {
+        } else if !creates && f.deleted && !unknown {
             // Written again after a delete: it exists again.
             f.deleted = false;
             f.created = true;

@@ -474,3 +474,38 @@ fn a_git_hook_written_after_the_file_table_is_full_is_still_listed() {
         );
     }
 }
+
+/// A write whose file's links were forgotten (`links_forgotten`: no file
+/// has its name, and where the file lives is unknown) is no sign the
+/// name exists again: it was taken for one, and `x` shown `created`.
+#[test]
+fn a_write_with_forgotten_links_does_not_bring_a_name_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    let x = "/work/x";
+    let mut records = vec![
+        effect("create", 10, 1, 1, json!({"path": x, "flags": 0o301}), None),
+        effect("unlink", 10, 1, 2, json!({"path": x}), None),
+        effect(
+            "write",
+            10,
+            1,
+            3,
+            json!({"path": x, "count": 1, "path_source": "kernel", "links_forgotten": true}),
+            None,
+        ),
+    ];
+    for r in &mut records {
+        w.record(r).unwrap();
+    }
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    assert_eq!(s.verify_code, 3, "{}", s.verify);
+    assert_eq!(file(&s, x).change, "deleted", "{:#?}", s.files);
+}
