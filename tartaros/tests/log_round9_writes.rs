@@ -209,3 +209,65 @@ fn writes_through_passed_grabbed_and_inherited_descriptors_are_named_and_sealed(
         "{records:#?}"
     );
 }
+
+/// A double-forked child that keeps changing a file through a shared
+/// mapping (no notification at all) while the agent exits at once: the
+/// run kills the cgroup, then seals, so the seal's hash must be what the
+/// host reads afterwards, and the file must be in the seal at all.
+const MAPPER: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    char name[] = "mapped";
+    if (chdir(argv[1])) return 9;
+    int ready[2];
+    if (pipe(ready)) return 10;
+    pid_t p = fork();
+    if (p == 0) {
+        if (setsid() < 0 || fork() != 0) _exit(0);
+        int fd = open(name, O_RDWR);
+        char *m = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) _exit(1);
+        close(fd);
+        if (write(ready[1], "r", 1) != 1) _exit(1);
+        for (unsigned long i = 0;; i++) m[i % 4096] = 'a' + i % 26;
+    }
+    waitpid(p, NULL, 0);
+    char c;
+    return read(ready[0], &c, 1) == 1 ? 0 : 11;
+}
+"#;
+
+#[test]
+fn a_mapping_written_until_the_cgroup_is_killed_is_sealed_as_it_is_left() {
+    if !usable("round9_mapped_outlives") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "mapper", MAPPER);
+    let dir = root.path().to_str().unwrap();
+    let mapped = root.file("mapped", &".".repeat(4096));
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let on_host = std::fs::read(&mapped).unwrap();
+    assert_ne!(on_host, vec![b'.'; 4096], "the mapping changed nothing");
+    let hash = seal(&records)["files"]
+        .as_array()
+        .and_then(|f| f.iter().find(|f| f["path"] == mapped.to_str().unwrap()))
+        .and_then(|f| f["sha256"].as_str())
+        .map(str::to_string);
+    assert_eq!(hash, Some(sha256_hex(&on_host)));
+    // Nothing of the run is left running.
+    let left = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .filter(|c| c.starts_with(agent.to_str().unwrap().as_bytes()))
+        .count();
+    assert_eq!(left, 0, "a mapper outlived the run");
+}
