@@ -60,8 +60,14 @@ fn writes_named_by_a_link_stay_named_or_the_log_is_incomplete_after_a_link_flood
     let dir = root.path().to_str().unwrap();
     let (out, records, code, line) =
         run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), dir, "66000"]);
-    // Nothing was lost: the flood reached the supervisor's tables whole.
-    assert_eq!(seal(&records)["lost"], 0, "{line}");
+    // Events lost (a loaded host): the log says it is incomplete, and the
+    // flood did not reach the tables whole, so there is no more to check.
+    if seal(&records)["lost"] != 0 {
+        assert_eq!(code, Some(3), "{line}");
+        assert_eq!(out.status.code(), Some(122), "{}", stderr(&out));
+        eprintln!("events were lost ({line}): the link tables were not tested");
+        return;
+    }
     // The run's status says what `verify` does (122: the log is
     // incomplete, the agent succeeded); it used to exit 0 on a log
     // `verify` called incomplete.
