@@ -59,6 +59,21 @@ fn wrappable_pid_max(test: &str) -> Option<u64> {
     Some(pid_max)
 }
 
+/// Whether the ring lost events (a loaded host): then the log must say it
+/// is incomplete, and the run is no test of pid reuse.
+fn lost_on_a_loaded_host(records: &[Value], log: &std::path::Path) -> bool {
+    if seal(records)["lost"] == 0 {
+        return false;
+    }
+    let verify = tartaros(
+        &["log", "verify", log.to_str().unwrap()],
+        std::path::Path::new("/"),
+    );
+    assert_eq!(verify.status.code(), Some(3), "{}", stdout(&verify));
+    eprintln!("events were lost: pid reuse was not tested");
+    true
+}
+
 #[test]
 fn a_reused_pid_does_not_file_a_refusal_under_another_program() {
     if !usable("round9_pid_reuse") {
@@ -92,8 +107,11 @@ fn a_reused_pid_does_not_file_a_refusal_under_another_program() {
     ];
     args.extend_from_slice(&argv);
     let out = tartaros(&args, root.path());
-    assert!(out.status.success(), "run: {}", stderr(&out));
     let records = records(&log);
+    if lost_on_a_loaded_host(&records, &log) {
+        return;
+    }
+    assert!(out.status.success(), "run: {}", stderr(&out));
     // The pids the cats had, and whether a later process got one of them.
     let cats: std::collections::HashSet<u64> = records
         .iter()
@@ -187,7 +205,11 @@ fn a_process_with_a_reused_pid_keeps_its_kernel_names() {
     let agent = compile(&bin, "creators", CREATORS);
     let dir = root.path().to_str().unwrap();
     let forks = (pid_max + 2_000).to_string();
-    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, &forks]);
+    let (out, records, _, _) =
+        run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), dir, &forks]);
+    if lost_on_a_loaded_host(&records, &logs.join("effects.jsonl")) {
+        return;
+    }
     assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
     let creates: Vec<&Value> = records
         .iter()
