@@ -240,6 +240,7 @@ pub fn finish(
 ) -> LogOutcome {
     let full = writer.full().map(str::to_owned);
     let lost = writer.lost() + writer.dropped();
+    let nameless = writer.nameless();
     let head = match seal(writer, code, signal, cgroup_empty) {
         Ok(head) => head,
         Err(e) => {
@@ -258,6 +259,8 @@ pub fn finish(
         Some("the cgroup was not empty when it was sealed".to_string())
     } else if capture_degraded {
         Some("event capture was not installed (degraded)".to_string())
+    } else if nameless > 0 {
+        Some(format!("{nameless} file records name no file"))
     } else {
         None
     };

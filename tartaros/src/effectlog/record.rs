@@ -47,6 +47,10 @@ impl Target {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|(k, _)| k.as_ref())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }

@@ -160,7 +160,19 @@ pub fn summary_json(s: &Summary) -> String {
     serde_json::to_string_pretty(s).unwrap_or_else(|_| "{}".to_string())
 }
 
-type RefusalKey = (Mechanism, String, String, Option<String>, Option<u64>);
+/// A refusal is counted once per process and program: the tree's node (a
+/// pid reused after an exit is a new node) and the command it ran then. A
+/// key of the pid alone counted a later process's refusals, and those made
+/// after an exec, under the first command seen (`×2 by 11 evil`).
+type RefusalKey = (
+    Mechanism,
+    String,
+    String,
+    Option<String>,
+    Option<u64>,
+    Option<usize>,
+    Option<String>,
+);
 
 struct Collector {
     verdict: Verdict,
@@ -381,7 +393,17 @@ impl Collector {
         let pid = rec.get("pid").and_then(Value::as_u64).filter(|&p| p != 0);
         let shown = render::kind_label(rec);
         let target = text(&render::render_target(kind, &Value::Object(t.clone())), 512);
-        let key = (m, shown.clone(), target.clone(), errno.clone(), pid);
+        let nodes = self.tree.nodes();
+        let command = node.and_then(|i| nodes[i].program.clone());
+        let key = (
+            m,
+            shown.clone(),
+            target.clone(),
+            errno.clone(),
+            pid,
+            node,
+            command.clone(),
+        );
         if let Some(r) = self.refusals.get_mut(&key) {
             r.count += 1;
             return;
@@ -390,8 +412,6 @@ impl Collector {
             self.refusals_more += 1;
             return;
         }
-        let nodes = self.tree.nodes();
-        let command = node.and_then(|i| nodes[i].program.clone());
         let mut ancestry = Vec::new();
         let mut up = node.and_then(|i| nodes[i].parent);
         while let Some(p) = up {

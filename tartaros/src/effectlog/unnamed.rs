@@ -29,6 +29,8 @@
 
 use serde_json::{Map, Value};
 
+use super::Record;
+
 /// How a file record falls short of a kernel name (see the module doc).
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Unnamed {
@@ -45,6 +47,11 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         && (!allowed || m.get("kind").and_then(Value::as_str) == Some("setflags"))
     {
         return Some(Unnamed::Lost("on a shared descriptor, unverified".into()));
+    }
+    if flag("links_forgotten") {
+        return Some(Unnamed::Lost(
+            "`path` removed, and the links that may keep its file were forgotten".into(),
+        ));
     }
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
     // `from` of a link stays the agent's even when `to` is the kernel's.
@@ -78,6 +85,27 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
             || (resolved == Some("cwd") && flag("cwd_unverified"));
     }
     claimed.then_some(Unnamed::Claimed)
+}
+
+/// Whether the writer's `record` is one [`classify`] calls lost. The
+/// writer counts them so that `tartaros run` exits as `verify` will judge
+/// the log: it exited 0 on logs `verify` called incomplete. Only a record
+/// with one of the flags that can make it lost is classified.
+pub(super) fn names_no_file(r: &Record) -> bool {
+    let flagged = r.target.keys().any(|k| {
+        k == "path_unverified"
+            || k == "links_forgotten"
+            || k.ends_with("_unreadable")
+            || k.ends_with("_truncated")
+    });
+    if !flagged {
+        return false;
+    }
+    let mut m = Map::new();
+    m.insert("kind".into(), r.kind.into());
+    m.insert("decision".into(), r.decision.as_str().into());
+    m.insert("target".into(), Value::Object(r.target.to_map()));
+    matches!(classify(&m), Some(Unnamed::Lost(_)))
 }
 
 #[cfg(test)]
@@ -142,5 +170,19 @@ mod tests {
             None,
             "named by the kernel's records"
         );
+    }
+
+    #[test]
+    fn the_writer_counts_the_records_verify_calls_nameless() {
+        use crate::effectlog::testutil::effect;
+        use serde_json::json;
+        let t = json!({"path": "", "path_source": "agent", "path_unreadable": true});
+        assert!(names_no_file(&effect("open", 2, 1, 0, t, Some(13))));
+        let t = json!({"path": "/w/#12", "path_source": "kernel", "links_forgotten": true});
+        assert!(names_no_file(&effect("write", 2, 1, 0, t, None)));
+        let t = json!({"path": "/bin/sh", "argv_truncated": true});
+        assert!(!names_no_file(&effect("exec", 2, 1, 0, t, None)));
+        let t = json!({"path": "/w/x", "path_source": "kernel", "path_unreadable": true});
+        assert!(!names_no_file(&effect("open", 2, 1, 0, t, Some(13))));
     }
 }

@@ -73,6 +73,8 @@ pub struct LogWriter {
     /// and the seal.
     full: Option<String>,
     dropped: u64,
+    /// Records `verify` counts as naming no file (`unnamed`).
+    nameless: u64,
     /// The most the log may grow to, reserve included (see
     /// [`space::size_limit`]).
     size_limit: u64,
@@ -114,6 +116,7 @@ impl LogWriter {
             secrets: Secrets::default(),
             run: None,
             redactions: 0,
+            nameless: 0,
             pending: Vec::new(),
             batch_bytes: 0,
             written: 0,
@@ -158,6 +161,12 @@ impl LogWriter {
     /// Effect records dropped since the log became full.
     pub fn dropped(&self) -> u64 {
         self.dropped
+    }
+
+    /// Records written that name no file: `verify` will say the log is
+    /// incomplete, and so must the run's exit status.
+    pub fn nameless(&self) -> u64 {
+        self.nameless
     }
 
     /// In full mode, counts one dropped record and refuses it.
@@ -354,6 +363,7 @@ impl LogWriter {
         let mut line = String::with_capacity(512);
         record.write_line(self.next_seq, prev, &mut line)?;
         let seq = self.chain(kind, line.into_bytes())?;
+        self.nameless += u64::from(super::unnamed::names_no_file(record));
         if self.pending.len() >= self.batch_bytes {
             self.flush()?;
         }

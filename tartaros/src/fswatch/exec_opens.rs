@@ -71,18 +71,24 @@ impl ExecOpens {
         }
         let opens = self.by_process.remove(&r.pid).unwrap_or_default();
         if opens.is_empty() {
-            mark_fd_script(r);
+            mark_unnamed_script(r);
             return;
         }
         let Some(binary) = r.target.get("binary").and_then(Value::as_str) else {
             return;
         };
-        let Some(at) = opens.iter().position(|(_, p)| p == binary) else {
+        // No open before the interpreter's (a memfd, or a file on no
+        // marked filesystem, is not reported): a script run by descriptor
+        // is still said to have no name. Only the empty case was checked,
+        // and the interpreter's own open on the root's filesystem skipped it.
+        let Some(at) = opens
+            .iter()
+            .position(|(_, p)| p == binary)
+            .filter(|&at| at > 0)
+        else {
+            mark_unnamed_script(r);
             return;
         };
-        if at == 0 {
-            return;
-        }
         let thread = opens[at].0;
         if opens.iter().any(|(t, _)| *t != thread) {
             // Two threads of the process were in an exec at once (one
@@ -189,22 +195,23 @@ fn elf_interpreter(file: &std::fs::File, head: &[u8]) -> Option<String> {
     None
 }
 
-/// `execveat(fd, "", AT_EMPTY_PATH)` of a script with no open reported
-/// for it (a script on a filesystem the group does not mark):
-/// `binfmt_script` hands the interpreter `/dev/fd/N` as the script's name,
-/// which names nothing once the process is gone. Said so, not left for a
-/// reviewer to take `path` for a name.
-fn mark_fd_script(r: &mut Record) {
+/// A script with no open reported for it: run by descriptor
+/// (`execveat(fd, "", AT_EMPTY_PATH)` of a memfd: `binfmt_script` hands
+/// the interpreter `/dev/fd/N`, which names nothing once the process is
+/// gone) or from a filesystem the group does not mark (the sandbox's
+/// private `/dev/shm` and `/tmp`, which the agent can write: `path` is
+/// then only its string). `binfmt_script` puts the script's name after
+/// the interpreter and its one optional argument. Said so, not left for
+/// a reviewer to take `path` for the kernel's name.
+fn mark_unnamed_script(r: &mut Record) {
     let Some(path) = r.target.get("path").and_then(Value::as_str) else {
         return;
     };
-    let second = r
-        .target
-        .get("argv")
-        .and_then(Value::as_array)
-        .and_then(|a| a.get(1))
-        .and_then(Value::as_str);
-    if path.starts_with("/dev/fd/") && second == Some(path) {
+    let argv = r.target.get("argv").and_then(Value::as_array);
+    let at = |i: usize| argv.and_then(|a| a.get(i)).and_then(Value::as_str);
+    // A program run by its own name is no script, whatever its arguments.
+    let binary = r.target.get("binary").and_then(Value::as_str);
+    if binary != Some(path) && (at(1) == Some(path) || at(2) == Some(path)) {
         r.target.insert("script_unnamed", true);
     }
 }

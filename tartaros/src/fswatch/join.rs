@@ -21,8 +21,8 @@ use super::exec_opens::ExecOpens;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
-use super::relinked::Relinked;
-use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
+use super::relinked::{Place, Relinked, locate};
+use super::tmpfile_links::TmpfileLinks;
 use super::touched::Touched;
 use super::writes::{WriteCounts, Writes};
 use crate::effectlog::{Decision, Record, Target, names};
@@ -43,8 +43,11 @@ pub(super) struct Join {
     held: Vec<(u32, Record)>,
     /// The newest record's time, per thread.
     last_ns: HashMap<u32, u64>,
-    /// Threads of processes that exited.
-    exited: BTreeSet<u32>,
+    /// Processes that exited: the exit record's time, and when it was
+    /// joined (every notification of the process was read by then). A pid
+    /// is reused (the agent can wrap the host's in seconds): a later
+    /// process of that pid is not the one that exited.
+    exited: HashMap<u32, (u64, u64)>,
     /// Threads with a call on a descriptor of a shared fd table, whose
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
@@ -169,23 +172,13 @@ impl Join {
     /// exists; `exists` false: the name was removed.
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
-        let absent = |p: &str| super::content::absent(&names::on_disk(p));
-        // An O_TMPFILE linked into the tree: its writes are named
-        // `#<inode>` by the kernel however it is named now. A name removed
-        // after a link: the descriptor's dentry keeps the old name.
-        let linked = if exists && is_tmpfile_name(path) {
-            self.tmpfile_links.name_of(path)
-        } else if !exists || absent(path) {
-            self.relinked.name_of(path, &self.tmpfile_links)
-        } else {
-            None
-        };
-        let path = match &linked {
-            Some(to) => {
+        let place = locate(path, exists, &self.tmpfile_links, &self.relinked);
+        let path = match &place {
+            Place::Linked(to) => {
                 t.insert("written_as", path.to_string());
                 to.as_str()
             }
-            None => path,
+            _ => path,
         };
         t.insert("path", path.to_string());
         t.insert("path_source", "kernel");
@@ -194,13 +187,10 @@ impl Join {
         if let Some(size) = exists.then(|| super::content::size_of(&on_disk)).flatten() {
             t.insert("size", size);
         }
-        // The name is the one the kernel's notification gave: the last
-        // name of a file unlinked while open, or the `#<inode>` the kernel
-        // gives an O_TMPFILE. Nothing there now: the writes went to a file
-        // the tree does not have.
-        let gone = linked.is_none() && (!exists || absent(path));
-        if gone {
-            t.insert("deleted", true);
+        match place {
+            Place::Gone => t.insert("deleted", true),
+            Place::Unknown => t.insert("links_forgotten", true),
+            Place::Linked(_) | Place::Here => {}
         }
         if !self.tasks.contains_key(&w.task.tgid) {
             // A thread gone before it could be looked up, that no record
@@ -243,7 +233,7 @@ impl Join {
                 self.exec_opens.name(&mut r, tid);
             }
             if r.kind == "exit" {
-                self.exited.insert(r.pid);
+                self.exited.insert(r.pid, (r.mono_ns, now_ns));
                 self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
                     out.push(self.write_record(&path, &w, true));
@@ -364,7 +354,7 @@ impl Join {
             let moved_on = self.last_ns.get(&tid).is_some_and(|&t| t > r.mono_ns);
             let ready = all
                 || moved_on
-                || self.exited.contains(&r.pid)
+                || self.exited.get(&r.pid).is_some_and(|e| e.0 >= r.mono_ns)
                 || now_ns.saturating_sub(r.mono_ns) > HOLD_NS;
             if !ready {
                 self.held.push((tid, r));
@@ -417,7 +407,10 @@ impl Join {
         let parked = self.relinked.take_ready(|p| {
             all || (!waiting.contains(&p.tid)
                 && (last_ns.get(&p.tid).is_some_and(|&l| l >= p.read_ns)
-                    || tasks.get(&p.tid).is_some_and(|t| exited.contains(&t.tgid))
+                    || tasks
+                        .get(&p.tid)
+                        .and_then(|t| exited.get(&t.tgid))
+                        .is_some_and(|e| e.1 >= p.read_ns)
                     || now_ns.saturating_sub(p.read_ns) > ORPHAN_NS))
         });
         for p in parked {
@@ -432,14 +425,14 @@ impl Join {
             }
             let last = self.last_ns.get(&tid).copied().unwrap_or(0);
             let task = self.tasks.get(&tid).copied();
-            let exited = task.is_some_and(|t| self.exited.contains(&t.tgid));
+            let exited_at = task.and_then(|t| self.exited.get(&t.tgid)).map(|e| e.1);
             let Some(queue) = self.pending.get_mut(&tid) else {
                 continue;
             };
             let mut orphans = Vec::new();
             while let Some(front) = queue.front() {
                 let orphan = all
-                    || exited
+                    || exited_at.is_some_and(|at| at >= front.read_ns)
                     || last >= front.read_ns
                     || now_ns.saturating_sub(front.read_ns) > ORPHAN_NS;
                 if !orphan {

@@ -84,11 +84,17 @@ impl Placement {
                 // is reported with its entry.
                 continue;
             }
-            let member = match self.join.task(event.tid) {
+            let known = self.join.task(event.tid);
+            let cached_host = self.host.get(&event.tid).is_some_and(|&until| until > now);
+            // A host verdict is not trusted for a change in a root: the
+            // agent can cycle the host's pids (32,768 here) until a thread
+            // of its own gets a host thread's tid within the second, and
+            // the record naming it may come after its first changes.
+            if known.is_none() && cached_host && !self.in_roots(event, facts) {
+                continue;
+            }
+            let member = match known {
                 Some(task) => Member::Sandbox(task),
-                None if self.host.get(&event.tid).is_some_and(|&until| until > now) => {
-                    continue;
-                }
                 None => facts.member(event.tid),
             };
             match member {
@@ -140,6 +146,18 @@ impl Placement {
         }
         out.extend(self.join.finish(now));
         out
+    }
+
+    /// Whether `event` changes an entry in a root (or an inherited file).
+    fn in_roots(&mut self, event: &RawEvent, facts: &dyn Facts) -> bool {
+        let paths: Vec<PathBuf> = [&event.entry, &event.new_entry]
+            .into_iter()
+            .flatten()
+            .filter_map(|e| self.entry_path(e, facts))
+            .collect();
+        paths.iter().any(|p| {
+            self.roots.iter().any(|r| p.starts_with(r)) || self.inherited.iter().any(|f| p == f)
+        })
     }
 
     fn notice(&mut self, event: &RawEvent, now: u64, after: u64, facts: &dyn Facts) -> Notice {
@@ -282,6 +300,8 @@ mod tests {
         assert_eq!(size("again"), None, "the size would be the new file's");
     }
 
+    /// Outside the roots (handle [2] resolves to nothing); a host change
+    /// in a root is looked up every time (round 9: a reused tid).
     #[test]
     fn host_threads_are_dropped_and_looked_up_once_a_second() {
         let facts = Fake {
@@ -289,19 +309,76 @@ mod tests {
         };
         let mut p = placement();
         let events = vec![
-            event(20, bit::CREATE, 1, "a"),
-            event(20, bit::CREATE, 1, "b"),
+            event(20, bit::CREATE, 2, "a"),
+            event(20, bit::CREATE, 2, "b"),
         ];
         assert!(p.place(events, 100, 0, &facts).is_empty());
         assert_eq!(facts.lookups.get(), 1, "the verdict is cached");
         p.place(
-            vec![event(20, bit::CREATE, 1, "c")],
+            vec![event(20, bit::CREATE, 2, "c")],
             100 + HOST_VERDICT_NS + 1,
             0,
             &facts,
         );
         assert_eq!(facts.lookups.get(), 2, "and expires");
+        p.place(vec![event(20, bit::CREATE, 1, "d")], 101, 0, &facts);
+        assert_eq!(facts.lookups.get(), 3, "in a root, not cached");
         assert!(p.finish(10).is_empty(), "nothing of the host is logged");
+    }
+
+    /// tid 20 is a host thread, then (its pid reused within the second)
+    /// a sandbox thread: its change in a root is not dropped on the cached
+    /// verdict, nor is a host change outside the roots looked up again.
+    struct Reused {
+        lookups: Cell<u32>,
+        reused: Cell<bool>,
+    }
+
+    impl Facts for Reused {
+        fn member(&self, _: u32) -> Member {
+            self.lookups.set(self.lookups.get() + 1);
+            if self.reused.get() {
+                Member::Sandbox(Task {
+                    tgid: 20,
+                    ppid: 1,
+                    uid: 65534,
+                })
+            } else {
+                Member::Host
+            }
+        }
+        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+            match dir.bytes.as_slice() {
+                [1] => Some(PathBuf::from("/w")),
+                [3] => Some(PathBuf::from("/elsewhere")),
+                _ => None,
+            }
+        }
+    }
+
+    #[test]
+    fn a_host_verdict_does_not_hide_a_reused_tid_s_change_in_a_root() {
+        let facts = Reused {
+            lookups: Cell::new(0),
+            reused: Cell::new(false),
+        };
+        let mut p = placement();
+        p.place(vec![event(20, bit::CREATE, 3, "host")], 100, 0, &facts);
+        p.place(vec![event(20, bit::CREATE, 3, "host2")], 150, 100, &facts);
+        assert_eq!(facts.lookups.get(), 1, "outside the roots: cached");
+        facts.reused.set(true);
+        p.place(vec![event(20, bit::CREATE, 1, "agent")], 200, 150, &facts);
+        let out = p.finish(300 + 10_000_000_000);
+        assert!(
+            out.iter()
+                .any(|r| r.target.get("path").and_then(Value::as_str) == Some("/w/agent")),
+            "{out:?}"
+        );
+        assert!(
+            out.iter()
+                .all(|r| r.target.get("path").and_then(Value::as_str) != Some("/elsewhere/host")),
+            "{out:?}"
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 
-use super::tmpfile_links::TmpfileLinks;
+use super::tmpfile_links::{TmpfileLinks, is_tmpfile_name};
 use super::writes::Writes;
 
 /// Names remembered (a bound on the supervisor's memory; all go at once
@@ -48,6 +48,9 @@ pub(super) struct Relinked {
     /// The links each removed name left behind at its last removal.
     removed: HashMap<String, Vec<(u64, u64)>>,
     parked: Vec<Parked>,
+    /// Links were forgotten (a table was full): a removed name with no
+    /// link found may still live on under one.
+    forgot: bool,
 }
 
 impl Relinked {
@@ -68,10 +71,13 @@ impl Relinked {
     pub fn linked(&mut self, from: &str, key: (u64, u64)) {
         if self.pending.len() >= KEPT {
             self.pending.clear();
+            self.forgot = true;
         }
         let links = self.pending.entry(from.to_string()).or_default();
         if links.len() < LINKS_PER_NAME {
             links.push(key);
+        } else {
+            self.forgot = true;
         }
     }
 
@@ -83,6 +89,7 @@ impl Relinked {
             Some(links) => {
                 if self.removed.len() >= KEPT {
                     self.removed.clear();
+                    self.forgot = true;
                 }
                 self.removed.insert(path.to_string(), links);
             }
@@ -90,6 +97,11 @@ impl Relinked {
                 self.removed.remove(path);
             }
         }
+    }
+
+    /// Whether a link may have been forgotten (see [`TmpfileLinks::forgot`]).
+    pub fn forgot(&self) -> bool {
+        self.forgot
     }
 
     /// The parked counts `ready` says the records have passed.
@@ -110,6 +122,44 @@ impl Relinked {
             .iter()
             .rev()
             .find_map(|key| links.name_of_inode(*key))
+    }
+}
+
+/// Where the file written under the kernel's name `path` is now.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Place {
+    /// Under a link the run made (the `write` record's `path`; the
+    /// kernel's name is its `written_as`).
+    Linked(String),
+    /// At `path` itself.
+    Here,
+    /// Nowhere: the writes went to a file the tree does not have.
+    Gone,
+    /// Not at `path`, and a link that may keep it was forgotten.
+    Unknown,
+}
+
+/// An O_TMPFILE linked into the tree is named `#<inode>` by the kernel
+/// however it is named now; a name removed after a link keeps the
+/// descriptor's old dentry. Either is looked up among the run's links.
+/// Once the link tables forgot a link (an agent made 65,536 of them
+/// between a link and a write), a name not found there may live on under
+/// one: the record cannot say `deleted`, and `verify` says incomplete.
+pub(super) fn locate(path: &str, exists: bool, links: &TmpfileLinks, relinked: &Relinked) -> Place {
+    let absent = |p: &str| super::content::absent(&crate::effectlog::names::on_disk(p));
+    let gone = !exists || absent(path);
+    let linked = if exists && is_tmpfile_name(path) {
+        links.name_of(path)
+    } else if gone {
+        relinked.name_of(path, links)
+    } else {
+        None
+    };
+    match linked {
+        Some(to) => Place::Linked(to),
+        None if !gone => Place::Here,
+        None if links.forgot() || relinked.forgot() => Place::Unknown,
+        None => Place::Gone,
     }
 }
 
@@ -161,5 +211,19 @@ mod tests {
         std::fs::remove_file(&y).unwrap();
         assert_eq!(relinked.name_of(&x, &links), None);
         assert_eq!(relinked.name_of(&format!("{d}/z"), &links), None);
+    }
+
+    #[test]
+    fn a_removed_name_is_unknown_once_the_links_overflowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let x = format!("{}/x", dir.path().to_str().unwrap());
+        let links = TmpfileLinks::default();
+        let mut relinked = Relinked::default();
+        assert_eq!(locate(&x, false, &links, &relinked), Place::Gone);
+        for i in 0..=KEPT as u64 {
+            relinked.linked(&format!("/w/f{i}"), (1, i));
+        }
+        assert!(relinked.forgot());
+        assert_eq!(locate(&x, false, &links, &relinked), Place::Unknown);
     }
 }

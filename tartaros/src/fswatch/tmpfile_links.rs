@@ -10,6 +10,7 @@
 //! create notification; the inode found there, when the record is joined,
 //! maps `#<inode>` to it.
 
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
@@ -27,6 +28,9 @@ pub(super) struct TmpfileLinks {
     by_inode: HashMap<(u64, u64), String>,
     /// The same, by path, to follow renames.
     by_path: HashMap<String, (u64, u64)>,
+    /// Links were forgotten (the tables were full, or a directory scan
+    /// was cut): a nameless file not found may still have a name.
+    forgot: Cell<bool>,
 }
 
 impl TmpfileLinks {
@@ -40,6 +44,7 @@ impl TmpfileLinks {
         if self.by_inode.len() >= KEPT {
             self.by_inode.clear();
             self.by_path.clear();
+            self.forgot.set(true);
         }
         let key = (meta.dev(), meta.ino());
         if let Some(old) = self.by_inode.insert(key, to.to_string()) {
@@ -106,12 +111,24 @@ impl TmpfileLinks {
         // in one read): the usual place is the tmpfile's own directory.
         let entries =
             std::fs::read_dir(names::on_disk(if dir.is_empty() { "/" } else { dir })).ok()?;
-        entries
+        let mut scanned = 0;
+        let found = entries
             .flatten()
             .take(DIR_SCAN)
+            .inspect(|_| scanned += 1)
             .filter(|e| std::os::unix::fs::DirEntryExt::ino(e) == ino)
             .map(|e| names::display_path(&e.path()))
-            .find(|p| holds(p))
+            .find(|p| holds(p));
+        if found.is_none() && scanned == DIR_SCAN {
+            self.forgot.set(true);
+        }
+        found
+    }
+
+    /// Whether a link may have been forgotten: a write to a nameless or
+    /// removed name not found here cannot be said to be gone.
+    pub fn forgot(&self) -> bool {
+        self.forgot.get()
     }
 }
 

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::{Map, Value};
 
+use super::print::runs_on_host;
 use super::{FileChange, MAX_STRING};
 use crate::effectlog::show::names;
 use crate::effectlog::show::policy::under;
@@ -12,6 +13,9 @@ use crate::effectlog::show::render::text;
 
 /// Distinct paths tracked; more are counted.
 const MAX_FILES: usize = 100_000;
+/// Files git runs on the host (hooks, configs) tracked past MAX_FILES: a
+/// full table hid a hook written after 100,000 other files.
+const MAX_GIT_RUNS: usize = 10_000;
 
 #[derive(Default)]
 struct FileState {
@@ -24,9 +28,17 @@ struct FileState {
     exchanged: bool,
     actions: Vec<String>,
     renamed_from: Option<String>,
+    /// Named only by an `O_TMPFILE` open (the kernel's `#<inode>`) and
+    /// its writes: a file of no name, which a link's `written_as` folds.
+    nameless: bool,
 }
 
-/// `renameat2` flags that leave both names in place.
+/// `__O_TMPFILE`: an open that makes a file with no name.
+const O_TMPFILE: u64 = 0o20000000;
+
+/// `renameat2` flags: a rename that replaced nothing, and two that
+/// leave both names in place.
+const RENAME_NOREPLACE: u64 = 1;
 const RENAME_EXCHANGE: u64 = 2;
 const RENAME_WHITEOUT: u64 = 4;
 
@@ -58,7 +70,7 @@ impl Files {
             return None;
         }
         if !self.files.contains_key(path) {
-            if self.files.len() >= MAX_FILES {
+            if !room(self.files.len(), path) {
                 self.more += 1;
                 return None;
             }
@@ -99,15 +111,23 @@ impl Files {
         // An O_TMPFILE's writes, named where it was linked: its nameless
         // `#<inode>` entry (its open) is this file, not one of the tree.
         // A name removed after a link (`written_as` too) was a name of the
-        // tree: it stays, deleted.
+        // tree: it stays, with whatever was made there since (a symlink,
+        // a directory made at the removed name were folded away).
         let nameless = (kind == "write")
             .then(|| t.get("written_as").and_then(Value::as_str))
             .flatten()
-            .filter(|w| !self.files.get(*w).is_some_and(|f| f.deleted))
+            .filter(|w| self.files.get(*w).is_some_and(|f| f.nameless))
             .and_then(|w| self.files.remove(w));
         let Some(f) = self.file(path) else {
             return;
         };
+        let tmpfile =
+            matches!(kind, "open" | "create") && flags.is_some_and(|f| f & O_TMPFILE != 0);
+        if tmpfile {
+            f.nameless = f.nameless || f.actions.is_empty();
+        } else if kind != "write" {
+            f.nameless = false;
+        }
         for a in nameless.into_iter().flat_map(|n| n.actions) {
             if !f.actions.contains(&a) && f.actions.len() < 16 {
                 f.actions.push(a);
@@ -120,9 +140,12 @@ impl Files {
         if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
             f.maybe_created = true;
         }
+        // Links forgotten: the name holds nothing, and where the file
+        // went is unknown; not a sign the name exists again.
+        let unknown = t.get("links_forgotten").and_then(Value::as_bool) == Some(true);
         if deletes {
             f.deleted = true;
-        } else if !creates && f.deleted {
+        } else if !creates && f.deleted && !unknown {
             // Written again after a delete: it exists again.
             f.deleted = false;
             f.created = true;
@@ -150,6 +173,8 @@ impl Files {
             self.put_under(from, to, a);
             if flags & RENAME_EXCHANGE != 0 {
                 self.put_under(to, from, b);
+            } else {
+                self.gone_below(b);
             }
         }
         if kind == "rename" && flags & RENAME_EXCHANGE != 0 {
@@ -168,34 +193,83 @@ impl Files {
             f.created = true;
             f.actions.push("whiteout".to_string());
         }
-        let Some(f) = self.file(to) else {
-            return;
-        };
-        f.deleted = false;
         if kind == "link" {
+            let Some(f) = self.file(to) else {
+                return;
+            };
+            f.deleted = false;
             f.created = true;
             if !f.actions.iter().any(|a| a == "link") {
                 f.actions.push("link".to_string());
             }
             return;
         }
-        match old {
-            Some(old) if old.created => {
-                f.created = true;
-                for a in old.actions {
-                    if !f.actions.contains(&a) {
-                        f.actions.push(a);
-                    }
+        // The destination's entry is what the name held before: the
+        // rename replaced it, and the file there is the source's.
+        let prior = self.files.remove(to);
+        let mut moved = old.unwrap_or_default();
+        moved.deleted = false;
+        if !moved.created && moved.renamed_from.is_none() {
+            moved.renamed_from = Some(from.to_string());
+        }
+        push(&mut moved.actions, "rename");
+        if let Some(prior) = prior {
+            // RENAME_NOREPLACE succeeded: the name held nothing.
+            if prior.deleted || flags & RENAME_NOREPLACE != 0 {
+                // Deleted before the rename: its history stays the name's.
+                let mut actions = prior.actions;
+                for a in moved.actions {
+                    push(&mut actions, &a);
+                }
+                moved.actions = actions;
+            } else {
+                // A file of the tree renamed to `to` earlier is gone now:
+                // no other entry would name it (`mv x b; mv a b`).
+                if !prior.created
+                    && let Some(origin) = prior.renamed_from
+                {
+                    self.replaced(&origin, prior.actions);
+                }
+                push(&mut moved.actions, "replaced");
+            }
+        }
+        if let Some(f) = self.file(to) {
+            *f = moved;
+        }
+    }
+
+    /// The tree's file first named `origin` was replaced by a rename at
+    /// the name it had moved to.
+    fn replaced(&mut self, origin: &str, mut actions: Vec<String>) {
+        push(&mut actions, "replaced");
+        let fresh = !self.files.contains_key(origin);
+        if let Some(f) = self.file(origin) {
+            if fresh {
+                f.deleted = true;
+                f.actions = actions;
+            } else {
+                push(&mut f.actions, "replaced");
+            }
+        }
+    }
+
+    /// Entries taken from below a rename's destination, which was a file
+    /// or an empty directory: none of them is in the tree now. Dropping
+    /// them hid deletions (`rm e/f; rmdir e; mkdir n; mv n e` had no
+    /// line naming `e/f`).
+    fn gone_below(&mut self, entries: Vec<(String, FileState)>) {
+        for (path, mut f) in entries {
+            match self.files.get_mut(&path) {
+                // A file moved in at the same place: the name's history.
+                Some(new) => push(
+                    &mut new.actions,
+                    if f.deleted { "delete" } else { "replaced" },
+                ),
+                None => {
+                    f.deleted = true;
+                    self.files.insert(path, f);
                 }
             }
-            Some(old) => {
-                f.renamed_from = old.renamed_from.or_else(|| Some(from.to_string()));
-                f.actions = old.actions;
-            }
-            None => f.renamed_from = Some(from.to_string()),
-        }
-        if !f.actions.iter().any(|a| a == "rename") {
-            f.actions.push("rename".to_string());
         }
     }
 
@@ -289,7 +363,7 @@ impl Files {
             });
         }
         for (path, s) in sealed {
-            if !seen.contains(&path) && files.len() < MAX_FILES {
+            if !seen.contains(&path) && room(files.len(), &path) {
                 files.push(FileChange {
                     path: text(&path, MAX_STRING),
                     change: "seal-only",
@@ -303,6 +377,18 @@ impl Files {
         }
         files.sort_by(|a, b| a.path.cmp(&b.path));
         (files, self.more)
+    }
+}
+
+/// Whether a table of `len` files takes `path`.
+fn room(len: usize, path: &str) -> bool {
+    len < MAX_FILES || (len < MAX_FILES + MAX_GIT_RUNS && runs_on_host(path))
+}
+
+/// Adds `action` to a file's actions once (bounded, as `effect` is).
+fn push(actions: &mut Vec<String>, action: &str) {
+    if !actions.iter().any(|a| a == action) && actions.len() < 16 {
+        actions.push(action.to_string());
     }
 }
 

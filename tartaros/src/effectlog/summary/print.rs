@@ -48,8 +48,8 @@ fn inside_git(path: &str) -> bool {
 /// A file of a `.git` directory that the reviewer's next `git` command
 /// runs or obeys on the host: a hook, a repository's (or a submodule's)
 /// `config` (`core.fsmonitor`, `core.hooksPath`). Never folded into the
-/// count of `.git` files.
-fn runs_on_host(path: &str) -> bool {
+/// count of `.git` files, nor left out of a full table of files.
+pub(super) fn runs_on_host(path: &str) -> bool {
     let Some(at) = path.find("/.git/") else {
         return false;
     };

@@ -350,3 +350,162 @@ fn the_text_fits_a_screen_and_starts_with_the_verdict() {
     let json: Value = serde_json::from_str(&summary_json(&s)).unwrap();
     assert_eq!(json["files"].as_array().unwrap().len(), s.files.len());
 }
+
+/// One refusal of `/home/u/.ssh/id` by each of four processes: pid 11
+/// running `evil`, then (after its exit) a new pid 11 running `make`; pid
+/// 12 running `evil`, then `make` after an exec. Counting them by pid put
+/// the second of each under the first's command (`×2 by 11 evil`), so an
+/// agent could file its own refusals under an innocent program's name, or
+/// an innocent program's under its own.
+#[test]
+fn a_reused_pid_or_an_exec_starts_a_new_refusal_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        ..genesis()
+    })
+    .unwrap();
+    let exec = |pid, ms, prog: &str| {
+        effect(
+            "exec",
+            pid,
+            10,
+            ms,
+            json!({"path": prog, "argv": [prog]}),
+            None,
+        )
+    };
+    let refused = |pid, ms| {
+        effect(
+            "open",
+            pid,
+            10,
+            ms,
+            json!({"path": "/home/u/.ssh/id", "flags": 0}),
+            Some(13),
+        )
+    };
+    let mut records = vec![
+        exec(10, 1, "/bin/sh"),
+        effect("fork", 10, 1, 2, json!({"child": 11}), None),
+        exec(11, 3, "/usr/bin/evil"),
+        refused(11, 4),
+        effect("exit", 11, 10, 5, json!({"code": 0}), None),
+        effect("fork", 10, 1, 6, json!({"child": 11}), None),
+        exec(11, 7, "/usr/bin/make"),
+        refused(11, 8),
+        effect("exit", 11, 10, 9, json!({"code": 0}), None),
+        effect("fork", 10, 1, 10, json!({"child": 12}), None),
+        exec(12, 11, "/usr/bin/evil"),
+        refused(12, 12),
+        exec(12, 13, "/usr/bin/make"),
+        refused(12, 14),
+        effect("exit", 12, 10, 15, json!({"code": 0}), None),
+        effect("exit", 10, 1, 16, json!({"code": 0}), None),
+    ];
+    for r in &mut records {
+        w.record(r).unwrap();
+    }
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    let mut by: Vec<(Option<u64>, Option<&str>, u64)> = s
+        .refusals
+        .iter()
+        .map(|r| (r.pid, r.command.as_deref(), r.count))
+        .collect();
+    by.sort();
+    assert_eq!(
+        by,
+        [
+            (Some(11), Some("/usr/bin/evil"), 1),
+            (Some(11), Some("/usr/bin/make"), 1),
+            (Some(12), Some("/usr/bin/evil"), 1),
+            (Some(12), Some("/usr/bin/make"), 1),
+        ]
+    );
+}
+
+/// 100,000 files made first fill the summary's table of files; a git
+/// hook written after them was then on no line (not even `seal-only`),
+/// while the summary promises to list what the reviewer's next `git`
+/// command runs first.
+#[test]
+fn a_git_hook_written_after_the_file_table_is_full_is_still_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.set_batch_bytes(1 << 20);
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        policy: json!({"writable_roots": ["/work"]}),
+        ..genesis()
+    })
+    .unwrap();
+    let create = |p: String| effect("create", 10, 1, 1, json!({"path": p, "flags": 0o301}), None);
+    for i in 0..100_000 {
+        w.record(&mut create(format!("/work/f{i}"))).unwrap();
+    }
+    let hook = "/work/r/.git/hooks/pre-commit";
+    w.record(&mut create(hook.to_string())).unwrap();
+    let config = "/work/r/.git/config";
+    let h = "a".repeat(64);
+    let files = vec![json!({"path": config, "size": 1, "sha256": h})];
+    w.seal_with_files(
+        Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        },
+        Some(files),
+    )
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    let text = summary_text(&s);
+    for p in [hook, config] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(p) && l.ends_with("[git runs this]")),
+            "{p}:\n{text}"
+        );
+    }
+}
+
+/// A write whose file's links were forgotten (`links_forgotten`: no file
+/// has its name, and where the file lives is unknown) is no sign the
+/// name exists again: it was taken for one, and `x` shown `created`.
+#[test]
+fn a_write_with_forgotten_links_does_not_bring_a_name_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    let x = "/work/x";
+    let mut records = vec![
+        effect("create", 10, 1, 1, json!({"path": x, "flags": 0o301}), None),
+        effect("unlink", 10, 1, 2, json!({"path": x}), None),
+        effect(
+            "write",
+            10,
+            1,
+            3,
+            json!({"path": x, "count": 1, "path_source": "kernel", "links_forgotten": true}),
+            None,
+        ),
+    ];
+    for r in &mut records {
+        w.record(r).unwrap();
+    }
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    assert_eq!(s.verify_code, 3, "{}", s.verify);
+    assert_eq!(file(&s, x).change, "deleted", "{:#?}", s.files);
+}
