@@ -24,6 +24,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use zeroize::Zeroizing;
 
 use super::echo::MIN_SECRET_PART;
+use super::echo_forms;
 
 /// Every byte string whose presence in a body means a secret reached it,
 /// lower case (matching ignores ASCII case, as hex tokens read the same
@@ -36,48 +37,46 @@ pub(super) struct Needles {
 impl Needles {
     /// The forms of each of `secrets`: the whole value and each of its
     /// whitespace-separated parts of at least [`MIN_SECRET_PART`] bytes
-    /// (the credential without its `Bearer ` scheme), each as is, with `/`
-    /// JSON-escaped as `\/` (PHP's `json_encode`), and percent-encoded (a
-    /// URL in the page); and every run of [`MIN_SECRET_PART`] bytes of
-    /// the value, so that no such run of it survives however the rest
-    /// was encoded.
+    /// (the credential without its `Bearer ` scheme), and what a `Basic`
+    /// value holds decoded (`echo_forms::basic_decoded`); each as is, in
+    /// the reversible encodings of `echo_forms` (base64 at every
+    /// alignment, hex, UTF-16, `\u00XX`: adversarial round 9), and, as
+    /// is or in base64, with `/` JSON-escaped as `\/` (PHP's
+    /// `json_encode`) and percent-encoded (a URL in the page); and every
+    /// run of [`MIN_SECRET_PART`] bytes of the value and of the decoded
+    /// pair, so that no such run of them survives however the rest was
+    /// encoded.
     pub(super) fn of<'a>(secrets: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut list: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for secret in secrets {
+            let decoded = echo_forms::basic_decoded(secret);
             let parts = secret
                 .split(u8::is_ascii_whitespace)
                 .filter(|part| part.len() >= MIN_SECRET_PART);
-            for needle in std::iter::once(secret).chain(parts) {
-                if needle.is_empty() {
-                    continue;
+            let whole_and_parts = std::iter::once(secret)
+                .chain(parts)
+                .chain(decoded.iter().map(|d| d.as_slice()));
+            for needle in whole_and_parts.filter(|n| !n.is_empty()) {
+                let base64 = echo_forms::base64_forms(needle);
+                for text in std::iter::once(needle).chain(base64.iter().map(|f| f.as_slice())) {
+                    list.extend(text_forms(text));
                 }
-                // Built in wiped memory, as the secrets themselves are.
-                let mut slashed = Zeroizing::new(Vec::with_capacity(needle.len() * 2));
-                let mut encoded = Zeroizing::new(Vec::with_capacity(needle.len() * 3));
-                for &b in needle {
-                    if b == b'/' {
-                        slashed.push(b'\\');
-                    }
-                    slashed.push(b);
-                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                        encoded.push(b);
-                    } else {
-                        let hex = b"0123456789abcdef";
-                        encoded.extend([b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
-                    }
-                }
-                list.extend([Zeroizing::new(needle.to_vec()), slashed, encoded]);
+                list.extend(echo_forms::bytewise_forms(needle));
             }
             // Every run of MIN_SECRET_PART bytes too: an encoding that
             // changes one character (an HTML template's `&#x3D;` for `=`)
             // breaks every whole form above, and the runs between its
             // escapes are most of the credential.
-            list.extend(
-                secret
-                    .windows(MIN_SECRET_PART)
-                    .map(|run| Zeroizing::new(run.to_vec())),
-            );
+            let pair = decoded.last().map(|d| d.as_slice());
+            for value in std::iter::once(secret).chain(pair) {
+                list.extend(
+                    value
+                        .windows(MIN_SECRET_PART)
+                        .map(|run| Zeroizing::new(run.to_vec())),
+                );
+            }
         }
+        list.retain(|needle| !needle.is_empty());
         for needle in &mut list {
             needle.make_ascii_lowercase();
         }
@@ -150,6 +149,26 @@ impl Needles {
         }
         longest
     }
+}
+
+/// `text` as is, with `/` JSON-escaped as `\/`, and percent-encoded,
+/// each built in wiped memory, as the secrets themselves are.
+fn text_forms(text: &[u8]) -> [Zeroizing<Vec<u8>>; 3] {
+    let mut slashed = Zeroizing::new(Vec::with_capacity(text.len() * 2));
+    let mut encoded = Zeroizing::new(Vec::with_capacity(text.len() * 3));
+    for &b in text {
+        if b == b'/' {
+            slashed.push(b'\\');
+        }
+        slashed.push(b);
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            encoded.push(b);
+        } else {
+            let hex = b"0123456789abcdef";
+            encoded.extend([b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+        }
+    }
+    [Zeroizing::new(text.to_vec()), slashed, encoded]
 }
 
 /// The first position of `needle` (whose first byte is `first`) in `hay`.
