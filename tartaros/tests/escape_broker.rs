@@ -18,7 +18,6 @@
 //! over two chunks, in two halves fetched with `Range`, or hidden under a
 //! content coding the agent asked for with `Accept-Encoding`.
 
-use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -98,10 +97,7 @@ fn body_echo(
             let (a, b) = page.split_at(at);
             (
                 vec![],
-                Chunks(VecDeque::from([
-                    Bytes::from(a.to_string()),
-                    Bytes::from(b.to_string()),
-                ])),
+                Chunks::many([Bytes::from(a.to_string()), Bytes::from(b.to_string())]),
             )
         }
         // Honours `Range: bytes=A-B`, as static file servers and many APIs do.

@@ -32,7 +32,17 @@ use super::echo_forms;
 #[derive(Default)]
 pub(super) struct Needles {
     list: Vec<Zeroizing<Vec<u8>>>,
+    /// The most [`Self::held_back`] holds: one byte less than the longest
+    /// needle, and at least [`MIN_HOLD`].
+    hold: usize,
+    /// No needle holds a newline (always so: see [`Self::held_back`]).
+    newline_free: bool,
 }
+
+/// [`Needles::held_back`] holds at least this much of an open line, so
+/// the amount held does not tell the length of a secret (of up to ~680
+/// bytes, whose longest form, `\u00XX` escapes, is six times as long).
+const MIN_HOLD: usize = 4096;
 
 impl Needles {
     /// The forms of each of `secrets`: the whole value and each of its
@@ -82,7 +92,13 @@ impl Needles {
         }
         list.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
         list.dedup_by(|a, b| a.as_slice() == b.as_slice());
-        Self { list }
+        let longest = list.iter().map(|n| n.len()).max().unwrap_or(1);
+        let newline_free = list.iter().all(|n| !n.contains(&b'\n'));
+        Self {
+            hold: (longest - 1).max(MIN_HOLD),
+            newline_free,
+            list,
+        }
     }
 
     /// Whether `text` holds any needle (a response header, which is
@@ -126,28 +142,30 @@ impl Needles {
 }
 
 impl Needles {
-    /// The length of the longest end of `text` that begins a needle
-    /// (shorter than it): the bytes to hold back until the next chunk
-    /// says whether they are a secret. Everything before may go: a needle
-    /// starting there either ends within `text`, and is masked, or its
-    /// start would be a longer such end. Holding back only these (not the
-    /// longest needle's length each time) keeps a streamed answer (server-
-    /// sent events, a model's tokens) flowing as it comes.
-    fn unfinished(&self, text: &[u8]) -> usize {
-        let mut longest = 0;
-        for needle in &self.list {
-            let most = (needle.len() - 1).min(text.len());
-            for k in (longest + 1..=most).rev() {
-                let end = &text[text.len() - k..];
-                // Most ends fail on their first byte: skip the comparison.
-                if end[0].eq_ignore_ascii_case(&needle[0]) && end.eq_ignore_ascii_case(&needle[..k])
-                {
-                    longest = k;
-                    break;
-                }
-            }
+    /// How many bytes at the end of `text` to hold back until the next
+    /// chunk: the line it ends in (after its last `\n`), at most
+    /// `hold` bytes. A needle has no newline (secrets have no control
+    /// characters, and no form adds one) and is at most `hold + 1` bytes
+    /// long, so one that starts before these ends within `text` and is
+    /// masked. What is held depends only on where the chunk's lines end,
+    /// never on the secrets: round 8 held back the end that could begin
+    /// a needle, so an upstream that streamed the agent's own words back
+    /// and paused showed it, by what arrived first, whether its words
+    /// began the credential, a character at a time (adversarial round
+    /// 9). Server-sent events and JSON lines end their chunks with a
+    /// newline, so they still flow as they come.
+    fn held_back(&self, text: &[u8]) -> usize {
+        if self.list.is_empty() {
+            return 0;
         }
-        longest
+        let tail = &text[text.len() - self.hold.min(text.len())..];
+        if !self.newline_free {
+            return tail.len();
+        }
+        match tail.iter().rposition(|&b| b == b'\n') {
+            Some(at) => tail.len() - at - 1,
+            None => tail.len(),
+        }
     }
 }
 
@@ -184,10 +202,10 @@ fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
     None
 }
 
-/// A response body with every secret form masked. It holds back the end
-/// of what it has seen that could begin a secret
-/// ([`Needles::unfinished`]), so a secret split over two chunks is still
-/// found whole before any of it is passed on.
+/// A response body with every secret form masked. It holds back the open
+/// line at the end of what it has seen ([`Needles::held_back`]), so a
+/// secret split over two chunks is still found whole before any of it is
+/// passed on.
 pub(super) struct Masked<B> {
     inner: B,
     needles: Arc<Needles>,
@@ -221,7 +239,7 @@ impl<B> Masked<B> {
         let cut = if self.ended {
             self.held.len()
         } else {
-            self.held.len() - self.needles.unfinished(&self.held)
+            self.held.len() - self.needles.held_back(&self.held)
         };
         if cut == 0 {
             return None;
@@ -354,11 +372,20 @@ mod tests {
         let mut body = Masked::new(chunks, needles());
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), &b"data: token 42\n\n"[..]);
-        // An end that could begin one waits for the next chunk.
-        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer gh")]));
-        let mut body = Masked::new(chunks, needles());
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), &b"x: "[..]);
+        // An open line waits for the next chunk, whether or not it could
+        // begin a secret.
+        for open in [&b"x: Bearer gh"[..], b"x: zzz"] {
+            let chunk = [&b"a: 1\n"[..], open].concat();
+            let chunks = Chunks(VecDeque::from([
+                Bytes::from(chunk),
+                Bytes::from_static(b"p\n"),
+            ]));
+            let mut body = Masked::new(chunks, needles());
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), &b"a: 1\n"[..]);
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), [open, b"p\n"].concat());
+        }
     }
 
     #[tokio::test]

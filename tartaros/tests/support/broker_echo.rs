@@ -1,11 +1,14 @@
 //! A broker in front of a careless TLS upstream that echoes what it is
 //! sent, shared by the tests of credentials echoed back to the agent
 //! (`escape_broker.rs`, `escape_round9_broker_encodings.rs`; included
-//! with `#[path]` after `support/pki.rs`).
+//! with `#[path]` after `support/pki.rs`; not every file uses every
+//! item).
+#![allow(dead_code)]
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::ffi::OsString;
+use std::future::Future;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -33,17 +36,34 @@ pub const CREDENTIAL: &str = "ghp_Up5treamCred/9f8e+7d==";
 pub const NAMED: &str = "token ghp_HeaderNameCred0123";
 /// A third capability's value: HTTP Basic, user `deploy-bot`.
 pub const BASIC: &str = "Basic ZGVwbG95LWJvdDpzM2NyZXQtUGFzc3cwcmQtNzc=";
-/// Not every file that includes this one looks for it.
-#[allow(dead_code)]
 pub const BASIC_PASSWORD: &str = "s3cret-Passw0rd-77";
 
 /// A response body sent as the given chunks, one frame each, so that a
-/// credential can straddle two of them.
-pub struct Chunks(pub VecDeque<Bytes>);
+/// credential can straddle two of them; with a pause before the second
+/// (a streaming upstream that has not sent the rest yet).
+pub struct Chunks {
+    chunks: VecDeque<Bytes>,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+}
 
 impl Chunks {
     pub fn one(bytes: impl Into<Bytes>) -> Self {
-        Self(VecDeque::from([bytes.into()]))
+        Self::many([bytes.into()])
+    }
+
+    pub fn many(chunks: impl IntoIterator<Item = Bytes>) -> Self {
+        Self {
+            chunks: chunks.into_iter().collect(),
+            pause: None,
+        }
+    }
+
+    /// `first`, then `rest` after `pause`.
+    pub fn paused(first: Bytes, pause: Duration, rest: Bytes) -> Self {
+        Self {
+            chunks: VecDeque::from([first, rest]),
+            pause: Some(Box::pin(tokio::time::sleep(pause))),
+        }
     }
 }
 
@@ -53,16 +73,23 @@ impl Body for Chunks {
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
-        _: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Poll::Ready(self.0.pop_front().map(|chunk| Ok(Frame::data(chunk))))
+        let this = &mut *self;
+        if let Some(pause) = this.pause.as_mut().filter(|_| this.chunks.len() == 1) {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
+        Poll::Ready(this.chunks.pop_front().map(|chunk| Ok(Frame::data(chunk))))
     }
 
     /// One chunk has a known length (sent with `Content-Length`); more
     /// are sent chunked, so that they stay apart on the wire.
     fn size_hint(&self) -> SizeHint {
-        match self.0.len() {
-            0 | 1 => SizeHint::with_exact(self.0.iter().map(|c| c.len() as u64).sum()),
+        match self.chunks.len() {
+            0 | 1 => SizeHint::with_exact(self.chunks.iter().map(|c| c.len() as u64).sum()),
             _ => SizeHint::default(),
         }
     }
