@@ -17,6 +17,7 @@
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -37,7 +38,19 @@ pub(super) struct Needles {
     hold: usize,
     /// No needle holds a newline (always so: see [`Self::held_back`]).
     newline_free: bool,
+    /// Answers in which a needle was masked or a header dropped.
+    echoes: AtomicUsize,
 }
+
+/// Answers with an echoed secret the broker passes on (masked) before it
+/// refuses every further call of the run. Each masking answers a guess:
+/// an upstream that echoes the agent's words (an error quoting a bad
+/// parameter) masks them when they are a run of the credential, so an
+/// agent that knows 11 bytes of it (`Bearer ghp_`, a key's public
+/// prefix) tried a 12th until it was masked and slid on, a byte per
+/// masking (adversarial round 9). Each masking tells at most a byte, so
+/// the agent learns at most this many.
+pub(super) const MAX_ECHOES: usize = 8;
 
 /// [`Needles::held_back`] holds at least this much of an open line, so
 /// the amount held does not tell the length of a secret (of up to ~680
@@ -98,6 +111,7 @@ impl Needles {
             hold: (longest - 1).max(MIN_HOLD),
             newline_free,
             list,
+            echoes: AtomicUsize::new(0),
         }
     }
 
@@ -142,6 +156,17 @@ impl Needles {
 }
 
 impl Needles {
+    /// Counts an answer in which a secret was masked or dropped.
+    pub(super) fn note_echo(&self) {
+        self.echoes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the broker may still pass on answers: fewer than
+    /// [`MAX_ECHOES`] held an echoed secret.
+    pub(super) fn echoes_left(&self) -> bool {
+        self.echoes.load(Ordering::Relaxed) < MAX_ECHOES
+    }
+
     /// How many bytes at the end of `text` to hold back until the next
     /// chunk: the line it ends in (after its last `\n`), at most
     /// `hold` bytes. A needle has no newline (secrets have no control
@@ -215,6 +240,8 @@ pub(super) struct Masked<B> {
     /// How many bytes at the start of `held` belong to an occurrence
     /// found before and must be masked when they go.
     mask_through: usize,
+    /// This answer has been counted as one that held a secret.
+    noted: bool,
     /// The inner body has ended; what is held goes out, then `last`.
     ended: bool,
     /// A trailers frame that came after the data.
@@ -228,6 +255,7 @@ impl<B> Masked<B> {
             needles,
             held: BytesMut::new(),
             mask_through: 0,
+            noted: false,
             ended: false,
             last: None,
         }
@@ -245,6 +273,10 @@ impl<B> Masked<B> {
             return None;
         }
         let found = self.needles.matches(&self.held);
+        if !self.noted && (self.mask_through > 0 || found.iter().any(|r| r.start < cut)) {
+            self.noted = true;
+            self.needles.note_echo();
+        }
         let mut out = self.held.split_to(cut);
         let mut carry = self.mask_through.saturating_sub(cut);
         out[..self.mask_through.min(cut)].fill(b'*');
