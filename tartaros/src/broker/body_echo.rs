@@ -48,9 +48,10 @@ pub(super) struct Needles {
 /// parameter) masks them when they are a run of the credential, so an
 /// agent that knows 11 bytes of it (`Bearer ghp_`, a key's public
 /// prefix) tried a 12th until it was masked and slid on, a byte per
-/// masking (adversarial round 9). Each masking tells at most a byte, so
-/// the agent learns at most this many.
-pub(super) const MAX_ECHOES: usize = 8;
+/// masking (adversarial round 9). Each masking tells at most a byte (a
+/// character of a base64 form: 6 bits), so the agent learns at most this
+/// many; an API that echoes credentials fails after as many answers.
+pub(super) const MAX_ECHOES: usize = 3;
 
 /// [`Needles::held_back`] holds at least this much of an open line, so
 /// the amount held does not tell the length of a secret (of up to ~680
