@@ -67,9 +67,9 @@ impl Needles {
     /// alignment, hex, UTF-16, `\u00XX`: adversarial round 9), and, as
     /// is or in base64, with `/` JSON-escaped as `\/` (PHP's
     /// `json_encode`) and percent-encoded (a URL in the page); and every
-    /// run of [`MIN_SECRET_PART`] bytes of the value and of the decoded
-    /// pair, so that no such run of them survives however the rest was
-    /// encoded.
+    /// run of [`MIN_SECRET_PART`] bytes of the value and of a decoded
+    /// password, so that no such run of them survives however the rest
+    /// was encoded.
     pub(super) fn of<'a>(secrets: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut list: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for secret in secrets {
@@ -91,8 +91,10 @@ impl Needles {
             // changes one character (an HTML template's `&#x3D;` for `=`)
             // breaks every whole form above, and the runs between its
             // escapes are most of the credential.
-            let pair = decoded.last().map(|d| d.as_slice());
-            for value in std::iter::once(secret).chain(pair) {
+            // Of a decoded `Basic` pair, the password's runs only: the
+            // user name is no secret, and an API names it in its answers.
+            let password = (decoded.len() == 2).then(|| decoded[0].as_slice());
+            for value in std::iter::once(secret).chain(password) {
                 list.extend(
                     value
                         .windows(MIN_SECRET_PART)
@@ -397,6 +399,27 @@ mod tests {
         needles.mask(&mut run);
         // The space before it is a byte of the value too.
         assert_eq!(run, b"token*****************&#x2F;9f8e");
+    }
+
+    #[test]
+    fn a_basic_users_name_alone_is_not_a_secret() {
+        use base64::Engine;
+        let pair = b"github-actions-deploy:s3cret-Passw0rd-77";
+        let value = [
+            &b"Basic "[..],
+            base64::engine::general_purpose::STANDARD
+                .encode(pair)
+                .as_bytes(),
+        ]
+        .concat();
+        let needles = Needles::of([value.as_slice()].into_iter());
+        let mut page = b"{\"login\": \"github-actions-deploy\"}".to_vec();
+        let before = page.clone();
+        needles.mask(&mut page);
+        assert_eq!(page, before);
+        let mut page = b"{\"password\": \"s3cret-Passw0rd-77\"}".to_vec();
+        needles.mask(&mut page);
+        assert!(!page.windows(6).any(|w| w == b"s3cret"), "{page:?}");
     }
 
     #[tokio::test]

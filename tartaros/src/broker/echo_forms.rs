@@ -71,8 +71,10 @@ pub(super) fn base64_forms(needle: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
 }
 
 /// What a `Basic` credential (`Basic <base64 of user:password>`) holds
-/// decoded: the `user:password` pair, and the password alone when it is
-/// at least [`MIN_BASIC_PASSWORD`] bytes long. Empty for any other value.
+/// decoded: the password alone when it is at least
+/// [`MIN_BASIC_PASSWORD`] bytes long, then the `user:password` pair (so
+/// two entries mean the first is the password). Empty for any other
+/// value.
 pub(super) fn basic_decoded(secret: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     let Some(scheme) = secret.get(..6) else {
         return Vec::new();
