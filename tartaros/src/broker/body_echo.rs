@@ -17,6 +17,7 @@
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -24,6 +25,7 @@ use hyper::body::{Body, Frame, SizeHint};
 use zeroize::Zeroizing;
 
 use super::echo::MIN_SECRET_PART;
+use super::echo_forms;
 
 /// Every byte string whose presence in a body means a secret reached it,
 /// lower case (matching ignores ASCII case, as hex tokens read the same
@@ -31,59 +33,89 @@ use super::echo::MIN_SECRET_PART;
 #[derive(Default)]
 pub(super) struct Needles {
     list: Vec<Zeroizing<Vec<u8>>>,
+    /// The most [`Self::held_back`] holds: one byte less than the longest
+    /// needle, and at least [`MIN_HOLD`].
+    hold: usize,
+    /// No needle holds a newline (always so: see [`Self::held_back`]).
+    newline_free: bool,
+    /// Answers in which a needle was masked or a header dropped.
+    echoes: AtomicUsize,
 }
+
+/// Answers with an echoed secret the broker passes on (masked) before it
+/// refuses every further call of the run. Each masking answers a guess:
+/// an upstream that echoes the agent's words (an error quoting a bad
+/// parameter) masks them when they are a run of the credential, so an
+/// agent that knows 11 bytes of it (`Bearer ghp_`, a key's public
+/// prefix) tried a 12th until it was masked and slid on, a byte per
+/// masking (adversarial round 9). Each masking tells at most a byte (a
+/// character of a base64 form: 6 bits), so the agent learns at most this
+/// many; an API that echoes credentials fails after as many answers.
+pub(super) const MAX_ECHOES: usize = 3;
+
+/// [`Needles::held_back`] holds at least this much of an open line, so
+/// the amount held does not tell the length of a secret (of up to ~680
+/// bytes, whose longest form, `\u00XX` escapes, is six times as long).
+const MIN_HOLD: usize = 4096;
 
 impl Needles {
     /// The forms of each of `secrets`: the whole value and each of its
     /// whitespace-separated parts of at least [`MIN_SECRET_PART`] bytes
-    /// (the credential without its `Bearer ` scheme), each as is, with `/`
-    /// JSON-escaped as `\/` (PHP's `json_encode`), and percent-encoded (a
-    /// URL in the page); and every run of [`MIN_SECRET_PART`] bytes of
-    /// the value, so that no such run of it survives however the rest
+    /// (the credential without its `Bearer ` scheme), and what a `Basic`
+    /// value holds decoded (`echo_forms::basic_decoded`); each as is, in
+    /// the reversible encodings of `echo_forms` (base64 at every
+    /// alignment, hex, UTF-16, `\u00XX`: adversarial round 9), and, as
+    /// is or in base64, with `/` JSON-escaped as `\/` (PHP's
+    /// `json_encode`) and percent-encoded (a URL in the page); and every
+    /// run of [`MIN_SECRET_PART`] bytes of the value and of a decoded
+    /// password, so that no such run of them survives however the rest
     /// was encoded.
     pub(super) fn of<'a>(secrets: impl Iterator<Item = &'a [u8]>) -> Self {
         let mut list: Vec<Zeroizing<Vec<u8>>> = Vec::new();
         for secret in secrets {
+            let decoded = echo_forms::basic_decoded(secret);
             let parts = secret
                 .split(u8::is_ascii_whitespace)
                 .filter(|part| part.len() >= MIN_SECRET_PART);
-            for needle in std::iter::once(secret).chain(parts) {
-                if needle.is_empty() {
-                    continue;
+            let whole_and_parts = std::iter::once(secret)
+                .chain(parts)
+                .chain(decoded.iter().map(|d| d.as_slice()));
+            for needle in whole_and_parts.filter(|n| !n.is_empty()) {
+                let base64 = echo_forms::base64_forms(needle);
+                for text in std::iter::once(needle).chain(base64.iter().map(|f| f.as_slice())) {
+                    list.extend(text_forms(text));
                 }
-                // Built in wiped memory, as the secrets themselves are.
-                let mut slashed = Zeroizing::new(Vec::with_capacity(needle.len() * 2));
-                let mut encoded = Zeroizing::new(Vec::with_capacity(needle.len() * 3));
-                for &b in needle {
-                    if b == b'/' {
-                        slashed.push(b'\\');
-                    }
-                    slashed.push(b);
-                    if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                        encoded.push(b);
-                    } else {
-                        let hex = b"0123456789abcdef";
-                        encoded.extend([b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
-                    }
-                }
-                list.extend([Zeroizing::new(needle.to_vec()), slashed, encoded]);
+                list.extend(echo_forms::bytewise_forms(needle));
             }
             // Every run of MIN_SECRET_PART bytes too: an encoding that
             // changes one character (an HTML template's `&#x3D;` for `=`)
             // breaks every whole form above, and the runs between its
             // escapes are most of the credential.
-            list.extend(
-                secret
-                    .windows(MIN_SECRET_PART)
-                    .map(|run| Zeroizing::new(run.to_vec())),
-            );
+            // Of a decoded `Basic` pair, the password's runs only: the
+            // user name is no secret, and an API names it in its answers.
+            let password = (decoded.len() == 2).then(|| decoded[0].as_slice());
+            for value in std::iter::once(secret).chain(password) {
+                list.extend(
+                    value
+                        .windows(MIN_SECRET_PART)
+                        .map(|run| Zeroizing::new(run.to_vec())),
+                );
+            }
         }
+        list.retain(|needle| !needle.is_empty());
         for needle in &mut list {
             needle.make_ascii_lowercase();
         }
         list.sort_by(|a, b| a.as_slice().cmp(b.as_slice()));
         list.dedup_by(|a, b| a.as_slice() == b.as_slice());
-        Self { list }
+        let longest = list.iter().map(|n| n.len()).max().unwrap_or(1);
+        let newline_free = list.iter().all(|n| !n.contains(&b'\n'));
+        Self {
+            hold: (longest - 1).max(MIN_HOLD),
+            newline_free,
+            list,
+            echoes: AtomicUsize::new(0),
+        }
     }
 
     /// Whether `text` holds any needle (a response header, which is
@@ -127,29 +159,62 @@ impl Needles {
 }
 
 impl Needles {
-    /// The length of the longest end of `text` that begins a needle
-    /// (shorter than it): the bytes to hold back until the next chunk
-    /// says whether they are a secret. Everything before may go: a needle
-    /// starting there either ends within `text`, and is masked, or its
-    /// start would be a longer such end. Holding back only these (not the
-    /// longest needle's length each time) keeps a streamed answer (server-
-    /// sent events, a model's tokens) flowing as it comes.
-    fn unfinished(&self, text: &[u8]) -> usize {
-        let mut longest = 0;
-        for needle in &self.list {
-            let most = (needle.len() - 1).min(text.len());
-            for k in (longest + 1..=most).rev() {
-                let end = &text[text.len() - k..];
-                // Most ends fail on their first byte: skip the comparison.
-                if end[0].eq_ignore_ascii_case(&needle[0]) && end.eq_ignore_ascii_case(&needle[..k])
-                {
-                    longest = k;
-                    break;
-                }
-            }
-        }
-        longest
+    /// Counts an answer in which a secret was masked or dropped.
+    pub(super) fn note_echo(&self) {
+        self.echoes.fetch_add(1, Ordering::Relaxed);
     }
+
+    /// Whether the broker may still pass on answers: fewer than
+    /// [`MAX_ECHOES`] held an echoed secret.
+    pub(super) fn echoes_left(&self) -> bool {
+        self.echoes.load(Ordering::Relaxed) < MAX_ECHOES
+    }
+
+    /// How many bytes at the end of `text` to hold back until the next
+    /// chunk: the line it ends in (after its last `\n`), at most
+    /// `hold` bytes. A needle has no newline (secrets have no control
+    /// characters, and no form adds one) and is at most `hold + 1` bytes
+    /// long, so one that starts before these ends within `text` and is
+    /// masked. What is held depends only on where the chunk's lines end,
+    /// never on the secrets: round 8 held back the end that could begin
+    /// a needle, so an upstream that streamed the agent's own words back
+    /// and paused showed it, by what arrived first, whether its words
+    /// began the credential, a character at a time (adversarial round
+    /// 9). Server-sent events and JSON lines end their chunks with a
+    /// newline, so they still flow as they come.
+    fn held_back(&self, text: &[u8]) -> usize {
+        if self.list.is_empty() {
+            return 0;
+        }
+        let tail = &text[text.len() - self.hold.min(text.len())..];
+        if !self.newline_free {
+            return tail.len();
+        }
+        match tail.iter().rposition(|&b| b == b'\n') {
+            Some(at) => tail.len() - at - 1,
+            None => tail.len(),
+        }
+    }
+}
+
+/// `text` as is, with `/` JSON-escaped as `\/`, and percent-encoded,
+/// each built in wiped memory, as the secrets themselves are.
+fn text_forms(text: &[u8]) -> [Zeroizing<Vec<u8>>; 3] {
+    let mut slashed = Zeroizing::new(Vec::with_capacity(text.len() * 2));
+    let mut encoded = Zeroizing::new(Vec::with_capacity(text.len() * 3));
+    for &b in text {
+        if b == b'/' {
+            slashed.push(b'\\');
+        }
+        slashed.push(b);
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            encoded.push(b);
+        } else {
+            let hex = b"0123456789abcdef";
+            encoded.extend([b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+        }
+    }
+    [Zeroizing::new(text.to_vec()), slashed, encoded]
 }
 
 /// The first position of `needle` (whose first byte is `first`) in `hay`.
@@ -165,10 +230,10 @@ fn find(hay: &[u8], needle: &[u8], first: u8) -> Option<usize> {
     None
 }
 
-/// A response body with every secret form masked. It holds back the end
-/// of what it has seen that could begin a secret
-/// ([`Needles::unfinished`]), so a secret split over two chunks is still
-/// found whole before any of it is passed on.
+/// A response body with every secret form masked. It holds back the open
+/// line at the end of what it has seen ([`Needles::held_back`]), so a
+/// secret split over two chunks is still found whole before any of it is
+/// passed on.
 pub(super) struct Masked<B> {
     inner: B,
     needles: Arc<Needles>,
@@ -178,6 +243,8 @@ pub(super) struct Masked<B> {
     /// How many bytes at the start of `held` belong to an occurrence
     /// found before and must be masked when they go.
     mask_through: usize,
+    /// This answer has been counted as one that held a secret.
+    noted: bool,
     /// The inner body has ended; what is held goes out, then `last`.
     ended: bool,
     /// A trailers frame that came after the data.
@@ -191,6 +258,7 @@ impl<B> Masked<B> {
             needles,
             held: BytesMut::new(),
             mask_through: 0,
+            noted: false,
             ended: false,
             last: None,
         }
@@ -202,12 +270,16 @@ impl<B> Masked<B> {
         let cut = if self.ended {
             self.held.len()
         } else {
-            self.held.len() - self.needles.unfinished(&self.held)
+            self.held.len() - self.needles.held_back(&self.held)
         };
         if cut == 0 {
             return None;
         }
         let found = self.needles.matches(&self.held);
+        if !self.noted && (self.mask_through > 0 || found.iter().any(|r| r.start < cut)) {
+            self.noted = true;
+            self.needles.note_echo();
+        }
         let mut out = self.held.split_to(cut);
         let mut carry = self.mask_through.saturating_sub(cut);
         out[..self.mask_through.min(cut)].fill(b'*');
@@ -329,17 +401,47 @@ mod tests {
         assert_eq!(run, b"token*****************&#x2F;9f8e");
     }
 
+    #[test]
+    fn a_basic_users_name_alone_is_not_a_secret() {
+        use base64::Engine;
+        let pair = b"github-actions-deploy:s3cret-Passw0rd-77";
+        let value = [
+            &b"Basic "[..],
+            base64::engine::general_purpose::STANDARD
+                .encode(pair)
+                .as_bytes(),
+        ]
+        .concat();
+        let needles = Needles::of([value.as_slice()].into_iter());
+        let mut page = b"{\"login\": \"github-actions-deploy\"}".to_vec();
+        let before = page.clone();
+        needles.mask(&mut page);
+        assert_eq!(page, before);
+        let mut page = b"{\"password\": \"s3cret-Passw0rd-77\"}".to_vec();
+        needles.mask(&mut page);
+        assert!(!page.windows(6).any(|w| w == b"s3cret"), "{page:?}");
+    }
+
     #[tokio::test]
     async fn a_chunk_that_cannot_begin_a_secret_is_passed_on_whole() {
         let chunks = Chunks(VecDeque::from([Bytes::from_static(b"data: token 42\n\n")]));
         let mut body = Masked::new(chunks, needles());
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), &b"data: token 42\n\n"[..]);
-        // An end that could begin one waits for the next chunk.
-        let chunks = Chunks(VecDeque::from([Bytes::from_static(b"x: Bearer gh")]));
-        let mut body = Masked::new(chunks, needles());
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), &b"x: "[..]);
+        // An open line waits for the next chunk, whether or not it could
+        // begin a secret.
+        for open in [&b"x: Bearer gh"[..], b"x: zzz"] {
+            let chunk = [&b"a: 1\n"[..], open].concat();
+            let chunks = Chunks(VecDeque::from([
+                Bytes::from(chunk),
+                Bytes::from_static(b"p\n"),
+            ]));
+            let mut body = Masked::new(chunks, needles());
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), &b"a: 1\n"[..]);
+            let frame = body.frame().await.unwrap().unwrap();
+            assert_eq!(frame.into_data().unwrap(), [open, b"p\n"].concat());
+        }
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@
 
 mod body_echo;
 mod echo;
+mod echo_forms;
 mod path_forms;
 pub mod rules;
 mod server;

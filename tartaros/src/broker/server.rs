@@ -206,6 +206,16 @@ async fn handle(
         );
         return with_hint(response, &context.config.auth_header);
     }
+    if !context.needles.echoes_left() {
+        return answer(
+            context,
+            seen.effect(""),
+            start,
+            StatusCode::FORBIDDEN,
+            "denied",
+            "the upstream echoed a credential too often: no more calls in this run",
+        );
+    }
     let route = match route(&context.config, request.method().as_str(), path_and_query) {
         Ok(route) => route,
         Err(refusal) => {
@@ -336,6 +346,9 @@ async fn handle(
         })
         .map(|(name, _)| name.clone())
         .collect();
+    if !leaking.is_empty() {
+        context.needles.note_echo();
+    }
     for name in leaking {
         parts.headers.remove(name);
     }

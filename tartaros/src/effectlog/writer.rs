@@ -78,6 +78,9 @@ pub struct LogWriter {
     /// The most the log may grow to, reserve included (see
     /// [`space::size_limit`]).
     size_limit: u64,
+    /// The free space the log leaves its filesystem, whatever other logs
+    /// take (see [`space::kept_free`]).
+    kept_free: u64,
     // Extra seal fields (the kernel-sourced `files` list).
     seal_extra: Map<String, Value>,
 }
@@ -125,9 +128,11 @@ impl LogWriter {
             full: None,
             dropped: 0,
             size_limit: u64::MAX,
+            kept_free: 0,
             seal_extra: Map::new(),
         };
         writer.size_limit = space::size_limit(&writer.file);
+        writer.kept_free = space::kept_free(&writer.file);
         writer.keep_reserve();
         Ok((writer, created))
     }
@@ -142,6 +147,15 @@ impl LogWriter {
             self.full = Some(format!(
                 "it reached its size limit of {} MiB, half the free space of its filesystem at the start",
                 self.size_limit >> 20
+            ));
+            return;
+        }
+        // Asked at each renewal (every half reserve written), since other
+        // logs on the filesystem grow at the same time.
+        if space::free_now(&self.file) < self.kept_free.saturating_add(space::RESERVE) {
+            self.full = Some(format!(
+                "its filesystem is down to the {} MiB kept free for the host",
+                self.kept_free >> 20
             ));
             return;
         }

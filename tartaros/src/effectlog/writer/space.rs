@@ -50,6 +50,34 @@ pub fn size_limit(file: &File) -> u64 {
     }
 }
 
+/// The space a log leaves its filesystem free for unprivileged writers,
+/// whatever the number of logs on it: a twentieth of the filesystem, or
+/// half of what was free when the log was made if that is less (so a log
+/// on a nearly full disk still has room). [`size_limit`] bounds each log
+/// alone; runs made in the same instant each measured the same free
+/// space, and four of them, started together by one user through the
+/// service, filled the filesystem with root's writes (adversarial round
+/// 9), which on ext4 also take the blocks reserved for root and ignore
+/// the caller's quota. 0 if the filesystem cannot say.
+pub fn kept_free(file: &File) -> u64 {
+    match nix::sys::statvfs::fstatvfs(file) {
+        Ok(st) => {
+            let size = st.blocks().saturating_mul(st.fragment_size());
+            let free = st.blocks_available().saturating_mul(st.fragment_size());
+            (size / 20).min(free / 2)
+        }
+        Err(_) => 0,
+    }
+}
+
+/// The space free for unprivileged writers now (`u64::MAX` if the
+/// filesystem cannot say).
+pub fn free_now(file: &File) -> u64 {
+    nix::sys::statvfs::fstatvfs(file).map_or(u64::MAX, |st| {
+        st.blocks_available().saturating_mul(st.fragment_size())
+    })
+}
+
 /// Allocates `RESERVE` bytes from `offset` without changing the file's
 /// size. `Ok(false)`: the filesystem cannot (no reserve, not full);
 /// `Err`: no room.
