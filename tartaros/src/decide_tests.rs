@@ -457,7 +457,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         "longest first"
     );
     assert!(plan.init.mounts.iter().any(|op| matches!(op,
-        MountOp::PrivateDev { mount_points } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
+        MountOp::PrivateDev { mount_points, .. } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
     assert!(!hides(&plan), "nothing to hide: the hook refuses the name");
     plan.unix_policy_lost();
     assert!(plan.late.unix_mirrors.is_empty());

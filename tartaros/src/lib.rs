@@ -58,6 +58,7 @@ pub mod stdio_relay;
 pub mod stdio_tty;
 pub mod stop;
 pub mod supervisor;
+pub mod tmpfs_bounds;
 pub mod tty_state;
 pub mod undo;
 pub mod unix_mirror;

@@ -46,13 +46,16 @@ pub enum MountOp {
     /// Every mount of the namespace read-only, recursively: nothing
     /// outside the held trees can change, content or metadata.
     ReadOnlyBase,
-    /// A fresh tmpfs on /tmp.
-    PrivateTmp,
+    /// A fresh tmpfs on /tmp, with its bounds.
+    PrivateTmp(crate::tmpfs_bounds::TmpfsBounds),
     /// A /proc of the sandbox's own PID namespace: no view of host processes.
     FreshProc,
     /// A private /dev (see `devfs.rs`); `mount_points` are held trees that
-    /// land under /dev.
-    PrivateDev { mount_points: Vec<PathBuf> },
+    /// land under /dev; `shm` bounds its /dev/shm.
+    PrivateDev {
+        mount_points: Vec<PathBuf>,
+        shm: crate::tmpfs_bounds::TmpfsBounds,
+    },
     /// Attach the copy held for this path (a writable root, or a directory
     /// kept in the private /tmp) where it was.
     Attach(PathBuf),
@@ -111,8 +114,9 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
         read_only: *read_only,
     }));
     ops.push(MountOp::ReadOnlyBase);
+    let bounds = crate::tmpfs_bounds::of(policy);
     if policy.private_tmp {
-        ops.push(MountOp::PrivateTmp);
+        ops.push(MountOp::PrivateTmp(bounds));
     }
     ops.push(MountOp::FreshProc);
     ops.push(MountOp::PrivateDev {
@@ -121,6 +125,7 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
             .map(|(p, _)| p.clone())
             .filter(|p| p.starts_with("/dev"))
             .collect(),
+        shm: bounds,
     });
     ops.extend(held.iter().map(|(p, _)| MountOp::Attach(p.clone())));
 
@@ -174,7 +179,7 @@ pub fn plan_with_mirrors(
 ) -> Vec<MountOp> {
     let mut ops = plan(policy, cwd, exists);
     for op in &mut ops {
-        if let MountOp::PrivateDev { mount_points } = op {
+        if let MountOp::PrivateDev { mount_points, .. } = op {
             mount_points.extend(crate::unix_mirror::points(unix_mirrors));
         }
     }
@@ -335,14 +340,14 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 mount_tree::set_flags(&at, READ_ONLY | NO_DEV, 0, true)
                     .map_err(fail("make read-only and nodev every mount under", root))?;
             }
-            MountOp::PrivateTmp => {
+            MountOp::PrivateTmp(bounds) => {
                 let tmp = Path::new("/tmp");
                 mount(
                     Some("tmpfs"),
                     tmp,
                     Some("tmpfs"),
                     MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-                    Some("mode=1777"),
+                    Some(bounds.options("mode=1777").as_str()),
                 )
                 .map_err(fail("mount a private tmpfs on", tmp))?;
             }
@@ -351,7 +356,7 @@ pub fn apply(ops: &[MountOp]) -> Result<(), MountError> {
                 mount(Some("proc"), proc, Some("proc"), LOCKED_DOWN, NONE)
                     .map_err(fail("mount a fresh proc on", proc))?;
             }
-            MountOp::PrivateDev { mount_points } => crate::devfs::build(mount_points)?,
+            MountOp::PrivateDev { mount_points, shm } => crate::devfs::build(mount_points, shm)?,
             MountOp::Attach(path) => {
                 let Some(index) = held.iter().position(|(p, _, _)| p == path) else {
                     continue;

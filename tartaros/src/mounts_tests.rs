@@ -75,7 +75,8 @@ fn roots_are_held_before_the_base_turns_read_only_and_attached_after_dev() {
     assert!(position(&ops, |op| matches!(op, MountOp::Hold { .. })) < base);
     assert!(base < dev && dev < attach && attach < pin && pin < deny);
     assert!(ops.contains(&MountOp::PrivateDev {
-        mount_points: vec!["/dev/shm/w".into()]
+        mount_points: vec!["/dev/shm/w".into()],
+        shm: crate::tmpfs_bounds::of(&policy),
     }));
 }
 
@@ -125,7 +126,7 @@ fn a_private_tmp_keeps_roots_writable_and_everything_else_read_only() {
     assert!(
         hiding
             .iter()
-            .any(|op| matches!(op, MountOp::PrivateDev { mount_points }
+            .any(|op| matches!(op, MountOp::PrivateDev { mount_points, .. }
         if mount_points.ends_with(&["/dev/.u/0".into(), "/dev/.u/1".into()])))
     );
     assert_eq!(
