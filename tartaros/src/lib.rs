@@ -34,6 +34,7 @@ pub mod kernel_watch;
 pub mod landlock;
 pub mod launch;
 pub mod limits;
+pub mod link_walk;
 pub mod materialize;
 pub mod mount_aliases;
 pub mod mount_tree;

@@ -72,7 +72,11 @@ fn bounds_while_running(
     let mut wanted = Vec::new();
     for point in points {
         let mount = all.iter().rev().find(|(at, _, _)| at == point);
-        wanted.push(mount.cloned().unwrap_or_else(|| panic!("no tmpfs at {point}: {all:?}")));
+        wanted.push(
+            mount
+                .cloned()
+                .unwrap_or_else(|| panic!("no tmpfs at {point}: {all:?}")),
+        );
     }
     wanted
 }
@@ -82,9 +86,15 @@ fn assert_bounded(mounts: &[(String, Option<u64>, Option<u64>)], budget: u64) {
     for (point, size, inodes) in mounts {
         let size = size.unwrap_or_else(|| panic!("{point} has the kernel's default size"));
         let inodes = inodes.unwrap_or_else(|| panic!("{point} has the kernel's default inodes"));
-        assert!(size > 0 && inodes > 0, "{point}: {size} bytes, {inodes} inodes");
+        assert!(
+            size > 0 && inodes > 0,
+            "{point}: {size} bytes, {inodes} inodes"
+        );
         // One inode per page at most, the kernel's own ratio.
-        assert!(inodes <= size / 4096, "{point}: {inodes} inodes for {size} bytes");
+        assert!(
+            inodes <= size / 4096,
+            "{point}: {inodes} inodes for {size} bytes"
+        );
         sizes += size;
     }
     assert!(
