@@ -294,6 +294,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             .filter(|_| user_namespace && ledger.installed(Guarantee::MaxProcs)),
         // Known once the cgroups exist (supervisor.rs).
         limit_cgroups: Vec::new(),
+        ipc: crate::tmpfs_bounds::ipc_of(policy),
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

@@ -92,6 +92,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // socket of a task in it.
     let _ = nix::unistd::sethostname("tartaros");
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::ipc_limits::apply(&plan.ipc).map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 3: the seccomp program the child will install (pure).
     let seccomp = match &plan.seccomp {

@@ -29,6 +29,7 @@ pub mod harness;
 pub mod host_facts;
 pub mod identity_map;
 pub mod init;
+pub mod ipc_limits;
 pub mod janitor;
 pub mod kernel_watch;
 pub mod landlock;

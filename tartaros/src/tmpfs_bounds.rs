@@ -1,15 +1,18 @@
-//! Size and inode bounds of a run's private tmpfs mounts (the private
-//! `/tmp`, `/dev/shm`, every `--tmpfs`).
+//! Bounds of a run's in-memory stores: its private tmpfs mounts (the
+//! private `/tmp`, `/dev/shm`, every `--tmpfs`) and its IPC namespace's
+//! System V shared memory and message queues.
 //!
-//! Without them each had the kernel's defaults, half of the host's RAM and
-//! one inode per page of it, and in an ordinary user's run without a
-//! delegated cgroup nothing else bounded what an agent parked there until
-//! the run ended. The mounts share one budget: the run's memory limit
-//! when it has one (the kernel charges tmpfs pages to it anyway), else
-//! [`DEFAULT_BUDGET`]. Each gets an equal share, so together they never
-//! hold more than the budget, whether the limit is enforced or not (an
-//! ordinary user's `--max-memory` without a delegated cgroup is only
-//! recorded).
+//! Without them each had the kernel's defaults: half of the host's RAM
+//! and one inode per page of it for a tmpfs, 16 EiB of shared memory and
+//! 500 MiB of queued messages for the IPC namespace. What an agent parks
+//! there outlives every process of it (killing processes frees none of
+//! it) until the run ends, and in an ordinary user's run without a
+//! delegated cgroup nothing else bounded it. The stores share one budget:
+//! the run's memory limit when it has one (the kernel charges their pages
+//! to it anyway), else [`DEFAULT_BUDGET`]. Each gets an equal share, so
+//! together they never hold more than the budget, whether the limit is
+//! enforced or not (an ordinary user's `--max-memory` without a delegated
+//! cgroup is only recorded).
 
 use serde::{Deserialize, Serialize};
 
@@ -52,11 +55,57 @@ impl TmpfsBounds {
     }
 }
 
+/// The limits of a run's IPC namespace (`ipc_limits.rs` sets them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IpcBounds {
+    /// `kernel.shmmax`: the largest segment, in bytes.
+    pub shm_bytes: u64,
+    /// `kernel.shmall`: every segment together, in pages.
+    pub shm_pages: u64,
+    /// `kernel.msgmni`: message queues, each holding at most `msgmnb`
+    /// (16 KiB: raising it for a queue needs CAP_SYS_RESOURCE).
+    pub message_queues: u64,
+}
+
+impl Default for IpcBounds {
+    fn default() -> Self {
+        ipc_share(share(DEFAULT_BUDGET, 1))
+    }
+}
+
+/// What one queue may hold (`kernel.msgmnb`, the kernel's default).
+const QUEUE_BYTES: u64 = 16384;
+
+/// The kernel's default number of queues; it refuses more than 32,768.
+const MOST_QUEUES: u64 = 32_000;
+
+/// The shares of the budget: the private /dev/shm (always there), the
+/// private /tmp, each `--tmpfs`, and two for the IPC namespace (shared
+/// memory, messages).
+fn shares(policy: &Policy) -> usize {
+    1 + usize::from(policy.private_tmp) + policy.tmpfs.len() + 2
+}
+
+fn budget(policy: &Policy) -> u64 {
+    policy.max_memory.unwrap_or(DEFAULT_BUDGET)
+}
+
 /// The bounds of each private tmpfs of a run with `policy`.
 pub fn of(policy: &Policy) -> TmpfsBounds {
-    // The private /dev/shm is always there.
-    let mounts = 1 + usize::from(policy.private_tmp) + policy.tmpfs.len();
-    share(policy.max_memory.unwrap_or(DEFAULT_BUDGET), mounts)
+    share(budget(policy), shares(policy))
+}
+
+/// The limits of the IPC namespace of a run with `policy`.
+pub fn ipc_of(policy: &Policy) -> IpcBounds {
+    ipc_share(share(budget(policy), shares(policy)))
+}
+
+fn ipc_share(one: TmpfsBounds) -> IpcBounds {
+    IpcBounds {
+        shm_bytes: one.size,
+        shm_pages: one.size / BYTES_PER_INODE,
+        message_queues: (one.size / QUEUE_BYTES).clamp(1, MOST_QUEUES),
+    }
 }
 
 fn share(budget: u64, mounts: usize) -> TmpfsBounds {
@@ -82,7 +131,12 @@ mod tests {
             ..Default::default()
         };
         let bounds = of(&policy);
-        assert!(3 * bounds.size <= 64 << 20);
+        // Three mounts and two shares for the IPC namespace.
+        assert!(5 * bounds.size <= 64 << 20);
+        let ipc = ipc_of(&policy);
+        assert_eq!(ipc.shm_bytes, bounds.size);
+        assert_eq!(ipc.shm_pages * 4096, bounds.size);
+        assert!(ipc.message_queues * 16384 <= bounds.size);
         assert_eq!(bounds.inodes, bounds.size / 4096);
         assert_eq!(
             bounds.options("mode=1777"),
@@ -96,15 +150,20 @@ mod tests {
             private_tmp: true,
             ..Default::default()
         };
+        let quarter = DEFAULT_BUDGET / 4;
         assert_eq!(
             of(&policy),
             TmpfsBounds {
-                size: 1 << 30,
-                inodes: (1 << 30) / 4096
+                size: quarter,
+                inodes: quarter / 4096
             }
         );
-        // /dev/shm alone gets the whole budget.
-        assert_eq!(of(&Policy::default()).size, DEFAULT_BUDGET);
+        // Whole pages.
+        assert_eq!(of(&Policy::default()).size, DEFAULT_BUDGET / 3 / 4096 * 4096);
+        let ipc = ipc_of(&Policy::default());
+        assert_eq!(ipc.shm_bytes, DEFAULT_BUDGET / 3 / 4096 * 4096);
+        // Past the kernel's ceiling of queues, the default count.
+        assert_eq!(ipc.message_queues, 32_000);
     }
 
     #[test]
