@@ -4,7 +4,8 @@
 //!
 //! A new IPC namespace starts with the kernel's defaults, not the host's
 //! settings: 16 EiB of System V shared memory, 32,000 message queues of
-//! 16 KiB. Segments and queued messages outlive every process of the run
+//! 16 KiB, 1,024,000,000 semaphores. Segments, queued messages and
+//! semaphore sets outlive every process of the run
 //! (killing them frees nothing) until the namespace goes, so without a
 //! memory limit an agent could hold any amount of RAM there. The values
 //! come from the planner (`tmpfs_bounds::ipc_of`). The agent cannot raise
@@ -39,5 +40,13 @@ pub fn apply(bounds: &IpcBounds) -> Result<(), IpcLimitsError> {
             },
         )?;
     }
+    // SEMMSL and SEMOPM keep the kernel's defaults: a set may be as large
+    // as before, there are fewer semaphores in all.
+    let sem = format!("32000 {} 500 {}", bounds.semaphores, bounds.semaphore_sets);
+    std::fs::write("/proc/sys/kernel/sem", sem).map_err(|source| IpcLimitsError::Write {
+        name: "sem",
+        value: bounds.semaphores,
+        source,
+    })?;
     Ok(())
 }

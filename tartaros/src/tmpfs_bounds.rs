@@ -1,10 +1,11 @@
 //! Bounds of a run's in-memory stores: its private tmpfs mounts (the
 //! private `/tmp`, `/dev/shm`, every `--tmpfs`) and its IPC namespace's
-//! System V shared memory and message queues.
+//! System V shared memory, message queues and semaphores.
 //!
 //! Without them each had the kernel's defaults: half of the host's RAM
-//! and one inode per page of it for a tmpfs, 16 EiB of shared memory and
-//! 500 MiB of queued messages for the IPC namespace. What an agent parks
+//! and one inode per page of it for a tmpfs, 16 EiB of shared memory,
+//! 500 MiB of queued messages and 65 GB of semaphores for the IPC
+//! namespace. What an agent parks
 //! there outlives every process of it (killing processes frees none of
 //! it) until the run ends, and in an ordinary user's run without a
 //! delegated cgroup nothing else bounded it. The stores share one budget:
@@ -65,6 +66,10 @@ pub struct IpcBounds {
     /// `kernel.msgmni`: message queues, each holding at most `msgmnb`
     /// (16 KiB: raising it for a queue needs CAP_SYS_RESOURCE).
     pub message_queues: u64,
+    /// `kernel.sem`'s SEMMNS: semaphores of every set together.
+    pub semaphores: u64,
+    /// `kernel.sem`'s SEMMNI: semaphore sets.
+    pub semaphore_sets: u64,
 }
 
 impl Default for IpcBounds {
@@ -76,14 +81,22 @@ impl Default for IpcBounds {
 /// What one queue may hold (`kernel.msgmnb`, the kernel's default).
 const QUEUE_BYTES: u64 = 16384;
 
-/// The kernel's default number of queues; it refuses more than 32,768.
+/// The kernel's default number of queues (and of semaphore sets); it
+/// refuses more than 32,768.
 const MOST_QUEUES: u64 = 32_000;
 
+/// What one semaphore costs: `struct sem` is cache-line aligned.
+const SEMAPHORE_BYTES: u64 = 64;
+
+/// What a set costs beyond its semaphores (`struct sem_array`), rounded
+/// up to a page.
+const SET_BYTES: u64 = 4096;
+
 /// The shares of the budget: the private /dev/shm (always there), the
-/// private /tmp, each `--tmpfs`, and two for the IPC namespace (shared
-/// memory, messages).
+/// private /tmp, each `--tmpfs`, and three for the IPC namespace (shared
+/// memory, messages, semaphores).
 fn shares(policy: &Policy) -> usize {
-    1 + usize::from(policy.private_tmp) + policy.tmpfs.len() + 2
+    1 + usize::from(policy.private_tmp) + policy.tmpfs.len() + 3
 }
 
 fn budget(policy: &Policy) -> u64 {
@@ -105,6 +118,9 @@ fn ipc_share(one: TmpfsBounds) -> IpcBounds {
         shm_bytes: one.size,
         shm_pages: one.size / BYTES_PER_INODE,
         message_queues: (one.size / QUEUE_BYTES).clamp(1, MOST_QUEUES),
+        // Half the share for the semaphores, half for the sets' own cost.
+        semaphores: (one.size / 2 / SEMAPHORE_BYTES).max(1),
+        semaphore_sets: (one.size / 2 / SET_BYTES).clamp(1, MOST_QUEUES),
     }
 }
 
@@ -131,12 +147,13 @@ mod tests {
             ..Default::default()
         };
         let bounds = of(&policy);
-        // Three mounts and two shares for the IPC namespace.
-        assert!(5 * bounds.size <= 64 << 20);
+        // Three mounts and three shares for the IPC namespace.
+        assert!(6 * bounds.size <= 64 << 20);
         let ipc = ipc_of(&policy);
         assert_eq!(ipc.shm_bytes, bounds.size);
         assert_eq!(ipc.shm_pages * 4096, bounds.size);
         assert!(ipc.message_queues * 16384 <= bounds.size);
+        assert!(ipc.semaphores * 64 + ipc.semaphore_sets * 4096 <= bounds.size);
         assert_eq!(bounds.inodes, bounds.size / 4096);
         assert_eq!(
             bounds.options("mode=1777"),
@@ -150,18 +167,19 @@ mod tests {
             private_tmp: true,
             ..Default::default()
         };
-        let quarter = DEFAULT_BUDGET / 4;
+        // Whole pages.
+        let fifth = DEFAULT_BUDGET / 5 / 4096 * 4096;
         assert_eq!(
             of(&policy),
             TmpfsBounds {
-                size: quarter,
-                inodes: quarter / 4096
+                size: fifth,
+                inodes: fifth / 4096
             }
         );
-        // Whole pages.
-        assert_eq!(of(&Policy::default()).size, DEFAULT_BUDGET / 3 / 4096 * 4096);
+        let quarter = DEFAULT_BUDGET / 4;
+        assert_eq!(of(&Policy::default()).size, quarter);
         let ipc = ipc_of(&Policy::default());
-        assert_eq!(ipc.shm_bytes, DEFAULT_BUDGET / 3 / 4096 * 4096);
+        assert_eq!(ipc.shm_bytes, quarter);
         // Past the kernel's ceiling of queues, the default count.
         assert_eq!(ipc.message_queues, 32_000);
     }

@@ -46,8 +46,8 @@ os.execvp('sleep', ['sleep', sys.argv[1]])
 /// The IPC limits of `pid`'s namespace, as the kernel gives them to a
 /// process in it.
 fn ipc_limits(pid: i32) -> Vec<(String, u64)> {
-    let script =
-        "for f in shmmax shmall msgmni msgmnb; do echo $f $(cat /proc/sys/kernel/$f); done";
+    let script = "for f in shmmax shmall msgmni msgmnb; do echo $f $(cat /proc/sys/kernel/$f); done; \
+        set -- $(cat /proc/sys/kernel/sem); echo semmsl $1; echo semmns $2; echo semmni $4";
     let out = std::process::Command::new("nsenter")
         .args(["--ipc", "--target", &pid.to_string(), "sh", "-c", script])
         .output()
@@ -62,7 +62,24 @@ fn ipc_limits(pid: i32) -> Vec<(String, u64)> {
         .collect()
 }
 
-fn check(mut command: std::process::Command, marker: &str, budget: u64) {
+fn check(command: std::process::Command, marker: &str, budget: u64) {
+    let out = command_output(command, marker, budget);
+    // The kernel refuses the segment bigger than the budget, and an
+    // ordinary one still works.
+    expect(&out, "shmget big", &libc::EINVAL.to_string());
+    expect(&out, "shmget small", "False");
+    for name in ["shmmax", "shmall", "msgmni"] {
+        expect(&out, &format!("raise {name}"), &libc::EACCES.to_string());
+    }
+}
+
+/// Runs `command` to its end, asserting from the host, while its agent
+/// (`sleep marker`) lives, that its IPC namespace holds at most `budget`.
+fn command_output(
+    mut command: std::process::Command,
+    marker: &str,
+    budget: u64,
+) -> std::process::Output {
     let child = command
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -86,13 +103,9 @@ fn check(mut command: std::process::Command, marker: &str, budget: u64) {
     assert!(get("shmall") * page <= budget, "{limits:?}");
     // Queued messages are kernel memory too: every queue full at once.
     assert!(get("msgmni") * get("msgmnb") <= budget, "{limits:?}");
-    // The kernel refuses the segment bigger than the budget, and an
-    // ordinary one still works.
-    expect(&out, "shmget big", &libc::EINVAL.to_string());
-    expect(&out, "shmget small", "False");
-    for name in ["shmmax", "shmall", "msgmni"] {
-        expect(&out, &format!("raise {name}"), &libc::EACCES.to_string());
-    }
+    // So are semaphores: 64 bytes each (a cache line).
+    assert!(get("semmns") * 64 <= budget, "{limits:?}");
+    out
 }
 
 #[test]
@@ -127,4 +140,50 @@ fn an_ordinary_users_shared_memory_is_bounded_without_a_memory_limit() {
         Path::new("/"),
     );
     check(command, "4.3373", DEFAULT_BUDGET);
+}
+
+/// Semaphore arrays are kernel memory that outlives the agent's
+/// processes too: 32,000 semaphores of 64 bytes each per array, and the
+/// kernel's default allows 1,024,000,000 of them (65 GB). An ordinary
+/// user's `--max-memory` is only recorded without a delegated cgroup, so
+/// nothing but the namespace's limits holds them; 40 arrays (82 MB) must
+/// not all be made under a 64 MiB budget.
+const SEMAPHORES: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+made, refused = 0, 0
+for _ in range(40):
+    r = libc.semget(0, 32000, 0o1000 | 0o600)
+    if r >= 0:
+        made += 1
+    else:
+        refused = ctypes.get_errno()
+        break
+print('made', made)
+print('refused', refused)
+sys.stdout.flush()
+os.execvp('sleep', ['sleep', sys.argv[1]])
+"#;
+
+#[test]
+fn an_ordinary_users_semaphores_are_bounded_by_its_recorded_limit() {
+    if !can_run("an_ordinary_users_semaphores_are_bounded_by_its_recorded_limit") {
+        return;
+    }
+    let command = tartaros_as(
+        4393,
+        &[
+            "run",
+            "--max-memory",
+            "64M",
+            "--",
+            "python3",
+            "-c",
+            SEMAPHORES,
+            "4.3457",
+        ],
+        Path::new("/"),
+    );
+    let child = command_output(command, "4.3457", 64 << 20);
+    expect(&child, "refused", &libc::ENOSPC.to_string());
 }
