@@ -297,6 +297,10 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         // Known once the cgroups exist (supervisor.rs).
         limit_cgroups: Vec::new(),
         ipc: crate::tmpfs_bounds::ipc_of(policy),
+        user_counts: host
+            .inotify
+            .filter(|_| user_namespace)
+            .map(crate::user_counts::of),
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

@@ -49,6 +49,7 @@ pub(super) fn root_host() -> Host {
         landlock_abi: Some(7),
         kernel: "6.18.0".into(),
         controllers: vec![("pids".into(), false), ("memory".into(), false)],
+        inotify: Some((128, 192_546)),
     }
 }
 
@@ -112,6 +113,7 @@ fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
         }
     );
     assert!(!plan.init.user_namespace);
+    assert_eq!(plan.init.user_counts, None, "no user namespace to bound");
     assert!(plan.cgroup.is_some());
     let watch = plan.watch.expect("root attaches the unix socket policy");
     assert!(watch.unix_policy && !watch.capture && watch.transparent_port.is_none());
@@ -153,6 +155,8 @@ fn an_ordinary_user_gets_a_user_namespace_and_degrades() {
     let mut plan = decide_with(&policy(), &host, &project(), Some(log), &[]).unwrap();
     assert!(plan.init.user_namespace);
     assert_eq!(plan.init.identity, Identity { uid: 0, gid: 0 });
+    // A share of the user's inotify counts, which the run would share.
+    assert_eq!(plan.init.user_counts.map(|c| c.inotify_instances), Some(32));
     assert!(plan.cgroup.is_none());
     assert!(plan.watch.is_none());
     assert!(

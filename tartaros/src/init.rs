@@ -93,6 +93,9 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     let _ = nix::unistd::sethostname("tartaros");
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
     crate::ipc_limits::apply(&plan.ipc).map_err(|e| failure(exit::START_FAILURE, e))?;
+    if let Some(counts) = &plan.user_counts {
+        crate::user_counts::apply(counts).map_err(|e| failure(exit::START_FAILURE, e))?;
+    }
 
     // Stage 3: the seccomp program the child will install (pure).
     let seccomp = match &plan.seccomp {

@@ -64,5 +64,6 @@ pub mod tmpfs_bounds;
 pub mod tty_state;
 pub mod undo;
 pub mod unix_mirror;
+pub mod user_counts;
 pub mod warn;
 pub mod zygote;

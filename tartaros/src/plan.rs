@@ -71,6 +71,10 @@ pub struct Plan {
     /// The limits of the run's IPC namespace (`ipc_limits.rs`).
     #[serde(default)]
     pub ipc: crate::tmpfs_bounds::IpcBounds,
+    /// In a user namespace: its share of the user's inotify counts
+    /// (`user_counts.rs`).
+    #[serde(default)]
+    pub user_counts: Option<crate::user_counts::UserCounts>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -184,6 +188,7 @@ mod tests {
             map_user: None,
             max_tasks: None,
             ipc: Default::default(),
+            user_counts: None,
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let late = Late {
