@@ -41,7 +41,8 @@ pub trait Facts {
     /// The uid and gid of a user name or number.
     fn user(&self, name: &str) -> Result<Identity, String>;
     /// The regular files with other hard links below the directory `dir`,
-    /// looking at `limit` entries at most (`link_walk.rs`).
+    /// looking at `limit` entries at most (`link_walk.rs`); none where
+    /// there is no tree to walk (the tests' fakes).
     fn linked_below(&self, _dir: &Path, _limit: usize) -> crate::link_walk::LinkWalk {
         crate::link_walk::LinkWalk::default()
     }

@@ -64,7 +64,7 @@ fn io_failed<'a>(
 
 /// Replaces /dev. `mount_points` are directories under /dev that later
 /// steps mount on (a writable root such as /dev/shm/work): they are made
-/// here, before the tmpfs turns read-only. `shm` bounds /dev/shm.
+/// here, before the tmpfs turns read-only. `shm_bounds` bounds /dev/shm.
 pub fn build(
     mount_points: &[PathBuf],
     shm_bounds: &crate::tmpfs_bounds::TmpfsBounds,
