@@ -299,7 +299,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         limit_cgroups: Vec::new(),
         ipc: crate::tmpfs_bounds::ipc_of(policy),
         user_counts: host
-            .inotify
+            .user_counts
             .filter(|_| user_namespace)
             .map(crate::user_counts::of),
     };

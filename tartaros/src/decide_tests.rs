@@ -49,7 +49,12 @@ pub(super) fn root_host() -> Host {
         landlock_abi: Some(7),
         kernel: "6.18.0".into(),
         controllers: vec![("pids".into(), false), ("memory".into(), false)],
-        inotify: Some((128, 192_546)),
+        user_counts: Some(crate::user_counts::UserCounts {
+            inotify_instances: 128,
+            inotify_watches: 192_546,
+            pending_signals: 96_369,
+            queue_bytes: 819_200,
+        }),
     }
 }
 

@@ -262,6 +262,12 @@ fn become_agent(
             format!("failed to limit the agent to {max} tasks (RLIMIT_NPROC): {e}"),
         );
     }
+    // Likewise its share of the user's pending signals and queue bytes.
+    if let (Some(counts), Some(_)) = (&plan.user_counts, plan.map_user)
+        && let Err(e) = crate::user_counts::limit_agent(counts)
+    {
+        return failure(exit::START_FAILURE, e);
+    }
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()
     {
