@@ -49,6 +49,12 @@ pub(super) fn root_host() -> Host {
         landlock_abi: Some(7),
         kernel: "6.18.0".into(),
         controllers: vec![("pids".into(), false), ("memory".into(), false)],
+        user_counts: Some(crate::user_counts::UserCounts {
+            inotify_instances: 128,
+            inotify_watches: 192_546,
+            pending_signals: 96_369,
+            queue_bytes: 819_200,
+        }),
     }
 }
 
@@ -112,6 +118,7 @@ fn a_plain_root_run_has_a_cgroup_and_only_the_unix_policy() {
         }
     );
     assert!(!plan.init.user_namespace);
+    assert_eq!(plan.init.user_counts, None, "no user namespace to bound");
     assert!(plan.cgroup.is_some());
     let watch = plan.watch.expect("root attaches the unix socket policy");
     assert!(watch.unix_policy && !watch.capture && watch.transparent_port.is_none());
@@ -153,6 +160,8 @@ fn an_ordinary_user_gets_a_user_namespace_and_degrades() {
     let mut plan = decide_with(&policy(), &host, &project(), Some(log), &[]).unwrap();
     assert!(plan.init.user_namespace);
     assert_eq!(plan.init.identity, Identity { uid: 0, gid: 0 });
+    // A share of the user's inotify counts, which the run would share.
+    assert_eq!(plan.init.user_counts.map(|c| c.inotify_instances), Some(32));
     assert!(plan.cgroup.is_none());
     assert!(plan.watch.is_none());
     assert!(
@@ -457,7 +466,7 @@ fn with_the_unix_policy_sockets_are_pinned_not_hidden_and_hidden_again_if_it_is_
         "longest first"
     );
     assert!(plan.init.mounts.iter().any(|op| matches!(op,
-        MountOp::PrivateDev { mount_points } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
+        MountOp::PrivateDev { mount_points, .. } if mount_points.contains(&PathBuf::from("/dev/.u/1")))));
     assert!(!hides(&plan), "nothing to hide: the hook refuses the name");
     plan.unix_policy_lost();
     assert!(plan.late.unix_mirrors.is_empty());

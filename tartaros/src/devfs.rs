@@ -64,8 +64,11 @@ fn io_failed<'a>(
 
 /// Replaces /dev. `mount_points` are directories under /dev that later
 /// steps mount on (a writable root such as /dev/shm/work): they are made
-/// here, before the tmpfs turns read-only.
-pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
+/// here, before the tmpfs turns read-only. `shm_bounds` bounds /dev/shm.
+pub fn build(
+    mount_points: &[PathBuf],
+    shm_bounds: &crate::tmpfs_bounds::TmpfsBounds,
+) -> Result<(), DevfsError> {
     let dev = Path::new("/dev");
     // A host terminal on a standard stream, before the tmpfs hides it.
     let ttys = crate::stdio_tty::hold();
@@ -118,7 +121,7 @@ pub fn build(mount_points: &[PathBuf]) -> Result<(), DevfsError> {
         shm.as_path(),
         Some("tmpfs"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=1777"),
+        Some(shm_bounds.options("mode=1777").as_str()),
     )
     .map_err(failed("mount a private tmpfs on", &shm))?;
     for (name, target) in LINKS {

@@ -20,6 +20,8 @@ pub struct Host {
     /// The `pids` and `memory` controllers found, and whether each is in
     /// the v2 tree (`true`) or a v1 hierarchy (`false`).
     pub controllers: Vec<(String, bool)>,
+    /// The host's per-user limits (`user_counts::host`).
+    pub user_counts: Option<crate::user_counts::UserCounts>,
 }
 
 impl Host {
@@ -52,6 +54,7 @@ impl Host {
                     Some((name.to_string(), found == crate::cgroup::Controller::V2))
                 })
                 .collect(),
+            user_counts: crate::user_counts::host(),
         }
     }
 }

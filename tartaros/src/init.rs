@@ -92,6 +92,10 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // socket of a task in it.
     let _ = nix::unistd::sethostname("tartaros");
     crate::mounts::apply(&plan.mounts).map_err(|e| failure(exit::START_FAILURE, e))?;
+    crate::ipc_limits::apply(&plan.ipc).map_err(|e| failure(exit::START_FAILURE, e))?;
+    if let Some(counts) = &plan.user_counts {
+        crate::user_counts::apply(counts).map_err(|e| failure(exit::START_FAILURE, e))?;
+    }
 
     // Stage 3: the seccomp program the child will install (pure).
     let seccomp = match &plan.seccomp {
@@ -257,6 +261,12 @@ fn become_agent(
             exit::START_FAILURE,
             format!("failed to limit the agent to {max} tasks (RLIMIT_NPROC): {e}"),
         );
+    }
+    // Likewise its share of the user's pending signals and queue bytes.
+    if let (Some(counts), Some(_)) = (&plan.user_counts, plan.map_user)
+        && let Err(e) = crate::user_counts::limit_agent(counts)
+    {
+        return failure(exit::START_FAILURE, e);
     }
     if let Some(prepared) = landlock
         && let Err(e) = prepared.enforce()

@@ -68,6 +68,13 @@ pub struct Plan {
     /// bound of a run with no pids cgroup (guarantee::tasks_by_rlimit).
     #[serde(default)]
     pub max_tasks: Option<u64>,
+    /// The limits of the run's IPC namespace (`ipc_limits.rs`).
+    #[serde(default)]
+    pub ipc: crate::tmpfs_bounds::IpcBounds,
+    /// In a user namespace: its share of the user's inotify counts
+    /// (`user_counts.rs`).
+    #[serde(default)]
+    pub user_counts: Option<crate::user_counts::UserCounts>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -180,6 +187,8 @@ mod tests {
             scope: Default::default(),
             map_user: None,
             max_tasks: None,
+            ipc: Default::default(),
+            user_counts: None,
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let late = Late {

@@ -31,6 +31,8 @@ pub struct ScopeMounts {
     pub binds: Vec<Bind>,
     /// Owner of the fresh tmpfs roots (the agent, as seen in the init).
     pub owner: Option<Identity>,
+    /// The size and inodes of each tmpfs (`tmpfs_bounds.rs`).
+    pub bounds: crate::tmpfs_bounds::TmpfsBounds,
 }
 
 impl ScopeMounts {
@@ -39,6 +41,7 @@ impl ScopeMounts {
             tmpfs: policy.tmpfs.clone(),
             binds: policy.binds.clone(),
             owner: Some(owner),
+            bounds: crate::tmpfs_bounds::of(policy),
         }
     }
 }
@@ -75,10 +78,11 @@ pub fn apply(mounts: &ScopeMounts) -> Result<(), ScopeError> {
         crate::mount_tree::attach(&tree, &target).map_err(fail("bind onto", &bind.target))?;
     }
     for dir in &mounts.tmpfs {
-        let options = match mounts.owner {
+        let access = match mounts.owner {
             Some(owner) => format!("mode=0755,uid={},gid={}", owner.uid, owner.gid),
             None => "mode=1777".to_string(),
         };
+        let options = mounts.bounds.options(&access);
         mount(
             Some("tmpfs"),
             dir.as_path(),
