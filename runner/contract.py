@@ -44,6 +44,7 @@ CHECK_EXTRA = {"text", "n", "value", "name"}
 SETUP_KEYS = {
     "file", "dir", "symlink", "listener", "victim", "tty", "kill_after", "host_alias", "copy",
     "free_port", "remove_after",
+    "hardlink",  # [{ path = P, target = Q }]: P is another name of the (already set up) file Q
     "host_pty",  # another terminal of the agent's user on the host: {host_pty}
     "unix_decoys",  # N listening unix sockets in {outside}/decoys, bound before the listeners
     "launcher_limits",  # { pids = N, memory = BYTES }: limits on the launcher's own cgroup

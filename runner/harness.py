@@ -115,6 +115,10 @@ def make_setup(c: Contract, values: dict[str, str], root: Path, agent_uid: int =
         p = Path(ex(s["path"]))
         p.parent.mkdir(parents=True, exist_ok=True)
         p.symlink_to(ex(s["target"]))
+    for h in c.setup.get("hardlink", []):
+        p = Path(ex(h["path"]))
+        p.parent.mkdir(parents=True, exist_ok=True)
+        os.link(ex(h["target"]), p)
     # Everything under root is world-readable/traversable so that sandboxes
     # which drop to an unprivileged uid see the same tree; work is writable.
     for d in (root, root / "outside", root / "home", root / "scratch"):
@@ -177,7 +181,7 @@ def run_contract(c: Contract, adapter: Adapter, keep: bool = False) -> Outcome:
                 tls = test_ca.server_context(spec["tls"]) if test_ca is not None and spec.get("tls") else None
                 lst = Listener(spec["name"], spec["proto"], host, int(spec.get("port", 0)), path,
                                netns=netns, hold=bool(spec.get("hold")), tls=tls,
-                               echo=bool(spec.get("echo")))
+                               echo=spec.get("echo", False))
             cleanups.append(lst)
             fx["listeners"][spec["name"]] = lst
             values[f"port_{spec['name']}"] = str(lst.port)

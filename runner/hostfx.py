@@ -3,6 +3,7 @@ and containment of everything a run starts. All are torn down after a run."""
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import itertools
 import os
@@ -27,7 +28,7 @@ class Listener:
 
     def __init__(self, name: str, proto: str, host: str = "127.0.0.1", port: int = 0, path: str | None = None,
                  netns: str | None = None, hold: bool = False, tls: "ssl.SSLContext | None" = None,
-                 echo: bool = False):
+                 echo: "bool | str" = False):
         self.name, self.proto, self.host, self.port, self.path = name, proto, host, port, path
         # tls: terminate TLS with this context, so that what is recorded is
         # the plaintext request (path, headers) an upstream would act on
@@ -37,7 +38,8 @@ class Listener:
         self.hold = hold
         # echo: answer an HTTP request with the request itself as the body
         # (an upstream's debug endpoint), so what a broker injected comes
-        # back to the agent unless the broker keeps it out
+        # back to the agent unless the broker keeps it out; "base64": the
+        # request base64-encoded (a token-inspection endpoint)
         self.echo = echo
         self.data = bytearray()
         self.connections = 0
@@ -112,7 +114,8 @@ class Listener:
                 got += b
                 self._record(b)
                 if got.startswith(HTTP_METHODS) and b"\r\n\r\n" in got:
-                    body = bytes(got) if self.echo else b"ok\n"
+                    body = (base64.b64encode(bytes(got)) if self.echo == "base64"
+                            else bytes(got) if self.echo else b"ok\n")
                     conn.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
                     break
         except OSError:
