@@ -122,13 +122,13 @@ fn a_script_swapped_before_the_interpreter_reads_it_leaves_the_swap_in_the_log()
     let seq = |r: &Value| r["seq"].as_u64().unwrap();
     let swap = records
         .iter()
-        .filter(|r| {
+        .rev()
+        .find(|r| {
             r["kind"] == "rename"
                 && seq(r) < seq(created)
                 && field(r, "to") == Some(script.as_str())
                 && field(r, "from") == Some(evil_tmp.as_str())
         })
-        .last()
         .unwrap_or_else(|| panic!("no rename over {script}: {records:#?}"));
     assert_eq!(field(swap, "path_source"), Some("kernel"), "{swap}");
     let order = if seq(swap) > seq(exec) {
