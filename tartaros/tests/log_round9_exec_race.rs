@@ -90,44 +90,16 @@ fn a_nested_script_of_a_gone_child_is_named_under_load() {
         .replace("ROUNDS", &ROUNDS.to_string())
         .replace("AT_ONCE", &AT_ONCE.to_string());
     let agent = compile(&bin, "agent", &source);
-    let dir = root.path().to_str().unwrap();
-    for (name, body) in [
-        ("inner.sh", "#!/bin/sh\nexit 0\n".to_string()),
-        ("outer.sh", format!("#!{dir}/inner.sh\nexit 0\n")),
-    ] {
-        let path = root.file(name, &body);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-    }
+    let outer = nested_scripts(&root);
     chown(root.path(), NOBODY);
-    let outer = format!("{dir}/outer.sh");
     let (out, records) = {
         let _load = Load::start();
         run_logged(&root, &logs, &[agent.to_str().unwrap(), &outer])
     };
     assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
-    let execs: Vec<_> = records
-        .iter()
-        .filter(|r| {
-            r["kind"] == "exec"
-                && allowed(r)
-                && r["target"]["argv"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .any(|v| v.as_str().is_some_and(|s| s.starts_with("nested-")))
-                })
-        })
-        .collect();
+    let execs = execs_marked(&records, "nested-");
     assert_eq!(execs.len(), AT_ONCE * ROUNDS, "{records:#?}");
-    let unnamed: Vec<_> = execs
-        .iter()
-        .filter(|e| field(e, "script") != Some(outer.as_str()))
-        .collect();
-    assert!(
-        unnamed.is_empty(),
-        "{} of {} nested execs not named: {unnamed:#?}",
-        unnamed.len(),
-        execs.len()
-    );
+    assert_scripts_named(&execs, &outer);
 }
 
 const FLOODER: &str = r#"
@@ -182,19 +154,17 @@ fn a_nested_script_is_named_while_the_queue_floods() {
     let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
     let source = FLOODER.replace("THREADS", "2").replace("FILES", "10000");
     let agent = compile(&bin, "flooder", &source);
-    let dir = root.path().to_str().unwrap();
-    for (name, body) in [
-        ("inner.sh", "#!/bin/sh\nexit 0\n".to_string()),
-        ("outer.sh", format!("#!{dir}/inner.sh\nexit 0\n")),
-    ] {
-        let path = root.file(name, &body);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-    }
+    let outer = nested_scripts(&root);
     chown(root.path(), NOBODY);
-    let outer = format!("{dir}/outer.sh");
-    let (out, records, code, line) =
-        run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), &outer, dir]);
+    let (out, records, code, line) = run_logged_verdict(
+        &root,
+        &logs,
+        &[
+            agent.to_str().unwrap(),
+            &outer,
+            root.path().to_str().unwrap(),
+        ],
+    );
     // The ring may overflow under the flood (the run exits 122 and
     // `verify` says incomplete): the exec records it kept are checked.
     assert!(
@@ -203,26 +173,7 @@ fn a_nested_script_is_named_while_the_queue_floods() {
         stderr(&out)
     );
     eprintln!("verify: {code:?} {line}");
-    let execs: Vec<_> = records
-        .iter()
-        .filter(|r| {
-            r["kind"] == "exec"
-                && allowed(r)
-                && r["target"]["argv"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .any(|v| v.as_str().is_some_and(|s| s.starts_with("nested-")))
-                })
-        })
-        .collect();
+    let execs = execs_marked(&records, "nested-");
     eprintln!("{} nested exec records kept", execs.len());
-    let unnamed: Vec<_> = execs
-        .iter()
-        .filter(|e| field(e, "script") != Some(outer.as_str()))
-        .collect();
-    assert!(
-        unnamed.is_empty(),
-        "{} of {} nested execs not named: {unnamed:#?}",
-        unnamed.len(),
-        execs.len()
-    );
+    assert_scripts_named(&execs, &outer);
 }

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
         pid_t pid = fork();
         if (pid == 0) {
             char path[] = "./run.sh", marker[32];
-            snprintf(marker, sizeof marker, "swap-%d", k);
+            snprintf(marker, sizeof marker, "swap-%d.", k);
             char *const args[] = {"x", marker, 0};
             execve(path, args, env);
             _exit(99);
@@ -91,16 +91,9 @@ fn a_script_swapped_before_the_interpreter_reads_it_leaves_the_swap_in_the_log()
     assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
     let k = stdout(&out).trim().to_string();
     eprintln!("swapped on attempt {k}");
-    let marker = format!("swap-{k}");
-    let exec = records
-        .iter()
-        .find(|r| {
-            r["kind"] == "exec"
-                && allowed(r)
-                && r["target"]["argv"]
-                    .as_array()
-                    .is_some_and(|a| a.iter().any(|v| *v == marker.as_str()))
-        })
+    let marker = format!("swap-{k}.");
+    let exec = *execs_marked(&records, &marker)
+        .first()
         .unwrap_or_else(|| panic!("no exec of {marker}: {records:#?}"));
     let script = format!("{dir}/run.sh");
     // The kernel's open: the name, which held the benign script then.

@@ -50,39 +50,11 @@ fn a_script_run_by_a_non_leader_thread_is_named() {
     }
     let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
     let agent = compile(&bin, "agent", AGENT);
-    let dir = root.path().to_str().unwrap();
-    for (name, body) in [
-        ("inner.sh", "#!/bin/sh\nexit 0\n".to_string()),
-        ("outer.sh", format!("#!{dir}/inner.sh\nexit 0\n")),
-    ] {
-        let path = root.file(name, &body);
-        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-            .unwrap();
-    }
+    let outer = nested_scripts(&root);
     chown(root.path(), NOBODY);
-    let outer = format!("{dir}/outer.sh");
     let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), &outer]);
     assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
-    let execs: Vec<_> = records
-        .iter()
-        .filter(|r| {
-            r["kind"] == "exec"
-                && allowed(r)
-                && r["target"]["argv"].as_array().is_some_and(|a| {
-                    a.iter()
-                        .any(|v| v.as_str().is_some_and(|s| s.starts_with("thread-")))
-                })
-        })
-        .collect();
+    let execs = execs_marked(&records, "thread-");
     assert_eq!(execs.len(), 10, "{records:#?}");
-    let unnamed: Vec<_> = execs
-        .iter()
-        .filter(|e| field(e, "script") != Some(outer.as_str()))
-        .collect();
-    assert!(
-        unnamed.is_empty(),
-        "{} of {} execs by a thread not named: {unnamed:#?}",
-        unnamed.len(),
-        execs.len()
-    );
+    assert_scripts_named(&execs, &outer);
 }

@@ -450,18 +450,7 @@ mod tests {
             &facts,
         );
         // A fork record names 30 after the fact.
-        let mut fork = Record {
-            kind: "fork",
-            pid: 9,
-            ppid: 1,
-            uid: 65534,
-            mono_ns: 1,
-            wall_ns: 1,
-            decision: crate::effectlog::Decision::Allowed,
-            errno: 0,
-            target: crate::effectlog::Target::new(),
-        };
-        fork.target.insert("child", 30);
+        let fork = record("fork", 9, "child", Value::from(30));
         p.join.learn(&[fork]);
         p.place(Vec::new(), 6, 5, &facts);
         let out = p.finish(7);
