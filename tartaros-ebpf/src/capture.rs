@@ -37,6 +37,10 @@ fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Option<()> {
     // destination inside it of the size it is told.
     unsafe {
         fill_header(&raw mut (*ev).header, cfg, record::EXEC, effect::EXEC);
+        // The thread that called exec (`old_pid`): `de_thread` has made a
+        // non-leader the leader by now, and the kernel's exec opens were
+        // queued under its own tid, which only this record can name.
+        (*ev).header.pid = ctx.arg::<u64>(1) as u32;
         let mut flags = (*ev).header.flags;
 
         let filename: u64 = read_kernel(bprm + cfg.bprm_filename as u64).unwrap_or(0);

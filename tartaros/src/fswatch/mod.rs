@@ -134,12 +134,16 @@ impl FsWatch {
     /// returns the records to write, in order.
     pub fn admit(&mut self, records: Vec<Record>) -> Vec<Record> {
         self.place.join.learn(&records);
+        let read_to = records.iter().map(|r| r.mono_ns).max();
         let mut out = self.poll();
         out.extend(
             self.place
                 .join
                 .join(records, crate::effectlog::mono_now_ns()),
         );
+        if let Some(mono_ns) = read_to {
+            self.place.ring_read_to(mono_ns);
+        }
         out
     }
 

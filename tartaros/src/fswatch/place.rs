@@ -17,6 +17,10 @@ use crate::effectlog::names::{display, display_path};
 const HOST_VERDICT_NS: u64 = 1_000_000_000;
 /// Bound of the thread-verdict and directory-path caches.
 const CACHE_ENTRIES: usize = 16_384;
+/// Bound of the exec opens outside the roots kept for threads gone
+/// before they could be placed (a busy host's short-lived processes
+/// queue them too, until the ring shows no record will name them).
+const GONE_EXEC_OPENS: usize = 4_096;
 
 /// Membership of a thread in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +36,10 @@ pub(super) trait Facts {
     fn member(&self, tid: u32) -> Member;
     /// The path of a directory handle now; `None` when it is gone.
     fn resolve(&self, dir: &Handle) -> Option<PathBuf>;
+    /// The monotonic time now, once the threads of a read are looked up.
+    fn now_ns(&self) -> u64 {
+        crate::effectlog::mono_now_ns()
+    }
 }
 
 pub(super) struct Placement {
@@ -46,8 +54,12 @@ pub(super) struct Placement {
     host: HashMap<u32, u64>,
     dirs: HashMap<Handle, Option<PathBuf>>,
     /// Notifications of threads that were gone before they could be
-    /// placed, in the roots: placed when a record names the thread.
-    unplaced: Vec<Notice>,
+    /// placed, in queue order: placed when a record names the thread.
+    /// Changes in the roots wait for the end; an exec open outside them
+    /// (the interpreter, `ld.so`: what tells a script from a program)
+    /// waits until the ring has been read past the time its thread was
+    /// found gone (`Some`), by when every record of a sandbox thread is.
+    unplaced: Vec<(Notice, Option<u64>)>,
 }
 
 impl Placement {
@@ -73,6 +85,7 @@ impl Placement {
         facts: &dyn Facts,
     ) -> Vec<Record> {
         let out = Vec::new();
+        let mut gone_exec_opens = Vec::new();
         for event in &events {
             if event.mask & bit::OVERFLOW != 0 {
                 self.lost += 1;
@@ -116,27 +129,60 @@ impl Placement {
                             || self.inherited.iter().any(|f| p == f.as_path())
                     });
                     if in_roots {
-                        self.unplaced.push(n);
+                        self.unplaced.push((n, None));
+                    } else if n.mask & bit::OPEN_EXEC != 0 {
+                        // Dropped, a gone script's interpreter left its
+                        // exec record with no `script` (the nested script
+                        // of a busy run: log_round9_exec_race.rs).
+                        let mut n = n;
+                        n.mask = bit::OPEN_EXEC;
+                        gone_exec_opens.push(self.unplaced.len());
+                        self.unplaced.push((n, Some(0)));
                     }
                 }
             }
         }
+        if !gone_exec_opens.is_empty() {
+            // Every gone thread of this read had exited by now.
+            let gone_ns = facts.now_ns();
+            for at in gone_exec_opens {
+                self.unplaced[at].1 = Some(gone_ns);
+            }
+            let kept = self.unplaced.iter().filter(|(_, g)| g.is_some()).count();
+            let mut over = kept.saturating_sub(GONE_EXEC_OPENS);
+            self.unplaced.retain(|(_, g)| {
+                let drop = over > 0 && g.is_some();
+                over -= usize::from(drop);
+                !drop
+            });
+        }
         // A thread that was gone may have been named by a record since.
         let unplaced = std::mem::take(&mut self.unplaced);
-        for n in unplaced {
+        for (n, gone_ns) in unplaced {
             match self.join.task(n.tid) {
                 Some(task) => self.join.notice(n, task),
-                None => self.unplaced.push(n),
+                None => self.unplaced.push((n, gone_ns)),
             }
         }
         out
+    }
+
+    /// The ring has been read up to a record of `mono_ns`: an exec open
+    /// outside the roots of a thread found gone before then, that no
+    /// record named, was a host thread's.
+    pub fn ring_read_to(&mut self, mono_ns: u64) {
+        self.unplaced
+            .retain(|(_, gone_ns)| gone_ns.is_none_or(|g| g >= mono_ns));
     }
 
     /// At the end: the notifications still unplaced are logged as the
     /// thread's (`pid_unverified`), then everything the join holds.
     pub fn finish(&mut self, now: u64) -> Vec<Record> {
         let mut out = Vec::new();
-        for n in std::mem::take(&mut self.unplaced) {
+        for (n, gone_ns) in std::mem::take(&mut self.unplaced) {
+            if gone_ns.is_some() {
+                continue;
+            }
             let task = self.join.task(n.tid).unwrap_or(Task {
                 tgid: n.tid,
                 ppid: 0,
@@ -232,7 +278,14 @@ mod tests {
             }
         }
         fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
-            (dir.bytes == [1]).then(|| PathBuf::from("/w"))
+            match dir.bytes.as_slice() {
+                [1] => Some(PathBuf::from("/w")),
+                [3] => Some(PathBuf::from("/usr/bin")),
+                _ => None,
+            }
+        }
+        fn now_ns(&self) -> u64 {
+            50
         }
     }
 
@@ -397,18 +450,7 @@ mod tests {
             &facts,
         );
         // A fork record names 30 after the fact.
-        let mut fork = Record {
-            kind: "fork",
-            pid: 9,
-            ppid: 1,
-            uid: 65534,
-            mono_ns: 1,
-            wall_ns: 1,
-            decision: crate::effectlog::Decision::Allowed,
-            errno: 0,
-            target: crate::effectlog::Target::new(),
-        };
-        fork.target.insert("child", 30);
+        let fork = record("fork", 9, "child", Value::from(30));
         p.join.learn(&[fork]);
         p.place(Vec::new(), 6, 5, &facts);
         let out = p.finish(7);
@@ -425,6 +467,58 @@ mod tests {
             unknown.target.get("pid_unverified"),
             Some(&Value::from(true))
         );
+    }
+
+    fn record(kind: &'static str, pid: u32, key: &'static str, value: Value) -> Record {
+        let mut target = crate::effectlog::Target::new();
+        target.insert(key, value);
+        Record {
+            kind,
+            pid,
+            ppid: 9,
+            uid: 65534,
+            mono_ns: 40,
+            wall_ns: 40,
+            decision: crate::effectlog::Decision::Allowed,
+            errno: 0,
+            target,
+        }
+    }
+
+    /// A nested script's exec opens, read once its thread had exited and
+    /// before a record named it (a busy run): its interpreter, outside the
+    /// roots, was dropped, and the record then had no `script`.
+    #[test]
+    fn a_gone_thread_s_interpreter_open_still_names_its_script() {
+        let facts = Fake {
+            lookups: Cell::new(0),
+        };
+        let mut p = placement();
+        let events = vec![
+            event(30, bit::OPEN_EXEC, 1, "outer.sh"),
+            event(30, bit::OPEN_EXEC, 1, "inner.sh"),
+            event(30, bit::OPEN_EXEC, 3, "dash"),
+            // A host thread's exec, gone too, that no record names.
+            event(31, bit::OPEN_EXEC, 3, "true"),
+        ];
+        p.place(events, 5, 0, &facts);
+        let exec = record("exec", 30, "binary", Value::from("/usr/bin/dash"));
+        p.join.learn(std::slice::from_ref(&exec));
+        p.place(Vec::new(), 60, 5, &facts);
+        let joined = p.join.join(vec![exec], 60);
+        let named = joined.iter().find(|r| r.kind == "exec").unwrap();
+        assert_eq!(
+            named.target.get("script"),
+            Some(&Value::from("/w/outer.sh")),
+            "{named:?}"
+        );
+        // The ring read past the time 31 was found gone: no record will
+        // name it, its open is not kept.
+        assert_eq!(p.unplaced.len(), 1);
+        p.ring_read_to(49);
+        assert_eq!(p.unplaced.len(), 1, "a record of 31 may still come");
+        p.ring_read_to(51);
+        assert!(p.unplaced.is_empty());
     }
 
     #[test]

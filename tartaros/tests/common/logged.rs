@@ -162,3 +162,50 @@ pub fn run_sh_logged(root: &str, log: &Path, script: &str) -> std::process::Outp
         Path::new("/"),
     )
 }
+
+/// The allowed exec records with an argument that starts with `marker`.
+#[allow(dead_code)]
+pub fn execs_marked<'a>(records: &'a [Value], marker: &str) -> Vec<&'a Value> {
+    records
+        .iter()
+        .filter(|r| {
+            r["kind"] == "exec"
+                && allowed(r)
+                && r["target"]["argv"].as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|v| v.as_str().is_some_and(|s| s.starts_with(marker)))
+                })
+        })
+        .collect()
+}
+
+/// `outer.sh`, whose `#!` interpreter is the script `inner.sh` (run by
+/// `/bin/sh`), both executable, in `root`; returns outer's path.
+#[allow(dead_code)]
+pub fn nested_scripts(root: &Dir) -> String {
+    let dir = root.path().to_str().unwrap();
+    for (name, body) in [
+        ("inner.sh", "#!/bin/sh\nexit 0\n".to_string()),
+        ("outer.sh", format!("#!{dir}/inner.sh\nexit 0\n")),
+    ] {
+        let path = root.file(name, &body);
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    format!("{dir}/outer.sh")
+}
+
+/// Every exec record of `execs` names `script` as the script it ran.
+#[allow(dead_code)]
+pub fn assert_scripts_named(execs: &[&Value], script: &str) {
+    let unnamed: Vec<_> = execs
+        .iter()
+        .filter(|e| field(e, "script") != Some(script))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "{} of {} execs do not name {script}: {unnamed:#?}",
+        unnamed.len(),
+        execs.len()
+    );
+}
