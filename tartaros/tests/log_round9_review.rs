@@ -1,0 +1,134 @@
+//! Adversarial round 9, the review tools: everything a reviewer reads in
+//! `log summary`, `log show` and `log report` that the agent chose (file
+//! names, argv, the number and order of its effects) must read as what it
+//! is, never as another line, another file, another process or a shorter
+//! list. Each test makes its log with a real run and reads the real
+//! binary's output.
+//! Needs root; skips with a reason otherwise (fails under CI=true).
+
+mod common;
+
+use std::path::Path;
+
+use common::logged::*;
+use common::*;
+
+fn summary(log: &Path) -> String {
+    let out = tartaros(&["log", "summary", log.to_str().unwrap()], Path::new("/"));
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    stdout(&out)
+}
+
+/// Combining marks of the generic blocks, stacked on one letter, grow
+/// above and below the line: on the report's page 60 of them drew over
+/// the rows around the name. A mark the agent put first joined the
+/// reader's own separator (`path=` + U+0338 reads `path≠`).
+#[test]
+fn names_that_imitate_other_names_or_lines_are_shown_as_what_they_are() {
+    if !can_run("review_imitating_names") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let zalgo = format!("z{}", "\u{336}\u{489}".repeat(30));
+    let names = [
+        "notes\u{202e}txt.exe".to_string(),
+        "\u{2066}.env\u{2069}".to_string(),
+        ".e\u{200b}nv".to_string(),
+        "\u{feff}.env".to_string(),
+        "trailing.txt   ".to_string(),
+        "tabbed.txt\t".to_string(),
+        zalgo.clone(),
+        "\u{338}lead.txt".to_string(),
+    ];
+    let mut script = format!("cd {r} && mkdir -p repo/.git/hooks repo/.g\u{456}t/hooks");
+    for n in &names {
+        script.push_str(&format!(" && echo x > '{n}'"));
+    }
+    script.push_str(" && echo x > repo/.git/hooks/pre-commit");
+    script.push_str(" && echo x > repo/.g\u{456}t/hooks/pre-commit");
+    let out = run_sh_logged(r, &log, &script);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = summary(&log);
+    let show = stdout(&tartaros(
+        &["log", "show", log.to_str().unwrap()],
+        Path::new("/"),
+    ));
+    for (what, out) in [("summary", &text), ("show", &show)] {
+        for c in [
+            '\u{202e}', '\u{2066}', '\u{2069}', '\u{200b}', '\u{feff}', '\t',
+        ] {
+            assert!(!out.contains(c), "{what} holds {c:?} raw:\n{out}");
+        }
+        // At most two marks of the generic blocks on one letter.
+        let mut run = 0;
+        for c in out.chars() {
+            run = if is_generic_mark(c) { run + 1 } else { 0 };
+            assert!(run <= 2, "{what} stacks {run} combining marks:\n{out}");
+        }
+        assert!(!out.contains("=\u{338}"), "{what}:\n{out}");
+        assert!(!out.contains(" \u{338}"), "{what}:\n{out}");
+        assert!(!out.contains("/\u{338}"), "{what}:\n{out}");
+    }
+    // A name ending in spaces is quoted: its end shows.
+    assert!(text.contains(&format!("\"{r}/trailing.txt   \"")), "{text}");
+    // Only the real hook is marked as one; the homoglyph is listed as it is.
+    let marked: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("[git runs this]"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{text}");
+    assert!(marked[0].contains("/repo/.git/hooks/pre-commit"), "{text}");
+    assert!(text.contains("/repo/.g\u{456}t/hooks/pre-commit"), "{text}");
+}
+
+fn is_generic_mark(c: char) -> bool {
+    matches!(c, '\u{300}'..='\u{36f}' | '\u{483}'..='\u{489}' | '\u{1ab0}'..='\u{1aff}'
+        | '\u{1dc0}'..='\u{1dff}' | '\u{20d0}'..='\u{20ff}' | '\u{fe20}'..='\u{fe2f}')
+}
+
+/// Markup in paths (`/` makes `</script>` out of two names), quotes that
+/// would end an attribute, `javascript:` and a stylesheet break stay text:
+/// the page still holds exactly its own one script and one stylesheet.
+#[test]
+fn markup_in_names_stays_text_in_the_report() {
+    if !can_run("review_markup_names") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && mkdir -p 'a</script><script>alert(1)<' \
+         'b</style><style>*{{display:none}}<' 'c<' && \
+         echo x > 'a</script><script>alert(1)</script>' && \
+         echo x > 'b</style><style>*{{display:none}}</style>' && \
+         echo x > 'c</textarea><' && echo x > 'javascript:alert(1)' && \
+         echo x > 'q\" onmouseover=\"alert(1)' && \
+         echo x > \"s' autofocus onfocus='alert(1)\""
+    );
+    let out = run_sh_logged(r, &log, &script);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let html = logs.join("run.html");
+    let report = tartaros(
+        &[
+            "log",
+            "report",
+            log.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let page = std::fs::read_to_string(&html).unwrap();
+    let lower = page.to_lowercase();
+    assert_eq!(lower.matches("<script").count(), 1, "{page}");
+    assert_eq!(lower.matches("<style").count(), 1, "{page}");
+    assert_eq!(lower.matches("</textarea").count(), 0, "{page}");
+    assert!(!page.contains("q\" onmouseover"), "{page}");
+    assert!(page.contains("&quot; onmouseover="), "{page}");
+    assert!(!page.contains("s' autofocus"), "{page}");
+    assert!(page.contains("javascript:alert(1)"), "the name is shown");
+}
