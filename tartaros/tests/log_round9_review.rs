@@ -13,10 +13,63 @@ use std::path::Path;
 use common::logged::*;
 use common::*;
 
+/// A pid no kernel hands out (above `PID_MAX_LIMIT`, 2^22).
+const FORGED_PID: &str = "4194305";
+
 fn summary(log: &Path) -> String {
     let out = tartaros(&["log", "summary", log.to_str().unwrap()], Path::new("/"));
     assert!(out.status.code().is_some(), "{}", stderr(&out));
     stdout(&out)
+}
+
+/// The refusals list names each refused process and its ancestry as
+/// `by PID COMMAND <- PID COMMAND`. An argument that is the separator
+/// itself, `<-`, followed by a pid and a program, added a parent the
+/// process never had (`touch /etc/x <- 4194305 /usr/bin/make`); the
+/// words `[exit code 0]` read as the tree's note of an exit status.
+#[test]
+fn argv_cannot_add_a_parent_to_a_refusal_s_ancestry() {
+    if !can_run("review_argv_ancestry") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && touch /etc/tartaros-round9 '<-' {FORGED_PID} /usr/bin/make '[exit' code '0]'; true"
+    );
+    let out = run_sh_logged(r, &log, &script);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pids: Vec<String> = records(&log)
+        .iter()
+        .filter_map(|r| r["pid"].as_u64().map(|p| p.to_string()))
+        .collect();
+    let text = summary(&log);
+    let by_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.trim_start().starts_with("by "))
+        .collect();
+    assert!(!by_lines.is_empty(), "no refusal listed:\n{text}");
+    for line in by_lines {
+        for link in line.split(" <- ").skip(1) {
+            let pid = link.split(' ').next().unwrap_or("");
+            assert!(
+                pids.iter().any(|p| p == pid),
+                "the ancestry names pid {pid}, in no record: {line}\n{text}"
+            );
+        }
+    }
+    // `show --tree` ends a process's line with its exit status: words of
+    // its argv must not read as one (`[exit code 0]` before the real one).
+    let tree = stdout(&tartaros(
+        &["log", "show", "--tree", log.to_str().unwrap()],
+        Path::new("/"),
+    ));
+    let touch = tree
+        .lines()
+        .find(|l| l.contains("/usr/bin/touch"))
+        .unwrap_or_else(|| panic!("no touch in the tree:\n{tree}"));
+    assert_eq!(touch.matches(" [exit code").count(), 1, "{touch}");
 }
 
 /// Combining marks of the generic blocks, stacked on one letter, grow

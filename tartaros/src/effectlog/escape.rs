@@ -61,6 +61,39 @@ pub fn html(s: &str) -> String {
     html_capped(s, usize::MAX)
 }
 
+/// Text that [`terminal`] already escaped, as one field of a reader's
+/// line: in double quotes (its own `"` as `\\"`) when it could be read as
+/// more than one field or as the reader's own words: empty, holding a
+/// space or a quote (a TLS server name `pypi.org:443  1 allowed`, an
+/// argument `make test; echo pwned`), or holding an arrow the readers
+/// join fields with (`<-` before a parent in an ancestry, `->` after a
+/// rename's source). The one rule for `log show`'s values and the
+/// summary's paths and destinations; [`quoted_word`] for argv.
+pub(crate) fn quoted(escaped: &str) -> String {
+    quote_if(escaped, false)
+}
+
+/// [`quoted`] for one word of a command line, where a word that starts
+/// with `[` is quoted too: the words `[runs` `/usr/bin/make]` or `[exit`
+/// `code` `0]` would read as the readers' own notes after a command.
+pub(crate) fn quoted_word(escaped: &str) -> String {
+    quote_if(escaped, escaped.starts_with('['))
+}
+
+fn quote_if(escaped: &str, also: bool) -> String {
+    let ambiguous = also
+        || escaped.is_empty()
+        || escaped.contains(char::is_whitespace)
+        || escaped.contains(['"', '\''])
+        || escaped.contains("<-")
+        || escaped.contains("->");
+    if ambiguous {
+        format!("\"{}\"", escaped.replace('"', "\\\""))
+    } else {
+        escaped.to_string()
+    }
+}
+
 /// Raw bytes (a line that is not UTF-8): valid runs as [`terminal`],
 /// each invalid byte as `\x{..}`.
 pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
@@ -255,6 +288,19 @@ mod tests {
         assert_eq!(terminal("\u{338}x"), r"\u{338}x");
         assert_eq!(terminal("a \u{20dd}"), r"a \u{20dd}");
         assert_eq!(terminal("\\\u{301}"), r"\\\u{301}");
+    }
+
+    #[test]
+    fn fields_that_read_as_several_or_as_the_readers_words_are_quoted() {
+        assert_eq!(quoted("/w/a.txt"), "/w/a.txt");
+        assert_eq!(quoted("[::1]:443"), "[::1]:443");
+        assert_eq!(quoted(""), r#""""#);
+        assert_eq!(quoted("a  1 allowed"), r#""a  1 allowed""#);
+        assert_eq!(quoted("<-"), r#""<-""#);
+        assert_eq!(quoted("a->b"), r#""a->b""#);
+        assert_eq!(quoted(r#"q"x"#), r#""q\"x""#);
+        assert_eq!(quoted_word("[runs"), r#""[runs""#);
+        assert_eq!(quoted_word("x[1]"), "x[1]");
     }
 
     #[test]

@@ -74,11 +74,7 @@ pub(super) fn runs_on_host(path: &str) -> bool {
 /// (adversarial round 8: a refused TLS server name
 /// `pypi.org:443  1 allowed, 9.0 MiB up` read as a destination reached).
 fn field(escaped: &str) -> String {
-    if escaped.is_empty() || escaped.contains(char::is_whitespace) || escaped.contains('"') {
-        format!("\"{}\"", escaped.replace('"', "\\\""))
-    } else {
-        escaped.to_string()
-    }
+    crate::effectlog::escape::quoted(escaped)
 }
 
 fn file_line(f: &FileChange) -> String {
