@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+use crate::effectlog::runs_on_host;
+
 /// Files larger than this are listed with their size but not hashed.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// At most this many bytes are hashed per run (~1-2 s of SHA-256 on one
@@ -22,6 +24,11 @@ pub const MAX_TOTAL_BYTES: u64 = 1 << 30;
 /// and a line may not exceed 16 MiB).
 pub const MAX_FILES: usize = 50_000;
 pub const MAX_LIST_BYTES: usize = 8 << 20;
+/// Files the reviewer's own `git` runs or obeys (hooks, a repository's
+/// `config`) take the hash budget and the list's places first, up to this
+/// many: in path order, an agent that made 50,000 files named to sort
+/// before its repository had its hook listed with neither size nor hash.
+const MAX_FIRST: usize = 10_000;
 
 /// The `files` list (sorted by path as shown) and how many files were
 /// left out.
@@ -33,11 +40,17 @@ pub fn seal_files<'a>(
         .filter(|path| roots.iter().any(|root| path.starts_with(root)))
         .collect();
     let listings = Listings::of(&touched);
+    let mut first = 0usize;
+    let (git_runs, rest): (Vec<&Path>, Vec<&Path>) = touched.into_iter().partition(|path| {
+        let goes_first = first < MAX_FIRST && runs_on_host(&path.to_string_lossy());
+        first += usize::from(goes_first);
+        goes_first
+    });
     let mut files = Vec::new();
     let mut omitted = 0u64;
     let mut budget = MAX_TOTAL_BYTES;
     let mut bytes = 0usize;
-    for path in touched {
+    for path in git_runs.into_iter().chain(rest) {
         if listings.absent(path) {
             continue;
         }
