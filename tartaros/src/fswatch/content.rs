@@ -209,20 +209,41 @@ fn list(dir: &Path) -> Option<HashSet<OsString>> {
 /// Cuts the seal's `files` (in `extra`) to about `max_bytes` of JSON,
 /// adding what it cut to `files_omitted`: the seal must fit what is left
 /// of a full filesystem (the log's reserve), or the log ends unsealed.
+/// What git runs is kept first, wherever it sorts (a disk the agent
+/// filled would otherwise cut its hook from a list kept in path order);
+/// then a prefix of the rest. The list stays sorted.
 pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
     let Some(Value::Array(files)) = extra.get_mut("files") else {
         return;
     };
+    let size = |f: &Value| f.to_string().len() + 1;
+    let git_runs = |f: &Value| f["path"].as_str().is_some_and(runs_on_host);
     let mut bytes = 0usize;
-    let keep = files
+    let first: Vec<bool> = files
         .iter()
-        .take_while(|f| {
-            bytes += f.to_string().len() + 1;
-            bytes <= max_bytes
+        .map(|f| {
+            let keep = git_runs(f) && bytes + size(f) <= max_bytes;
+            bytes += if keep { size(f) } else { 0 };
+            keep
         })
-        .count();
-    let cut = (files.len() - keep) as u64;
-    files.truncate(keep);
+        .collect();
+    let mut full = false;
+    let keep: Vec<bool> = files
+        .iter()
+        .zip(&first)
+        .map(|(f, &first)| {
+            if first {
+                return true;
+            }
+            full = full || bytes + size(f) > max_bytes;
+            bytes += if full { 0 } else { size(f) };
+            !full
+        })
+        .collect();
+    let before = files.len();
+    let mut kept = keep.iter();
+    files.retain(|_| kept.next().copied().unwrap_or(false));
+    let cut = (before - files.len()) as u64;
     if cut > 0 {
         let omitted = extra
             .get("files_omitted")
@@ -422,6 +443,27 @@ mod tests {
         assert_eq!(extra["files"].as_array().unwrap().len(), 10);
         assert_eq!(extra["files_omitted"], 95);
         assert_eq!(extra["files"][9]["path"], "/w/009");
+    }
+
+    #[test]
+    fn trimming_keeps_what_git_runs_wherever_it_sorts() {
+        let mut files: Vec<Value> = (0..100)
+            .map(|i| json!({"path": format!("/w/a{i:03}"), "size": 0, "sha256": "ab".repeat(32)}))
+            .collect();
+        files.push(
+            json!({"path": "/w/r/.git/hooks/pre-commit", "size": 9, "sha256": "cd".repeat(32)}),
+        );
+        let one = files[0].to_string().len() + 1;
+        let mut extra = serde_json::Map::new();
+        extra.insert("files".into(), Value::Array(files));
+        trim(&mut extra, one * 10);
+        let kept = extra["files"].as_array().unwrap();
+        assert_eq!(kept.last().unwrap()["path"], "/w/r/.git/hooks/pre-commit");
+        assert_eq!(
+            kept.len() as u64 + extra["files_omitted"].as_u64().unwrap(),
+            101
+        );
+        assert!(kept.iter().map(|f| f.to_string().len() + 1).sum::<usize>() <= one * 10);
     }
 
     #[test]
