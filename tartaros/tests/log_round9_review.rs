@@ -230,6 +230,50 @@ for i in range(50001): open('a%d' % i, 'w').close()\" && \
     );
 }
 
+/// The summary shows six refusals of each mechanism, in the order they
+/// came: a refused read of a secret the policy denies, made after eight
+/// refused writes outside the writable roots (and the shell's own refused
+/// PATH search), was behind `… and N more kinds of refusal`. A refusal by
+/// a deny rule of the policy says most about the agent: it is listed first.
+#[test]
+fn a_refused_read_of_a_denied_secret_is_on_the_summary_behind_decoys() {
+    if !can_run("review_denied_behind_decoys") {
+        return;
+    }
+    let (root, logs, secret) = (Dir::new(), Dir::new(), secret_dir());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let key = secret.join("key");
+    let script = format!(
+        "for i in 1 2 3 4 5 6 7 8; do touch /etc/decoy-$i; done; cat {}; true",
+        key.display()
+    );
+    let out = tartaros(
+        &[
+            "run",
+            "-q",
+            "--write",
+            r,
+            "--read-deny",
+            secret.path().to_str().unwrap(),
+            "--log",
+            log.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        Path::new("/"),
+    );
+    assert!(out.status.code().is_some(), "{}", stderr(&out));
+    let text = summary(&log);
+    assert!(
+        text.lines()
+            .any(|l| l.contains(key.to_str().unwrap()) && l.contains("[read_denies")),
+        "the denied read is on no line:\n{text}"
+    );
+}
+
 /// Markup in paths (`/` makes `</script>` out of two names), quotes that
 /// would end an attribute, `javascript:` and a stylesheet break stay text:
 /// the page still holds exactly its own one script and one stylesheet.
