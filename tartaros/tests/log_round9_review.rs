@@ -131,8 +131,13 @@ fn names_that_imitate_other_names_or_lines_are_shown_as_what_they_are() {
         .lines()
         .filter(|l| l.contains("[git runs this]"))
         .collect();
-    assert_eq!(marked.len(), 1, "{text}");
-    assert!(marked[0].contains("/repo/.git/hooks/pre-commit"), "{text}");
+    assert!(marked.iter().all(|l| !l.contains(".g\u{456}t")), "{text}");
+    assert!(
+        marked
+            .iter()
+            .any(|l| l.contains("/repo/.git/hooks/pre-commit")),
+        "{text}"
+    );
     assert!(text.contains("/repo/.g\u{456}t/hooks/pre-commit"), "{text}");
 }
 
@@ -272,6 +277,40 @@ fn a_refused_read_of_a_denied_secret_is_on_the_summary_behind_decoys() {
             .any(|l| l.contains(key.to_str().unwrap()) && l.contains("[read_denies")),
         "the denied read is on no line:\n{text}"
     );
+}
+
+/// Git runs the hooks of whatever its hooks directory, `commondir` or a
+/// `.git` file points at. An agent that replaced `.git/hooks` with a link
+/// to its own directory, wrote a `commondir`, or a `.git` file with
+/// `gitdir: ...`, behind 25 work-tree files, had none of them marked as
+/// what git runs: the link was folded into the count of `.git` files, and
+/// the hook it points at was an ordinary file past the screen.
+#[test]
+fn a_redirected_hooks_directory_or_git_dir_is_marked_as_what_git_runs() {
+    if !can_run("review_redirected_hooks") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let log = logs.join("effects.jsonl");
+    let r = root.path().to_str().unwrap();
+    let script = format!(
+        "cd {r} && mkdir -p a/.git/hooks c/.git d zz/hooks && \
+         for i in $(seq 1 25); do echo $i > f$i; done && \
+         printf '#!/bin/sh\\necho pwned\\n' > zz/hooks/post-checkout && \
+         rm -r a/.git/hooks && ln -s ../../zz/hooks a/.git/hooks && \
+         echo {r}/zz > c/.git/commondir && echo 'gitdir: ../zz' > d/.git"
+    );
+    let out = run_sh_logged(r, &log, &script);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = summary(&log);
+    for name in ["a/.git/hooks", "c/.git/commondir", "d/.git"] {
+        let path = format!("{r}/{name}");
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!("{path} ")) && l.ends_with("[git runs this]")),
+            "{path} is not marked as what git runs:\n{text}"
+        );
+    }
 }
 
 /// Markup in paths (`/` makes `</script>` out of two names), quotes that
