@@ -61,6 +61,39 @@ pub fn html(s: &str) -> String {
     html_capped(s, usize::MAX)
 }
 
+/// Text that [`terminal`] already escaped, as one field of a reader's
+/// line: in double quotes (its own `"` as `\\"`) when it could be read as
+/// more than one field or as the reader's own words: empty, holding a
+/// space or a quote (a TLS server name `pypi.org:443  1 allowed`, an
+/// argument `make test; echo pwned`), or holding an arrow the readers
+/// join fields with (`<-` before a parent in an ancestry, `->` after a
+/// rename's source). The one rule for `log show`'s values and the
+/// summary's paths and destinations; [`quoted_word`] for argv.
+pub(crate) fn quoted(escaped: &str) -> String {
+    quote_if(escaped, false)
+}
+
+/// [`quoted`] for one word of a command line, where a word that starts
+/// with `[` is quoted too: the words `[runs` `/usr/bin/make]` or `[exit`
+/// `code` `0]` would read as the readers' own notes after a command.
+pub(crate) fn quoted_word(escaped: &str) -> String {
+    quote_if(escaped, escaped.starts_with('['))
+}
+
+fn quote_if(escaped: &str, also: bool) -> String {
+    let ambiguous = also
+        || escaped.is_empty()
+        || escaped.contains(char::is_whitespace)
+        || escaped.contains(['"', '\''])
+        || escaped.contains("<-")
+        || escaped.contains("->");
+    if ambiguous {
+        format!("\"{}\"", escaped.replace('"', "\\\""))
+    } else {
+        escaped.to_string()
+    }
+}
+
 /// Raw bytes (a line that is not UTF-8): valid runs as [`terminal`],
 /// each invalid byte as `\x{..}`.
 pub fn terminal_bytes(bytes: &[u8], max_chars: usize) -> String {
@@ -146,11 +179,44 @@ pub(crate) fn push_escaped(out: &mut String, c: char) {
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
         '\t' => out.push_str("\\t"),
-        c if c.is_control() || is_invisible(c) => {
+        c if c.is_control() || is_invisible(c) || (is_stacking_mark(c) && !mark_fits(out)) => {
             let _ = write!(out, "\\u{{{:x}}}", c as u32);
         }
         c => out.push(c),
     }
+}
+
+/// Combining marks of the blocks that belong to no script (diacritics,
+/// marks for symbols, half marks, enclosing circles): any number of them
+/// may follow one letter, and stacked by the dozen they grow far above
+/// and below the line, over the lines around it (on the report's page,
+/// over other rows). Scripts' own marks (Devanagari, Arabic) are left as
+/// they are: their text needs them and a font draws few on one letter.
+fn is_stacking_mark(c: char) -> bool {
+    matches!(c,
+        '\u{0300}'..='\u{036f}'
+        | '\u{0483}'..='\u{0489}'
+        | '\u{1ab0}'..='\u{1aff}'
+        | '\u{1dc0}'..='\u{1dff}'
+        | '\u{20d0}'..='\u{20ff}'
+        | '\u{fe20}'..='\u{fe2f}')
+}
+
+/// Whether a mark may be shown on what `out` ends with: a letter or digit
+/// (never a reader's own separator: `path=` + U+0338 reads `path≠`, and
+/// a string's first character joins whatever the reader printed before
+/// it) carrying fewer than two marks already. Two are enough for any
+/// language written with these blocks (Vietnamese `ệ`).
+fn mark_fits(out: &str) -> bool {
+    let mut before = out.chars().rev();
+    for _ in 0..2 {
+        match before.next() {
+            Some(c) if is_stacking_mark(c) => continue,
+            Some(c) => return c.is_alphanumeric(),
+            None => return false,
+        }
+    }
+    false
 }
 
 #[cfg(test)]
@@ -209,6 +275,32 @@ mod tests {
             assert_eq!(terminal(&format!("a{c}b")), format!("a{shown}b"));
         }
         assert_eq!(terminal("my notes.txt"), "my notes.txt");
+    }
+
+    #[test]
+    fn combining_marks_show_on_a_letter_two_at_most() {
+        assert_eq!(terminal("e\u{301}t\u{1ec7}"), "e\u{301}t\u{1ec7}");
+        assert_eq!(terminal("e\u{302}\u{323}"), "e\u{302}\u{323}");
+        assert_eq!(
+            terminal("z\u{336}\u{489}\u{336}\u{489}"),
+            format!("z\u{336}\u{489}{}", r"\u{336}\u{489}")
+        );
+        assert_eq!(terminal("\u{338}x"), r"\u{338}x");
+        assert_eq!(terminal("a \u{20dd}"), r"a \u{20dd}");
+        assert_eq!(terminal("\\\u{301}"), r"\\\u{301}");
+    }
+
+    #[test]
+    fn fields_that_read_as_several_or_as_the_readers_words_are_quoted() {
+        assert_eq!(quoted("/w/a.txt"), "/w/a.txt");
+        assert_eq!(quoted("[::1]:443"), "[::1]:443");
+        assert_eq!(quoted(""), r#""""#);
+        assert_eq!(quoted("a  1 allowed"), r#""a  1 allowed""#);
+        assert_eq!(quoted("<-"), r#""<-""#);
+        assert_eq!(quoted("a->b"), r#""a->b""#);
+        assert_eq!(quoted(r#"q"x"#), r#""q\"x""#);
+        assert_eq!(quoted_word("[runs"), r#""[runs""#);
+        assert_eq!(quoted_word("x[1]"), "x[1]");
     }
 
     #[test]

@@ -41,6 +41,8 @@ pub use schema::{Decision, EFFECT_KINDS, ExitStatus, Genesis, Seal};
 pub use show::{
     Filter, FilterError, ShowOptions, TimeBound, expand_kinds, glob_match, parse_time, show,
 };
+/// For the seal, which hashes what git runs first.
+pub(crate) use summary::runs_on_host;
 pub use summary::{Summary, summarize, summary_json, summary_text};
 pub use verify::{
     VERDICT_INCOMPLETE, VERDICT_OK, VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_file,

@@ -21,16 +21,29 @@ use super::show::policy::PolicyView;
 use super::show::render;
 use super::show::tree::{MAX_INDENT, Tree};
 use super::source::{LogFile, settle};
-use super::summary::{summarize_log, summary_text};
+use super::summary::{runs_on_host, summarize_log, summary_text};
 use super::{LogError, VERDICT_OK, Verdict};
 
 /// Timeline rows and tree lines in one page, past which the page says it
 /// was cut (a browser slows down with more; `log show` has everything).
 const MAX_ROWS: usize = 20_000;
 /// Rows kept past [`MAX_ROWS`] for what a reviewer filters for: refusals,
-/// gaps, unreadable lines and the seal. Keeping only the first rows let an
-/// agent that made 20,000 files first push every later refusal off the page.
+/// gaps, unreadable lines, the seal, and changes to what the reviewer's
+/// own `git` runs (hooks, a repository's `config`: the summary lists them
+/// first). Keeping only the first rows let an agent that made 20,000 files
+/// first push every later refusal, and its hook's write, off the page.
 const MAX_NOTABLE_ROWS: usize = 20_000;
+
+/// Whether a file record names a file that git runs or obeys on the host.
+fn names_what_git_runs(rec: &serde_json::Map<String, Value>) -> bool {
+    let Some(target) = rec.get("target").and_then(Value::as_object) else {
+        return false;
+    };
+    ["path", "from", "to", "written_as"]
+        .iter()
+        .filter_map(|k| target.get(*k).and_then(Value::as_str))
+        .any(runs_on_host)
+}
 
 /// Whether one more row fits: any row within [`MAX_ROWS`], a notable one
 /// within the second bound.
@@ -149,7 +162,9 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         } else {
             outcome
         };
-        let notable = outcome == "refused" || matches!(kind, "seal" | "gap");
+        let notable = outcome == "refused"
+            || matches!(kind, "seal" | "gap")
+            || (FILE_KINDS.contains(&kind) && names_what_git_runs(&rec));
         if !row_fits(rows.len(), past_cut, notable) {
             continue;
         }
@@ -301,7 +316,7 @@ fn page(
     if total > rows.len() as u64 {
         let _ = writeln!(
             h,
-            "<p class=\"bad\" id=\"cut\">The timeline shows {} of {total} lines: the first {MAX_ROWS}, then only refusals, gaps and the seal (up to {MAX_NOTABLE_ROWS} more); run <code>tartaros log show</code> for all.</p>",
+            "<p class=\"bad\" id=\"cut\">The timeline shows {} of {total} lines: the first {MAX_ROWS}, then only refusals, gaps, changes to git hooks and configs, and the seal (up to {MAX_NOTABLE_ROWS} more); run <code>tartaros log show</code> for all.</p>",
             rows.len()
         );
     }

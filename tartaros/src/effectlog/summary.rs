@@ -15,6 +15,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+pub(crate) use print::runs_on_host;
 pub use print::summary_text;
 
 use super::show::lines::{Line, Lines};
@@ -29,6 +30,8 @@ use files::Files;
 /// Distinct entries kept per table; more are counted in `*_more`.
 const MAX_DESTINATIONS: usize = 10_000;
 const MAX_REFUSALS: usize = 10_000;
+/// Refusals by a deny rule of the policy kept past [`MAX_REFUSALS`].
+const MAX_DENIED_PAST: usize = 1_000;
 const MAX_STRING: usize = 1024;
 const ANCESTORS: usize = 4;
 
@@ -408,7 +411,19 @@ impl Collector {
             r.count += 1;
             return;
         }
-        if self.refusals.len() >= MAX_REFUSALS {
+        let why = match (m, &self.policy) {
+            (Mechanism::Filesystem, Some(p)) => {
+                let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
+                Some(p.reason(kind, t, errno))
+            }
+            _ => None,
+        };
+        let room = if refusal_rank(why.as_deref()) == 0 {
+            MAX_REFUSALS + MAX_DENIED_PAST
+        } else {
+            MAX_REFUSALS
+        };
+        if self.refusals.len() >= room {
             self.refusals_more += 1;
             return;
         }
@@ -423,13 +438,6 @@ impl Collector {
             ancestry.push(format!("{} {cmd}", nodes[p].pid));
             up = nodes[p].parent;
         }
-        let why = match (m, &self.policy) {
-            (Mechanism::Filesystem, Some(p)) => {
-                let errno = rec.get("errno").and_then(Value::as_u64).unwrap_or(0);
-                Some(p.reason(kind, t, errno))
-            }
-            _ => None,
-        };
         self.refusal_order.push(key.clone());
         self.refusals.insert(
             key,
@@ -467,9 +475,10 @@ impl Collector {
             }
         }
         refusals.sort_by_key(|r| {
-            Mechanism::ALL
+            let mechanism = Mechanism::ALL
                 .iter()
-                .position(|m| m.as_str() == r.mechanism)
+                .position(|m| m.as_str() == r.mechanism);
+            (mechanism, refusal_rank(r.why.as_deref()))
         });
         let mut programs: Vec<(String, u64)> = self.programs.into_iter().collect();
         programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -503,6 +512,21 @@ impl Collector {
             unreadable_lines: self.unreadable,
             lost: self.lost,
         }
+    }
+}
+
+/// Where a refusal goes in its mechanism's list (which shows six): one by
+/// a deny rule of the policy first (the policy named the path as
+/// off-limits, and the agent tried it), one no rule explains last (a
+/// file's own modes: a shell's PATH search through `/root`), the rest in
+/// between, each in the order they came. In the order they came alone,
+/// six refused writes outside the roots hid a refused read of a denied
+/// secret behind `… and N more kinds of refusal`.
+fn refusal_rank(why: Option<&str>) -> u8 {
+    match why {
+        Some(w) if w.starts_with("read_denies ") || w.starts_with("write_denies ") => 0,
+        Some(w) if w.starts_with("no policy rule") => 2,
+        _ => 1,
     }
 }
 

@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+use crate::effectlog::runs_on_host;
+
 /// Files larger than this are listed with their size but not hashed.
 pub const MAX_FILE_BYTES: u64 = 64 << 20;
 /// At most this many bytes are hashed per run (~1-2 s of SHA-256 on one
@@ -22,6 +24,11 @@ pub const MAX_TOTAL_BYTES: u64 = 1 << 30;
 /// and a line may not exceed 16 MiB).
 pub const MAX_FILES: usize = 50_000;
 pub const MAX_LIST_BYTES: usize = 8 << 20;
+/// Files the reviewer's own `git` runs or obeys (hooks, a repository's
+/// `config`) take the hash budget and the list's places first, up to this
+/// many: in path order, an agent that made 50,000 files named to sort
+/// before its repository had its hook listed with neither size nor hash.
+const MAX_FIRST: usize = 10_000;
 
 /// The `files` list (sorted by path as shown) and how many files were
 /// left out.
@@ -33,11 +40,17 @@ pub fn seal_files<'a>(
         .filter(|path| roots.iter().any(|root| path.starts_with(root)))
         .collect();
     let listings = Listings::of(&touched);
+    let mut first = 0usize;
+    let (git_runs, rest): (Vec<&Path>, Vec<&Path>) = touched.into_iter().partition(|path| {
+        let goes_first = first < MAX_FIRST && runs_on_host(&path.to_string_lossy());
+        first += usize::from(goes_first);
+        goes_first
+    });
     let mut files = Vec::new();
     let mut omitted = 0u64;
     let mut budget = MAX_TOTAL_BYTES;
     let mut bytes = 0usize;
-    for path in touched {
+    for path in git_runs.into_iter().chain(rest) {
         if listings.absent(path) {
             continue;
         }
@@ -196,20 +209,41 @@ fn list(dir: &Path) -> Option<HashSet<OsString>> {
 /// Cuts the seal's `files` (in `extra`) to about `max_bytes` of JSON,
 /// adding what it cut to `files_omitted`: the seal must fit what is left
 /// of a full filesystem (the log's reserve), or the log ends unsealed.
+/// What git runs is kept first, wherever it sorts (a disk the agent
+/// filled would otherwise cut its hook from a list kept in path order);
+/// then a prefix of the rest. The list stays sorted.
 pub fn trim(extra: &mut serde_json::Map<String, Value>, max_bytes: usize) {
     let Some(Value::Array(files)) = extra.get_mut("files") else {
         return;
     };
+    let size = |f: &Value| f.to_string().len() + 1;
+    let git_runs = |f: &Value| f["path"].as_str().is_some_and(runs_on_host);
     let mut bytes = 0usize;
-    let keep = files
+    let first: Vec<bool> = files
         .iter()
-        .take_while(|f| {
-            bytes += f.to_string().len() + 1;
-            bytes <= max_bytes
+        .map(|f| {
+            let keep = git_runs(f) && bytes + size(f) <= max_bytes;
+            bytes += if keep { size(f) } else { 0 };
+            keep
         })
-        .count();
-    let cut = (files.len() - keep) as u64;
-    files.truncate(keep);
+        .collect();
+    let mut full = false;
+    let keep: Vec<bool> = files
+        .iter()
+        .zip(&first)
+        .map(|(f, &first)| {
+            if first {
+                return true;
+            }
+            full = full || bytes + size(f) > max_bytes;
+            bytes += if full { 0 } else { size(f) };
+            !full
+        })
+        .collect();
+    let before = files.len();
+    let mut kept = keep.iter();
+    files.retain(|_| kept.next().copied().unwrap_or(false));
+    let cut = (before - files.len()) as u64;
     if cut > 0 {
         let omitted = extra
             .get("files_omitted")
@@ -409,6 +443,27 @@ mod tests {
         assert_eq!(extra["files"].as_array().unwrap().len(), 10);
         assert_eq!(extra["files_omitted"], 95);
         assert_eq!(extra["files"][9]["path"], "/w/009");
+    }
+
+    #[test]
+    fn trimming_keeps_what_git_runs_wherever_it_sorts() {
+        let mut files: Vec<Value> = (0..100)
+            .map(|i| json!({"path": format!("/w/a{i:03}"), "size": 0, "sha256": "ab".repeat(32)}))
+            .collect();
+        files.push(
+            json!({"path": "/w/r/.git/hooks/pre-commit", "size": 9, "sha256": "cd".repeat(32)}),
+        );
+        let one = files[0].to_string().len() + 1;
+        let mut extra = serde_json::Map::new();
+        extra.insert("files".into(), Value::Array(files));
+        trim(&mut extra, one * 10);
+        let kept = extra["files"].as_array().unwrap();
+        assert_eq!(kept.last().unwrap()["path"], "/w/r/.git/hooks/pre-commit");
+        assert_eq!(
+            kept.len() as u64 + extra["files_omitted"].as_u64().unwrap(),
+            101
+        );
+        assert!(kept.iter().map(|f| f.to_string().len() + 1).sum::<usize>() <= one * 10);
     }
 
     #[test]

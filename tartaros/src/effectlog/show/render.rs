@@ -212,11 +212,7 @@ pub(crate) fn render_target(kind: &str, v: &Value) -> String {
                 .map(|(k, v)| {
                     let shown = render(kind, k, v);
                     let key = text(k, 64);
-                    if shown.is_empty() || shown.contains(char::is_whitespace) {
-                        format!("{key}=\"{}\"", shown.replace('"', "\\\""))
-                    } else {
-                        format!("{key}={shown}")
-                    }
+                    format!("{key}={}", crate::effectlog::escape::quoted(&shown))
                 })
                 .collect::<Vec<_>>()
                 .join(" ");
@@ -254,15 +250,11 @@ pub(crate) fn render(kind: &str, key: &str, v: &Value) -> String {
 }
 
 /// An argument as a reader must see it: quoted when it holds spaces or is
-/// empty, so `sh -c "make test; echo pwned"` is not read as five words.
+/// empty, so `sh -c "make test; echo pwned"` is not read as five words,
+/// or when it is one of the readers' own words (`<-`, `[runs`).
 /// A program's name too: a file `build.sh --dry-run` read as a dry run.
 pub(crate) fn argument(s: &str, max: usize) -> String {
-    let t = text(s, max);
-    if t.is_empty() || t.contains([' ', '"', '\'']) {
-        format!("\"{}\"", t.replace('"', "\\\""))
-    } else {
-        t
-    }
+    crate::effectlog::escape::quoted_word(&text(s, max))
 }
 
 /// What the kernel ran when it is not the file `path` names: the

@@ -47,9 +47,16 @@ fn inside_git(path: &str) -> bool {
 
 /// A file of a `.git` directory that the reviewer's next `git` command
 /// runs or obeys on the host: a hook, a repository's (or a submodule's)
-/// `config` (`core.fsmonitor`, `core.hooksPath`). Never folded into the
-/// count of `.git` files, nor left out of a full table of files.
-pub(super) fn runs_on_host(path: &str) -> bool {
+/// `config` (`core.fsmonitor`, `core.hooksPath`), and what redirects git
+/// to another directory's config and hooks: the `hooks` directory itself
+/// (replaced by a link to the agent's directory), `commondir`, `gitdir`,
+/// and a `.git` that is a file (`gitdir: ../elsewhere`) or a new
+/// directory. Never folded into the count of `.git` files, nor left out of
+/// a full table of files.
+pub(crate) fn runs_on_host(path: &str) -> bool {
+    if path.ends_with("/.git") {
+        return true;
+    }
     let Some(at) = path.find("/.git/") else {
         return false;
     };
@@ -60,12 +67,18 @@ pub(super) fn runs_on_host(path: &str) -> bool {
         return false;
     }
     let module = rest.starts_with("modules/") || rest.starts_with("worktrees/");
-    matches!(rest, "config" | "config.worktree")
+    let own = |name: &str| {
+        rest == name
+            || (module
+                && rest
+                    .strip_suffix(name)
+                    .is_some_and(|dir| dir.ends_with('/')))
+    };
+    ["config", "config.worktree", "hooks", "commondir", "gitdir"]
+        .iter()
+        .any(|name| own(name))
         || rest.starts_with("hooks/")
-        || (module
-            && (rest.contains("/hooks/")
-                || rest.ends_with("/config")
-                || rest.ends_with("/config.worktree")))
+        || (module && rest.contains("/hooks/"))
 }
 
 /// An agent's string (already escaped) as one unmistakable field of a
@@ -74,11 +87,7 @@ pub(super) fn runs_on_host(path: &str) -> bool {
 /// (adversarial round 8: a refused TLS server name
 /// `pypi.org:443  1 allowed, 9.0 MiB up` read as a destination reached).
 fn field(escaped: &str) -> String {
-    if escaped.is_empty() || escaped.contains(char::is_whitespace) || escaped.contains('"') {
-        format!("\"{}\"", escaped.replace('"', "\\\""))
-    } else {
-        escaped.to_string()
-    }
+    crate::effectlog::escape::quoted(escaped)
 }
 
 fn file_line(f: &FileChange) -> String {
@@ -355,6 +364,11 @@ mod tests {
             "/w/r/.git/modules/sub/hooks/post-checkout",
             "/w/r/.git/modules/sub/config",
             "/w/r/.git/worktrees/wt/config.worktree",
+            "/w/r/.git/hooks",
+            "/w/r/.git/commondir",
+            "/w/r/.git/modules/sub/hooks",
+            "/w/r/.git/worktrees/wt/gitdir",
+            "/w/sub/.git",
         ] {
             assert!(runs_on_host(path), "{path}");
         }
@@ -366,6 +380,9 @@ mod tests {
             "/w/r/hooks/pre-commit",
             "/w/r/.git/configs/x",
             "/w/r/.git/hooks/pre-commit.sample",
+            "/w/r/.git/modules/subhooks",
+            "/w/r/.git/refs/heads/commondir",
+            "/w/r/.github",
         ] {
             assert!(!runs_on_host(path), "{path}");
         }

@@ -509,3 +509,50 @@ fn a_write_with_forgotten_links_does_not_bring_a_name_back() {
     assert_eq!(s.verify_code, 3, "{}", s.verify);
     assert_eq!(file(&s, x).change, "deleted", "{:#?}", s.files);
 }
+
+/// 10,000 distinct refused writes outside the roots fill the table of
+/// refusals; a refused read of a denied secret after them was counted in
+/// `refusals_more` with no line. It is kept, and listed first.
+#[test]
+fn a_denied_read_after_the_refusal_table_is_full_is_listed_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.set_batch_bytes(1 << 20);
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        policy: json!({"writable_roots": ["/work"], "read_denies": ["/home/u/.ssh"]}),
+        ..genesis()
+    })
+    .unwrap();
+    let open = |p: String, flags: u64, errno| {
+        effect(
+            "open",
+            10,
+            1,
+            1,
+            json!({"path": p, "flags": flags}),
+            Some(errno),
+        )
+    };
+    for i in 0..10_001 {
+        w.record(&mut open(format!("/etc/decoy{i}"), 0o101, 30))
+            .unwrap();
+    }
+    w.record(&mut open("/home/u/.ssh/id".to_string(), 0, 13))
+        .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    assert_eq!(s.refusals_more, 1);
+    assert!(
+        s.refusals[0].target.contains("/home/u/.ssh/id"),
+        "{:?}",
+        s.refusals[0]
+    );
+    let text = summary_text(&s);
+    assert!(text.contains("[read_denies /home/u/.ssh]"), "{text}");
+}
