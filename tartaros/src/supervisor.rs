@@ -155,6 +155,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     } else {
         crate::tty_state::save()
     };
+    if let Some(seccomp) = run.init.seccomp.as_mut() {
+        seccomp.host_terminal = !terminals.is_empty();
+    }
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     let id = run_id();
