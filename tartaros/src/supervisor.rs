@@ -379,8 +379,9 @@ fn create_on_host(
     // The service creates them for its caller only where the caller could.
     use crate::caller::as_caller;
     let owner = (!run.init.user_namespace).then_some(run.init.identity);
-    let placeholders = crate::materialize::materialize(&request.policy, owner)
-        .map_err(|e| Refusal::new(e.code(), e))?;
+    let placeholders =
+        crate::materialize::materialize(&request.policy, owner, &mut |p| undo.announce(p))
+            .map_err(|e| Refusal::new(e.code(), e))?;
     undo.push(Undo::Placeholders(placeholders));
     // Created before the init mounts, so that its plan can hide the log.
     let log = match &request.log {
