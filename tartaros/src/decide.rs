@@ -284,6 +284,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         seccomp: ledger.installed(Guarantee::Seccomp).then_some(SeccompPlan {
             strict: policy.harden_syscalls,
             deny_unix: policy.deny_unix,
+            host_terminal: false,
         }),
         strict: policy.strict,
         pty: request.pty,

@@ -103,6 +103,7 @@ fn run(report: &mut File) -> Result<i32, Failure> {
             crate::seccomp::build_program(&crate::seccomp::SeccompOptions {
                 strict: options.strict,
                 deny_unix: options.deny_unix,
+                host_terminal: options.host_terminal,
             })
             .map_err(|e| failure(exit::START_FAILURE, e))?,
         ),

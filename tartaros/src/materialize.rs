@@ -277,6 +277,9 @@ pub fn cleanup_placeholders(paths: &[PathBuf]) {
         return;
     };
     for path in paths {
+        // Markers are written under the registry lock we hold: a staged
+        // one is a dead writer's.
+        let _ = std::fs::remove_file(staged(&registry.marker(path)));
         let Ok(marker) = File::open(registry.marker(path)) else {
             continue;
         };
@@ -291,9 +294,14 @@ pub fn cleanup_placeholders(paths: &[PathBuf]) {
 /// of every placeholder its denies use, also those another run made.
 /// Without `--materialize` an absent deny is left alone (the planner
 /// refused or degraded the run).
+///
+/// `announce` hears of each placeholder path before anything is made for
+/// it: the janitor, which cleans up after a supervisor killed half-way
+/// (placeholders made before it heard of them outlived the run).
 pub fn materialize(
     policy: &Policy,
     owner: Option<Identity>,
+    announce: &mut dyn FnMut(&Path),
 ) -> Result<Placeholders, MaterializeError> {
     let mut denies: Vec<&PathBuf> = policy
         .read_denies
@@ -311,6 +319,7 @@ pub fn materialize(
     let registry = Registry::open(&dir)?;
     placeholders.registry = Some(dir);
     for path in denies {
+        announce(path);
         let marker_path = registry.marker(path);
         if crate::caller::as_caller(|| std::fs::symlink_metadata(path).is_ok()) {
             // Someone's placeholder (or a crashed run's): share it.
@@ -334,14 +343,28 @@ pub fn materialize(
         let Some((root, names)) = anchor(policy, path) else {
             continue;
         };
-        let created = create(root, &names, owner)?;
         let failed = |source| MaterializeError::Create {
             path: path.clone(),
             source,
         };
-        let held = File::create(&marker_path)
-            .and_then(|mut marker| {
-                marker.write_all(encode_created(&created).as_bytes())?;
+        // The marker first, naming what is about to be made, so that a
+        // supervisor killed during `create` leaves its janitor (or the next
+        // run) a list to remove; rewritten below if the tree changed.
+        let missing = missing_below(root, &names, |p| {
+            crate::caller::as_caller(|| std::fs::symlink_metadata(p).is_ok())
+        });
+        write_marker(&marker_path, &missing).map_err(failed)?;
+        let created = create(root, &names, owner).inspect_err(|_| {
+            let _ = std::fs::remove_file(&marker_path);
+        })?;
+        let rewritten = if created == missing {
+            Ok(())
+        } else {
+            write_marker(&marker_path, &created)
+        };
+        let held = rewritten
+            .and_then(|()| File::open(&marker_path))
+            .and_then(|marker| {
                 flock(&marker, libc::LOCK_SH)?;
                 Ok(marker)
             })
@@ -357,6 +380,38 @@ pub fn materialize(
         });
     }
     Ok(placeholders)
+}
+
+/// The directories `create` would make for `names` below `root`: every
+/// one from the first that does not `exist`, outermost first.
+fn missing_below(root: &Path, names: &[&OsStr], exist: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
+    let mut path = root.to_path_buf();
+    let mut missing = Vec::new();
+    for name in names {
+        path.push(name);
+        if !missing.is_empty() || !exist(&path) {
+            missing.push(path.clone());
+        }
+    }
+    missing
+}
+
+/// Replaces the marker at `path` whole (a new file renamed over it): a
+/// process killed half-way leaves the old list or the new one, never a
+/// truncated one.
+fn write_marker(path: &Path, created: &[PathBuf]) -> std::io::Result<()> {
+    let staged = staged(path);
+    let mut file = File::create(&staged)?;
+    file.write_all(encode_created(created).as_bytes())?;
+    std::fs::rename(&staged, path)
+}
+
+/// Where [`write_marker`] writes before renaming: one name per marker, so
+/// the cleanup can remove one a killed writer left.
+fn staged(marker: &Path) -> PathBuf {
+    let mut staged = marker.as_os_str().to_owned();
+    staged.push(".new");
+    staged.into()
 }
 
 /// Where the placeholder for the deny `path` may be made: the writable root
@@ -404,6 +459,24 @@ fn create(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_marker_names_what_is_missing_before_anything_is_made() {
+        let names = [OsStr::new("a"), OsStr::new("b"), OsStr::new("c")];
+        let exist = |p: &Path| p == Path::new("/w/a");
+        let missing = missing_below(Path::new("/w"), &names, exist);
+        assert_eq!(
+            missing,
+            [PathBuf::from("/w/a/b"), PathBuf::from("/w/a/b/c")]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("m.placeholder");
+        write_marker(&marker, &missing).unwrap();
+        write_marker(&marker, &missing[1..]).unwrap();
+        let text = std::fs::read_to_string(&marker).unwrap();
+        assert_eq!(decode_created(&text), missing[1..]);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
 
     #[test]
     fn a_placeholder_behind_a_link_is_left_alone() {

@@ -81,6 +81,10 @@ pub struct Plan {
 pub struct SeccompPlan {
     pub strict: bool,
     pub deny_unix: bool,
+    /// Set by the supervisor when a standard stream is the launcher's
+    /// terminal (`tty_state.rs`).
+    #[serde(default)]
+    pub host_terminal: bool,
 }
 
 /// The part of the plan that waits for the eBPF attach: sent once the
@@ -181,6 +185,7 @@ mod tests {
             seccomp: Some(SeccompPlan {
                 strict: false,
                 deny_unix: true,
+                host_terminal: false,
             }),
             strict: true,
             pty: false,

@@ -24,6 +24,9 @@ pub struct SeccompOptions {
     /// `--deny-unix`: refuse `socket(AF_UNIX, ...)` (named and abstract
     /// sockets); anonymous `socketpair`s stay allowed.
     pub deny_unix: bool,
+    /// A standard stream is the launcher's terminal (no pty of the run's
+    /// own): refuse what reaches past it to the launcher's job.
+    pub host_terminal: bool,
 }
 
 /// Which option brought a rule in. Tiers only ever add rules.
@@ -35,6 +38,8 @@ pub enum Tier {
     DenyUnix,
     /// `--seccomp-strict`.
     Strict,
+    /// Runs that hand the agent the launcher's terminal.
+    HostTerminal,
 }
 
 /// A constant together with its name, so rules print the way the man pages
@@ -146,7 +151,7 @@ named! {
     CLONE_NEWTIME = 0x80; CLONE_NEWNS = 0x2_0000; CLONE_NEWCGROUP = 0x200_0000;
     CLONE_NEWUTS = 0x400_0000; CLONE_NEWIPC = 0x800_0000; CLONE_NEWUSER = 0x1000_0000;
     CLONE_NEWPID = 0x2000_0000; CLONE_NEWNET = 0x4000_0000;
-    TIOCSTI = 0x5412; TIOCLINUX = 0x541c; TIOCSETD = 0x5423;
+    TIOCSTI = 0x5412; TIOCLINUX = 0x541c; TIOCSETD = 0x5423; TIOCSWINSZ = 0x5414;
     AF_UNIX = 1; AF_INET = 2; AF_INET6 = 10; AF_NETLINK = 16;
     SOCK_RAW = 3; SOCK_PACKET = 10;
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
@@ -182,7 +187,7 @@ use prologue::prologue;
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
     DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_OPENAT2,
-    WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX,
+    WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -230,6 +235,14 @@ pub fn rules(opts: &SeccompOptions) -> Vec<Rule> {
     }
     if opts.strict {
         r.extend(strict_rules());
+    }
+    if opts.host_terminal {
+        // The kernel stores the size in the terminal, which outlives the
+        // run, and signals the terminal's foreground group: the launcher's
+        // job on the host. Only in these runs: with a pty of its own the
+        // agent's terminal programs (tmux, script) size their own ptys.
+        let cmd = vec![arg(1, "cmd", ArgTest::Eq(TIOCSWINSZ))];
+        r.push(deny("ioctl", cmd, Tier::HostTerminal, WHY_WINSZ));
     }
     r.retain(|rule| arch().is_none() || syscall_nr(rule.syscall).is_some());
     r
@@ -421,6 +434,7 @@ pub fn refusing_rule(syscall: &str, args: &[u64]) -> Option<Rule> {
     let all = rules(&SeccompOptions {
         strict: true,
         deny_unix: true,
+        host_terminal: true,
     });
     let holds = |c: &ArgCond| {
         let Some(&arg) = args.get(usize::from(c.index)) else {

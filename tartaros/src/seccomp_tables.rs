@@ -72,3 +72,5 @@ pub(super) const WHY_SETUID_CREATE: &str = "a setuid creation mode stays on a fi
     the bit when a process with CAP_FSETID later writes it: a setuid file of the agent's uid left in a root";
 pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot read (a setgid creation mode); ENOSYS \
     makes callers fall back to openat, whose mode is filtered";
+pub(super) const WHY_WINSZ: &str = "the launcher's terminal: a new window size outlives the run and SIGWINCH \
+    reaches the launcher's job on the host";

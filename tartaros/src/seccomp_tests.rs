@@ -1,7 +1,11 @@
 use super::*;
 
 fn opts(strict: bool, deny_unix: bool) -> SeccompOptions {
-    SeccompOptions { strict, deny_unix }
+    SeccompOptions {
+        strict,
+        deny_unix,
+        host_terminal: false,
+    }
 }
 
 fn has(rules: &[Rule], text: &str) -> bool {
@@ -11,7 +15,7 @@ fn has(rules: &[Rule], text: &str) -> bool {
 #[test]
 fn constants_match_libc() {
     use libc as c;
-    let pairs: [(Named, i64); 19] = [
+    let pairs: [(Named, i64); 20] = [
         (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
         (CLONE_NEWNS, c::CLONE_NEWNS.into()),
         (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -21,6 +25,7 @@ fn constants_match_libc() {
         (CLONE_NEWPID, c::CLONE_NEWPID.into()),
         (CLONE_NEWNET, c::CLONE_NEWNET.into()),
         (TIOCSTI, c::TIOCSTI as i64),
+        (TIOCSWINSZ, c::TIOCSWINSZ as i64),
         (AF_UNIX, c::AF_UNIX.into()),
         (AF_INET, c::AF_INET.into()),
         (AF_INET6, c::AF_INET6.into()),
@@ -249,4 +254,20 @@ fn refusing_rule_tells_the_filter_s_refusals_from_the_kernel_s() {
     );
     let ptrace = refusing_rule("ptrace", &[0, 0, 0]).expect("strict refuses every ptrace");
     assert_eq!(ptrace.tier, Tier::Strict, "not proof the filter refused");
+}
+
+#[test]
+fn the_window_size_is_refused_only_where_the_launchers_terminal_is_handed_over() {
+    let text = "ioctl if cmd == TIOCSWINSZ -> EPERM";
+    assert!(!has(&rules(&opts(true, true)), text));
+    let handed = SeccompOptions {
+        host_terminal: true,
+        ..opts(false, false)
+    };
+    let rules = rules(&handed);
+    let rule = rules.iter().find(|r| r.to_string() == text).expect(text);
+    assert_eq!(rule.tier, Tier::HostTerminal);
+    // Not a proof the filter refused: other runs allow it.
+    let found = refusing_rule("ioctl", &[0, 0x1_0000_5414, 0]).expect("upper bits");
+    assert_ne!(found.tier, Tier::Default);
 }

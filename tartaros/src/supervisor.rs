@@ -155,6 +155,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     } else {
         crate::tty_state::save()
     };
+    if let Some(seccomp) = run.init.seccomp.as_mut() {
+        seccomp.host_terminal = !terminals.is_empty();
+    }
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     let id = run_id();
@@ -376,8 +379,9 @@ fn create_on_host(
     // The service creates them for its caller only where the caller could.
     use crate::caller::as_caller;
     let owner = (!run.init.user_namespace).then_some(run.init.identity);
-    let placeholders = crate::materialize::materialize(&request.policy, owner)
-        .map_err(|e| Refusal::new(e.code(), e))?;
+    let placeholders =
+        crate::materialize::materialize(&request.policy, owner, &mut |p| undo.announce(p))
+            .map_err(|e| Refusal::new(e.code(), e))?;
     undo.push(Undo::Placeholders(placeholders));
     // Created before the init mounts, so that its plan can hide the log.
     let log = match &request.log {

@@ -12,7 +12,9 @@
 //! these calls, so the supervisor saves each terminal stream before the
 //! init exists and restores it once the sandbox is empty: modes, the
 //! exclusive flag, and output flow. The window size is not restored: the
-//! user may have resized the window during the run.
+//! user may have resized the window during the run; instead the agent may
+//! not set it in such a run (seccomp's `Tier::HostTerminal`), since the
+//! kernel also signals the launcher's job (SIGWINCH) when it changes.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
@@ -68,6 +70,11 @@ fn exclusive(fd: &OwnedFd) -> Option<bool> {
 }
 
 impl Saved {
+    /// No standard stream is a terminal.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Puts every saved terminal back. Call once no process of the run is
     /// left, so nothing can change it again; errors are ignored (the
     /// launcher may have closed its terminal meanwhile).

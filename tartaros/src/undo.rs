@@ -5,6 +5,7 @@
 
 use crate::cgroup::{CgroupError, RunCgroup, TEARDOWN_TIMEOUT};
 use crate::janitor::Janitor;
+use std::path::Path;
 
 /// One thing to undo.
 pub enum Undo {
@@ -36,12 +37,19 @@ impl UndoStack {
         }
     }
 
+    /// Tells the janitor of a placeholder path before it is made, so that
+    /// a supervisor killed while making it leaves nothing behind.
+    pub fn announce(&mut self, placeholder: &Path) {
+        if let Some(janitor) = self.janitor.as_mut() {
+            janitor.placeholder(placeholder);
+        }
+    }
+
     pub fn push(&mut self, step: Undo) {
         if let Some(janitor) = self.janitor.as_mut() {
             match &step {
-                Undo::Placeholders(held) => {
-                    held.paths().iter().for_each(|d| janitor.placeholder(d))
-                }
+                // Announced one by one before they were made.
+                Undo::Placeholders(_) => {}
                 Undo::Cgroup(cgroup) => {
                     janitor.cgroup(cgroup.path());
                     cgroup.v1_paths().iter().for_each(|v1| janitor.v1(v1));

@@ -20,9 +20,16 @@ const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 
-fn all_options() -> [SeccompOptions; 4] {
-    [(false, false), (false, true), (true, false), (true, true)]
-        .map(|(strict, deny_unix)| SeccompOptions { strict, deny_unix })
+fn all_options() -> [SeccompOptions; 8] {
+    let mut all = [SeccompOptions::default(); 8];
+    for (i, opts) in all.iter_mut().enumerate() {
+        *opts = SeccompOptions {
+            strict: i & 1 != 0,
+            deny_unix: i & 2 != 0,
+            host_terminal: i & 4 != 0,
+        };
+    }
+    all
 }
 
 // ---------------------------------------------------------------- pure ---
@@ -196,6 +203,14 @@ fn everyday_calls_are_allowed_under_every_option() {
         assert_eq!(native(&prog, SYS_socket, unix), expect);
         // Anonymous pairs reach nothing outside and stay allowed.
         assert_eq!(native(&prog, SYS_socketpair, unix), ALLOW);
+        // The launcher's terminal's size: refused only where it is handed over.
+        let winsz = [0, libc::TIOCSWINSZ, 0, 0, 0, 0];
+        let expect = if opts.host_terminal {
+            errno(EPERM)
+        } else {
+            ALLOW
+        };
+        assert_eq!(native(&prog, SYS_ioctl, winsz), expect, "{opts:?}");
         // Allowed by default, refused under strict.
         let expect = if opts.strict { errno(EPERM) } else { ALLOW };
         let netlink = [
@@ -651,6 +666,7 @@ fn kernel_deny_unix_filter() {
     check_on_kernel(SeccompOptions {
         strict: false,
         deny_unix: true,
+        ..SeccompOptions::default()
     });
 }
 
@@ -659,6 +675,7 @@ fn kernel_strict_filter() {
     check_on_kernel(SeccompOptions {
         strict: true,
         deny_unix: false,
+        ..SeccompOptions::default()
     });
 }
 
@@ -667,6 +684,7 @@ fn kernel_strict_deny_unix_filter() {
     check_on_kernel(SeccompOptions {
         strict: true,
         deny_unix: true,
+        ..SeccompOptions::default()
     });
 }
 
