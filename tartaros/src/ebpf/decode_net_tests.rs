@@ -107,6 +107,24 @@ fn a_sendmmsg_refused_after_sending_gets_a_denied_record() {
         target(&r)["reason"],
         "outside the allowed socket directories"
     );
+
+    // A relative name is refused too, and is no destination of the call's
+    // record: the refusal keeps it as the kernel copied it.
+    for n in [
+        unix_note(b"/w/rx.sock", unix_verdict::ALLOW),
+        unix_note(b"rel.sock", unix_verdict::DENY_RELATIVE),
+    ] {
+        assert!(matches!(d.decode(&bytes_of(&n)), Decoded::Skip));
+    }
+    let mut e = addr_event(effect::SENDTO, 1, &un);
+    (e.sys.nr, e.sys.args[1]) = (nr::SENDMMSG, 2);
+    let e = effect_of(&mut d, &bytes_of(&e));
+    assert_eq!(target(&e)["path"], "/w/rx.sock");
+    let r = d.take_refusal().expect("a record of the relative name");
+    assert_eq!(
+        (&target(&r)["path"], &target(&r)["reason"]),
+        (&"rel.sock".into(), &"relative socket path".into())
+    );
 }
 
 /// A connect the connect program sent to the transparent proxy says so
