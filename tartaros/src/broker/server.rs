@@ -20,8 +20,8 @@ use crate::effectlog::Record;
 use crate::events::EffectSender;
 use crate::policy::BrokerConfig;
 use crate::proxy::http::{
-    Counted, Direction, Pending, ProxyBody, Spawner, Task, plain, serve_http1, strip_hop_by_hop,
-    truncate,
+    Counted, Direction, Pending, ProxyBody, Spawner, Task, plain, record_refusal, serve_http1,
+    strip_hop_by_hop, truncate,
 };
 use crate::proxy::upstream::connect_checked;
 use crate::proxy::{ProxyError, Resolve, accept_loop};
@@ -102,10 +102,22 @@ pub async fn serve_attributed(
                 ..(*context).clone()
             });
         }
-        serve_http1(stream, move |request, spawn| {
-            let context = context.clone();
-            async move { handle(request, &context, &spawn).await }
-        })
+        let refused = context.events.clone();
+        serve_http1(
+            stream,
+            move |request, spawn| {
+                let context = context.clone();
+                async move { handle(request, &context, &spawn).await }
+            },
+            move |status, reason| {
+                let effect = Record::new("broker")
+                    .with("capability", "")
+                    .with("method", "")
+                    .with("host", "")
+                    .with("path", "");
+                record_refusal(&refused, effect, status, reason);
+            },
+        )
     })
     .await;
     Ok(())

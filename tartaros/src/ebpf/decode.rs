@@ -104,10 +104,12 @@ pub(super) struct Decoder {
     last: (u32, u32),
     /// Per thread: the destination the kernel's connect / sendmsg hook
     /// saw during the call in flight (`decode_net.rs`).
-    kernel_dests: HashMap<u32, Vec<std::net::SocketAddr>>,
+    kernel_dests: HashMap<u32, Vec<net::Note<Option<std::net::SocketAddr>>>>,
     /// Per thread: the unix socket names the kernel's unix hook saw
     /// during the call in flight, as records show them.
-    kernel_unix: HashMap<u32, Vec<String>>,
+    kernel_unix: HashMap<u32, Vec<net::Note<Option<String>>>>,
+    /// The refusal a call's own record does not tell (`take_refusal`).
+    refusal: Option<Record>,
 }
 
 fn clock_ns(clock: libc::clockid_t) -> i128 {
@@ -127,6 +129,7 @@ impl Decoder {
             ppids: HashMap::new(),
             kernel_dests: HashMap::new(),
             kernel_unix: HashMap::new(),
+            refusal: None,
             known: HashSet::new(),
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
@@ -441,32 +444,7 @@ impl Decoder {
                 t.insert("gid", s.args[1] as u32 as i32);
             }
             effect::CONNECT | effect::SENDTO | effect::BIND => {
-                let mmsg = s.nr == nr::SENDMMSG;
-                // sendmmsg whose first message named no destination (or
-                // whose messages were unreadable): it sent to a
-                // destination only if a kernel hook saw one.
-                let unnamed = mmsg && flags & flag::ADDR_UNREADABLE != 0;
-                if let Some(a) = addr.filter(|_| !unnamed) {
-                    self.put_sockaddr(&mut t, h.tgid, a, s.len, flags);
-                }
-                if h.effect != effect::BIND
-                    && !self.put_kernel_destination(&mut t, h.pid, errno, (mmsg, unnamed))
-                {
-                    return None;
-                }
-                t.insert("fd", s.fd);
-                if s.nr == nr::SENDMMSG {
-                    // `ret` messages of `messages` were sent.
-                    t.insert("messages", s.args[1] as u32);
-                    if s.ret >= 0 {
-                        t.insert("sent", s.ret);
-                    }
-                }
-                if errno == EINPROGRESS && h.effect == effect::CONNECT {
-                    // A non-blocking connect that the filters let through.
-                    t.insert("in_progress", true);
-                    errno = 0;
-                }
+                errno = self.put_net(&mut t, s, addr, errno)?;
             }
             effect::SIGNAL => self.put_signal(&mut t, s),
             _ => super::targets::put_more(&mut t, s),

@@ -3,7 +3,80 @@
 
 use super::*;
 
+/// What a connect / unix hook saw of one destination during the call in
+/// flight, kept for the syscall's record.
+#[derive(Debug)]
+pub(super) struct Note<T> {
+    /// The destination as the kernel copied it; `None` when it names
+    /// nothing the record can show as a destination (an inet family the
+    /// filter refused, a relative unix name).
+    dest: T,
+    /// The record of its refusal, when the hook refused it.
+    refused: Option<Target>,
+    /// Rewritten to the transparent proxy (`REDIRECT`).
+    redirected: bool,
+}
+
 impl Decoder {
+    /// The `connect` / `sendto` / `bind` part of a syscall's record.
+    /// `None` when the call is no effect of its own; else the errno the
+    /// record carries.
+    pub(super) fn put_net(
+        &mut self,
+        t: &mut Target,
+        s: &SysEvent,
+        addr: Option<&[u8]>,
+        mut errno: u64,
+    ) -> Option<u64> {
+        let h = &s.header;
+        let mmsg = s.nr == nr::SENDMMSG;
+        // sendmmsg whose first message named no destination (or whose
+        // messages were unreadable): it sent to a destination only if a
+        // kernel hook saw one.
+        let unnamed = mmsg && h.flags & flag::ADDR_UNREADABLE != 0;
+        if let Some(a) = addr.filter(|_| !unnamed) {
+            self.put_sockaddr(t, h.tgid, a, s.len, h.flags);
+        }
+        if h.effect != effect::BIND {
+            let (keep, refused) = self.put_kernel_destination(t, h.pid, errno, (mmsg, unnamed));
+            if let Some(mut r) = refused {
+                // The kernel stops a sendmmsg at its first refused
+                // message and returns how many it sent, so that is the
+                // refused message's index. The call succeeded and its
+                // record is allowed: the refusal needs one of its own.
+                r.insert("addr_source", "kernel");
+                r.insert("fd", s.fd);
+                r.insert("messages", s.args[1] as u32);
+                r.insert("message", s.ret);
+                self.refusal = Some(self.effect("sendto", h, EPERM, r));
+            }
+            if !keep {
+                return None;
+            }
+        }
+        t.insert("fd", s.fd);
+        if mmsg {
+            // `ret` messages of `messages` were sent.
+            t.insert("messages", s.args[1] as u32);
+            if s.ret >= 0 {
+                t.insert("sent", s.ret);
+            }
+        }
+        if errno == EINPROGRESS && h.effect == effect::CONNECT {
+            // A non-blocking connect that the filters let through.
+            t.insert("in_progress", true);
+            errno = 0;
+        }
+        Some(errno)
+    }
+
+    /// The refusal the record just decoded does not tell (a `sendmmsg`
+    /// that sent messages before the one a filter refused): a record of
+    /// its own, to follow that one.
+    pub fn take_refusal(&mut self) -> Option<Record> {
+        self.refusal.take()
+    }
+
     pub(super) fn put_sockaddr(
         &mut self,
         t: &mut Target,
@@ -80,12 +153,7 @@ impl Decoder {
         let len = (e.addr_len as usize).saturating_sub(2).min(SUN_PATH_MAX);
         let name = &e.path[..len];
         if e.verdict & unix_verdict::DESTINATION_NOTE != 0 {
-            // A relative or unreadable name names nothing on its own: the
-            // record keeps the agent's string, resolved by its cwd.
             let v = e.verdict & !unix_verdict::DESTINATION_NOTE;
-            if v == unix_verdict::DENY_RELATIVE || v == unix_verdict::DENY_ERROR {
-                return None;
-            }
             // Kept for the syscall's own record, named as `put_sockaddr`
             // names the agent's.
             let shown_name = if name.first() == Some(&0) {
@@ -94,9 +162,23 @@ impl Decoder {
                 let end = name.iter().position(|&b| b == 0).unwrap_or(len);
                 shown(&name[..end])
             };
+            let refused = (v >= unix_verdict::DENY).then(|| {
+                let mut t = Target::new();
+                t.insert("family", "unix");
+                t.insert("path", shown_name.clone());
+                t.insert("reason", unix_reason(v));
+                t
+            });
+            // A relative or unreadable name names nothing on its own: the
+            // record keeps the agent's string, resolved by its cwd.
+            let named = v != unix_verdict::DENY_RELATIVE && v != unix_verdict::DENY_ERROR;
             let notes = self.kernel_unix.entry(e.header.pid).or_default();
             if notes.len() < 1024 {
-                notes.push(shown_name);
+                notes.push(Note {
+                    dest: named.then_some(shown_name),
+                    refused,
+                    redirected: false,
+                });
             }
             return None;
         }
@@ -104,14 +186,7 @@ impl Decoder {
         t.insert("family", "unix");
         let end = name.iter().position(|&b| b == 0).unwrap_or(len);
         t.insert("path", shown(&name[..end]));
-        let reason = match e.verdict {
-            unix_verdict::DENY => "outside the allowed socket directories",
-            unix_verdict::DENY_RELATIVE => "relative socket path",
-            unix_verdict::DENY_DOTDOT => "socket path with ..",
-            unix_verdict::DENY_UNPINNED => "socket path too long to look up without symlinks",
-            _ => "socket address unreadable",
-        };
-        t.insert("reason", reason);
+        t.insert("reason", unix_reason(e.verdict));
         Some(self.effect(kind, &e.header, EPERM, t))
     }
 
@@ -123,25 +198,37 @@ impl Decoder {
     /// connected TCP socket): the record says so and names no destination.
     /// `sendmmsg` (`all`) names the first destination its messages went
     /// to and lists them all in `destinations` when there are several.
-    /// False: the record of a `sendmmsg` whose first message named no
-    /// destination (`unnamed`) and whose messages all went to the
-    /// connected peer, which is no effect of its own.
+    /// First of the pair, false: the record of a `sendmmsg` whose first
+    /// message named no destination (`unnamed`) and whose messages all
+    /// went to the connected peer, which is no effect of its own.
+    /// Second: what a filter refused in a `sendmmsg` that succeeded (it
+    /// sent the messages before), the target of a record of its own; the
+    /// call's record names only where its messages went.
     pub(super) fn put_kernel_destination(
         &mut self,
         t: &mut Target,
         tid: u32,
         errno: u64,
         (all, unnamed): (bool, bool),
-    ) -> bool {
-        let unix = self.kernel_unix.remove(&tid).unwrap_or_default();
+    ) -> (bool, Option<Target>) {
+        let mut unix = self.kernel_unix.remove(&tid).unwrap_or_default();
+        let mut notes = self.kernel_dests.remove(&tid).unwrap_or_default();
+        let mut refused = None;
+        if all && errno == 0 {
+            refused = take_refused(&mut unix).or(take_refused(&mut notes));
+        }
+        let unix: Vec<String> = unix.into_iter().filter_map(|n| n.dest).collect();
         if let Some(path) = if all { unix.first() } else { unix.last() } {
             put_kernel_unix_path(t, path);
-            return true;
+            return (true, refused);
         }
-        let notes = self.kernel_dests.remove(&tid).unwrap_or_default();
+        let notes: Vec<(std::net::SocketAddr, bool)> = notes
+            .iter()
+            .filter_map(|n| n.dest.map(|d| (d, n.redirected)))
+            .collect();
         let kernel = if all { notes.first() } else { notes.last() };
         if unnamed && kernel.is_none() {
-            return false;
+            return (false, refused);
         }
         let family = t.get("family").and_then(|f| f.as_str());
         let inet = matches!(family, Some("inet" | "inet6"));
@@ -150,7 +237,7 @@ impl Decoder {
                 // No hook's note: the agent's claim is all there is.
                 t.insert("addr_source", "agent");
             }
-            return true;
+            return (true, refused);
         }
         let claimed = Claimed {
             family: t.remove("family"),
@@ -158,12 +245,12 @@ impl Decoder {
             port: t.remove("port"),
             path: t.remove("path"),
         };
-        let Some(&dest) = kernel else {
+        let Some(&(dest, redirected)) = kernel else {
             // Succeeded without the kernel looking at the address.
             claimed.put(t, true);
             t.insert("addr_source", "agent");
             t.insert("addr_unused", true);
-            return true;
+            return (true, refused);
         };
         let family = if dest.is_ipv4() { "inet" } else { "inet6" };
         let addr = dest.ip().to_string();
@@ -177,8 +264,13 @@ impl Decoder {
         t.insert("addr", addr);
         t.insert("port", dest.port());
         t.insert("addr_source", "kernel");
+        if redirected {
+            // Sent to the transparent proxy, whose record tells what
+            // became of it: nothing reached this address.
+            t.insert("transparent", true);
+        }
         let mut distinct: Vec<String> = Vec::new();
-        for d in notes.iter().filter(|_| all) {
+        for (d, _) in notes.iter().filter(|_| all) {
             let d = d.to_string();
             if !distinct.contains(&d) {
                 distinct.push(d);
@@ -187,18 +279,26 @@ impl Decoder {
         if distinct.len() > 1 {
             t.insert("destinations", distinct);
         }
-        true
+        (true, refused)
     }
 
     pub(super) fn connect_event(&mut self, e: &ConnectEvent) -> Option<Record> {
         if e.verdict & verdict::DESTINATION_NOTE != 0 {
             // Kept for the syscall's own record (sendmmsg: one per message).
-            if let Some(dest) = super::super::event_destination(e) {
-                let notes = self.kernel_dests.entry(e.pid).or_default();
-                // sendmmsg sends at most UIO_MAXIOV messages a call.
-                if notes.len() < 1024 {
-                    notes.push(dest);
-                }
+            let dest = super::super::event_destination(e);
+            let refused = verdict::is_denied(e.verdict).then(|| {
+                let mut t = Target::new();
+                put_inet(&mut t, dest, e.family);
+                t
+            });
+            let notes = self.kernel_dests.entry(e.pid).or_default();
+            // sendmmsg sends at most UIO_MAXIOV messages a call.
+            if notes.len() < 1024 {
+                notes.push(Note {
+                    dest,
+                    refused,
+                    redirected: e.verdict & !verdict::DESTINATION_NOTE == verdict::REDIRECT,
+                });
             }
             return None;
         }
@@ -212,12 +312,8 @@ impl Decoder {
             t.insert("family", e.family);
             t.insert("type", e.sock_type);
             t.insert("protocol", e.protocol);
-        } else if let Some(dest) = super::super::event_destination(e) {
-            t.insert("family", if dest.is_ipv4() { "inet" } else { "inet6" });
-            t.insert("addr", dest.ip().to_string());
-            t.insert("port", dest.port());
         } else {
-            t.insert("family", e.family);
+            put_inet(&mut t, super::super::event_destination(e), e.family);
         }
         if e.verdict == verdict::ALLOW_MONITOR {
             t.insert("monitor", true);
@@ -243,6 +339,40 @@ impl Decoder {
             flags: 0,
         };
         Some(self.effect(kind, &header, errno, t))
+    }
+}
+
+/// The destination of a connect program's event: the address, or the
+/// family it refused (`unspec` for 0, as the agent's sockaddr is named).
+fn put_inet(t: &mut Target, dest: Option<std::net::SocketAddr>, family: u16) {
+    match dest {
+        Some(dest) => {
+            t.insert("family", if dest.is_ipv4() { "inet" } else { "inet6" });
+            t.insert("addr", dest.ip().to_string());
+            t.insert("port", dest.port());
+        }
+        None if family == 0 => t.insert("family", "unspec"),
+        None => t.insert("family", family),
+    }
+}
+
+/// Takes out the refused destination of a call's notes, if any (a
+/// `sendmmsg` stops at its first refusal, so there is at most one), and
+/// drops the rest of the refused ones.
+fn take_refused<T>(notes: &mut Vec<Note<T>>) -> Option<Target> {
+    let first = notes.iter().position(|n| n.refused.is_some())?;
+    let refused = notes.remove(first).refused;
+    notes.retain(|n| n.refused.is_none());
+    refused
+}
+
+fn unix_reason(verdict: u16) -> &'static str {
+    match verdict {
+        unix_verdict::DENY => "outside the allowed socket directories",
+        unix_verdict::DENY_RELATIVE => "relative socket path",
+        unix_verdict::DENY_DOTDOT => "socket path with ..",
+        unix_verdict::DENY_UNPINNED => "socket path too long to look up without symlinks",
+        _ => "socket address unreadable",
     }
 }
 

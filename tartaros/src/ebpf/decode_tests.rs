@@ -477,3 +477,6 @@ fn every_syscall_the_capture_classifies_passes_the_prefilter() {
 #[path = "decode_file_tests.rs"]
 mod file_tests;
 use file_tests::kernel_file;
+
+#[path = "decode_net_tests.rs"]
+mod net_tests;

@@ -125,6 +125,9 @@ impl Forwarder {
                 Decoded::Skip => {}
                 Decoded::Invalid => invalid += 1,
             }
+            if let Some(r) = self.decoder.take_refusal() {
+                records.push(r);
+            }
         }
         if invalid > 0 {
             // An effect the programs recorded that cannot be told: lost.

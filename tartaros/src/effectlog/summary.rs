@@ -329,6 +329,13 @@ impl Collector {
                     // A send on a connected socket went to its peer, which
                     // its connect record names.
                     return;
+                } else if t.get("transparent").is_some() {
+                    // Sent to the transparent proxy: its record names
+                    // where the connection went, if anywhere.
+                    return;
+                } else if str_of("family") == Some("unspec") && outcome == Outcome::Allowed {
+                    // `connect(AF_UNSPEC)` dissolves an association.
+                    return;
                 } else {
                     let port = num("port").map(|p| format!(":{p}")).unwrap_or_default();
                     match (str_of("family"), str_of("addr"), str_of("path")) {

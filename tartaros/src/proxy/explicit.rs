@@ -13,8 +13,8 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use super::http::{
-    Counted, Direction, Pending, ProxyBody, Spawner, Task, empty, plain, serve_http1,
-    strip_hop_by_hop, strip_target_overrides, truncate,
+    Counted, Direction, Pending, ProxyBody, Spawner, Task, empty, plain, record_refusal,
+    serve_http1, strip_hop_by_hop, strip_target_overrides, truncate,
 };
 use super::sniff::split_host_port;
 use super::upstream::{connect_checked, relay};
@@ -103,10 +103,17 @@ pub(super) async fn serve_connection(
     config: Arc<ProxyConfig>,
     events: EffectSender,
 ) {
-    serve_http1(stream, move |request, spawn| {
-        let (config, events) = (config.clone(), events.clone());
-        async move { handle(request, &config, &events, &spawn).await }
-    })
+    let refused = events.clone();
+    serve_http1(
+        stream,
+        move |request, spawn| {
+            let (config, events) = (config.clone(), events.clone());
+            async move { handle(request, &config, &events, &spawn).await }
+        },
+        move |status, reason| {
+            record_refusal(&refused, base_effect("", 0, "unknown"), status, reason);
+        },
+    )
     .await
 }
 

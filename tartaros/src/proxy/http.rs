@@ -45,12 +45,16 @@ pub(crate) type Spawner = mpsc::UnboundedSender<Task>;
 
 /// Serves one HTTP/1 connection with `handler`. Tasks the handler hands to
 /// its [`Spawner`] run in a [`JoinSet`] owned by this future, so aborting
-/// the server ends them too.
-pub(crate) async fn serve_http1<S, H, Fut>(stream: S, handler: H)
+/// the server ends them too. A request hyper refuses itself, before any
+/// handler sees it (a malformed head, one past [`MAX_HEAD_BUFFER`]), is
+/// answered by hyper and passed to `refused` with its status and a fixed
+/// reason, to be recorded: the handler's records are the others.
+pub(crate) async fn serve_http1<S, H, Fut, R>(stream: S, handler: H, refused: R)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     H: Fn(Request<Incoming>, Spawner) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Response<ProxyBody>> + Send + 'static,
+    R: FnOnce(u16, &'static str),
 {
     let (spawn, mut spawned) = mpsc::unbounded_channel::<Task>();
     let service = service_fn(move |request| {
@@ -66,10 +70,15 @@ where
     tokio::pin!(connection);
     let mut tasks = JoinSet::new();
     let mut connection_done = false;
+    let mut refused = Some(refused);
     loop {
         tokio::select! {
-            _ = &mut connection, if !connection_done => {
+            result = &mut connection, if !connection_done => {
                 connection_done = true;
+                let refusal = result.as_ref().err().and_then(parse_refusal);
+                if let (Some((status, reason)), Some(refused)) = (refusal, refused.take()) {
+                    refused(status, reason);
+                }
                 // The finished connection still holds the service and so a
                 // sender: without closing the channel `recv` would wait
                 // forever and this future (and its slot in the accept
@@ -81,6 +90,29 @@ where
             else => break,
         }
     }
+}
+
+/// The status hyper answered and why, when it refused a request itself:
+/// the agent got an answer and nothing was forwarded, a refusal like the
+/// handlers' 403s (adversarial round 10: these left no record).
+fn parse_refusal(error: &hyper::Error) -> Option<(u16, &'static str)> {
+    if error.is_parse_too_large() {
+        Some((431, "request head too large"))
+    } else if error.is_parse() {
+        Some((400, "malformed request"))
+    } else {
+        None
+    }
+}
+
+/// Records `effect` as a request refused by hyper (`serve_http1`).
+pub(crate) fn record_refusal(events: &EffectSender, effect: Record, status: u16, reason: &str) {
+    let pending = Pending::new(
+        events.clone(),
+        effect.with("decision", "denied").with("reason", reason),
+        Instant::now(),
+    );
+    pending.status.store(status, Ordering::Relaxed);
 }
 
 /// A short `text/plain` answer. `text` must be fixed text chosen by us,

@@ -22,7 +22,7 @@ use tokio::net::TcpStream;
 
 use super::ProxyConfig;
 use super::explicit::{deny, forward};
-use super::http::{serve_http1, truncate};
+use super::http::{record_refusal, serve_http1, truncate};
 use super::sniff::split_host_port;
 use crate::effectlog::Record;
 use crate::events::EffectSender;
@@ -42,28 +42,43 @@ pub(super) async fn serve(
         inner: stream,
     };
     let dst = original.to_string();
-    serve_http1(stream, move |request, spawn| {
-        let (config, events, dst) = (config.clone(), events.clone(), dst.clone());
-        async move {
-            let start = Instant::now();
-            // The record keeps the transparent shape: the method is the
-            // protocol, as for an intercepted TLS connection.
-            let base = move |host: &str, port: u16, _method: &str| {
-                Record::new("proxy")
-                    .with("mode", "transparent")
-                    .with("original_dst", dst.clone())
-                    .with("host", truncate(host, 253))
-                    .with("port", port)
-                    .with("method", "HTTP")
-            };
-            match absolute(request, original.port()) {
-                Ok(request) => forward(request, &config, &events, &spawn, start, &base).await,
-                Err((host, reason)) => {
-                    deny(&events, base(&host, original.port(), ""), start, reason)
+    let refused = (events.clone(), dst.clone());
+    let on_refusal = move |status, reason| {
+        let (events, dst) = refused;
+        let effect = Record::new("proxy")
+            .with("mode", "transparent")
+            .with("original_dst", dst)
+            .with("host", "")
+            .with("port", original.port())
+            .with("method", "HTTP");
+        record_refusal(&events, effect, status, reason);
+    };
+    serve_http1(
+        stream,
+        move |request, spawn| {
+            let (config, events, dst) = (config.clone(), events.clone(), dst.clone());
+            async move {
+                let start = Instant::now();
+                // The record keeps the transparent shape: the method is the
+                // protocol, as for an intercepted TLS connection.
+                let base = move |host: &str, port: u16, _method: &str| {
+                    Record::new("proxy")
+                        .with("mode", "transparent")
+                        .with("original_dst", dst.clone())
+                        .with("host", truncate(host, 253))
+                        .with("port", port)
+                        .with("method", "HTTP")
+                };
+                match absolute(request, original.port()) {
+                    Ok(request) => forward(request, &config, &events, &spawn, start, &base).await,
+                    Err((host, reason)) => {
+                        deny(&events, base(&host, original.port(), ""), start, reason)
+                    }
                 }
             }
-        }
-    })
+        },
+        on_refusal,
+    )
     .await
 }
 
