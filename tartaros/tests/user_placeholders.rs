@@ -30,7 +30,10 @@ fn a_placeholder_swapped_for_another_users_directory_is_not_removed_by_root() {
     std::fs::set_permissions(shared.path(), PermissionsExt::from_mode(0o1777)).unwrap();
     let w = shared.path().to_str().unwrap().to_string();
     let deny = format!("{w}/a/b");
-    let wait = format!("while [ ! -e {w}/go ]; do sleep 0.05; done");
+    // The agent says it runs: the placeholder exists from early in the
+    // start, and removing it before the init has mounted the deny over it
+    // fails the start (125; seen in a loaded CI run).
+    let wait = format!("touch {w}/started; while [ ! -e {w}/go ]; do sleep 0.05; done");
     let mut run = service.spawn_quiet(
         GUS,
         &[
@@ -48,8 +51,9 @@ fn a_placeholder_swapped_for_another_users_directory_is_not_removed_by_root() {
         shared.path(),
     );
     let b = shared.join("a/b");
+    let started = shared.join("started");
     assert!(
-        eventually(10, || b.is_dir()),
+        eventually(10, || started.exists() && b.is_dir()),
         "the placeholder was not made: {}",
         service.errors()
     );
