@@ -16,6 +16,17 @@
 //! its own read as it is, forgets one of the read before (looked up again
 //! when next met: the disk's position, as every path was before), and
 //! moves older ones. A handle first seen is still looked up now.
+//!
+//! The kernel merges a notification with an identical one still queued,
+//! renames included (before Linux's `FANOTIFY_NO_MERGE_EVENTS`): `mv p q;
+//! mv q p; mv p q` can arrive as `p -> q, q -> p`, which ends where the
+//! disk does not. Such a merge needs the renames between the twins in
+//! the same read or the next (they were queued after the first twin,
+//! before it was read), and one of them touches a name the twins do. So
+//! when a directory rename touches a path (at, above or below) that
+//! another directory rename of this read or the one before touched, the
+//! order is not trusted: the cache is emptied, and every path is looked
+//! up again when next met (the disk's position, as before).
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -24,6 +35,9 @@ use std::path::{Path, PathBuf};
 
 use super::notify::Handle;
 
+/// At most this many paths of recent directory renames are remembered
+/// to tell a possibly merged order; past it the cache is emptied.
+const RECENT_RENAMES: usize = 256;
 /// Bound of the cache (handles and their paths).
 const ENTRIES: usize = 16_384;
 /// At most this many cached paths are moved by one rename; past it the
@@ -40,12 +54,17 @@ pub(super) struct DirCache {
     by_path: BTreeMap<Vec<u8>, Vec<Handle>>,
     /// The read being placed.
     read: u64,
+    /// The old and new paths of the directory renames of this read and
+    /// the one before, with their read.
+    recent: Vec<(u64, Vec<u8>)>,
 }
 
 impl DirCache {
     /// A new read of notifications is being placed.
     pub fn next_read(&mut self) {
         self.read += 1;
+        let read = self.read;
+        self.recent.retain(|(r, _)| r + 1 >= read);
     }
 
     pub fn get(&self, handle: &Handle) -> Option<&Option<PathBuf>> {
@@ -75,6 +94,18 @@ impl DirCache {
     /// paths at and below `from` move below `to` (see the module's note
     /// on which).
     pub fn renamed(&mut self, from: &Path, to: &Path) {
+        let (f, t) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
+        let merged = self.recent.len() >= RECENT_RENAMES
+            || self
+                .recent
+                .iter()
+                .any(|(_, p)| related(p, f) || related(p, t));
+        self.recent.push((self.read, f.to_vec()));
+        self.recent.push((self.read, t.to_vec()));
+        if merged {
+            self.clear();
+            return;
+        }
         let from_len = from.as_os_str().len();
         let mut moved = 0;
         for (path, handles) in self.take_below(from) {
@@ -135,6 +166,12 @@ impl DirCache {
     }
 }
 
+/// Whether one path is the other or below it.
+fn related(a: &[u8], b: &[u8]) -> bool {
+    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
+    a == b || below(a, b) || below(b, a)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,7 +204,10 @@ mod tests {
         assert_eq!(path_of(&c, 3), Some(Path::new("/w/d-x")));
         assert_eq!(path_of(&c, 4), Some(Path::new("/w/dz")));
         assert_eq!(c.get(&h(5)), Some(&None));
-        // Renamed again, and a new directory made at the old name.
+        // Renamed again, reads later, and a new directory made at the old
+        // name.
+        c.next_read();
+        c.next_read();
         c.renamed(Path::new("/w/g/e"), Path::new("/w/e"));
         c.insert(h(6), Some("/w/d".into()));
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/e")));
@@ -236,7 +276,40 @@ mod tests {
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/q")));
         // Once moved it follows every later rename.
         c.next_read();
+        c.next_read();
         c.renamed(Path::new("/w/q"), Path::new("/w/r"));
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/r")));
+    }
+
+    #[test]
+    fn renames_that_may_have_been_merged_are_not_followed() {
+        // `mv p q; mv q p` in one read (or across two): the queue may hold
+        // them merged out of order, so what was cached is forgotten.
+        for gap in [0, 1] {
+            let mut c = DirCache::default();
+            c.insert(h(1), Some("/w/p/d".into()));
+            c.insert(h(2), Some("/w/other".into()));
+            c.next_read();
+            c.next_read();
+            c.renamed(Path::new("/w/p"), Path::new("/w/q"));
+            assert_eq!(path_of(&c, 1), Some(Path::new("/w/q/d")));
+            for _ in 0..gap {
+                c.next_read();
+            }
+            c.renamed(Path::new("/w/q"), Path::new("/w/p"));
+            assert_eq!(c.get(&h(1)), None, "gap {gap}");
+            assert_eq!(c.get(&h(2)), None, "gap {gap}");
+        }
+        // Unrelated renames two reads apart are followed.
+        let mut c = DirCache::default();
+        c.insert(h(1), Some("/w/p/d".into()));
+        c.next_read();
+        c.next_read();
+        c.renamed(Path::new("/w/x"), Path::new("/w/p"));
+        c.next_read();
+        c.next_read();
+        c.renamed(Path::new("/w/p"), Path::new("/w/q"));
+        assert_eq!(path_of(&c, 1), Some(Path::new("/w/q/d")));
+        assert!(related(b"/w/p", b"/w/p/d") && !related(b"/w/p", b"/w/pd"));
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::dir_cache::DirCache;
 use super::join::{Join, Notice, Task, bit};
@@ -112,9 +112,7 @@ impl Placement {
             // the record naming it may come after its first changes.
             if known.is_none() && cached_host && !self.in_roots(event, facts) {
                 if dir_change {
-                    // A host's directory change is not followed: the
-                    // paths cached below it are looked up again.
-                    self.dirs.clear();
+                    self.follow_host_dir_change(event, facts);
                 }
                 continue;
             }
@@ -125,7 +123,7 @@ impl Placement {
             match member {
                 Member::Host => {
                     if dir_change {
-                        self.dirs.clear();
+                        self.follow_host_dir_change(event, facts);
                     }
                     if self.host.len() >= CACHE_ENTRIES {
                         self.host.retain(|_, until| *until > now);
@@ -230,21 +228,7 @@ impl Placement {
             .new_entry
             .as_ref()
             .and_then(|e| self.entry_path(e, facts));
-        if event.mask & bit::ONDIR != 0 {
-            // The cached paths below a moved or removed directory follow
-            // it, at this point of the stream (dir_cache.rs).
-            match (event.mask & bit::RENAME != 0, &raw, &new_raw) {
-                (true, Some(from), Some(to)) => self.dirs.renamed(from, to),
-                (true, _, _) => self.dirs.clear(),
-                _ => {}
-            }
-            if event.mask & bit::DELETE != 0 {
-                match &raw {
-                    Some(path) => self.dirs.removed(path),
-                    None => self.dirs.clear(),
-                }
-            }
-        }
+        self.follow_dir_change(event.mask, raw.as_deref(), new_raw.as_deref());
         Notice {
             tid: event.tid,
             mask: event.mask,
@@ -257,6 +241,35 @@ impl Placement {
             read_ns: now,
             after_ns: after,
         }
+    }
+
+    /// The cached paths below a moved or removed directory follow it, at
+    /// this point of the stream (dir_cache.rs); a host's as well (a busy
+    /// host renames directories all the time, on the roots' filesystem).
+    fn follow_dir_change(&mut self, mask: u64, raw: Option<&Path>, new_raw: Option<&Path>) {
+        if mask & bit::ONDIR == 0 {
+            return;
+        }
+        match (mask & bit::RENAME != 0, raw, new_raw) {
+            (true, Some(from), Some(to)) => self.dirs.renamed(from, to),
+            (true, _, _) => self.dirs.clear(),
+            _ => {}
+        }
+        if mask & bit::DELETE != 0 {
+            match raw {
+                Some(path) => self.dirs.removed(path),
+                None => self.dirs.clear(),
+            }
+        }
+    }
+
+    fn follow_host_dir_change(&mut self, event: &RawEvent, facts: &dyn Facts) {
+        let raw = event.entry.as_ref().and_then(|e| self.entry_path(e, facts));
+        let new_raw = event
+            .new_entry
+            .as_ref()
+            .and_then(|e| self.entry_path(e, facts));
+        self.follow_dir_change(event.mask, raw.as_deref(), new_raw.as_deref());
     }
 
     fn entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
