@@ -55,8 +55,9 @@ pub(super) struct DirCache {
     /// The read being placed.
     read: u64,
     /// The old and new paths of the directory renames of this read and
-    /// the one before, with their read.
-    recent: Vec<(u64, Vec<u8>)>,
+    /// the one before, with their read and the renaming thread (the
+    /// kernel merges only one thread's notifications).
+    recent: Vec<(u64, u32, Vec<u8>)>,
 }
 
 impl DirCache {
@@ -64,7 +65,7 @@ impl DirCache {
     pub fn next_read(&mut self) {
         self.read += 1;
         let read = self.read;
-        self.recent.retain(|(r, _)| r + 1 >= read);
+        self.recent.retain(|(r, _, _)| r + 1 >= read);
     }
 
     pub fn get(&self, handle: &Handle) -> Option<&Option<PathBuf>> {
@@ -90,18 +91,18 @@ impl DirCache {
         self.by_path.clear();
     }
 
-    /// A directory of the sandbox renamed from `from` to `to`: the cached
-    /// paths at and below `from` move below `to` (see the module's note
-    /// on which).
-    pub fn renamed(&mut self, from: &Path, to: &Path) {
+    /// A directory renamed from `from` to `to` by thread `tid`: the
+    /// cached paths at and below `from` move below `to` (see the module's
+    /// note on which).
+    pub fn renamed(&mut self, from: &Path, to: &Path, tid: u32) {
         let (f, t) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
         let merged = self.recent.len() >= RECENT_RENAMES
             || self
                 .recent
                 .iter()
-                .any(|(_, p)| related(p, f) || related(p, t));
-        self.recent.push((self.read, f.to_vec()));
-        self.recent.push((self.read, t.to_vec()));
+                .any(|(_, by, p)| *by == tid && (related(p, f) || related(p, t)));
+        self.recent.push((self.read, tid, f.to_vec()));
+        self.recent.push((self.read, tid, t.to_vec()));
         if merged {
             self.clear();
             return;
@@ -198,7 +199,7 @@ mod tests {
         c.insert(h(5), None);
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/d"), Path::new("/w/g"));
+        c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/g")));
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/g/e")));
         assert_eq!(path_of(&c, 3), Some(Path::new("/w/d-x")));
@@ -208,7 +209,7 @@ mod tests {
         // name.
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/g/e"), Path::new("/w/e"));
+        c.renamed(Path::new("/w/g/e"), Path::new("/w/e"), 1);
         c.insert(h(6), Some("/w/d".into()));
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/e")));
         assert_eq!(path_of(&c, 6), Some(Path::new("/w/d")));
@@ -224,9 +225,9 @@ mod tests {
         c.insert(h(1), Some("/w/b".into()));
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/a"), Path::new("/w/x"));
+        c.renamed(Path::new("/w/a"), Path::new("/w/x"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/b")));
-        c.renamed(Path::new("/w/b"), Path::new("/w/y"));
+        c.renamed(Path::new("/w/b"), Path::new("/w/y"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/y")));
     }
 
@@ -244,7 +245,7 @@ mod tests {
         }
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/d"), Path::new("/w/g"));
+        c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
         let kept = c.by_handle.values().filter(|(p, _)| p.is_some()).count();
         assert_eq!(kept, MOVED_PER_RENAME);
         assert!(
@@ -262,22 +263,22 @@ mod tests {
         // handle met and looked up as `a`): it stays.
         let mut c = DirCache::default();
         c.insert(h(1), Some("/w/a".into()));
-        c.renamed(Path::new("/w/a"), Path::new("/w/b"));
+        c.renamed(Path::new("/w/a"), Path::new("/w/b"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/a")));
         // Looked up in the read before: it may or may not be; forgotten.
         c.next_read();
-        c.renamed(Path::new("/w/a"), Path::new("/w/b"));
+        c.renamed(Path::new("/w/a"), Path::new("/w/b"), 1);
         assert_eq!(c.get(&h(1)), None);
         // Two reads before: the rename came after the lookup.
         c.insert(h(2), Some("/w/p".into()));
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/p"), Path::new("/w/q"));
+        c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/q")));
         // Once moved it follows every later rename.
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/q"), Path::new("/w/r"));
+        c.renamed(Path::new("/w/q"), Path::new("/w/r"), 1);
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/r")));
     }
 
@@ -291,12 +292,12 @@ mod tests {
             c.insert(h(2), Some("/w/other".into()));
             c.next_read();
             c.next_read();
-            c.renamed(Path::new("/w/p"), Path::new("/w/q"));
+            c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
             assert_eq!(path_of(&c, 1), Some(Path::new("/w/q/d")));
             for _ in 0..gap {
                 c.next_read();
             }
-            c.renamed(Path::new("/w/q"), Path::new("/w/p"));
+            c.renamed(Path::new("/w/q"), Path::new("/w/p"), 1);
             assert_eq!(c.get(&h(1)), None, "gap {gap}");
             assert_eq!(c.get(&h(2)), None, "gap {gap}");
         }
@@ -305,11 +306,19 @@ mod tests {
         c.insert(h(1), Some("/w/p/d".into()));
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/x"), Path::new("/w/p"));
+        c.renamed(Path::new("/w/x"), Path::new("/w/p"), 1);
         c.next_read();
         c.next_read();
-        c.renamed(Path::new("/w/p"), Path::new("/w/q"));
+        c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/q/d")));
         assert!(related(b"/w/p", b"/w/p/d") && !related(b"/w/p", b"/w/pd"));
+        // Another thread's renames are never merged with these.
+        let mut c = DirCache::default();
+        c.insert(h(1), Some("/w/p/d".into()));
+        c.next_read();
+        c.next_read();
+        c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
+        c.renamed(Path::new("/w/q"), Path::new("/w/p"), 2);
+        assert_eq!(path_of(&c, 1), Some(Path::new("/w/p/d")));
     }
 }

@@ -228,7 +228,7 @@ impl Placement {
             .new_entry
             .as_ref()
             .and_then(|e| self.entry_path(e, facts));
-        self.follow_dir_change(event.mask, raw.as_deref(), new_raw.as_deref());
+        self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
         Notice {
             tid: event.tid,
             mask: event.mask,
@@ -246,20 +246,22 @@ impl Placement {
     /// The cached paths below a moved or removed directory follow it, at
     /// this point of the stream (dir_cache.rs); a host's as well (a busy
     /// host renames directories all the time, on the roots' filesystem).
-    fn follow_dir_change(&mut self, mask: u64, raw: Option<&Path>, new_raw: Option<&Path>) {
-        if mask & bit::ONDIR == 0 {
+    /// A directory removed from a directory already gone (`rm -r` of a
+    /// tree, read late) leaves only paths below gone directories: nothing
+    /// to move.
+    fn follow_dir_change(&mut self, event: &RawEvent, raw: Option<&Path>, new: Option<&Path>) {
+        if event.mask & bit::ONDIR == 0 {
             return;
         }
-        match (mask & bit::RENAME != 0, raw, new_raw) {
-            (true, Some(from), Some(to)) => self.dirs.renamed(from, to),
+        match (event.mask & bit::RENAME != 0, raw, new) {
+            (true, Some(from), Some(to)) => self.dirs.renamed(from, to, event.tid),
             (true, _, _) => self.dirs.clear(),
             _ => {}
         }
-        if mask & bit::DELETE != 0 {
-            match raw {
-                Some(path) => self.dirs.removed(path),
-                None => self.dirs.clear(),
-            }
+        if event.mask & bit::DELETE != 0
+            && let Some(path) = raw
+        {
+            self.dirs.removed(path);
         }
     }
 
@@ -269,7 +271,7 @@ impl Placement {
             .new_entry
             .as_ref()
             .and_then(|e| self.entry_path(e, facts));
-        self.follow_dir_change(event.mask, raw.as_deref(), new_raw.as_deref());
+        self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
     }
 
     fn entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
