@@ -520,6 +520,7 @@ impl Join {
         self.touched
             .name_unnamed(|wanted| super::content::find_inodes(roots, wanted));
         self.touched.settle();
+        self.touched.walk_renamed_dirs(roots);
         &self.touched
     }
 

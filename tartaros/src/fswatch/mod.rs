@@ -17,6 +17,7 @@
 //! Design and limits: docs/ebpf.md, "Kernel-sourced paths".
 
 mod content;
+mod dir_cache;
 mod exec_opens;
 mod join;
 mod links;

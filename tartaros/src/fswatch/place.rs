@@ -4,8 +4,9 @@
 
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use super::dir_cache::DirCache;
 use super::join::{Join, Notice, Task, bit};
 use super::notify::{DirEntry, Handle, RawEvent};
 use crate::effectlog::Record;
@@ -15,7 +16,7 @@ use crate::effectlog::names::{display, display_path};
 /// (a pid is not reused that fast; a sandbox thread is in the cgroup from
 /// its first instruction, so the verdict cannot change while it lives).
 const HOST_VERDICT_NS: u64 = 1_000_000_000;
-/// Bound of the thread-verdict and directory-path caches.
+/// Bound of the thread-verdict cache.
 const CACHE_ENTRIES: usize = 16_384;
 /// Bound of the exec opens outside the roots kept for threads gone
 /// before they could be placed (a busy host's short-lived processes
@@ -52,7 +53,7 @@ pub(super) struct Placement {
     /// Notifications lost (queue overflow, failed reads), for a gap.
     pub lost: u64,
     host: HashMap<u32, u64>,
-    dirs: HashMap<Handle, Option<PathBuf>>,
+    dirs: DirCache,
     /// Notifications of threads that were gone before they could be
     /// placed, in queue order: placed when a record names the thread.
     /// Changes in the roots wait for the end; an exec open outside them
@@ -70,7 +71,7 @@ impl Placement {
             inherited: Vec::new(),
             lost: 0,
             host: HashMap::new(),
-            dirs: HashMap::new(),
+            dirs: DirCache::default(),
             unplaced: Vec::new(),
         }
     }
@@ -86,11 +87,17 @@ impl Placement {
     ) -> Vec<Record> {
         let out = Vec::new();
         let mut gone_exec_opens = Vec::new();
+        self.dirs.next_read();
         for event in &events {
             if event.mask & bit::OVERFLOW != 0 {
+                // Renames were lost with it: the cache is no longer at
+                // the stream's position.
                 self.lost += 1;
+                self.dirs.clear();
                 continue;
             }
+            let dir_change =
+                event.mask & bit::ONDIR != 0 && event.mask & (bit::RENAME | bit::DELETE) != 0;
             if event.entry.is_none() && event.mask & !(bit::ATTRIB | bit::ONDIR) == 0 {
                 // An inode change with no directory entry: the link count
                 // of a file being linked or unlinked, whose link / unlink
@@ -104,6 +111,9 @@ impl Placement {
             // of its own gets a host thread's tid within the second, and
             // the record naming it may come after its first changes.
             if known.is_none() && cached_host && !self.in_roots(event, facts) {
+                if dir_change {
+                    self.follow_host_dir_change(event, facts);
+                }
                 continue;
             }
             let member = match known {
@@ -112,6 +122,9 @@ impl Placement {
             };
             match member {
                 Member::Host => {
+                    if dir_change {
+                        self.follow_host_dir_change(event, facts);
+                    }
                     if self.host.len() >= CACHE_ENTRIES {
                         self.host.retain(|_, until| *until > now);
                     }
@@ -215,10 +228,7 @@ impl Placement {
             .new_entry
             .as_ref()
             .and_then(|e| self.entry_path(e, facts));
-        if event.mask & bit::ONDIR != 0 && event.mask & (bit::RENAME | bit::DELETE) != 0 {
-            // Cached paths below a moved or removed directory are stale.
-            self.dirs.clear();
-        }
+        self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
         Notice {
             tid: event.tid,
             mask: event.mask,
@@ -233,14 +243,42 @@ impl Placement {
         }
     }
 
+    /// The cached paths below a moved or removed directory follow it, at
+    /// this point of the stream (dir_cache.rs); a host's as well (a busy
+    /// host renames directories all the time, on the roots' filesystem).
+    /// A directory removed from a directory already gone (`rm -r` of a
+    /// tree, read late) leaves only paths below gone directories: nothing
+    /// to move.
+    fn follow_dir_change(&mut self, event: &RawEvent, raw: Option<&Path>, new: Option<&Path>) {
+        if event.mask & bit::ONDIR == 0 {
+            return;
+        }
+        match (event.mask & bit::RENAME != 0, raw, new) {
+            (true, Some(from), Some(to)) => self.dirs.renamed(from, to, event.tid),
+            (true, _, _) => self.dirs.clear(),
+            _ => {}
+        }
+        if event.mask & bit::DELETE != 0
+            && let Some(path) = raw
+        {
+            self.dirs.removed(path);
+        }
+    }
+
+    fn follow_host_dir_change(&mut self, event: &RawEvent, facts: &dyn Facts) {
+        let raw = event.entry.as_ref().and_then(|e| self.entry_path(e, facts));
+        let new_raw = event
+            .new_entry
+            .as_ref()
+            .and_then(|e| self.entry_path(e, facts));
+        self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
+    }
+
     fn entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
         let dir = match self.dirs.get(&entry.dir) {
             Some(dir) => dir.clone(),
             None => {
                 let dir = facts.resolve(&entry.dir);
-                if self.dirs.len() >= CACHE_ENTRIES {
-                    self.dirs.clear();
-                }
                 self.dirs.insert(entry.dir.clone(), dir.clone());
                 dir
             }

@@ -49,6 +49,10 @@ pub(super) struct Touched {
     /// Directory entries read by [`Touched::touch_tree`] so far (bounded:
     /// the supervisor must not be made to walk big trees again and again).
     tree_read: usize,
+    /// Names a directory was renamed to: every file under one holds, at
+    /// its name, what another name held before, so the seal walks them
+    /// (once, at the end: later renames only move the walk).
+    renamed_into: BTreeSet<Vec<u8>>,
 }
 
 impl Touched {
@@ -198,6 +202,32 @@ impl Touched {
         }
     }
 
+    /// Before the seal: every regular file under a name a directory was
+    /// renamed to that is a directory in one of `roots` now (not through
+    /// a symlink: the agent may have put one there), within the tree
+    /// walk's bound; a directory under another walked one is not walked
+    /// again.
+    pub fn walk_renamed_dirs(&mut self, roots: &[PathBuf]) {
+        let dirs = std::mem::take(&mut self.renamed_into);
+        let mut last: Option<Vec<u8>> = None;
+        for dir in dirs {
+            if let Some(above) = &last
+                && dir.len() > above.len()
+                && dir.starts_with(above)
+                && dir[above.len()] == b'/'
+            {
+                continue;
+            }
+            let path = Path::new(OsStr::from_bytes(&dir));
+            let in_root = roots.iter().any(|r| path.starts_with(r));
+            let is_dir = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+            if in_root && is_dir {
+                self.touch_tree(path);
+                last = Some(dir);
+            }
+        }
+    }
+
     /// A file changed through a descriptor whose names are not all known
     /// (`links`: how many it has, at least the one to find).
     pub fn unnamed(&mut self, dev: u64, ino: u64, links: u32) {
@@ -215,18 +245,22 @@ impl Touched {
             .map(|p| Path::new(OsStr::from_bytes(p.as_slice())))
     }
 
-    /// Adds the new names of the changed files of a renamed file or
-    /// directory, and keeps the old ones: a `RENAME_EXCHANGE` is reported
-    /// as two renames (`a` to `b`, then `b` to `a`), and moving the names
-    /// would leave the changed file, now at `b`, unlisted. A name that
-    /// holds nothing at the seal is skipped there.
+    /// A rename changes what its new name holds, whether or not the run
+    /// wrote the file: the new name is a changed file (for a directory,
+    /// every file under it, walked at the seal by
+    /// [`Touched::walk_renamed_dirs`]). The old names are kept: a
+    /// `RENAME_EXCHANGE` is reported as two renames (`a` to `b`, then `b`
+    /// to `a`), and moving the names would leave the changed file, now at
+    /// `b`, unlisted. A name that holds nothing at the seal is skipped
+    /// there.
     pub fn renamed(&mut self, from: &Path, to: &Path, dir: bool) {
         self.remember_rename(from, to, dir);
         if !dir {
-            if self.paths.contains(from.as_os_str().as_bytes()) {
-                self.touch(to);
-            }
+            self.touch(to);
             return;
+        }
+        if !insert_bounded(&mut self.renamed_into, to) {
+            self.untracked += 1;
         }
         let from = from.as_os_str().as_bytes();
         let start = [from, b"/"].concat();
@@ -273,9 +307,10 @@ mod tests {
         assert_eq!(now, want);
         t.renamed(Path::new("/w/d0"), Path::new("/w/m"), false);
         assert!(t.contains(Path::new("/w/m")) && t.contains(Path::new("/w/d0")));
-        // A file never touched stays untouched when renamed.
+        // A file never touched is changed at its new name (it holds
+        // what `q` held), not at the old one.
         t.renamed(Path::new("/w/q"), Path::new("/w/r"), false);
-        assert!(!t.contains(Path::new("/w/r")));
+        assert!(t.contains(Path::new("/w/r")) && !t.contains(Path::new("/w/q")));
     }
 
     #[test]
@@ -347,5 +382,32 @@ mod tests {
         t.settle();
         assert!(t.contains(Path::new("/w/c")) && t.contains(Path::new("/w/x0")));
         assert_eq!(t.untracked(), 1);
+    }
+
+    #[test]
+    fn files_under_a_renamed_directory_are_walked_in_the_roots_only() {
+        // `mv d n`, `mv n/g m` (nested: walked once), a rename to a name
+        // that is a symlink to a host directory at the seal, and one
+        // outside the roots: only real directories in a root are walked.
+        let root = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for f in ["n/f", "n/g/h", "m/k"] {
+            std::fs::create_dir_all(r.join(f).parent().unwrap()).unwrap();
+            std::fs::write(r.join(f), "x").unwrap();
+        }
+        std::fs::write(host.path().join("secret"), "x").unwrap();
+        std::os::unix::fs::symlink(host.path(), r.join("l")).unwrap();
+        let mut t = Touched::default();
+        t.renamed(&r.join("d"), &r.join("n"), true);
+        t.renamed(&r.join("x"), &r.join("n/g"), true);
+        t.renamed(&r.join("y"), &r.join("m"), true);
+        t.renamed(&r.join("z"), &r.join("l"), true);
+        t.renamed(&r.join("w"), host.path(), true);
+        t.walk_renamed_dirs(&[r.to_path_buf()]);
+        let got: Vec<PathBuf> = t.iter().map(Path::to_path_buf).collect();
+        let want: Vec<PathBuf> = ["m/k", "n/f", "n/g/h"].iter().map(|f| r.join(f)).collect();
+        assert_eq!(got, want);
+        assert_eq!(t.untracked(), 0);
     }
 }

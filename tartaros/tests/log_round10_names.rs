@@ -1,0 +1,193 @@
+//! Adversarial round 10 on names: a notification names its entry by the
+//! directory's handle, which the supervisor turns into a path when it
+//! reads it, and a directory may have moved since. The agent writes
+//! `dI/f` (read and named by the supervisor), then renames an unrelated
+//! directory, moves the file to `eI/f`, renames `dI` to `gI` and writes
+//! again. `gI/f` never existed; no record may name it, the rename record
+//! must say `dI/f -> eI/f`, and the writes be `eI/f`'s, sealed there.
+//! Names with a newline and a byte that is not UTF-8 too. Needs root and
+//! gcc (fails under CI=true without).
+
+mod common;
+
+use common::logged::*;
+use common::*;
+use serde_json::Value;
+
+const ROUNDS: usize = 8;
+
+const AGENT: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (chdir(argv[1])) return 9;
+    int rounds = atoi(argv[2]);
+    for (int i = 0; i < rounds; i++) {
+        char d[64], df[64], e[64], ef[64], g[64], za[64], zb[64];
+        /* Odd names: a newline, and a byte that is not UTF-8. */
+        snprintf(d, sizeof d, "d\n%d\xff", i);
+        snprintf(df, sizeof df, "%s/f", d);
+        snprintf(e, sizeof e, "e%d", i);
+        snprintf(ef, sizeof ef, "%s/f", e);
+        snprintf(g, sizeof g, "g%d", i);
+        snprintf(za, sizeof za, "z%d", i);
+        snprintf(zb, sizeof zb, "z%d.moved", i);
+        if (mkdir(d, 0755) || mkdir(e, 0755) || mkdir(za, 0755)) return 1;
+        int fd = open(df, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (fd < 0 || write(fd, "first;", 6) != 6) return 2;
+        /* Long enough for the supervisor to read and name dI/f. */
+        usleep(400000);
+        if (rename(za, zb)) return 3;
+        if (rename(df, ef) || rename(d, g)) return 4;
+        if (write(fd, "second;", 7) != 7) return 5;
+    }
+    return 0;
+}
+"#;
+
+fn escaped_d(i: usize) -> String {
+    // How the log shows `d\n<i>\xff`: the newline as it is (JSON
+    // escapes it), the byte that is not UTF-8 as `\xff`.
+    format!("d\n{i}\\xff")
+}
+
+#[test]
+fn a_directory_renamed_after_its_file_was_named_does_not_rename_the_file_s_past() {
+    if !usable("round10_names") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "agent", AGENT);
+    let dir = root.path().to_str().unwrap();
+    let rounds = ROUNDS.to_string();
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, &rounds]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let sealed: Vec<Value> = seal(&records)["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut wrong = Vec::new();
+    for i in 0..ROUNDS {
+        let never = format!("{dir}/g{i}/f");
+        for r in &records {
+            let t = &r["target"];
+            if ["path", "from", "to"]
+                .iter()
+                .any(|k| t[k] == never.as_str())
+            {
+                wrong.push(format!("{never} never existed: {r}"));
+            }
+        }
+        let ef = format!("{dir}/e{i}/f");
+        let df = format!("{dir}/{}/f", escaped_d(i));
+        let renames: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "rename" && field(r, "to") == Some(ef.as_str()))
+            .collect();
+        if renames.len() != 1 || field(renames[0], "from") != Some(df.as_str()) {
+            wrong.push(format!("rename to {ef}: {renames:?}"));
+        }
+        let writes = records
+            .iter()
+            .filter(|r| r["kind"] == "write" && field(r, "path") == Some(ef.as_str()))
+            .count();
+        if writes == 0 {
+            wrong.push(format!("no write record of {ef}"));
+        }
+        let on_host = std::fs::read(&ef).unwrap();
+        assert_eq!(on_host, b"first;second;");
+        let hash = sealed
+            .iter()
+            .find(|f| f["path"] == ef.as_str())
+            .and_then(|f| f["sha256"].as_str());
+        if hash != Some(sha256_hex(&on_host).as_str()) {
+            wrong.push(format!("{ef} sealed {hash:?}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} problems:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+/// The kernel merges a rename with an identical one still queued, so `mv p
+/// q; mv q p` in a loop reaches the supervisor in an order that need not
+/// end where the disk does. Paths cached for the directories below `p`
+/// must not follow that order: files made there afterwards are named
+/// where they are, and sealed.
+const SWAPPER: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    char name[64];
+    if (chdir(argv[1]) || mkdir("p", 0755)) return 9;
+    for (int i = 0; i < 50; i++) {
+        snprintf(name, sizeof name, "p/d%d", i);
+        if (mkdir(name, 0755)) return 1;
+        snprintf(name, sizeof name, "p/d%d/f", i);
+        int fd = open(name, O_CREAT | O_WRONLY, 0644);
+        if (fd < 0 || write(fd, "x", 1) != 1 || close(fd)) return 2;
+    }
+    usleep(300000);
+    for (int i = 0; i < 3000; i++)
+        if (rename("p", "q") || rename("q", "p")) return 3;
+    usleep(300000);
+    for (int i = 0; i < 50; i++) {
+        snprintf(name, sizeof name, "p/d%d/new", i);
+        int fd = open(name, O_CREAT | O_WRONLY, 0644);
+        if (fd < 0 || write(fd, "made after", 10) != 10 || close(fd)) return 4;
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn files_made_after_a_rename_loop_are_named_where_they_are() {
+    if !usable("round10_names_swap") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "swapper", SWAPPER);
+    let dir = root.path().to_str().unwrap();
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let sealed: Vec<Value> = seal(&records)["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let text: Vec<String> = records.iter().map(Value::to_string).collect();
+    let mut wrong = Vec::new();
+    for i in 0..50 {
+        let new = format!("{dir}/p/d{i}/new");
+        let created = records
+            .iter()
+            .any(|r| r["kind"] == "create" && field(r, "path") == Some(new.as_str()));
+        if !created {
+            wrong.push(format!("no create record of {new}"));
+        }
+        if !sealed.iter().any(|f| f["path"] == new.as_str()) {
+            wrong.push(format!("{new} not sealed"));
+        }
+        let never = format!("{dir}/q/d{i}/new");
+        if text.iter().any(|r| r.contains(&never)) {
+            wrong.push(format!("{never} never existed"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} problems:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
