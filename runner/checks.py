@@ -246,8 +246,11 @@ def evaluate_log(c: Contract, adapter: Adapter, values: dict[str, str], root: Pa
         last = recs[-1] if recs else {}
         listed = {e.get("path"): e for e in last.get("files", [])} if record_kind(last) == "seal" else {}
         wrong = []
-        for name in sorted(os.listdir(d)) if os.path.isdir(d) else []:
-            p = os.path.join(d, name)
+        # Every regular file below DIR, not only its own entries: a file
+        # moved into a subdirectory changed what that name holds too.
+        files = sorted(os.path.join(top, f) for top, _, fs in os.walk(d) for f in fs)
+        for p in (f for f in files if os.path.isfile(f) and not os.path.islink(f)):
+            name = os.path.relpath(p, d)
             data = Path(p).read_bytes()
             e = listed.get(p, {})
             if e.get("sha256") != hashlib.sha256(data).hexdigest() or e.get("size") != len(data):

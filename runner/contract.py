@@ -67,7 +67,7 @@ EFFECT_LOG_KEYS = {
     "no_phantom",  # DIR: every record naming a path in DIR names a file that exists after the run
     "verify_not",  # an exit of `log verify` that must not be seen (e.g. 0 for a degraded log)
     "run_fails",  # true: the sandbox's own exit status is non-zero (it says its log is incomplete)
-    "sealed",  # DIR: every file in DIR is in the seal's `files` with its size and SHA-256 on disk
+    "sealed",  # DIR: every regular file below DIR is in the seal's `files` with its size and SHA-256 on disk
 }
 TOP_KEYS = {
     "id", "title", "kind", "control", "expect", "cmd", "timeout", "policy", "setup",
