@@ -16,6 +16,13 @@ use serde_json::Value;
 
 const ROUNDS: usize = 8;
 
+/// The two tests run one after the other: the second's `mv p q; mv q p`
+/// loop, seen by the first run's supervisor as a host's renames on the
+/// same filesystem, makes it empty its handle-path cache (a merged order
+/// is possible), and the first run's files named before are then named
+/// as the disk is (`gI/f`): left open, docs/ebpf.md.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 const AGENT: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -40,8 +47,13 @@ int main(int argc, char **argv) {
         if (mkdir(d, 0755) || mkdir(e, 0755) || mkdir(za, 0755)) return 1;
         int fd = open(df, O_CREAT | O_WRONLY | O_EXCL, 0644);
         if (fd < 0 || write(fd, "first;", 6) != 6) return 2;
-        /* Long enough for the supervisor to read and name dI/f. */
-        usleep(400000);
+        /* Until the host has seen a record naming dI/f (the supervisor
+           read and named it), at most 30 s. A fixed 400 ms was too short
+           on a loaded CI host: a handle first looked up after the renames
+           is named as the disk is then (left open, docs/ebpf.md). */
+        char ready[64];
+        snprintf(ready, sizeof ready, "ready%d", i);
+        for (int t = 0; t < 3000 && access(ready, F_OK); t++) usleep(10000);
         if (rename(za, zb)) return 3;
         if (rename(df, ef) || rename(d, g)) return 4;
         if (write(fd, "second;", 7) != 7) return 5;
@@ -56,8 +68,33 @@ fn escaped_d(i: usize) -> String {
     format!("d\n{i}\\xff")
 }
 
+/// Reads the log as the supervisor writes it and, once a record names
+/// round I's `dI/f`, makes `readyI` in the root for the agent.
+fn say_ready_when_named(log: &std::path::Path, dir: &str, done: &std::sync::atomic::AtomicBool) {
+    let mut next = 0;
+    while next < ROUNDS && !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let df = format!("{dir}/{}/f", escaped_d(next));
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let named = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|r| {
+                ["path", "from", "to"]
+                    .iter()
+                    .any(|k| r["target"][k] == df.as_str())
+            });
+        if named {
+            std::fs::write(format!("{dir}/ready{next}"), b"").unwrap();
+            next += 1;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
 #[test]
 fn a_directory_renamed_after_its_file_was_named_does_not_rename_the_file_s_past() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     if !usable("round10_names") {
         return;
     }
@@ -65,7 +102,14 @@ fn a_directory_renamed_after_its_file_was_named_does_not_rename_the_file_s_past(
     let agent = compile(&bin, "agent", AGENT);
     let dir = root.path().to_str().unwrap();
     let rounds = ROUNDS.to_string();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (log, dir, done) = (logs.join("effects.jsonl"), dir.to_string(), done.clone());
+        std::thread::spawn(move || say_ready_when_named(&log, &dir, &done))
+    };
     let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, &rounds]);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
     assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
     let sealed: Vec<Value> = seal(&records)["files"]
         .as_array()
@@ -154,6 +198,7 @@ int main(int argc, char **argv) {
 
 #[test]
 fn files_made_after_a_rename_loop_are_named_where_they_are() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     if !usable("round10_names_swap") {
         return;
     }
