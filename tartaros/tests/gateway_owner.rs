@@ -14,17 +14,8 @@ fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_po
     if !can_run("gateway_owner") {
         return;
     }
-    let (work, logs) = (Dir::new(), Dir::new());
-    let script = work.join("attr.py");
-    std::fs::write(&script, include_str!("support/attr_owner.py")).unwrap();
-    let w = work.path().to_str().unwrap();
-    let (out, records) = run_with_proxy(
-        &work,
-        &logs,
-        &["--write", w],
-        &["python3", script.to_str().unwrap(), w],
-    );
-    assert!(out.status.success(), "{}", stderr(&out));
+    let records =
+        run_script_with_proxy(&[("attr.py", include_str!("support/attr_owner.py"))], &[]).records;
     let (x, y) = (
         pid_of_marker(&records, "/X_marker"),
         pid_of_marker(&records, "/Y_marker"),

@@ -71,13 +71,8 @@ fn names_filled_by_a_rename_alone_are_sealed_with_the_host_s_hash() {
     let mut missing = Vec::new();
     for name in FILLED {
         let path = format!("{dir}/{name}");
-        let hash = sealed
-            .iter()
-            .find(|f| f["path"] == path.as_str())
-            .and_then(|f| f["sha256"].as_str());
-        let on_host = sha256_hex(&std::fs::read(&path).unwrap());
-        if hash != Some(on_host.as_str()) {
-            missing.push(format!("{name}: sealed {hash:?}, host {on_host}"));
+        if let Some(m) = seal_mismatch(&records, &path) {
+            missing.push(format!("{name}: {m}"));
         }
     }
     assert!(

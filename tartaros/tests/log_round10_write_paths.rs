@@ -187,13 +187,8 @@ fn writes_by_splice_copy_sendfile_append_holes_and_orphans_are_named_and_sealed(
                 wrong.push(format!("{name}: {w}"));
             }
         }
-        let hash = sealed
-            .iter()
-            .find(|f| f["path"] == path.as_str())
-            .and_then(|f| f["sha256"].as_str());
-        let on_host = sha256_hex(&std::fs::read(&path).unwrap());
-        if hash != Some(on_host.as_str()) {
-            wrong.push(format!("{name}: sealed {hash:?}, host {on_host}"));
+        if let Some(m) = seal_mismatch(&records, &path) {
+            wrong.push(format!("{name}: {m}"));
         }
     }
     let source = format!("{dir}/source");

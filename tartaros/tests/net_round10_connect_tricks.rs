@@ -79,18 +79,8 @@ fn fast_open_and_reconnected_sockets_are_intercepted_and_named() {
     if !can_run("net_round10_connect_tricks") {
         return;
     }
-    let (work, logs) = (Dir::new(), Dir::new());
-    let script = work.join("tricks.py");
-    std::fs::write(&script, AGENT).unwrap();
-    let w = work.path().to_str().unwrap();
-    let (out, records) = run_with_proxy(
-        &work,
-        &logs,
-        &["--write", w],
-        &["python3", script.to_str().unwrap(), w],
-    );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let run = run_script_with_proxy(&[("tricks.py", AGENT)], &[]);
+    let (text, records, work, logs) = (&run.text, &run.records, &run.work, &run.logs);
     eprintln!("{text}");
     let agent = pid_of_marker(&records, "/tricks_marker");
     for (label, host, dst) in [

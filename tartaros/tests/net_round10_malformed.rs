@@ -38,18 +38,8 @@ fn requests_the_parser_refuses_are_recorded_with_the_agents_pid() {
     if !can_run("net_round10_malformed") {
         return;
     }
-    let (work, logs) = (Dir::new(), Dir::new());
-    let script = work.join("malformed.py");
-    std::fs::write(&script, AGENT).unwrap();
-    let w = work.path().to_str().unwrap();
-    let (out, records) = run_with_proxy(
-        &work,
-        &logs,
-        &["--write", w],
-        &["python3", script.to_str().unwrap(), w],
-    );
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
+    let run = run_script_with_proxy(&[("malformed.py", AGENT)], &[]);
+    let (text, records) = (&run.text, &run.records);
     eprintln!("{text}");
     // A head past the bound may be cut off before its answer is read.
     for (label, status) in [

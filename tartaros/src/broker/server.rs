@@ -110,12 +110,7 @@ pub async fn serve_attributed(
                 async move { handle(request, &context, &spawn).await }
             },
             move |status, reason| {
-                let effect = Record::new("broker")
-                    .with("capability", "")
-                    .with("method", "")
-                    .with("host", "")
-                    .with("path", "");
-                record_refusal(&refused, effect, status, reason);
+                record_refusal(&refused, Seen::default().effect(""), status, reason);
             },
         )
     })
@@ -123,7 +118,9 @@ pub async fn serve_attributed(
     Ok(())
 }
 
-/// What the effect log learns about a request before it is decided.
+/// What the effect log learns about a request before it is decided
+/// (nothing, for a request hyper refused before any handler saw it).
+#[derive(Default)]
 struct Seen {
     capability: String,
     method: String,

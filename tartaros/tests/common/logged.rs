@@ -95,6 +95,18 @@ pub fn seal(records: &[Value]) -> &Value {
         .expect("a seal record")
 }
 
+/// `None` when the seal lists `path` with the SHA-256 of the file on the
+/// host now; else what it says, against the host's.
+#[allow(dead_code)]
+pub fn seal_mismatch(records: &[Value], path: &str) -> Option<String> {
+    let hash = seal(records)["files"]
+        .as_array()
+        .and_then(|files| files.iter().find(|f| f["path"] == path))
+        .and_then(|f| f["sha256"].as_str());
+    let on_host = sha256_hex(&std::fs::read(path).unwrap());
+    (hash != Some(on_host.as_str())).then(|| format!("sealed {hash:?}, host {on_host}"))
+}
+
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     sha2::Sha256::digest(bytes)

@@ -65,28 +65,51 @@ pub fn pid_of_marker(records: &[Value], name: &str) -> u64 {
 /// backlog, unaccepted.
 pub const PROXY_SLOTS: &str = "256";
 
+/// What [`run_script_with_proxy`] leaves: the agent's output, the log's
+/// records, and the directories (the log is `logs/effects.jsonl`).
+pub struct ScriptRun {
+    pub text: String,
+    pub records: Vec<Value>,
+    pub work: Dir,
+    pub logs: Dir,
+}
+
+/// Writes `files` (name, text) into a new work directory and runs the
+/// first under the proxy: `python3 WORK/FIRST WORK args...`, with `--write
+/// WORK`. Asserts that it succeeded.
+#[track_caller]
+pub fn run_script_with_proxy(files: &[(&str, &str)], args: &[&str]) -> ScriptRun {
+    let (work, logs) = (Dir::new(), Dir::new());
+    for (name, text) in files {
+        std::fs::write(work.join(name), text).unwrap();
+    }
+    let script = work.join(files[0].0);
+    let w = work.path().to_str().unwrap();
+    let mut argv = vec!["python3", script.to_str().unwrap(), w];
+    argv.extend_from_slice(args);
+    let (out, records) = run_with_proxy(&work, &logs, &["--write", w], &argv);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    ScriptRun {
+        text,
+        records,
+        work,
+        logs,
+    }
+}
+
 /// Runs a gateway-owner script (`support/NAME`, given as its text) with
 /// `support/backlogged_x.py` beside it, under the proxy: `python3 SCRIPT
 /// WORK PROXY_SLOTS args...`. Asserts that it succeeded and that its
 /// output holds `expect`; returns the log's records.
 #[track_caller]
 pub fn run_owner_script(name: &str, source: &str, args: &[&str], expect: &str) -> Vec<Value> {
-    let (work, logs) = (Dir::new(), Dir::new());
-    let script = work.join(name);
-    std::fs::write(&script, source).unwrap();
-    std::fs::write(
-        work.join("backlogged_x.py"),
-        include_str!("../support/backlogged_x.py"),
-    )
-    .unwrap();
-    let w = work.path().to_str().unwrap();
-    let mut argv = vec!["python3", script.to_str().unwrap(), w, PROXY_SLOTS];
-    argv.extend_from_slice(args);
-    let (out, records) = run_with_proxy(&work, &logs, &["--write", w], &argv);
-    let text = stdout(&out);
-    assert!(out.status.success(), "{text}{}", stderr(&out));
-    assert!(text.contains(expect), "{text}");
-    records
+    let backlogged = include_str!("../support/backlogged_x.py");
+    let mut all = vec![PROXY_SLOTS];
+    all.extend_from_slice(args);
+    let run = run_script_with_proxy(&[(name, source), ("backlogged_x.py", backlogged)], &all);
+    assert!(run.text.contains(expect), "{}", run.text);
+    run.records
 }
 
 /// The log holds one proxied GET, and its record names `pid`.
