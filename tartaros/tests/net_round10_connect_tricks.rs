@@ -82,7 +82,7 @@ fn fast_open_and_reconnected_sockets_are_intercepted_and_named() {
     let run = run_script_with_proxy(&[("tricks.py", AGENT)], &[]);
     let (text, records, work, logs) = (&run.text, &run.records, &run.work, &run.logs);
     eprintln!("{text}");
-    let agent = pid_of_marker(&records, "/tricks_marker");
+    let agent = pid_of_marker(records, "/tricks_marker");
     for (label, host, dst) in [
         ("tfo4", "tfo4.invalid", "192.0.2.77:18080"),
         ("tfo6", "tfo6.invalid", "192.0.2.78:18080"),
@@ -94,7 +94,7 @@ fn fast_open_and_reconnected_sockets_are_intercepted_and_named() {
             text.contains(&format!("{label} HTTP/1.1 403")),
             "{label}: {text}"
         );
-        let r = proxy_record(&records, host);
+        let r = proxy_record(records, host);
         assert_eq!(r["decision"], "denied", "{r}");
         assert_eq!(r["target"]["mode"], "transparent", "{r}");
         assert_eq!(r["target"]["original_dst"], dst, "{r}");

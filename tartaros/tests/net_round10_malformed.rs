@@ -53,7 +53,7 @@ fn requests_the_parser_refuses_are_recorded_with_the_agents_pid() {
             "{label}: {text}"
         );
     }
-    let agent = pid_of_marker(&records, "/malformed_marker");
+    let agent = pid_of_marker(records, "/malformed_marker");
     let proxy: Vec<&Value> = records.iter().filter(|r| r["kind"] == "proxy").collect();
     let explicit = proxy
         .iter()
