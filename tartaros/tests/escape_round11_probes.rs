@@ -102,10 +102,7 @@ fn techniques_of_other_sandboxes_tests_hold_in_a_root_run() {
     let listener = abstract_listener(&name);
     let code = format!("{ATTEMPT}{PROBES}");
     let arg = format!("@{name}");
-    let out = tartaros(
-        &["run", "--", "python3", "-c", &code, &arg],
-        Path::new("/"),
-    );
+    let out = tartaros(&["run", "--", "python3", "-c", &code, &arg], Path::new("/"));
     eprintln!("{}", stdout(&out));
     probe(&out, &listener);
 }
