@@ -10,10 +10,13 @@
 //! through a file in its root, that it listens.
 
 mod common;
+#[path = "support/service.rs"]
+mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
+use support::Service;
 
 const LISTEN: &str = r#"
 import os, socket, sys
@@ -49,21 +52,12 @@ if s is not None:
 
 const UEVENT: &str = "/sys/devices/virtual/mem/null/uevent";
 
-#[test]
-fn a_root_runs_agent_hears_no_uevent_of_the_host() {
-    if !can_run("a_root_runs_agent_hears_no_uevent_of_the_host") {
-        return;
-    }
-    if !Path::new(UEVENT).exists() {
-        skip(
-            "a_root_runs_agent_hears_no_uevent_of_the_host",
-            "no /dev/null uevent file",
-        );
-        return;
-    }
-    let work = Dir::new();
+/// Runs `command` (`tartaros`, its `run` arguments to come) with `work`
+/// writable, making uevents on the host while the agent listens; returns
+/// what the agent printed.
+fn listen_for_host_uevents(mut command: std::process::Command, work: &Dir) -> std::process::Output {
     let w = work.path().to_str().unwrap();
-    let mut run = std::process::Command::new(bin())
+    let mut run = command
         .args(["run", "--write", w, "--", "python3", "-c", LISTEN, w])
         .current_dir(work.path())
         .stdout(std::process::Stdio::piped())
@@ -84,17 +78,60 @@ fn a_root_runs_agent_hears_no_uevent_of_the_host() {
     }
     let out = run.wait_with_output().expect("wait for tartaros");
     eprintln!("{}\n{}", stdout(&out), stderr(&out));
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    out
+}
+
+fn assert_heard_nothing(out: &std::process::Output) {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
     assert!(
-        !stdout(&out).contains("heard change@"),
+        !stdout(out).contains("heard change@"),
         "the agent heard the host's uevent:\n{}",
-        stdout(&out)
+        stdout(out)
     );
-    expect(&out, "uevent-socket", "EPERM");
-    expect(&out, "audit", "EPERM");
-    expect(&out, "connector", "EPERM");
+    expect(out, "uevent-socket", "EPERM");
+    expect(out, "audit", "EPERM");
+    expect(out, "connector", "EPERM");
     // What getifaddrs, ip and ss speak, for the run's own namespace.
-    expect(&out, "route", "OK");
-    expect(&out, "sock-diag", "OK");
-    expect(&out, "generic", "OK");
+    expect(out, "route", "OK");
+    expect(out, "sock-diag", "OK");
+    expect(out, "generic", "OK");
+}
+
+#[test]
+fn a_root_runs_agent_hears_no_uevent_of_the_host() {
+    if !can_run("a_root_runs_agent_hears_no_uevent_of_the_host") {
+        return;
+    }
+    if !Path::new(UEVENT).exists() {
+        skip(
+            "a_root_runs_agent_hears_no_uevent_of_the_host",
+            "no /dev/null uevent file",
+        );
+        return;
+    }
+    let work = Dir::new();
+    let out = listen_for_host_uevents(std::process::Command::new(bin()), &work);
+    assert_heard_nothing(&out);
+}
+
+/// A service run's agent is the caller in the initial user namespace, so
+/// its network namespace hears the host's uevents as a root run's does.
+#[test]
+fn a_service_runs_agent_hears_no_uevent_of_the_host() {
+    if !can_run("a_service_runs_agent_hears_no_uevent_of_the_host") {
+        return;
+    }
+    if !Path::new(UEVENT).exists() {
+        skip(
+            "a_service_runs_agent_hears_no_uevent_of_the_host",
+            "no /dev/null uevent file",
+        );
+        return;
+    }
+    let service = Service::start();
+    let work = owned_dir(4396);
+    let mut command = service.command(4396, &[], work.path());
+    command.env_remove("SUDO_UID");
+    let out = listen_for_host_uevents(command, &work);
+    assert_heard_nothing(&out);
 }

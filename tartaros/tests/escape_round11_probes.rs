@@ -4,10 +4,13 @@
 //! line names the peer test the technique comes from.
 
 mod common;
+#[path = "support/service.rs"]
+mod support;
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 
 use common::*;
+use support::Service;
 
 const PROBES: &str = r#"
 import fcntl, signal, socket, time
@@ -122,5 +125,27 @@ fn techniques_of_other_sandboxes_tests_hold_in_an_ordinary_users_run() {
         Path::new("/"),
     );
     eprintln!("{}", stdout(&out));
+    probe(&out, &listener);
+}
+
+#[test]
+fn techniques_of_other_sandboxes_tests_hold_through_the_service() {
+    if !can_run("techniques_of_other_sandboxes_tests_hold_through_the_service") {
+        return;
+    }
+    let service = Service::start();
+    let name = format!("tt-r11-sabstract-{}", std::process::id());
+    let listener = abstract_listener(&name);
+    let code = format!("{ATTEMPT}{PROBES}");
+    let arg = format!("@{name}");
+    let out = service
+        .command(
+            4399,
+            &["run", "--", "python3", "-c", &code, &arg],
+            Path::new("/"),
+        )
+        .output()
+        .expect("run through the service");
+    eprintln!("{}\n{}", stdout(&out), service.errors());
     probe(&out, &listener);
 }
