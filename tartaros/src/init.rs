@@ -85,6 +85,9 @@ fn run(report: &mut File) -> Result<i32, Failure> {
     // the agent may start outside its limits.
     crate::cgroup::join_v1_self(&plan.limit_cgroups)
         .map_err(|e| failure(exit::START_FAILURE, e))?;
+    // Before any code of the agent's: it must not possess the launcher's
+    // session keyring (session_keyring.rs).
+    crate::session_keyring::join_new().map_err(|e| failure(exit::START_FAILURE, e))?;
 
     // Stage 2: namespaces. Still root, so mounts can be made. No socket
     // yet: the eBPF programs may be attached to our cgroup at any moment

@@ -54,6 +54,7 @@ pub mod sched_reset;
 pub mod scope;
 pub mod seccomp;
 pub mod service;
+pub mod session_keyring;
 pub mod spawn;
 pub mod status;
 pub mod stdio_relay;

@@ -226,9 +226,48 @@ pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf
     paths
 }
 
+/// The host's listening unix sockets under a writable root. The unix
+/// policy grants every name under a root (the lab's `net-unix-allowed`
+/// relies on it), so the agent reaches the process behind each: with
+/// `--write /tmp`, a tmux server's, an X display's or an editor's socket,
+/// any of which runs commands outside the sandbox (adversarial round 11).
+pub fn host_sockets_in_roots(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf> {
+    let mut paths: Vec<PathBuf> = proc_net_unix
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .filter(|path| path.starts_with('/'))
+        .map(PathBuf::from)
+        .filter(|path| policy.writable_roots.iter().any(|r| path.starts_with(r)))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// The warning for [`host_sockets_in_roots`], naming at most three.
+pub fn reachable_sockets_warning(sockets: &[PathBuf]) -> Option<String> {
+    let (first, rest) = (sockets.iter().take(3), sockets.len().saturating_sub(3));
+    let named: Vec<String> = first
+        .map(|p| format!("{:?}", p.display().to_string()))
+        .collect();
+    let more = if rest > 0 {
+        format!(" and {rest} more")
+    } else {
+        String::new()
+    };
+    (!sockets.is_empty()).then(|| {
+        format!(
+            "processes outside the sandbox listen on unix sockets under the writable roots ({}{more}), and the agent may connect to every socket under a root (a terminal multiplexer's or a display's runs commands outside the sandbox); pass --private-tmp or a narrower --write, or --deny-unix",
+            named.join(", ")
+        )
+    })
+}
+
 /// The host's listening pathname sockets outside the roots, resolved so
 /// that the init can open them without following links; none with
-/// `--deny-unix` (seccomp refuses every unix socket).
+/// `--deny-unix` (seccomp refuses every unix socket). Warns about those
+/// under the roots, which the agent reaches.
 pub fn host_sockets(policy: &Policy) -> Vec<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     if policy.deny_unix {
@@ -237,6 +276,9 @@ pub fn host_sockets(policy: &Policy) -> Vec<PathBuf> {
     let Ok(table) = std::fs::read_to_string("/proc/net/unix") else {
         return Vec::new();
     };
+    if let Some(warning) = reachable_sockets_warning(&host_sockets_in_roots(&table, policy)) {
+        crate::tt_warn!("{warning}");
+    }
     let mut resolved: Vec<PathBuf> = host_sockets_to_hide(&table, policy)
         .into_iter()
         .filter(|p| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_socket()))

@@ -162,6 +162,47 @@ fn host_sockets_outside_the_roots_are_hidden() {
 }
 
 #[test]
+fn host_sockets_under_a_root_are_named_in_a_warning() {
+    let table = "Num RefCount Protocol Flags Type St Inode Path\n\
+        0000: 00000002 00000000 00010000 0001 01 11 /tmp/tmux-1000/default\n\
+        0000: 00000002 00000000 00010000 0001 01 12 /tmp/.X11-unix/X0\n\
+        0000: 00000002 00000000 00010000 0001 01 13 @/tmp/.X11-unix/X0\n\
+        0000: 00000002 00000000 00010000 0001 01 14 /run/docker.sock\n\
+        0000: 00000002 00000000 00010000 0001 01 15 /tmpx/s\n";
+    let policy = Policy {
+        writable_roots: vec!["/tmp".into()],
+        ..Default::default()
+    };
+    let found = host_sockets_in_roots(table, &policy);
+    assert_eq!(
+        found,
+        vec![
+            PathBuf::from("/tmp/.X11-unix/X0"),
+            PathBuf::from("/tmp/tmux-1000/default")
+        ]
+    );
+    let warning = reachable_sockets_warning(&found).unwrap();
+    assert!(warning.contains("\"/tmp/tmux-1000/default\""), "{warning}");
+    assert!(warning.contains("--private-tmp"), "{warning}");
+    let many: Vec<PathBuf> = (0..5).map(|i| format!("/w/s{i}").into()).collect();
+    assert!(
+        reachable_sockets_warning(&many)
+            .unwrap()
+            .contains("and 2 more")
+    );
+    assert_eq!(reachable_sockets_warning(&[]), None);
+    // A private /tmp hides the host's /tmp: nothing there is reached.
+    let private = Policy {
+        private_tmp: true,
+        ..Default::default()
+    };
+    assert!(host_sockets_in_roots(table, &private).is_empty());
+    // A name with a terminal escape is shown escaped.
+    let odd = reachable_sockets_warning(&[PathBuf::from("/w/\u{1b}[2J")]).unwrap();
+    assert!(!odd.contains('\u{1b}'), "{odd}");
+}
+
+#[test]
 fn read_denies_pick_file_or_dir_and_skip_absent() {
     let policy = Policy {
         read_denies: vec!["/home/u/.ssh".into(), "/work/.env".into(), "/gone".into()],

@@ -153,6 +153,7 @@ named! {
     CLONE_NEWPID = 0x2000_0000; CLONE_NEWNET = 0x4000_0000;
     TIOCSTI = 0x5412; TIOCLINUX = 0x541c; TIOCSETD = 0x5423; TIOCSWINSZ = 0x5414;
     AF_UNIX = 1; AF_INET = 2; AF_INET6 = 10; AF_NETLINK = 16;
+    NETLINK_ROUTE = 0; NETLINK_SOCK_DIAG = 4; NETLINK_GENERIC = 16;
     SOCK_RAW = 3; SOCK_PACKET = 10;
     MMAP_PAGE_ZERO = 0x10_0000; READ_IMPLIES_EXEC = 0x40_0000;
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
@@ -186,8 +187,8 @@ use prologue::prologue;
 #[cfg(test)]
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
-    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NS, WHY_OPENAT2,
-    WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
+    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NETLINK, WHY_NS,
+    WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -282,6 +283,13 @@ fn default_rules() -> Vec<Rule> {
     }
     let why = "legacy packet sockets: the kernel turns (AF_INET, SOCK_PACKET) into AF_PACKET";
     r.push(deny("socket", vec![type_is(SOCK_PACKET)], D, why));
+    // Netlink is spoken for the run's own network namespace (getifaddrs,
+    // ip, ss). Other protocols reach the host: the kernel broadcasts every
+    // device's uevent to each namespace the initial user namespace owns,
+    // and a root run's is one (adversarial round 11).
+    let spoken = NotIn(vec![NETLINK_ROUTE, NETLINK_SOCK_DIAG, NETLINK_GENERIC]);
+    let netlink = vec![arg(0, "domain", Eq(AF_NETLINK)), arg(2, "protocol", spoken)];
+    r.push(deny("socket", netlink, D, WHY_NETLINK));
     for flag in [MMAP_PAGE_ZERO, READ_IMPLIES_EXEC] {
         let when = vec![arg(0, "persona", HasBits(flag)), arg(0, "persona", Ne(PERSONALITY_QUERY))];
         let why = "weakens exploit mitigations (mapped page zero, executable data); query allowed";

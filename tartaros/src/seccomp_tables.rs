@@ -60,6 +60,8 @@ pub(super) const WHY_CLONE3: &str = "its flags sit in a struct seccomp cannot re
     others fall back to clone, whose flags are filtered";
 pub(super) const WHY_FAMILY: &str = "only the families coding tools use: no AF_PACKET (raw frames past the \
     connect filters), AF_VSOCK (the host/hypervisor) or rarely-used, bug-prone families";
+pub(super) const WHY_NETLINK: &str = "netlink protocols past route, sock_diag and generic reach the host: \
+    uevents of every host device (kobject_uevent), audit, netfilter, crypto, connector";
 pub(super) const WHY_UNIX: &str =
     "--deny-unix: AF_UNIX reaches local daemons (docker.sock, ssh-agent, D-Bus) no wall sees";
 pub(super) const WHY_SETID: &str = "a setuid or setgid file left in a root runs as the agent's uid or gid for \

@@ -15,7 +15,7 @@ fn has(rules: &[Rule], text: &str) -> bool {
 #[test]
 fn constants_match_libc() {
     use libc as c;
-    let pairs: [(Named, i64); 20] = [
+    let pairs: [(Named, i64); 23] = [
         (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
         (CLONE_NEWNS, c::CLONE_NEWNS.into()),
         (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -30,6 +30,9 @@ fn constants_match_libc() {
         (AF_INET, c::AF_INET.into()),
         (AF_INET6, c::AF_INET6.into()),
         (AF_NETLINK, c::AF_NETLINK.into()),
+        (NETLINK_ROUTE, c::NETLINK_ROUTE.into()),
+        (NETLINK_SOCK_DIAG, c::NETLINK_SOCK_DIAG.into()),
+        (NETLINK_GENERIC, c::NETLINK_GENERIC.into()),
         (SOCK_RAW, c::SOCK_RAW.into()),
         (MMAP_PAGE_ZERO, c::MMAP_PAGE_ZERO.into()),
         (READ_IMPLIES_EXEC, c::READ_IMPLIES_EXEC.into()),
@@ -109,6 +112,7 @@ fn default_set_denies_what_breaks_the_walls() {
         "socket if domain not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK} -> EPERM",
         "socket if domain == AF_INET and type & 0xf == SOCK_RAW -> EPERM",
         "socket if domain == AF_INET6 and type & 0xf == SOCK_RAW -> EPERM",
+        "socket if domain == AF_NETLINK and protocol not in {NETLINK_ROUTE, NETLINK_SOCK_DIAG, NETLINK_GENERIC} -> EPERM",
         "clone3 -> ENOSYS",
         "fchmod if mode has S_ISUID -> EPERM",
         "fchmodat2 if mode has S_ISGID -> EPERM",
@@ -239,6 +243,7 @@ fn refusing_rule_tells_the_filter_s_refusals_from_the_kernel_s() {
         "raw IPv4"
     );
     assert!(refusing_rule("socket", &[2, 2, 0]).is_none(), "UDP");
+    assert!(refusing_rule("socket", &[16, 2, 15]).is_some(), "uevents");
     assert!(refusing_rule("prlimit64", &[0, 4, 0x7fff_0000_0000]).is_some());
     assert!(
         refusing_rule("prlimit64", &[0, 4, 0]).is_none(),
