@@ -227,6 +227,13 @@ git log --oneline
 /// real kernel), the lab's unit tests, and the lab against TartarOS.
 fn ci(no_peers: bool) -> Result<()> {
     prerequisites()?;
+    // A clean clone builds everything once: incremental caches would only
+    // cost time to write.
+    let cargo = || {
+        let mut cmd = cargo();
+        cmd.env("CARGO_INCREMENTAL", "0");
+        cmd
+    };
     check(cargo().args(["build", "--workspace"]))?;
     check(cargo().args(["build", "--release", "-p", "tartaros"]))?;
     check(cargo().args(["test", "--workspace", "--no-fail-fast"]))?;
