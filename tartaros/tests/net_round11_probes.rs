@@ -393,3 +393,36 @@ async fn a_refused_host_mismatch_is_recorded_with_the_host_header() {
         "{record}"
     );
 }
+
+/// An intercepted request head the sniffer refuses for naming its host
+/// ambiguously (two Host headers; an absolute-form target other than the
+/// Host) names its hosts nowhere but in that head: the record must carry
+/// them, beside the original destination.
+#[tokio::test]
+async fn a_refused_ambiguous_intercepted_head_is_recorded_with_its_hosts() {
+    let (front, seen) = front().await;
+    let (proxy, records) = transparent(front).await;
+    let port = front.port();
+    for head in [
+        format!("GET /x HTTP/1.1\r\nHost: allowed.test:{port}\r\nHost: evil.test:{port}\r\n\r\n"),
+        format!("GET http://evil.test:{port}/x HTTP/1.1\r\nHost: allowed.test:{port}\r\n\r\n"),
+    ] {
+        // The sniffer's refusals close the connection without an answer.
+        let answer = exchange(proxy, head.as_bytes()).await;
+        assert!(!answer.contains("front"), "{head:?}: {answer}");
+        let record = records.next().await.expect("a record");
+        assert_eq!(record["decision"], "denied", "{record}");
+        assert_eq!(
+            record["target"]["original_dst"],
+            front.to_string(),
+            "{record}"
+        );
+        let host = record["target"]["host"].as_str().unwrap_or_default();
+        assert!(
+            host.contains(&format!("evil.test:{port}")),
+            "{head:?}: {record}"
+        );
+    }
+    let got = smuggled(&seen);
+    assert!(got.is_empty(), "the front saw {got:?}");
+}
