@@ -97,6 +97,48 @@ pub(crate) fn decide_absolute(
     Ok(target)
 }
 
+/// Where a refused plain-HTTP request was going, for its record: the
+/// target's authority, or the Host header's for an origin-form request
+/// (which names its destination nowhere else), and the Host header's text
+/// when it names another authority than the target, since a shared front
+/// routes by it (adversarial round 11: both were missing, so the record
+/// of a refusal did not say where the agent tried to go).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RefusedDestination {
+    pub host: String,
+    pub port: u16,
+    pub host_header: Option<String>,
+}
+
+impl RefusedDestination {
+    pub(crate) fn of(uri: &Uri, host_headers: &[&HeaderValue]) -> Self {
+        let texts: Vec<String> = host_headers
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string())
+            .collect();
+        let joined = (!texts.is_empty()).then(|| truncate(&texts.join(", "), 253));
+        match uri.authority() {
+            Some(authority) => {
+                let same = texts.len() == 1 && texts[0].eq_ignore_ascii_case(authority.as_str());
+                Self {
+                    host: authority.host().to_string(),
+                    port: authority.port_u16().unwrap_or(80),
+                    host_header: joined.filter(|_| !same),
+                }
+            }
+            None => {
+                let first = texts.first().map(String::as_str).unwrap_or_default();
+                let (host, port) = split_host_port(first).unwrap_or((first, None));
+                Self {
+                    host: host.to_string(),
+                    port: port.unwrap_or(80),
+                    host_header: joined.filter(|_| texts.len() > 1),
+                }
+            }
+        }
+    }
+}
+
 /// Serves one agent connection.
 pub(super) async fn serve_connection(
     stream: TcpStream,
@@ -294,10 +336,12 @@ pub(super) async fn forward(
     let target = match decide_absolute(request.uri(), &host_headers, config) {
         Ok(target) => target,
         Err(reason) => {
-            let uri = request.uri();
-            let host = uri.host().unwrap_or_default();
-            let port = uri.port_u16().unwrap_or(80);
-            return deny(events, base_effect(host, port, &method), start, reason);
+            let named = RefusedDestination::of(request.uri(), &host_headers);
+            let mut effect = base_effect(&named.host, named.port, &method);
+            if let Some(header) = named.host_header {
+                effect = effect.with("host_header", header);
+            }
+            return deny(events, effect, start, reason);
         }
     };
     let effect = base_effect(&target.host, target.port, &method);
@@ -438,6 +482,40 @@ mod tests {
                 "{literal}"
             );
         }
+    }
+
+    #[test]
+    fn a_refused_destination_names_the_host_the_agent_named() {
+        let uri = |s: &str| s.parse::<Uri>().unwrap();
+        let host = HeaderValue::from_static;
+        let named = |h: &str, port, header: Option<&str>| RefusedDestination {
+            host: h.into(),
+            port,
+            host_header: header.map(str::to_string),
+        };
+        // Origin form: the Host header is the only destination.
+        assert_eq!(
+            RefusedDestination::of(&uri("/x"), &[&host("evil.test:8080")]),
+            named("evil.test", 8080, None)
+        );
+        assert_eq!(
+            RefusedDestination::of(&uri("/x"), &[&host("a.test"), &host("b.test")]),
+            named("a.test", 80, Some("a.test, b.test"))
+        );
+        assert_eq!(RefusedDestination::of(&uri("/x"), &[]), named("", 80, None));
+        // Absolute form: the target, and a Host header naming another.
+        assert_eq!(
+            RefusedDestination::of(&uri("http://example.com/x"), &[&host("evil.test")]),
+            named("example.com", 80, Some("evil.test"))
+        );
+        assert_eq!(
+            RefusedDestination::of(&uri("http://Example.com:81/x"), &[&host("example.COM:81")]),
+            named("Example.com", 81, None)
+        );
+        assert_eq!(
+            RefusedDestination::of(&uri("http://evil.test/x"), &[]),
+            named("evil.test", 80, None)
+        );
     }
 
     #[test]

@@ -204,6 +204,31 @@ fn parse_server_name(data: &[u8]) -> Result<String, &'static str> {
     String::from_utf8(name.to_vec()).map_err(|_| "server name is not a host name")
 }
 
+/// The hosts a complete HTTP/1 request head names (an absolute-form
+/// target's authority, then each Host header), joined with `, `: for the
+/// record of a head refused for naming them ambiguously (two Host headers,
+/// a Host other than the target), which must still say where the agent
+/// tried to go (adversarial round 11). `None` for anything else.
+pub fn hosts_named_in_http(buf: &[u8]) -> Option<String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut request = httparse::Request::new(&mut headers);
+    let Ok(httparse::Status::Complete(_)) = request.parse(buf) else {
+        return None;
+    };
+    let target = request.path.and_then(absolute_form_authority);
+    let hosts = request
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("host"))
+        .map(|h| String::from_utf8_lossy(h.value).trim().to_string());
+    let named: Vec<String> = target
+        .map(str::to_string)
+        .into_iter()
+        .chain(hosts)
+        .collect();
+    (!named.is_empty()).then(|| named.join(", "))
+}
+
 /// Parses an HTTP/1 request head for its target host.
 fn http_host(buf: &[u8]) -> Sniffed {
     let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -429,6 +454,22 @@ pub(crate) mod tests {
             tls.extend_from_slice(&input);
             let _ = sniff(&tls);
         }
+    }
+
+    #[test]
+    fn hosts_named_by_a_refused_head_are_listed() {
+        let named = |head: &str| hosts_named_in_http(head.as_bytes());
+        assert_eq!(
+            named("GET / HTTP/1.1\r\nHost: a.test\r\nHost: evil.test\r\n\r\n").as_deref(),
+            Some("a.test, evil.test")
+        );
+        assert_eq!(
+            named("GET http://evil.test:81/x HTTP/1.1\r\nHost: a.test\r\n\r\n").as_deref(),
+            Some("evil.test:81, a.test")
+        );
+        assert_eq!(named("GET / HTTP/1.1\r\n\r\n"), None);
+        assert_eq!(named("GET / HTTP/1.1\r\nHost: a.test\r\n"), None);
+        assert_eq!(named("\x16\x03\x01"), None);
     }
 
     #[test]

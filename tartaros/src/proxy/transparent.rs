@@ -147,9 +147,10 @@ pub(super) async fn serve_connection(
         Err(_) => Sniffed::Refused("no ClientHello or request head in time"),
     };
     let named = match &sniffed {
-        Sniffed::Tls { sni: Some(name) } => name.as_str(),
-        Sniffed::Http { host: Some(host) } => host.as_str(),
-        _ => "",
+        Sniffed::Tls { sni: Some(name) } => name.clone(),
+        Sniffed::Http { host: Some(host) } => host.clone(),
+        Sniffed::Refused(_) => super::sniff::hosts_named_in_http(&prefix).unwrap_or_default(),
+        _ => String::new(),
     };
     let effect = effect
         .with("method", label(&sniffed))
@@ -158,7 +159,7 @@ pub(super) async fn serve_connection(
         Ok(target) => target,
         Err(reason) => {
             refuse(&mut stream, &sniffed, "403 Forbidden", reason).await;
-            return record(effect.with("host", truncate(named, 253)), "denied", reason);
+            return record(effect.with("host", truncate(&named, 253)), "denied", reason);
         }
     };
     if matches!(sniffed, Sniffed::Http { .. }) {
