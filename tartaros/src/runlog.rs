@@ -207,7 +207,11 @@ pub fn seal(
         exit_status,
         cgroup_empty,
     })?;
-    writer.sync()?;
+    // `LogWriter::seal` has synced the seal before it gave the reserve
+    // back; another fdatasync here waited only for the journal to commit
+    // that truncation (0.3-4 ms at the end of every `--log` run), which
+    // the log's durability does not need: a crash before it leaves
+    // blocks past the end of the file, not a shorter log.
     Ok(head)
 }
 

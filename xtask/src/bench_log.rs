@@ -262,6 +262,12 @@ fn overhead(setup: &Setup) -> Result<()> {
     let args = ["cycles", "20000", "execs", "2000"];
     let mut samples: [Vec<Duration>; 4] = Default::default();
     let mut cpu: [Vec<Duration>; 2] = Default::default();
+    // `TARTAROS_BENCH_BASELINE=<an older tartaros>` runs the same pair with
+    // that binary in the same alternation (as `bench startup` does), so a
+    // change's before and after share the host's mood.
+    let baseline = std::env::var_os("TARTAROS_BENCH_BASELINE").map(PathBuf::from);
+    let mut base_samples: [Vec<Duration>; 2] = Default::default();
+    let mut base_cpu: [Vec<Duration>; 2] = Default::default();
     // Each run gets an ext4 filesystem of its own (fresh_fs.rs: the
     // previous runs' deletes would otherwise cost the next one's creates).
     let fresh = |tag: &str| fresh_fs::FreshFs::new(dir.path(), tag);
@@ -275,17 +281,30 @@ fn overhead(setup: &Setup) -> Result<()> {
         } else {
             [true, false]
         };
-        for logged in order {
-            let fs = fresh(if logged { "logged" } else { "plain" })?;
-            let mut cmd = Command::new(tartaros);
-            cmd.arg("run").arg("--write").arg(fs.path());
-            if logged {
-                cmd.arg("--log").arg(&log);
+        let mut binaries = vec![(tartaros.as_path(), false)];
+        binaries.extend(baseline.as_deref().map(|b| (b, true)));
+        if i % 2 == 1 {
+            binaries.reverse();
+        }
+        for (binary, is_base) in binaries {
+            for logged in order {
+                let fs = fresh(if logged { "logged" } else { "plain" })?;
+                let mut cmd = Command::new(binary);
+                cmd.arg("run").arg("--write").arg(fs.path());
+                if logged {
+                    cmd.arg("--log").arg(&log);
+                }
+                cmd.arg("--").arg(w).args(args).current_dir(fs.path());
+                let (wall, workload_cpu) = timed_cpu(&mut cmd)?;
+                let _ = std::fs::remove_file(&log);
+                if is_base {
+                    base_samples[usize::from(logged)].push(wall);
+                    base_cpu[usize::from(logged)].push(workload_cpu);
+                } else {
+                    samples[1 + usize::from(logged)].push(wall);
+                    cpu[usize::from(logged)].push(workload_cpu);
+                }
             }
-            cmd.arg("--").arg(w).args(args).current_dir(fs.path());
-            let (wall, workload_cpu) = timed_cpu(&mut cmd)?;
-            samples[1 + usize::from(logged)].push(wall);
-            cpu[usize::from(logged)].push(workload_cpu);
         }
         // strace is 10x slower and its spread small next to its cost:
         // three runs are enough for its median.
@@ -327,6 +346,23 @@ fn overhead(setup: &Setup) -> Result<()> {
         ms(strace),
         (ms(strace) / ms(bare) - 1.0) * 100.0
     );
+    if let Some(base) = &baseline {
+        let [plain, logged] = base_samples.map(median);
+        let [plain_cpu, logged_cpu] = base_cpu.map(median);
+        println!("  baseline binary {}:", base.display());
+        println!("  tartaros run                     {:>9.1} ms", ms(plain));
+        println!(
+            "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
+            ms(logged),
+            (ms(logged) / ms(plain) - 1.0) * 100.0
+        );
+        println!(
+            "  workload CPU time: {:.1} ms, with --log {:.1} ms ({:+.1}%)",
+            ms(plain_cpu),
+            ms(logged_cpu),
+            (ms(logged_cpu) / ms(plain_cpu) - 1.0) * 100.0
+        );
+    }
 
     Ok(())
 }

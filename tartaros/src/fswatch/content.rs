@@ -37,7 +37,7 @@ pub fn seal_files<'a>(
     roots: &[PathBuf],
 ) -> (Vec<Value>, u64) {
     let touched: Vec<&Path> = touched
-        .filter(|path| roots.iter().any(|root| path.starts_with(root)))
+        .filter(|path| roots.iter().any(|root| is_under(path, root)))
         .collect();
     let listings = Listings::of(&touched);
     let mut first = 0usize;
@@ -151,12 +151,25 @@ pub fn find_inodes(
     found
 }
 
+/// `path.starts_with(root)`, decided on the bytes when they already show
+/// it (`root`, then a `/` or the end): `Path::starts_with` parses both
+/// into components, for each of the (say) 20,000 files a run made and
+/// deleted, while the run's end waits for the seal. A path that is not
+/// under `root` by its bytes is still compared by components.
+fn is_under(path: &Path, root: &Path) -> bool {
+    let (p, r) = (path.as_os_str().as_bytes(), root.as_os_str().as_bytes());
+    let bytes = p.starts_with(r) && (p.len() == r.len() || r.ends_with(b"/") || p[r.len()] == b'/');
+    bytes || path.starts_with(root)
+}
+
 /// Touched directories with many touched entries, read once: most
 /// files of a build or a test run are gone by the seal, and a failed open
 /// per gone file (a path walk each) cost ~1.5 us apiece, 30 ms for 20,000.
 /// Only a name missing from its directory's listing is skipped; the rest
 /// are opened as before, without following symlinks.
-struct Listings(HashMap<PathBuf, HashSet<OsString>>);
+/// Keyed by the directory's bytes: hashing a `Path` parses its
+/// components, twice for each touched file.
+struct Listings(HashMap<Vec<u8>, HashSet<OsString>>);
 
 /// A directory is listed when at least this many touched files are in it
 /// (a listing of a big directory costs more than a few opens).
@@ -164,16 +177,16 @@ const LIST_AT: usize = 32;
 
 impl Listings {
     fn of(touched: &[&Path]) -> Self {
-        let mut per_dir: HashMap<&Path, usize> = HashMap::new();
+        let mut per_dir: HashMap<&[u8], usize> = HashMap::new();
         for path in touched {
             if let Some(parent) = path.parent() {
-                *per_dir.entry(parent).or_default() += 1;
+                *per_dir.entry(parent.as_os_str().as_bytes()).or_default() += 1;
             }
         }
         let listed = per_dir
             .into_iter()
             .filter(|(_, n)| *n >= LIST_AT)
-            .filter_map(|(dir, _)| Some((dir.to_path_buf(), list(dir)?)))
+            .filter_map(|(dir, _)| Some((dir.to_vec(), list(Path::new(OsStr::from_bytes(dir)))?)))
             .collect();
         Self(listed)
     }
@@ -183,7 +196,9 @@ impl Listings {
         let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
             return false;
         };
-        self.0.get(dir).is_some_and(|names| !names.contains(name))
+        self.0
+            .get(dir.as_os_str().as_bytes())
+            .is_some_and(|names| !names.contains(name))
     }
 }
 
@@ -346,6 +361,21 @@ fn entry(raw: &Path, budget: &mut u64) -> Result<Option<Value>, Unopenable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_under_agrees_with_path_starts_with() {
+        let roots = ["/r", "/r/", "/", "/r/./s", "/r//s", ""];
+        let paths = [
+            "/r", "/r/", "/r/x", "/rx", "/r/x/y", "/", "/s", "/r/s/x", "/r//s/x", "/r/./s", "r/x",
+            "",
+        ];
+        for root in roots {
+            for path in paths {
+                let (p, r) = (Path::new(path), Path::new(root));
+                assert_eq!(is_under(p, r), p.starts_with(r), "{path} under {root}");
+            }
+        }
+    }
 
     #[test]
     fn a_directory_swapped_for_a_link_is_not_followed() {
