@@ -24,9 +24,15 @@
 //! the same read or the next (they were queued after the first twin,
 //! before it was read), and one of them touches a name the twins do. So
 //! when a directory rename touches a path (at, above or below) that
-//! another directory rename of this read or the one before touched, the
-//! order is not trusted: the cache is emptied, and every path is looked
-//! up again when next met (the disk's position, as before).
+//! another directory rename of the same thread in this read or the one
+//! before touched, the order is not trusted for what those renames
+//! moved: the cached paths at or below every such path are forgotten and
+//! looked up again when next met. Only those: until round 11 the whole
+//! cache was emptied, so the agent's own `mv p q; mv q p` made every
+//! directory it had named before be looked up on the disk again, after
+//! the renames it made next (a file's past renamed, the attack round 10
+//! closed). Past the bound of remembered paths a rename is treated the
+//! same way (its own paths forgotten), never the whole cache.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
@@ -35,9 +41,10 @@ use std::path::{Path, PathBuf};
 
 use super::notify::Handle;
 
-/// At most this many paths of recent directory renames are remembered
-/// to tell a possibly merged order; past it the cache is emptied.
-const RECENT_RENAMES: usize = 256;
+/// At most this many bytes of paths of recent directory renames are
+/// remembered to tell a possibly merged order; past it a rename forgets
+/// the cached paths at and below its own (as if merged).
+const RECENT_BYTES: usize = 8 << 20;
 /// Bound of the cache (handles and their paths).
 const ENTRIES: usize = 16_384;
 /// At most this many cached paths are moved by one rename; past it the
@@ -55,21 +62,48 @@ pub(super) struct DirCache {
     /// The read being placed.
     read: u64,
     /// The old and new paths of the directory renames of this read and
-    /// the one before, with their read and the renaming thread (the
-    /// kernel merges only one thread's notifications).
-    recent: Vec<(u64, u32, Vec<u8>)>,
+    /// the one before, by renaming thread (the kernel merges only one
+    /// thread's notifications) and path, with the last read that touched
+    /// them; indexed so that a rename looks up its ancestors and its
+    /// subtree, not every recent path.
+    recent: BTreeMap<(u32, Vec<u8>), u64>,
+    /// Their insertion order, to forget them two reads later.
+    recent_order: std::collections::VecDeque<(u64, u32, Vec<u8>)>,
+    recent_bytes: usize,
 }
 
 impl DirCache {
     /// A new read of notifications is being placed.
     pub fn next_read(&mut self) {
         self.read += 1;
-        let read = self.read;
-        self.recent.retain(|(r, _, _)| r + 1 >= read);
+        while let Some((r, _, _)) = self.recent_order.front() {
+            if r + 1 >= self.read {
+                break;
+            }
+            let Some((r, tid, path)) = self.recent_order.pop_front() else {
+                break;
+            };
+            self.recent_bytes -= path.len();
+            let key = (tid, path);
+            if self.recent.get(&key) == Some(&r) {
+                self.recent.remove(&key);
+            }
+        }
     }
 
+    #[cfg(test)]
     pub fn get(&self, handle: &Handle) -> Option<&Option<PathBuf>> {
         self.by_handle.get(handle).map(|(path, _)| path)
+    }
+
+    /// `handle`'s path, and whether it was looked up while placing this
+    /// read: it is then the disk's at the end of the read, not the
+    /// stream's at the notification being placed (`rewind.rs` takes it
+    /// back).
+    pub fn get_with_read(&self, handle: &Handle) -> Option<(&Option<PathBuf>, bool)> {
+        self.by_handle
+            .get(handle)
+            .map(|(path, read)| (path, *read == self.read))
     }
 
     /// The path of `handle` looked up now.
@@ -96,15 +130,21 @@ impl DirCache {
     /// note on which).
     pub fn renamed(&mut self, from: &Path, to: &Path, tid: u32) {
         let (f, t) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
-        let merged = self.recent.len() >= RECENT_RENAMES
-            || self
-                .recent
-                .iter()
-                .any(|(_, by, p)| *by == tid && (related(p, f) || related(p, t)));
-        self.recent.push((self.read, tid, f.to_vec()));
-        self.recent.push((self.read, tid, t.to_vec()));
-        if merged {
-            self.clear();
+        let mut merged: Vec<Vec<u8>> = self.recent_related(tid, f);
+        merged.extend(self.recent_related(tid, t));
+        let full = self.recent_bytes + f.len() + t.len() > RECENT_BYTES;
+        if !full {
+            for p in [f, t] {
+                self.recent.insert((tid, p.to_vec()), self.read);
+                self.recent_order.push_back((self.read, tid, p.to_vec()));
+                self.recent_bytes += p.len();
+            }
+        }
+        if full || !merged.is_empty() {
+            merged.extend([f.to_vec(), t.to_vec()]);
+            for p in merged {
+                self.removed(Path::new(OsStr::from_bytes(&p)));
+            }
             return;
         }
         let from_len = from.as_os_str().len();
@@ -138,6 +178,28 @@ impl DirCache {
         }
     }
 
+    /// The recent rename paths of `tid` at, above or below `path`.
+    fn recent_related(&self, tid: u32, path: &[u8]) -> Vec<Vec<u8>> {
+        let mut found = Vec::new();
+        // At or above: every prefix ending before a `/`, and the path.
+        let ends = path
+            .iter()
+            .enumerate()
+            .filter(|(i, b)| **b == b'/' && *i > 0)
+            .map(|(i, _)| i)
+            .chain([path.len()]);
+        for end in ends {
+            if self.recent.contains_key(&(tid, path[..end].to_vec())) {
+                found.push(path[..end].to_vec());
+            }
+        }
+        // Below: the range from `path/` up to `path0`.
+        let start = (tid, [path, b"/"].concat());
+        let end = (tid, [path, b"0"].concat());
+        found.extend(self.recent.range(start..end).map(|((_, p), _)| p.clone()));
+        found
+    }
+
     fn index(&mut self, path: Vec<u8>, handle: Handle) {
         self.by_path.entry(path).or_default().push(handle);
     }
@@ -165,12 +227,6 @@ impl DirCache {
             }
         }
     }
-}
-
-/// Whether one path is the other or below it.
-fn related(a: &[u8], b: &[u8]) -> bool {
-    let below = |x: &[u8], y: &[u8]| x.len() > y.len() && x.starts_with(y) && x[y.len()] == b'/';
-    a == b || below(a, b) || below(b, a)
 }
 
 #[cfg(test)]
@@ -299,7 +355,8 @@ mod tests {
             }
             c.renamed(Path::new("/w/q"), Path::new("/w/p"), 1);
             assert_eq!(c.get(&h(1)), None, "gap {gap}");
-            assert_eq!(c.get(&h(2)), None, "gap {gap}");
+            // Round 11: only what the loop's renames touch is forgotten.
+            assert_eq!(path_of(&c, 2), Some(Path::new("/w/other")), "gap {gap}");
         }
         // Unrelated renames two reads apart are followed.
         let mut c = DirCache::default();
@@ -311,7 +368,12 @@ mod tests {
         c.next_read();
         c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/q/d")));
-        assert!(related(b"/w/p", b"/w/p/d") && !related(b"/w/p", b"/w/pd"));
+        assert_eq!(c.recent_related(1, b"/w/p/d"), vec![b"/w/p".to_vec()]);
+        assert!(c.recent_related(1, b"/w/pd").is_empty());
+        assert_eq!(
+            c.recent_related(1, b"/w"),
+            vec![b"/w/p".to_vec(), b"/w/q".to_vec()]
+        );
         // Another thread's renames are never merged with these.
         let mut c = DirCache::default();
         c.insert(h(1), Some("/w/p/d".into()));

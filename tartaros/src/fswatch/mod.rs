@@ -26,6 +26,7 @@ mod pairing;
 mod place;
 mod queue;
 mod relinked;
+mod rewind;
 mod tmpfile_links;
 mod touched;
 mod writes;
@@ -165,9 +166,13 @@ impl FsWatch {
     }
 
     /// Notifications lost since the last call (queue overflow or a failed
-    /// read), for a gap record.
-    pub fn take_lost(&mut self) -> u64 {
-        std::mem::take(&mut self.place.lost)
+    /// read), and those whose path could not be taken back to their place
+    /// in the stream (`rewind.rs`), each with its gap's `lost_kind`.
+    pub fn take_lost(&mut self) -> [(u64, &'static str); 2] {
+        [
+            (std::mem::take(&mut self.place.lost), "file-notification"),
+            (std::mem::take(&mut self.place.unsure), "file-name-position"),
+        ]
     }
 
     /// Everything left, once the cgroup is empty and the capture drained:

@@ -1,0 +1,263 @@
+//! A directory path looked up on the disk, taken back to a notification's
+//! place in the stream. A notification names its entry by the directory's
+//! handle; a handle not in the cache (first met, or forgotten) is looked up
+//! while its read is placed, after the read ended, so the path has every
+//! directory rename queued in that read, also those queued after the
+//! notification: `mkdir d; creat d/f; mv d g`, read at once, named the
+//! create `g/f` (round 10 left it open). Those renames are in hand (the
+//! rest of the read), so the path is taken back through them, the last
+//! first: a path at or below a rename's new path goes back below its old
+//! one. Each rename's own paths are the disk's taken back through the
+//! renames after it (computed backward once per read, only as far back as
+//! a lookup needs).
+//!
+//! The cost falls on reads that both looked a handle up and hold a
+//! directory rename after it; a notification costs nothing more otherwise.
+//! The work is bounded per read; past it, or when a rename's directory is
+//! gone so its paths are unknown, the path cannot be vouched for and the
+//! caller counts it (a gap: `verify` says incomplete) rather than log a
+//! name the file may never have had.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::PathBuf;
+
+use super::join::bit;
+use super::notify::{DirEntry, Handle, RawEvent};
+use super::place::Facts;
+
+/// Prefix comparisons allowed per read (a hostile read of 30,000
+/// directory renames would otherwise cost their square).
+const WORK_PER_READ: usize = 4_000_000;
+
+/// A rename's paths, each just before / after it; `None` when one of its
+/// directories was gone at the lookup.
+type Coords = Option<(Vec<u8>, Vec<u8>)>;
+
+/// The directory renames of one read, and their paths once needed.
+#[derive(Debug, Default)]
+pub(super) struct Rewind {
+    /// Position in the read, old entry, new entry.
+    renames: Vec<(usize, DirEntry, DirEntry)>,
+    /// Paths of the last renames, computed backward: `coords[j]` is
+    /// those of `renames[renames.len() - 1 - j]`.
+    coords: Vec<Coords>,
+    /// Disk lookups of this read's rename directories.
+    disk: HashMap<Handle, Option<PathBuf>>,
+    work: usize,
+}
+
+/// The path cannot be taken back with certainty.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Unsure;
+
+impl Rewind {
+    pub fn new(events: &[RawEvent]) -> Self {
+        let dir_rename = bit::ONDIR | bit::RENAME;
+        let renames = events
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.mask & dir_rename == dir_rename)
+            .filter_map(|(at, e)| Some((at, e.entry.clone()?, e.new_entry.clone()?)))
+            .collect();
+        Self {
+            renames,
+            ..Self::default()
+        }
+    }
+
+    /// `path`, a directory's as the disk had it after this read, as it was
+    /// just after the read's notification `at`.
+    pub fn back_to(
+        &mut self,
+        at: usize,
+        path: PathBuf,
+        facts: &dyn Facts,
+    ) -> Result<PathBuf, Unsure> {
+        let first = self.renames.partition_point(|(i, _, _)| *i <= at);
+        if first == self.renames.len() {
+            return Ok(path);
+        }
+        self.compute_down_to(first, facts)?;
+        let mut bytes = path.as_os_str().as_bytes().to_vec();
+        self.undo(&mut bytes, first)?;
+        Ok(PathBuf::from(OsStr::from_bytes(&bytes)))
+    }
+
+    /// Takes `path` back through the renames from `from` on, the last
+    /// first (their paths already computed).
+    fn undo(&mut self, path: &mut Vec<u8>, from: usize) -> Result<(), Unsure> {
+        let last = self.renames.len() - 1;
+        for k in (from..self.renames.len()).rev() {
+            self.work += 1;
+            if self.work > WORK_PER_READ {
+                return Err(Unsure);
+            }
+            let Some((old, new)) = &self.coords[last - k] else {
+                return Err(Unsure);
+            };
+            if at_or_below(path, new) {
+                let mut back = old.clone();
+                back.extend_from_slice(&path[new.len()..]);
+                *path = back;
+            }
+        }
+        Ok(())
+    }
+
+    /// Computes the paths of `renames[first..]`, backward from the last.
+    fn compute_down_to(&mut self, first: usize, facts: &dyn Facts) -> Result<(), Unsure> {
+        while self.renames.len() - self.coords.len() > first {
+            let k = self.renames.len() - self.coords.len() - 1;
+            let (_, old, new) = self.renames[k].clone();
+            let mut ends = Vec::with_capacity(2);
+            for entry in [&old, &new] {
+                let dir = self
+                    .disk
+                    .entry(entry.dir.clone())
+                    .or_insert_with(|| facts.resolve(&entry.dir))
+                    .clone();
+                let Some(dir) = dir else {
+                    break;
+                };
+                let mut bytes = dir.as_os_str().as_bytes().to_vec();
+                self.undo(&mut bytes, k + 1)?;
+                ends.push(join(bytes, &entry.name));
+            }
+            let coords = match <[Vec<u8>; 2]>::try_from(ends) {
+                Ok([old, new]) => Some((old, new)),
+                Err(_) => None,
+            };
+            self.coords.push(coords);
+        }
+        Ok(())
+    }
+}
+
+fn join(mut dir: Vec<u8>, name: &[u8]) -> Vec<u8> {
+    if name.is_empty() || name == b"." {
+        return dir;
+    }
+    if dir.last() != Some(&b'/') {
+        dir.push(b'/');
+    }
+    dir.extend_from_slice(name);
+    dir
+}
+
+fn at_or_below(path: &[u8], dir: &[u8]) -> bool {
+    path.starts_with(dir) && (path.len() == dir.len() || path[dir.len()] == b'/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::place::Member;
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        std::path::Path::new(s).to_path_buf()
+    }
+
+    /// Handle [n] is the directory `/w` + the table's path.
+    struct Disk(Vec<(u8, &'static str)>);
+
+    impl Facts for Disk {
+        fn member(&self, _: u32) -> Member {
+            Member::Host
+        }
+        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+            self.0
+                .iter()
+                .find(|(n, _)| dir.bytes == [*n])
+                .map(|(_, path)| p(path))
+        }
+    }
+
+    fn entry(dir: u8, name: &str) -> DirEntry {
+        DirEntry {
+            dir: Handle {
+                fsid: [0, 0],
+                handle_type: 1,
+                bytes: vec![dir],
+            },
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    fn ev(mask: u64, from: DirEntry, to: Option<DirEntry>) -> RawEvent {
+        RawEvent {
+            mask,
+            tid: 1,
+            entry: Some(from),
+            new_entry: to,
+        }
+    }
+
+    fn dir_rename(from: DirEntry, to: DirEntry) -> RawEvent {
+        ev(bit::ONDIR | bit::RENAME, from, Some(to))
+    }
+
+    #[test]
+    fn a_path_looked_up_after_later_renames_is_taken_back_through_them() {
+        // mkdir d; creat d/f; mv d g; mkdir d; mv g/x d/x-moved ... in one
+        // read. Handle 1 is /w, 2 the first d (now /w/g), 3 the second d.
+        let disk = Disk(vec![(1, "/w"), (2, "/w/g"), (3, "/w/d")]);
+        let events = vec![
+            ev(bit::ONDIR | bit::CREATE, entry(1, "d"), None),
+            ev(bit::CREATE, entry(2, "f"), None),
+            dir_rename(entry(1, "d"), entry(1, "g")),
+            ev(bit::ONDIR | bit::CREATE, entry(1, "d"), None),
+            dir_rename(entry(2, "x"), entry(3, "x-moved")),
+        ];
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(1, p("/w/g"), &disk), Ok(p("/w/d")));
+        assert_eq!(r.back_to(2, p("/w/g"), &disk), Ok(p("/w/g")));
+        assert_eq!(r.back_to(1, p("/w/d/x-moved"), &disk), Ok(p("/w/d/x")));
+        assert_eq!(r.back_to(3, p("/w/d/x-moved"), &disk), Ok(p("/w/g/x")));
+        assert_eq!(
+            r.back_to(4, p("/w/d/x-moved"), &disk),
+            Ok(p("/w/d/x-moved"))
+        );
+        // Not a prefix by bytes only.
+        assert_eq!(r.back_to(0, p("/w/gg"), &disk), Ok(p("/w/gg")));
+    }
+
+    #[test]
+    fn a_loop_is_taken_back_step_by_step_and_a_gone_directory_is_unsure() {
+        let disk = Disk(vec![(1, "/w")]);
+        let mut events = vec![ev(bit::CREATE, entry(5, "f"), None)];
+        for _ in 0..3 {
+            events.push(dir_rename(entry(1, "p"), entry(1, "q")));
+            events.push(dir_rename(entry(1, "q"), entry(1, "p")));
+        }
+        events.push(dir_rename(entry(1, "p"), entry(1, "q")));
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(0, p("/w/q/d"), &disk), Ok(p("/w/p/d")));
+        assert_eq!(r.back_to(1, p("/w/q/d"), &disk), Ok(p("/w/q/d")));
+        assert_eq!(r.back_to(2, p("/w/q/d"), &disk), Ok(p("/w/p/d")));
+        // A rename in a directory gone at the lookup: unknown paths.
+        let events = vec![
+            ev(bit::CREATE, entry(1, "f"), None),
+            dir_rename(entry(9, "a"), entry(1, "b")),
+        ];
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(0, p("/w/b"), &disk), Err(Unsure));
+        // No rename after the notification: nothing looked up.
+        assert_eq!(r.back_to(1, p("/w/b"), &Disk(Vec::new())), Ok(p("/w/b")));
+    }
+
+    #[test]
+    fn the_work_of_a_read_is_bounded() {
+        let disk = Disk(vec![(1, "/w")]);
+        let mut events = vec![ev(bit::CREATE, entry(1, "f"), None)];
+        for i in 0..3_000 {
+            events.push(dir_rename(
+                entry(1, &format!("a{i}")),
+                entry(1, &format!("b{i}")),
+            ));
+        }
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(0, p("/w/b2999/x"), &disk), Err(Unsure));
+    }
+}

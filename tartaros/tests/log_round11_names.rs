@@ -1,0 +1,231 @@
+//! Adversarial round 11 on names: the handle-path cache, round 10's fix
+//! for a directory renamed after its file was named, was emptied by any
+//! directory rename that touched another recent one of the same thread
+//! (a possibly merged order), so the agent's own `mv p q; mv q p` right
+//! before it renamed `dI` put it back where round 10 began: a handle
+//! looked up on the disk after the renames, a rename record `gI/f ->
+//! eI/f` and a `write` of `gI/f`, a name the file never had. And a
+//! directory handle first seen was looked up on the disk as it was then:
+//! `mkdir dI; creat dI/f; mv dI gI` named the create `gI/f`. Needs root
+//! and gcc (fails under CI=true without).
+
+mod common;
+
+use common::logged::*;
+use common::*;
+use serde_json::Value;
+
+const ROUNDS: usize = 8;
+
+/// One at a time: the loops of one run are the host's renames to the
+/// other's supervisor.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const LOOPER: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (chdir(argv[1]) || mkdir("p", 0755)) return 9;
+    int rounds = atoi(argv[2]);
+    /* "" or "p/": the directories beside the looping one, or in it. */
+    const char *in = argv[3];
+    for (int i = 0; i < rounds; i++) {
+        char d[64], df[64], e[64], ef[64], g[64], ready[64];
+        snprintf(d, sizeof d, "%sd%d", in, i);
+        snprintf(df, sizeof df, "%s/f", d);
+        snprintf(e, sizeof e, "%se%d", in, i);
+        snprintf(ef, sizeof ef, "%s/f", e);
+        snprintf(g, sizeof g, "%sg%d", in, i);
+        snprintf(ready, sizeof ready, "ready%d", i);
+        if (mkdir(d, 0755) || mkdir(e, 0755)) return 1;
+        int fd = open(df, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (fd < 0 || write(fd, "first;", 6) != 6) return 2;
+        /* Until the host has seen a record naming dI/f: the supervisor
+           has read and named it (at most 30 s). */
+        for (int t = 0; t < 3000 && access(ready, F_OK); t++) usleep(10000);
+        /* The rename loop: renames that touch each other's names. */
+        for (int k = 0; k < 4; k++)
+            if (rename("p", "q") || rename("q", "p")) return 3;
+        if (rename(df, ef) || rename(d, g)) return 4;
+        if (write(fd, "second;", 7) != 7) return 5;
+    }
+    return 0;
+}
+"#;
+
+/// Reads the log as the supervisor writes it and, once a record names
+/// round I's `dI/f`, makes `readyI` in the root for the agent.
+fn say_ready_when_named(
+    log: &std::path::Path,
+    dir: &str,
+    within: &str,
+    done: &std::sync::atomic::AtomicBool,
+) {
+    let mut next = 0;
+    while next < ROUNDS && !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let df = format!("{dir}/{within}d{next}/f");
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let named = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|r| {
+                ["path", "from", "to"]
+                    .iter()
+                    .any(|k| r["target"][k] == df.as_str())
+            });
+        if named {
+            std::fs::write(format!("{dir}/ready{next}"), b"").unwrap();
+            next += 1;
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+fn names(r: &Value, path: &str) -> bool {
+    ["path", "from", "to"]
+        .iter()
+        .any(|k| r["target"][k] == path)
+}
+
+#[test]
+fn a_rename_loop_does_not_let_a_directory_rename_rewrite_a_file_s_past() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !usable("round11_names_loop") {
+        return;
+    }
+    let problems = loop_then_rename("");
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// The same with the renamed directories inside the looping one: what
+/// the loop's renames moved is forgotten, so `dI` is looked up again on
+/// the disk, after its rename to `gI`.
+#[test]
+fn a_rename_loop_above_the_directory_does_not_rewrite_the_file_s_past() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !usable("round11_names_loop_above") {
+        return;
+    }
+    let problems = loop_then_rename("p/");
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
+}
+
+/// Runs the looper with its directories in `within` ("" or "p/"); what
+/// the log gets wrong.
+fn loop_then_rename(within: &str) -> Vec<String> {
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "looper", LOOPER);
+    let dir = root.path().to_str().unwrap();
+    let rounds = ROUNDS.to_string();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let log = logs.join("effects.jsonl");
+        let (dir, within, done) = (dir.to_string(), within.to_string(), done.clone());
+        std::thread::spawn(move || say_ready_when_named(&log, &dir, &within, &done))
+    };
+    let argv = [agent.to_str().unwrap(), dir, &rounds, within];
+    let (out, records) = run_logged(&root, &logs, &argv);
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let mut wrong = Vec::new();
+    for i in 0..ROUNDS {
+        let never = format!("{dir}/{within}g{i}/f");
+        for r in records.iter().filter(|r| names(r, &never)) {
+            wrong.push(format!("{never} never existed: {r}"));
+        }
+        let df = format!("{dir}/{within}d{i}/f");
+        let ef = format!("{dir}/{within}e{i}/f");
+        let renames: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "rename" && field(r, "to") == Some(ef.as_str()))
+            .collect();
+        if renames.len() != 1 || field(renames[0], "from") != Some(df.as_str()) {
+            wrong.push(format!("rename to {ef}: {renames:?}"));
+        }
+        assert_eq!(std::fs::read(&ef).unwrap(), b"first;second;");
+        if let Some(m) = seal_mismatch(&records, &ef) {
+            wrong.push(format!("{ef} {m}"));
+        }
+    }
+    wrong
+}
+
+/// A directory made, a file made in it and the directory renamed, all
+/// before the supervisor reads: the directory's handle is first met with
+/// the file's create, and the disk already has the rename.
+const FRESH: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (chdir(argv[1])) return 9;
+    int rounds = atoi(argv[2]);
+    for (int i = 0; i < rounds; i++) {
+        char d[64], df[64], g[64];
+        snprintf(d, sizeof d, "d%d", i);
+        snprintf(df, sizeof df, "%s/f", d);
+        snprintf(g, sizeof g, "g%d", i);
+        if (mkdir(d, 0755)) return 1;
+        int fd = open(df, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (fd < 0 || close(fd)) return 2;
+        if (rename(d, g)) return 3;
+        usleep(20000);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn a_directory_first_met_after_its_rename_is_named_where_it_was() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !usable("round11_names_fresh") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "fresh", FRESH);
+    let dir = root.path().to_str().unwrap();
+    let rounds = 40;
+    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, "40"]);
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let mut wrong = Vec::new();
+    for i in 0..rounds {
+        let (df, gf) = (format!("{dir}/d{i}/f"), format!("{dir}/g{i}/f"));
+        let creates: Vec<&Value> = records
+            .iter()
+            .filter(|r| r["kind"] == "create" && (names(r, &df) || names(r, &gf)))
+            .collect();
+        if creates.len() != 1 || field(creates[0], "path") != Some(df.as_str()) {
+            wrong.push(format!("create of {df}: {creates:?}"));
+        }
+        if seal_mismatch(&records, &gf).is_some() {
+            wrong.push(format!("{gf} not sealed"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {rounds} rounds wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
