@@ -87,6 +87,32 @@ fn say_ready_when_named(
     }
 }
 
+/// Wrong names are allowed only in a log that says it cannot vouch for
+/// them: a `file-name-position` gap (a rename queued after a read ended
+/// may have come before a lookup of that read), `verify` incomplete.
+fn assert_no_lie(wrong: &[String], records: &[Value], code: Option<i32>, line: &str) {
+    if wrong.is_empty() {
+        return;
+    }
+    let gap = records
+        .iter()
+        .any(|r| r["kind"] == "gap" && r["lost_kind"] == "file-name-position");
+    assert!(
+        gap && code == Some(3),
+        "{} problems, verify {code:?} ({line}):\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+    eprintln!("{} names unsure, and the log says so: {line}", wrong.len());
+}
+
+/// The agent exited 0: `run` exits 0, or 122 when `verify` says
+/// incomplete (3).
+fn assert_agent_ok(out: &std::process::Output, verify: Option<i32>) {
+    let expected = if verify == Some(0) { 0 } else { 122 };
+    assert_eq!(out.status.code(), Some(expected), "agent: {}", stderr(out));
+}
+
 fn names(r: &Value, path: &str) -> bool {
     ["path", "from", "to"]
         .iter()
@@ -99,13 +125,7 @@ fn a_rename_loop_does_not_let_a_directory_rename_rewrite_a_file_s_past() {
     if !usable("round11_names_loop") {
         return;
     }
-    let problems = loop_then_rename("");
-    assert!(
-        problems.is_empty(),
-        "{} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    loop_then_rename("");
 }
 
 /// The same with the renamed directories inside the looping one: what
@@ -117,18 +137,12 @@ fn a_rename_loop_above_the_directory_does_not_rewrite_the_file_s_past() {
     if !usable("round11_names_loop_above") {
         return;
     }
-    let problems = loop_then_rename("p/");
-    assert!(
-        problems.is_empty(),
-        "{} problems:\n{}",
-        problems.len(),
-        problems.join("\n")
-    );
+    loop_then_rename("p/");
 }
 
-/// Runs the looper with its directories in `within` ("" or "p/"); what
-/// the log gets wrong.
-fn loop_then_rename(within: &str) -> Vec<String> {
+/// Runs the looper with its directories in `within` ("" or "p/") and
+/// checks its log.
+fn loop_then_rename(within: &str) {
     let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
     let agent = compile(&bin, "looper", LOOPER);
     let dir = root.path().to_str().unwrap();
@@ -140,10 +154,10 @@ fn loop_then_rename(within: &str) -> Vec<String> {
         std::thread::spawn(move || say_ready_when_named(&log, &dir, &within, &done))
     };
     let argv = [agent.to_str().unwrap(), dir, &rounds, within];
-    let (out, records) = run_logged(&root, &logs, &argv);
+    let (out, records, code, line) = run_logged_verdict(&root, &logs, &argv);
     done.store(true, std::sync::atomic::Ordering::Relaxed);
     watcher.join().unwrap();
-    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    assert_agent_ok(&out, code);
     let mut wrong = Vec::new();
     for i in 0..ROUNDS {
         let never = format!("{dir}/{within}g{i}/f");
@@ -164,7 +178,7 @@ fn loop_then_rename(within: &str) -> Vec<String> {
             wrong.push(format!("{ef} {m}"));
         }
     }
-    wrong
+    assert_no_lie(&wrong, &records, code, &line);
 }
 
 /// A directory made, a file made in it and the directory renamed, all
@@ -206,8 +220,9 @@ fn a_directory_first_met_after_its_rename_is_named_where_it_was() {
     let agent = compile(&bin, "fresh", FRESH);
     let dir = root.path().to_str().unwrap();
     let rounds = 40;
-    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir, "40"]);
-    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let argv = [agent.to_str().unwrap(), dir, "40"];
+    let (out, records, code, line) = run_logged_verdict(&root, &logs, &argv);
+    assert_agent_ok(&out, code);
     let mut wrong = Vec::new();
     for i in 0..rounds {
         let (df, gf) = (format!("{dir}/d{i}/f"), format!("{dir}/g{i}/f"));
@@ -222,10 +237,76 @@ fn a_directory_first_met_after_its_rename_is_named_where_it_was() {
             wrong.push(format!("{gf} not sealed"));
         }
     }
-    assert!(
-        wrong.is_empty(),
-        "{} of {rounds} rounds wrong:\n{}",
-        wrong.len(),
-        wrong.join("\n")
+    assert_no_lie(&wrong, &records, code, &line);
+}
+
+/// Files written in `p/dI`, then `mv p q; mv q p` 5,000 times and `mv p
+/// q` once more, then written again (round 10's open item). This kernel
+/// merges a rename with an identical one still queued (2,001 renames read
+/// as `p -> q, q -> p`: the stream ends at `p`, the disk at `q`), and the
+/// `write` counts followed the renames in queue order, so the early writes
+/// were named `p/dI/f` and, no file being there when the record was
+/// written, said `deleted: true`. No file was deleted.
+const WRITE_LOOP: &str = r#"
+import os, sys
+os.chdir(sys.argv[1])
+os.mkdir("p")
+for i in range(1000):
+    os.mkdir(f"p/d{i}")
+    with open(f"p/d{i}/f", "w") as f:
+        f.write("first;")
+for _ in range(5000):
+    os.rename("p", "q")
+    os.rename("q", "p")
+os.rename("p", "q")
+for i in range(1000):
+    with open(f"q/d{i}/f", "a") as f:
+        f.write("second;")
+"#;
+
+#[test]
+fn writes_before_a_rename_loop_are_not_said_deleted() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !usable("round11_names_write_loop") {
+        return;
+    }
+    let (root, logs) = (Dir::new(), Dir::new());
+    let dir = root.path().to_str().unwrap();
+    let argv = ["/usr/bin/python3", "-c", WRITE_LOOP, dir];
+    let (out, records, code, line) = run_logged_verdict(&root, &logs, &argv);
+    assert_agent_ok(&out, code);
+    assert_eq!(
+        std::fs::read(format!("{dir}/q/d999/f")).unwrap(),
+        b"first;second;"
     );
+    let deleted: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["kind"] == "write" && r["target"]["deleted"] == true)
+        .collect();
+    // The log may say it cannot name them (incomplete); it must not say
+    // they were deleted.
+    assert!(
+        deleted.is_empty(),
+        "{} write records say deleted (verify {code:?}: {line}); first: {}",
+        deleted.len(),
+        deleted[0]
+    );
+    let unnamed = records
+        .iter()
+        .filter(|r| r["kind"] == "write" && r["target"]["not_found"] == true)
+        .count();
+    if unnamed > 0 {
+        assert_eq!(code, Some(3), "{unnamed} writes not named, yet: {line}");
+    }
+    let sealed = seal(&records)["files"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let unsealed = (0..1000)
+        .filter(|i| {
+            let f = format!("{dir}/q/d{i}/f");
+            !sealed.iter().any(|s| s["path"] == f.as_str())
+        })
+        .count();
+    assert_eq!(unsealed, 0, "files not sealed (verify {code:?}: {line})");
 }

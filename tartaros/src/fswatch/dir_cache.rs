@@ -61,6 +61,11 @@ pub(super) struct DirCache {
     by_path: BTreeMap<Vec<u8>, Vec<Handle>>,
     /// The read being placed.
     read: u64,
+    /// Paths looked up in the read before that a rename of this read may
+    /// already have had (see [`Self::renamed`]): the notifications placed
+    /// with them may be named after it. Taken by the placement (a gap
+    /// when in a root).
+    unsure: Vec<Vec<u8>>,
     /// The old and new paths of the directory renames of this read and
     /// the one before, by renaming thread (the kernel merges only one
     /// thread's notifications) and path, with the last read that touched
@@ -130,6 +135,7 @@ impl DirCache {
     /// note on which).
     pub fn renamed(&mut self, from: &Path, to: &Path, tid: u32) {
         let (f, t) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
+        self.check_previous_lookups(to);
         let mut merged: Vec<Vec<u8>> = self.recent_related(tid, f);
         merged.extend(self.recent_related(tid, t));
         let full = self.recent_bytes + f.len() + t.len() > RECENT_BYTES;
@@ -176,6 +182,38 @@ impl DirCache {
                 self.by_handle.remove(&h);
             }
         }
+    }
+
+    /// A path looked up in the read before, at or below a rename's new
+    /// path: the rename was queued after that read ended, but it may have
+    /// come before the lookup, which then already had it, so the
+    /// notifications of that read placed in the directory were named as
+    /// after the rename, a name they may never have had (a rename that
+    /// came after the lookup would have left the directory at the old
+    /// path). Counted, and the path forgotten. Only a directory the rename
+    /// replaced (an empty one) is counted without cause.
+    fn check_previous_lookups(&mut self, to: &Path) {
+        let previous = self.read.saturating_sub(1);
+        let mut kept = Vec::new();
+        for (path, handles) in self.take_below(to) {
+            for h in handles {
+                let read = self.by_handle.get(&h).map_or(0, |(_, read)| *read);
+                if read == previous && previous > 0 {
+                    self.unsure.push(path.clone());
+                    self.by_handle.remove(&h);
+                } else {
+                    kept.push((path.clone(), h));
+                }
+            }
+        }
+        for (path, h) in kept {
+            self.index(path, h);
+        }
+    }
+
+    /// The paths [`Self::check_previous_lookups`] found unsure.
+    pub fn take_unsure(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.unsure)
     }
 
     /// The recent rename paths of `tid` at, above or below `path`.
@@ -336,6 +374,25 @@ mod tests {
         c.next_read();
         c.renamed(Path::new("/w/q"), Path::new("/w/r"), 1);
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/r")));
+    }
+
+    #[test]
+    fn a_lookup_of_the_read_before_at_a_rename_s_new_path_is_unsure() {
+        // `mkdir d; creat d/f` read, `mv d g` queued after the read ended
+        // but before `d`'s handle was looked up (as `g`).
+        let mut c = DirCache::default();
+        c.next_read();
+        c.insert(h(1), Some("/w/g".into()));
+        c.insert(h(2), Some("/w/other".into()));
+        c.next_read();
+        c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
+        assert_eq!(c.take_unsure(), vec![b"/w/g".to_vec()]);
+        assert_eq!(c.get(&h(1)), None);
+        assert_eq!(path_of(&c, 2), Some(Path::new("/w/other")));
+        // Looked up in this read: the rename is in it (rewind.rs).
+        c.insert(h(3), Some("/w/x".into()));
+        c.renamed(Path::new("/w/y"), Path::new("/w/x"), 1);
+        assert!(c.take_unsure().is_empty());
     }
 
     #[test]

@@ -190,6 +190,7 @@ impl Join {
         match place {
             Place::Gone => t.insert("deleted", true),
             Place::Unknown => t.insert("links_forgotten", true),
+            Place::Missing => t.insert("not_found", true),
             Place::Linked(_) | Place::Here => {}
         }
         if !self.tasks.contains_key(&w.task.tgid) {

@@ -271,6 +271,10 @@ impl Placement {
             (true, _, _) => self.dirs.clear(),
             _ => {}
         }
+        for path in self.dirs.take_unsure() {
+            let path = Path::new(std::ffi::OsStr::from_bytes(&path));
+            self.unsure += u64::from(self.roots.iter().any(|r| path.starts_with(r)));
+        }
         if event.mask & bit::DELETE != 0
             && let Some(path) = raw
         {
