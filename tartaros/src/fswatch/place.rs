@@ -291,11 +291,13 @@ impl Placement {
         self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
     }
 
-    /// [`Self::entry_path`] of a sandbox notification, counted when its
-    /// path could not be taken back to its place.
+    /// [`Self::entry_path`] of a sandbox notification (or a gone
+    /// thread's), counted when its path in a root could not be taken back
+    /// to its place.
     fn sandbox_entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
         let (path, sure) = self.entry_path_at(entry, facts);
-        self.unsure += u64::from(!sure);
+        let in_roots = |p: &PathBuf| self.roots.iter().any(|r| p.starts_with(r));
+        self.unsure += u64::from(!sure && path.as_ref().is_some_and(in_roots));
         path
     }
 

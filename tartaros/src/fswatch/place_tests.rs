@@ -293,3 +293,48 @@ fn an_overflow_is_counted_as_lost() {
     p.place(vec![overflow], 1, 0, &facts);
     assert_eq!(p.lost, 1);
 }
+
+/// Handle [1] is /w, [4] the directory made as /w/d and renamed to /w/g
+/// in the same read (looked up after the read: /w/g).
+struct Renamed;
+
+impl Facts for Renamed {
+    fn member(&self, _: u32) -> Member {
+        Member::Sandbox(Task {
+            tgid: 10,
+            ppid: 1,
+            uid: 65534,
+        })
+    }
+    fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
+        match dir.bytes.as_slice() {
+            [1] => Some(PathBuf::from("/w")),
+            [4] => Some(PathBuf::from("/w/g")),
+            _ => None,
+        }
+    }
+}
+
+#[test]
+fn a_directory_looked_up_after_its_rename_names_what_came_before_it_by_its_old_path() {
+    let mut p = placement();
+    let mut rename = event(10, bit::ONDIR | bit::RENAME, 1, "d");
+    rename.new_entry = event(10, 0, 1, "g").entry;
+    let events = vec![
+        event(10, bit::ONDIR | bit::CREATE, 1, "d"),
+        event(10, bit::CREATE, 4, "f"),
+        rename,
+        event(10, bit::CREATE, 4, "h"),
+    ];
+    p.place(events, 5, 0, &Renamed);
+    assert_eq!(p.unsure, 0);
+    let out = p.finish(10_000_000_000);
+    let paths: Vec<&str> = out
+        .iter()
+        .filter(|r| r.kind == "create")
+        .filter_map(|r| r.target.get("path").and_then(Value::as_str))
+        .collect();
+    assert!(paths.contains(&"/w/d/f"), "{out:?}");
+    assert!(paths.contains(&"/w/g/h"), "{out:?}");
+    assert!(!paths.contains(&"/w/g/f"), "{out:?}");
+}
