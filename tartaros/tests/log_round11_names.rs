@@ -310,3 +310,67 @@ fn writes_before_a_rename_loop_are_not_said_deleted() {
         .count();
     assert_eq!(unsealed, 0, "files not sealed (verify {code:?}: {line})");
 }
+
+/// `renameat2(RENAME_EXCHANGE)` of two directories is reported as two
+/// renames, `a -> b` and `b -> a`, that happened at once. A directory
+/// first met before the exchange (its handle looked up after it) must be
+/// named where it was, or the log must say it cannot.
+const EXCHANGE: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+    if (chdir(argv[1])) return 9;
+    for (int i = 0; i < 20; i++) {
+        char a[64], b[64], fa[64], fb[64];
+        snprintf(a, sizeof a, "a%d", i);
+        snprintf(b, sizeof b, "b%d", i);
+        snprintf(fa, sizeof fa, "a%d/fa", i);
+        snprintf(fb, sizeof fb, "b%d/fb", i);
+        if (mkdir(a, 0755) || mkdir(b, 0755)) return 1;
+        int x = open(fa, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        int y = open(fb, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (x < 0 || y < 0 || close(x) || close(y)) return 2;
+        if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE)) return 3;
+        usleep(20000);
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn directories_exchanged_after_their_files_were_made_are_named_where_they_were() {
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    if !usable("round11_names_exchange") {
+        return;
+    }
+    let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "exchange", EXCHANGE);
+    let dir = root.path().to_str().unwrap();
+    let (out, records, code, line) =
+        run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), dir]);
+    assert_agent_ok(&out, code);
+    let mut wrong = Vec::new();
+    for i in 0..20 {
+        for (made, name) in [("a", "fa"), ("b", "fb")] {
+            let path = format!("{dir}/{made}{i}/{name}");
+            let creates: Vec<&Value> = records
+                .iter()
+                .filter(|r| r["kind"] == "create")
+                .filter(|r| {
+                    field(r, "path").is_some_and(|p| {
+                        p.ends_with(&format!("/{name}")) && p.contains(&format!("{i}/"))
+                    })
+                })
+                .collect();
+            if creates.len() != 1 || field(creates[0], "path") != Some(path.as_str()) {
+                wrong.push(format!("create of {path}: {creates:?}"));
+            }
+        }
+    }
+    assert_no_lie(&wrong, &records, code, &line);
+}

@@ -47,7 +47,7 @@ pub(super) struct Join {
     /// joined (every notification of the process was read by then). A pid
     /// is reused (the agent can wrap the host's in seconds): a later
     /// process of that pid is not the one that exited.
-    exited: HashMap<u32, (u64, u64)>,
+    pub(super) exited: HashMap<u32, (u64, u64)>,
     /// Threads with a call on a descriptor of a shared fd table, whose
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
@@ -237,7 +237,12 @@ impl Join {
                 self.exited.insert(r.pid, (r.mono_ns, now_ns));
                 self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
-                    out.push(self.write_record(&path, &w, true));
+                    // Not there, no removal seen yet (one by a thread not
+                    // placed yet may come): kept until one, or the end.
+                    match locate(&path, true, &self.tmpfile_links, &self.relinked) {
+                        Place::Missing => self.writes.keep(&path, w),
+                        _ => out.push(self.write_record(&path, &w, true)),
+                    }
                 }
             }
             let allowed = r.decision == Decision::Allowed;

@@ -117,7 +117,16 @@ impl Placement {
                 // is reported with its entry.
                 continue;
             }
-            let known = self.join.task(event.tid);
+            // A thread of a process whose exit was joined before the read
+            // before this one started had every notification read by then:
+            // one of its tid now is another thread's, perhaps the host's
+            // (the agent wraps pids in seconds), and is looked up again.
+            let known = self.join.task(event.tid).filter(|t| {
+                self.join
+                    .exited
+                    .get(&t.tgid)
+                    .is_none_or(|(_, joined)| *joined >= after)
+            });
             let cached_host = self.host.get(&event.tid).is_some_and(|&until| until > now);
             // A host verdict is not trusted for a change in a root: the
             // agent can cycle the host's pids (32,768 here) until a thread

@@ -338,3 +338,33 @@ fn a_directory_looked_up_after_its_rename_names_what_came_before_it_by_its_old_p
     assert!(paths.contains(&"/w/g/h"), "{out:?}");
     assert!(!paths.contains(&"/w/g/f"), "{out:?}");
 }
+
+/// A sandbox process exited and its exit was joined; a host thread then
+/// got its tid and wrote a host file on the roots' filesystem. It was
+/// placed as the sandbox's (the tid was known): a `write` record of a
+/// host file, `deleted: true` once the host removed it (seen in
+/// log_round9_pid_reuse beside a cargo build in /tmp).
+#[test]
+fn a_known_tid_whose_process_exited_is_looked_up_again() {
+    let facts = Fake {
+        lookups: Cell::new(0),
+    };
+    let mut p = placement();
+    p.join.add_task(
+        20,
+        Task {
+            tgid: 20,
+            ppid: 1,
+            uid: 65534,
+        },
+    );
+    let exit = record("exit", 20, "code", Value::from(0));
+    p.join.join(vec![exit], 50);
+    p.place(vec![event(20, bit::MODIFY, 3, "host.o")], 200, 100, &facts);
+    assert_eq!(facts.lookups.get(), 1, "looked up: the host's");
+    let out = p.finish(10_000_000_000);
+    assert!(
+        out.iter().all(|r| r.kind != "write"),
+        "no write of the host's file: {out:?}"
+    );
+}

@@ -11,6 +11,14 @@
 //! renames after it (computed backward once per read, only as far back as
 //! a lookup needs).
 //!
+//! `renameat2(RENAME_EXCHANGE)` of two directories is reported as two
+//! renames, `a -> b` then `b -> a`, that happened at once, and `mv a b; mv
+//! b a` as the same two events, one after the other: taken back in order,
+//! an exchange would name one side's past by the other's name (before,
+//! the disk's name was used, which was as wrong). A path at or below
+//! either name of such a pair (same thread, adjacent, each the other
+//! reversed) is therefore not vouched for.
+//!
 //! The cost falls on reads that both looked a handle up and hold a
 //! directory rename after it; a notification costs nothing more otherwise.
 //! The work is bounded per read; past it, or when a rename's directory is
@@ -40,6 +48,8 @@ type Coords = Option<(Vec<u8>, Vec<u8>)>;
 pub(super) struct Rewind {
     /// Position in the read, old entry, new entry.
     renames: Vec<(usize, DirEntry, DirEntry)>,
+    /// Whether each rename and the one before it read as an exchange.
+    pair_with_previous: Vec<bool>,
     /// Paths of the last renames, computed backward: `coords[j]` is
     /// those of `renames[renames.len() - 1 - j]`.
     coords: Vec<Coords>,
@@ -60,9 +70,19 @@ impl Rewind {
             .enumerate()
             .filter(|(_, e)| e.mask & dir_rename == dir_rename)
             .filter_map(|(at, e)| Some((at, e.entry.clone()?, e.new_entry.clone()?)))
+            .collect::<Vec<_>>();
+        let pair_with_previous = (0..renames.len())
+            .map(|k| {
+                k > 0 && {
+                    let (i, old, new) = &renames[k];
+                    let (j, old0, new0) = &renames[k - 1];
+                    *j + 1 == *i && events[*i].tid == events[*j].tid && old == new0 && new == old0
+                }
+            })
             .collect();
         Self {
             renames,
+            pair_with_previous,
             ..Self::default()
         }
     }
@@ -97,6 +117,11 @@ impl Rewind {
             let Some((old, new)) = &self.coords[last - k] else {
                 return Err(Unsure);
             };
+            let exchange = self.pair_with_previous[k]
+                || self.pair_with_previous.get(k + 1).copied().unwrap_or(false);
+            if exchange && (at_or_below(path, new) || at_or_below(path, old)) {
+                return Err(Unsure);
+            }
             if at_or_below(path, new) {
                 let mut back = old.clone();
                 back.extend_from_slice(&path[new.len()..]);
@@ -224,7 +249,7 @@ mod tests {
     }
 
     #[test]
-    fn a_loop_is_taken_back_step_by_step_and_a_gone_directory_is_unsure() {
+    fn a_loop_reads_as_exchanges_and_a_gone_directory_is_unsure() {
         let disk = Disk(vec![(1, "/w")]);
         let mut events = vec![ev(bit::CREATE, entry(5, "f"), None)];
         for _ in 0..3 {
@@ -233,9 +258,10 @@ mod tests {
         }
         events.push(dir_rename(entry(1, "p"), entry(1, "q")));
         let mut r = Rewind::new(&events);
-        assert_eq!(r.back_to(0, p("/w/q/d"), &disk), Ok(p("/w/p/d")));
-        assert_eq!(r.back_to(1, p("/w/q/d"), &disk), Ok(p("/w/q/d")));
-        assert_eq!(r.back_to(2, p("/w/q/d"), &disk), Ok(p("/w/p/d")));
+        // `mv p q; mv q p` one after the other reads as an exchange.
+        assert_eq!(r.back_to(0, p("/w/q/d"), &disk), Err(Unsure));
+        assert_eq!(r.back_to(7, p("/w/q/d"), &disk), Ok(p("/w/q/d")));
+        assert_eq!(r.back_to(0, p("/w/r/d"), &disk), Ok(p("/w/r/d")));
         // A rename in a directory gone at the lookup: unknown paths.
         let events = vec![
             ev(bit::CREATE, entry(1, "f"), None),
@@ -245,6 +271,20 @@ mod tests {
         assert_eq!(r.back_to(0, p("/w/b"), &disk), Err(Unsure));
         // No rename after the notification: nothing looked up.
         assert_eq!(r.back_to(1, p("/w/b"), &Disk(Vec::new())), Ok(p("/w/b")));
+    }
+
+    #[test]
+    fn a_path_in_an_exchanged_directory_is_unsure() {
+        let disk = Disk(vec![(1, "/w")]);
+        let events = vec![
+            ev(bit::CREATE, entry(5, "f"), None),
+            dir_rename(entry(1, "a"), entry(1, "b")),
+            dir_rename(entry(1, "b"), entry(1, "a")),
+        ];
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(0, p("/w/a/x"), &disk), Err(Unsure));
+        assert_eq!(r.back_to(0, p("/w/b"), &disk), Err(Unsure));
+        assert_eq!(r.back_to(0, p("/w/c/x"), &disk), Ok(p("/w/c/x")));
     }
 
     #[test]

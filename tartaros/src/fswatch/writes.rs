@@ -61,6 +61,12 @@ impl WriteCounts {
         done
     }
 
+    /// Puts back the counts of a process that exited, under `path`, to be
+    /// taken by the name's removal or at the end (not by the process).
+    pub fn keep(&mut self, path: &str, w: Writes) {
+        self.by_path.entry(path.to_string()).or_default().push(w);
+    }
+
     /// Takes the counts of a process that exited.
     pub fn flush_process(&mut self, tgid: u32) -> Vec<(String, Writes)> {
         let files = self.by_process.remove(&tgid).unwrap_or_default();
