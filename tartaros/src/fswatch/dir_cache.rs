@@ -52,10 +52,26 @@ const ENTRIES: usize = 16_384;
 /// position: what the cache did for every rename before).
 const MOVED_PER_RENAME: usize = 1_024;
 
+/// A cached handle.
+#[derive(Debug, Clone)]
+struct Cached {
+    path: Option<PathBuf>,
+    /// The read it was looked up in.
+    read: u64,
+    /// Notifications of that read read when it was looked up.
+    seen: usize,
+    /// Every notification queued before the lookup was read in that read
+    /// (a read ahead after it found the queue empty): a rename of a later
+    /// read came after the lookup.
+    covered: bool,
+}
+
 #[derive(Debug, Default)]
 pub(super) struct DirCache {
-    /// Each handle's path and the read it was looked up in.
-    by_handle: HashMap<Handle, (Option<PathBuf>, u64)>,
+    /// Each handle's path and when it was looked up.
+    by_handle: HashMap<Handle, Cached>,
+    /// Handles looked up in this read since the last read ahead.
+    uncovered: Vec<Handle>,
     /// The live entries by path bytes (a directory's subtree is the range
     /// from `d/` up to `d0`).
     by_path: BTreeMap<Vec<u8>, Vec<Handle>>,
@@ -81,6 +97,7 @@ impl DirCache {
     /// A new read of notifications is being placed.
     pub fn next_read(&mut self) {
         self.read += 1;
+        self.uncovered.clear();
         while let Some((r, _, _)) = self.recent_order.front() {
             if r + 1 >= self.read {
                 break;
@@ -98,22 +115,26 @@ impl DirCache {
 
     #[cfg(test)]
     pub fn get(&self, handle: &Handle) -> Option<&Option<PathBuf>> {
-        self.by_handle.get(handle).map(|(path, _)| path)
+        self.by_handle.get(handle).map(|c| &c.path)
     }
 
     /// `handle`'s path, and whether it was looked up while placing this
     /// read: it is then the disk's at the end of the read, not the
     /// stream's at the notification being placed (`rewind.rs` takes it
-    /// back).
-    pub fn get_with_read(&self, handle: &Handle) -> Option<(&Option<PathBuf>, bool)> {
+    /// back), with the notifications of the read read by then.
+    pub fn get_with_read(&self, handle: &Handle) -> Option<(&Option<PathBuf>, bool, usize)> {
         self.by_handle
             .get(handle)
-            .map(|(path, read)| (path, *read == self.read))
+            .map(|c| (&c.path, c.read == self.read, c.seen))
     }
 
-    /// The path of `handle` looked up now.
-    pub fn insert(&mut self, handle: Handle, path: Option<PathBuf>) {
-        if let Some((Some(old), _)) = self.by_handle.remove(&handle) {
+    /// The path of `handle` looked up now, with `seen` notifications of
+    /// the read read.
+    pub fn insert(&mut self, handle: Handle, path: Option<PathBuf>, seen: usize) {
+        if let Some(Cached {
+            path: Some(old), ..
+        }) = self.by_handle.remove(&handle)
+        {
             self.unindex(&old, &handle);
         }
         if self.by_handle.len() >= ENTRIES {
@@ -122,7 +143,26 @@ impl DirCache {
         if let Some(p) = &path {
             self.index(p.as_os_str().as_bytes().to_vec(), handle.clone());
         }
-        self.by_handle.insert(handle, (path, self.read));
+        self.uncovered.push(handle.clone());
+        let cached = Cached {
+            path,
+            read: self.read,
+            seen,
+            covered: false,
+        };
+        self.by_handle.insert(handle, cached);
+    }
+
+    /// A read ahead found nothing more queued: every notification queued
+    /// before this read's lookups so far has been read.
+    pub fn cover(&mut self) {
+        for h in std::mem::take(&mut self.uncovered) {
+            if let Some(c) = self.by_handle.get_mut(&h)
+                && c.read == self.read
+            {
+                c.covered = true;
+            }
+        }
     }
 
     pub fn clear(&mut self) {
@@ -133,7 +173,18 @@ impl DirCache {
     /// A directory renamed from `from` to `to` by thread `tid`: the
     /// cached paths at and below `from` move below `to` (see the module's
     /// note on which).
+    #[cfg(test)]
     pub fn renamed(&mut self, from: &Path, to: &Path, tid: u32) {
+        self.renamed_at(from, to, tid, 0);
+    }
+
+    /// [`Self::renamed`], the rename being notification `at` of the read.
+    /// A path looked up in this read before the rename was read is the
+    /// disk's at the lookup: at or below the rename's old path, the
+    /// rename came after the lookup (after it, the directory would have
+    /// been below the new path), so it moves it, and from then on the
+    /// path is the stream's (as one of an older read).
+    pub fn renamed_at(&mut self, from: &Path, to: &Path, tid: u32, at: usize) {
         let (f, t) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
         self.check_previous_lookups(to);
         let mut merged: Vec<Vec<u8>> = self.recent_related(tid, f);
@@ -159,15 +210,24 @@ impl DirCache {
             let mut new = to.as_os_str().as_bytes().to_vec();
             new.extend_from_slice(&path[from_len..]);
             for h in handles {
-                let read = self.by_handle.get(&h).map_or(0, |(_, read)| *read);
-                if read == self.read {
+                let Some(c) = self.by_handle.get_mut(&h) else {
+                    continue;
+                };
+                // A lookup of the read before not followed by an empty
+                // read ahead may have come after this rename.
+                let unsure = c.read + 1 == self.read && !c.covered;
+                if c.read == self.read && at >= c.seen {
+                    c.read = self.read.saturating_sub(1);
+                    c.covered = true;
+                    c.path = Some(PathBuf::from(OsStr::from_bytes(&new)));
+                    self.index(new.clone(), h);
+                } else if c.read == self.read {
                     self.index(path.clone(), h);
-                } else if read + 1 == self.read || moved >= MOVED_PER_RENAME {
+                } else if unsure || moved >= MOVED_PER_RENAME {
                     self.by_handle.remove(&h);
                 } else {
                     moved += 1;
-                    let new_path = PathBuf::from(OsStr::from_bytes(&new));
-                    self.by_handle.insert(h.clone(), (Some(new_path), read));
+                    c.path = Some(PathBuf::from(OsStr::from_bytes(&new)));
                     self.index(new.clone(), h);
                 }
             }
@@ -197,8 +257,11 @@ impl DirCache {
         let mut kept = Vec::new();
         for (path, handles) in self.take_below(to) {
             for h in handles {
-                let read = self.by_handle.get(&h).map_or(0, |(_, read)| *read);
-                if read == previous && previous > 0 {
+                let uncovered = self
+                    .by_handle
+                    .get(&h)
+                    .is_some_and(|c| c.read == previous && !c.covered);
+                if uncovered && previous > 0 {
                     self.unsure.push(path.clone());
                     self.by_handle.remove(&h);
                 } else {
@@ -286,11 +349,11 @@ mod tests {
     #[test]
     fn a_renamed_directory_moves_the_paths_below_it_and_nothing_else() {
         let mut c = DirCache::default();
-        c.insert(h(1), Some("/w/d".into()));
-        c.insert(h(2), Some("/w/d/e".into()));
-        c.insert(h(3), Some("/w/d-x".into()));
-        c.insert(h(4), Some("/w/dz".into()));
-        c.insert(h(5), None);
+        c.insert(h(1), Some("/w/d".into()), usize::MAX);
+        c.insert(h(2), Some("/w/d/e".into()), usize::MAX);
+        c.insert(h(3), Some("/w/d-x".into()), usize::MAX);
+        c.insert(h(4), Some("/w/dz".into()), usize::MAX);
+        c.insert(h(5), None, usize::MAX);
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
@@ -304,7 +367,7 @@ mod tests {
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/g/e"), Path::new("/w/e"), 1);
-        c.insert(h(6), Some("/w/d".into()));
+        c.insert(h(6), Some("/w/d".into()), usize::MAX);
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/e")));
         assert_eq!(path_of(&c, 6), Some(Path::new("/w/d")));
         c.removed(Path::new("/w/g"));
@@ -315,8 +378,8 @@ mod tests {
     #[test]
     fn a_handle_looked_up_again_is_indexed_once_under_its_new_path() {
         let mut c = DirCache::default();
-        c.insert(h(1), Some("/w/a".into()));
-        c.insert(h(1), Some("/w/b".into()));
+        c.insert(h(1), Some("/w/a".into()), usize::MAX);
+        c.insert(h(1), Some("/w/b".into()), usize::MAX);
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/a"), Path::new("/w/x"), 1);
@@ -335,17 +398,21 @@ mod tests {
                 handle_type: 1,
                 bytes: (i as u32).to_le_bytes().to_vec(),
             };
-            c.insert(handle, Some(PathBuf::from(format!("/w/d/{i:05}"))));
+            c.insert(
+                handle,
+                Some(PathBuf::from(format!("/w/d/{i:05}"))),
+                usize::MAX,
+            );
         }
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
-        let kept = c.by_handle.values().filter(|(p, _)| p.is_some()).count();
+        let kept = c.by_handle.values().filter(|c| c.path.is_some()).count();
         assert_eq!(kept, MOVED_PER_RENAME);
         assert!(
             c.by_handle
                 .values()
-                .filter_map(|(p, _)| p.as_ref())
+                .filter_map(|c| c.path.as_ref())
                 .all(|p| p.starts_with("/w/g"))
         );
     }
@@ -356,7 +423,7 @@ mod tests {
         // ended, is in the path already (`mv a b; mv c a`, then `c`'s
         // handle met and looked up as `a`): it stays.
         let mut c = DirCache::default();
-        c.insert(h(1), Some("/w/a".into()));
+        c.insert(h(1), Some("/w/a".into()), usize::MAX);
         c.renamed(Path::new("/w/a"), Path::new("/w/b"), 1);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/a")));
         // Looked up in the read before: it may or may not be; forgotten.
@@ -364,7 +431,7 @@ mod tests {
         c.renamed(Path::new("/w/a"), Path::new("/w/b"), 1);
         assert_eq!(c.get(&h(1)), None);
         // Two reads before: the rename came after the lookup.
-        c.insert(h(2), Some("/w/p".into()));
+        c.insert(h(2), Some("/w/p".into()), usize::MAX);
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
@@ -382,15 +449,15 @@ mod tests {
         // but before `d`'s handle was looked up (as `g`).
         let mut c = DirCache::default();
         c.next_read();
-        c.insert(h(1), Some("/w/g".into()));
-        c.insert(h(2), Some("/w/other".into()));
+        c.insert(h(1), Some("/w/g".into()), usize::MAX);
+        c.insert(h(2), Some("/w/other".into()), usize::MAX);
         c.next_read();
         c.renamed(Path::new("/w/d"), Path::new("/w/g"), 1);
         assert_eq!(c.take_unsure(), vec![b"/w/g".to_vec()]);
         assert_eq!(c.get(&h(1)), None);
         assert_eq!(path_of(&c, 2), Some(Path::new("/w/other")));
         // Looked up in this read: the rename is in it (rewind.rs).
-        c.insert(h(3), Some("/w/x".into()));
+        c.insert(h(3), Some("/w/x".into()), usize::MAX);
         c.renamed(Path::new("/w/y"), Path::new("/w/x"), 1);
         assert!(c.take_unsure().is_empty());
     }
@@ -401,8 +468,8 @@ mod tests {
         // them merged out of order, so what was cached is forgotten.
         for gap in [0, 1] {
             let mut c = DirCache::default();
-            c.insert(h(1), Some("/w/p/d".into()));
-            c.insert(h(2), Some("/w/other".into()));
+            c.insert(h(1), Some("/w/p/d".into()), usize::MAX);
+            c.insert(h(2), Some("/w/other".into()), usize::MAX);
             c.next_read();
             c.next_read();
             c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
@@ -417,7 +484,7 @@ mod tests {
         }
         // Unrelated renames two reads apart are followed.
         let mut c = DirCache::default();
-        c.insert(h(1), Some("/w/p/d".into()));
+        c.insert(h(1), Some("/w/p/d".into()), usize::MAX);
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/x"), Path::new("/w/p"), 1);
@@ -433,11 +500,43 @@ mod tests {
         );
         // Another thread's renames are never merged with these.
         let mut c = DirCache::default();
-        c.insert(h(1), Some("/w/p/d".into()));
+        c.insert(h(1), Some("/w/p/d".into()), usize::MAX);
         c.next_read();
         c.next_read();
         c.renamed(Path::new("/w/p"), Path::new("/w/q"), 1);
         c.renamed(Path::new("/w/q"), Path::new("/w/p"), 2);
         assert_eq!(path_of(&c, 1), Some(Path::new("/w/p/d")));
+    }
+
+    #[test]
+    fn a_lookup_before_a_rename_is_moved_by_it_once_the_order_is_known() {
+        // Looked up with 3 notifications read; the rename is the 5th: it
+        // was read after the lookup, which found the old path: moved.
+        let mut c = DirCache::default();
+        c.next_read();
+        c.insert(h(1), Some("/w/d/sub".into()), 3);
+        c.renamed_at(Path::new("/w/d"), Path::new("/w/e"), 1, 4);
+        assert_eq!(path_of(&c, 1), Some(Path::new("/w/e/sub")));
+        assert_eq!(c.get_with_read(&h(1)).map(|g| g.1), Some(false));
+        // Read before the lookup: the disk's path already has it.
+        c.insert(h(2), Some("/w/x/sub".into()), 3);
+        c.renamed_at(Path::new("/w/x"), Path::new("/w/y"), 1, 2);
+        assert_eq!(path_of(&c, 2), Some(Path::new("/w/x/sub")));
+        // A lookup of the read before: moved when a read ahead found the
+        // queue empty after it (covered), forgotten when not.
+        let mut c = DirCache::default();
+        c.next_read();
+        c.insert(h(1), Some("/w/a/s".into()), 1);
+        c.cover();
+        c.insert(h(2), Some("/w/b/s".into()), 1);
+        c.insert(h(3), Some("/w/new/s".into()), 1);
+        c.next_read();
+        c.renamed_at(Path::new("/w/a"), Path::new("/w/a2"), 1, 0);
+        c.renamed_at(Path::new("/w/b"), Path::new("/w/b2"), 2, 1);
+        assert_eq!(path_of(&c, 1), Some(Path::new("/w/a2/s")));
+        assert_eq!(c.get(&h(2)), None);
+        // At a rename's new path: unsure only when not covered.
+        c.renamed_at(Path::new("/w/old"), Path::new("/w/new"), 3, 2);
+        assert_eq!(c.take_unsure(), vec![b"/w/new/s".to_vec()]);
     }
 }

@@ -148,7 +148,7 @@ impl Join {
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
                 // The name is gone: its writers' counts are final, and
                 // named once the records show whether a link kept the file.
-                let done = self.writes.flush(path, None);
+                let done = self.writes.removed(path);
                 self.relinked.removed(path, n.tid, n.read_ns, done);
             }
         } else if n.mask & bit::RENAME != 0
@@ -172,12 +172,14 @@ impl Join {
     /// exists; `exists` false: the name was removed.
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
-        let place = locate(path, exists, &self.tmpfile_links, &self.relinked);
+        let here = exists && !self.writes.was_removed(path);
+        let place = locate(path, here, &self.tmpfile_links, &self.relinked);
         let path = match &place {
             Place::Linked(to) => {
                 t.insert("written_as", path.to_string());
                 to.as_str()
             }
+            Place::Gone => w.written_at.as_deref().unwrap_or(path), // as written
             _ => path,
         };
         t.insert("path", path.to_string());
@@ -237,9 +239,9 @@ impl Join {
                 self.exited.insert(r.pid, (r.mono_ns, now_ns));
                 self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
-                    // Not there, no removal seen yet (one by a thread not
-                    // placed yet may come): kept until one, or the end.
-                    match locate(&path, true, &self.tmpfile_links, &self.relinked) {
+                    // Not there, no removal seen yet: kept until one (or the end).
+                    let exists = !self.writes.was_removed(&path);
+                    match locate(&path, exists, &self.tmpfile_links, &self.relinked) {
                         Place::Missing => self.writes.keep(&path, w),
                         _ => out.push(self.write_record(&path, &w, true)),
                     }

@@ -23,6 +23,9 @@ const CACHE_ENTRIES: usize = 16_384;
 /// before they could be placed (a busy host's short-lived processes
 /// queue them too, until the ring shows no record will name them).
 const GONE_EXEC_OPENS: usize = 4_096;
+/// Reads ahead allowed while placing one read (each after a directory
+/// handle's lookup; see [`Placement::read_ahead`]).
+const READS_AHEAD: usize = 64;
 
 /// Membership of a thread in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +44,11 @@ pub(super) trait Facts {
     /// The monotonic time now, once the threads of a read are looked up.
     fn now_ns(&self) -> u64 {
         crate::effectlog::mono_now_ns()
+    }
+    /// What was queued since the last read, and whether more may be
+    /// waiting; `None` when this host cannot read ahead.
+    fn read_ahead(&self) -> Option<std::io::Result<(Vec<RawEvent>, bool)>> {
+        None
     }
 }
 
@@ -66,6 +74,13 @@ pub(super) struct Placement {
     /// in it, to take paths looked up now back to it (`rewind.rs`).
     rewind: Rewind,
     at: usize,
+    /// The read's notifications not placed yet, each with when it was
+    /// read; how many were read; how many reads ahead were made.
+    queue: std::collections::VecDeque<(RawEvent, u64)>,
+    seen: usize,
+    reads_ahead: usize,
+    /// The last read ahead said more may be waiting.
+    pub more_ahead: bool,
     /// Sandbox notifications whose path could not be taken back to their
     /// place in the stream: a gap of their own (`verify`: incomplete).
     pub unsure: u64,
@@ -83,6 +98,10 @@ impl Placement {
             unplaced: Vec::new(),
             rewind: Rewind::default(),
             at: 0,
+            queue: std::collections::VecDeque::new(),
+            seen: 0,
+            reads_ahead: 0,
+            more_ahead: false,
             unsure: 0,
         }
     }
@@ -100,8 +119,15 @@ impl Placement {
         let mut gone_exec_opens = Vec::new();
         self.dirs.next_read();
         self.rewind = Rewind::new(&events);
-        for (at, event) in events.iter().enumerate() {
+        self.seen = events.len();
+        self.reads_ahead = 0;
+        self.more_ahead = false;
+        self.queue = events.into_iter().map(|e| (e, now)).collect();
+        let mut at = 0;
+        while let Some((event, read_ns)) = self.queue.pop_front() {
+            let event = &event;
             self.at = at;
+            at += 1;
             if event.mask & bit::OVERFLOW != 0 {
                 // Renames were lost with it: the cache is no longer at
                 // the stream's position.
@@ -154,11 +180,11 @@ impl Placement {
                 }
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
-                    let n = self.notice(event, now, after, facts);
+                    let n = self.notice(event, read_ns, after, facts);
                     self.join.notice(n, task);
                 }
                 Member::Gone => {
-                    let n = self.notice(event, now, after, facts);
+                    let n = self.notice(event, read_ns, after, facts);
                     let in_roots = n.raw.as_deref().is_some_and(|p| {
                         self.roots.iter().any(|r| p.starts_with(r))
                             || self.inherited.iter().any(|f| p == f.as_path())
@@ -276,7 +302,7 @@ impl Placement {
             return;
         }
         match (event.mask & bit::RENAME != 0, raw, new) {
-            (true, Some(from), Some(to)) => self.dirs.renamed(from, to, event.tid),
+            (true, Some(from), Some(to)) => self.dirs.renamed_at(from, to, event.tid, self.at),
             (true, _, _) => self.dirs.clear(),
             _ => {}
         }
@@ -319,12 +345,16 @@ impl Placement {
     /// after the whole read; it is taken back through the read's later
     /// directory renames (`rewind.rs`).
     fn entry_path_at(&mut self, entry: &DirEntry, facts: &dyn Facts) -> (Option<PathBuf>, bool) {
-        let (dir, now) = match self.dirs.get_with_read(&entry.dir) {
-            Some((dir, now)) => (dir.clone(), now),
+        let (dir, now, seen) = match self.dirs.get_with_read(&entry.dir) {
+            Some((dir, now, seen)) => (dir.clone(), now, seen),
             None => {
                 let dir = facts.resolve(&entry.dir);
-                self.dirs.insert(entry.dir.clone(), dir.clone());
-                (dir, true)
+                let seen = self.seen;
+                self.dirs.insert(entry.dir.clone(), dir.clone(), seen);
+                if dir.is_some() && self.read_ahead(facts) {
+                    self.dirs.cover();
+                }
+                (dir, true, seen)
             }
         };
         let Some(mut dir) = dir else {
@@ -332,7 +362,11 @@ impl Placement {
         };
         let mut sure = true;
         if now {
-            match self.rewind.back_to(self.at, dir.clone(), facts) {
+            let alive = || facts.resolve(&entry.dir).is_some();
+            match self
+                .rewind
+                .back_to_looked_up(self.at, dir.clone(), seen, &alive, facts)
+            {
                 Ok(back) => dir = back,
                 Err(_) => sure = false,
             }
@@ -344,6 +378,39 @@ impl Placement {
             Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name))),
             sure,
         )
+    }
+}
+
+impl Placement {
+    /// Reads what was queued since the read being placed, right after a
+    /// directory handle was looked up: the lookup has the disk's path,
+    /// with every rename queued before it, and those queued after the read
+    /// ended were not in hand to take it back through (a rename of the
+    /// next read might have come before or after the lookup: a gap, and
+    /// `mv x$i o$i` named `x$i`'s files `o$i/...`). Read now, they are:
+    /// appended to this read, placed in turn, and taken back through.
+    /// Whether the queue was read empty (every notification queued before
+    /// the lookup is now in hand).
+    fn read_ahead(&mut self, facts: &dyn Facts) -> bool {
+        if self.reads_ahead >= READS_AHEAD {
+            return false;
+        }
+        self.reads_ahead += 1;
+        let (events, more) = match facts.read_ahead() {
+            None => return false,
+            Some(Err(e)) => {
+                eprintln!("tartaros: failed to read file notifications: {e}");
+                self.lost += 1;
+                return false;
+            }
+            Some(Ok(read)) => read,
+        };
+        let read_ns = facts.now_ns();
+        self.rewind.extend(self.seen, &events);
+        self.seen += events.len();
+        self.queue.extend(events.into_iter().map(|e| (e, read_ns)));
+        self.more_ahead = more;
+        !more
     }
 }
 

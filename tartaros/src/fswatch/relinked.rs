@@ -185,6 +185,7 @@ mod tests {
             task,
             count: 1,
             first_ns: 0,
+            written_at: None,
         }]
     }
 

@@ -48,6 +48,8 @@ type Coords = Option<(Vec<u8>, Vec<u8>)>;
 pub(super) struct Rewind {
     /// Position in the read, old entry, new entry.
     renames: Vec<(usize, DirEntry, DirEntry)>,
+    /// The thread of the last rename, to pair it with one read ahead.
+    last_tid: u32,
     /// Whether each rename and the one before it read as an exchange.
     pair_with_previous: Vec<bool>,
     /// Paths of the last renames, computed backward: `coords[j]` is
@@ -64,35 +66,60 @@ pub(super) struct Unsure;
 
 impl Rewind {
     pub fn new(events: &[RawEvent]) -> Self {
+        let mut rewind = Self::default();
+        rewind.extend(0, events);
+        rewind
+    }
+
+    /// More notifications of the same read, read ahead of the placement
+    /// (`place.rs`), the first at position `offset`. The renames' paths
+    /// are computed again: they are taken back through these too.
+    pub fn extend(&mut self, offset: usize, events: &[RawEvent]) {
         let dir_rename = bit::ONDIR | bit::RENAME;
-        let renames = events
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.mask & dir_rename == dir_rename)
-            .filter_map(|(at, e)| Some((at, e.entry.clone()?, e.new_entry.clone()?)))
-            .collect::<Vec<_>>();
-        let pair_with_previous = (0..renames.len())
-            .map(|k| {
-                k > 0 && {
-                    let (i, old, new) = &renames[k];
-                    let (j, old0, new0) = &renames[k - 1];
-                    *j + 1 == *i && events[*i].tid == events[*j].tid && old == new0 && new == old0
-                }
-            })
-            .collect();
-        Self {
-            renames,
-            pair_with_previous,
-            ..Self::default()
+        for (i, e) in events.iter().enumerate() {
+            let (Some(old), Some(new)) = (&e.entry, &e.new_entry) else {
+                continue;
+            };
+            if e.mask & dir_rename != dir_rename {
+                continue;
+            }
+            let at = offset + i;
+            let pair = self.renames.last().is_some_and(|(j, old0, new0)| {
+                *j + 1 == at && self.last_tid == e.tid && old == new0 && new == old0
+            });
+            self.renames.push((at, old.clone(), new.clone()));
+            self.pair_with_previous.push(pair);
+            self.last_tid = e.tid;
         }
+        self.coords.clear();
+        self.disk.clear();
     }
 
     /// `path`, a directory's as the disk had it after this read, as it was
     /// just after the read's notification `at`.
+    #[cfg(test)]
     pub fn back_to(
         &mut self,
         at: usize,
         path: PathBuf,
+        facts: &dyn Facts,
+    ) -> Result<PathBuf, Unsure> {
+        self.back_to_looked_up(at, path, usize::MAX, &|| true, facts)
+    }
+
+    /// [`Self::back_to`] of a path looked up when the first `seen`
+    /// notifications of the read had been read. A rename read after that
+    /// may have come after the lookup: a path at or below its new path was
+    /// then already there, which a rename allows only for an empty
+    /// directory it replaced, so the path is exactly the new one and the
+    /// directory is dead (`alive` says it is not): then it is not vouched
+    /// for. A live one was moved there by the rename.
+    pub fn back_to_looked_up(
+        &mut self,
+        at: usize,
+        path: PathBuf,
+        seen: usize,
+        alive: &dyn Fn() -> bool,
         facts: &dyn Facts,
     ) -> Result<PathBuf, Unsure> {
         let first = self.renames.partition_point(|(i, _, _)| *i <= at);
@@ -101,14 +128,19 @@ impl Rewind {
         }
         self.compute_down_to(first, facts)?;
         let mut bytes = path.as_os_str().as_bytes().to_vec();
-        self.undo(&mut bytes, first)?;
+        let replaced = self.undo(&mut bytes, first, seen)?;
+        if replaced && !alive() {
+            return Err(Unsure);
+        }
         Ok(PathBuf::from(OsStr::from_bytes(&bytes)))
     }
 
     /// Takes `path` back through the renames from `from` on, the last
-    /// first (their paths already computed).
-    fn undo(&mut self, path: &mut Vec<u8>, from: usize) -> Result<(), Unsure> {
+    /// first (their paths already computed); whether a rename read at or
+    /// after position `seen` had exactly `path` as its new path.
+    fn undo(&mut self, path: &mut Vec<u8>, from: usize, seen: usize) -> Result<bool, Unsure> {
         let last = self.renames.len() - 1;
+        let mut replaced = false;
         for k in (from..self.renames.len()).rev() {
             self.work += 1;
             if self.work > WORK_PER_READ {
@@ -123,12 +155,13 @@ impl Rewind {
                 return Err(Unsure);
             }
             if at_or_below(path, new) {
+                replaced |= path.len() == new.len() && self.renames[k].0 >= seen;
                 let mut back = old.clone();
                 back.extend_from_slice(&path[new.len()..]);
                 *path = back;
             }
         }
-        Ok(())
+        Ok(replaced)
     }
 
     /// Computes the paths of `renames[first..]`, backward from the last.
@@ -147,7 +180,7 @@ impl Rewind {
                     break;
                 };
                 let mut bytes = dir.as_os_str().as_bytes().to_vec();
-                self.undo(&mut bytes, k + 1)?;
+                self.undo(&mut bytes, k + 1, usize::MAX)?;
                 ends.push(join(bytes, &entry.name));
             }
             let coords = match <[Vec<u8>; 2]>::try_from(ends) {
@@ -299,5 +332,38 @@ mod tests {
         }
         let mut r = Rewind::new(&events);
         assert_eq!(r.back_to(0, p("/w/b2999/x"), &disk), Err(Unsure));
+    }
+
+    #[test]
+    fn renames_read_ahead_are_taken_back_and_a_replaced_directory_is_unsure() {
+        // Read: creat d/f. Read ahead after d's lookup: mv d g, then an
+        // empty `e` replaced by a rename onto it.
+        let disk = Disk(vec![(1, "/w")]);
+        let mut r = Rewind::new(&[ev(bit::CREATE, entry(2, "f"), None)]);
+        r.extend(1, &[dir_rename(entry(1, "d"), entry(1, "g"))]);
+        assert_eq!(r.back_to(0, p("/w/g"), &disk), Ok(p("/w/d")));
+        r.extend(2, &[dir_rename(entry(1, "x"), entry(1, "e"))]);
+        let dead = || false;
+        let alive = || true;
+        // `e` looked up before the last rename was read: moved there
+        // (alive) or replaced by it (dead: not vouched for).
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e"), 2, &alive, &disk),
+            Ok(p("/w/x"))
+        );
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e"), 2, &dead, &disk),
+            Err(Unsure)
+        );
+        // Below it, the rename came first (it replaces empty ones only).
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e/s"), 2, &dead, &disk),
+            Ok(p("/w/x/s"))
+        );
+        // Read before the lookup: in the disk's path.
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e"), 3, &dead, &disk),
+            Ok(p("/w/x"))
+        );
     }
 }
