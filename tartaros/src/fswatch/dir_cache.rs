@@ -15,7 +15,12 @@
 //! was queued after read `k + 1` started). So a rename leaves a path of
 //! its own read as it is, forgets one of the read before (looked up again
 //! when next met: the disk's position, as every path was before), and
-//! moves older ones. A handle first seen is still looked up now.
+//! moves older ones. A handle first seen is still looked up now. Since the
+//! routine-script pass of round 11, a lookup is followed by a read ahead
+//! (`place.rs`): once that finds the queue empty the lookup is *covered*
+//! (every rename before it is in hand), and a later read's rename moves
+//! it like an older one; a rename read ahead after a lookup that found
+//! its old path moves it too (it came after the lookup).
 //!
 //! The kernel merges a notification with an identical one still queued,
 //! renames included (before Linux's `FANOTIFY_NO_MERGE_EVENTS`): `mv p q;
