@@ -64,6 +64,9 @@ fn a_routine_script_s_log_is_ok_and_names_every_file_as_it_was() {
             if matches!(kind, "create" | "mkdir" | "write") && later_name(dir, path) {
                 wrong.push(format!("named by a later name: {r}"));
             }
+            if r["target"]["not_found"] == true {
+                wrong.push(format!("not found: {r}"));
+            }
         }
         // Each file's writes: one record, named as it was made, deleted.
         let made = (1..=FIRST)
@@ -78,9 +81,10 @@ fn a_routine_script_s_log_is_ok_and_names_every_file_as_it_was() {
                 wrong.push(format!("{path}: not said deleted: {writes:?}"));
             }
         }
+        let gaps: Vec<&Value> = records.iter().filter(|r| r["kind"] == "gap").collect();
         assert!(
             wrong.is_empty() && code == Some(0),
-            "run {run}: verify {code:?} ({line}); {} wrong:\n{}\nstderr: {}",
+            "run {run}: verify {code:?} ({line}); gaps {gaps:?}; {} wrong:\n{}\nstderr: {}",
             wrong.len(),
             wrong.join("\n"),
             stderr(&out)

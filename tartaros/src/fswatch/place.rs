@@ -26,6 +26,10 @@ const GONE_EXEC_OPENS: usize = 4_096;
 /// Reads ahead allowed while placing one read (each after a directory
 /// handle's lookup; see [`Placement::read_ahead`]).
 const READS_AHEAD: usize = 64;
+/// No read ahead while this many notifications wait to be placed: a busy
+/// host's backlog is not pulled into memory a batch per lookup (each read
+/// takes up to `READ_BATCH_BYTES`); the lookups are then uncovered.
+const QUEUED_AHEAD: usize = 16_384;
 
 /// Membership of a thread in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -363,10 +367,20 @@ impl Placement {
         let mut sure = true;
         if now {
             let alive = || facts.resolve(&entry.dir).is_some();
-            match self
-                .rewind
-                .back_to_looked_up(self.at, dir.clone(), seen, &alive, facts)
-            {
+            // A handle not looked up in this read is at the stream's place.
+            let dirs = &self.dirs;
+            let at_stream = |h: &Handle| match dirs.get_with_read(h) {
+                Some((path, false, _)) => path.clone(),
+                _ => None,
+            };
+            match self.rewind.back_to_looked_up(
+                self.at,
+                dir.clone(),
+                seen,
+                &alive,
+                &at_stream,
+                facts,
+            ) {
                 Ok(back) => dir = back,
                 Err(_) => sure = false,
             }
@@ -392,7 +406,7 @@ impl Placement {
     /// Whether the queue was read empty (every notification queued before
     /// the lookup is now in hand).
     fn read_ahead(&mut self, facts: &dyn Facts) -> bool {
-        if self.reads_ahead >= READS_AHEAD {
+        if self.reads_ahead >= READS_AHEAD || self.queue.len() >= QUEUED_AHEAD {
             return false;
         }
         self.reads_ahead += 1;

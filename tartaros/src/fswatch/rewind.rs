@@ -104,7 +104,7 @@ impl Rewind {
         path: PathBuf,
         facts: &dyn Facts,
     ) -> Result<PathBuf, Unsure> {
-        self.back_to_looked_up(at, path, usize::MAX, &|| true, facts)
+        self.back_to_looked_up(at, path, usize::MAX, &|| true, &|_| None, facts)
     }
 
     /// [`Self::back_to`] of a path looked up when the first `seen`
@@ -113,20 +113,25 @@ impl Rewind {
     /// then already there, which a rename allows only for an empty
     /// directory it replaced, so the path is exactly the new one and the
     /// directory is dead (`alive` says it is not): then it is not vouched
-    /// for. A live one was moved there by the rename.
+    /// for. A live one was moved there by the rename. `at_stream` is a
+    /// directory's path at `at` in the stream, when known (the cache's):
+    /// no directory rename comes between `at` and the first rename after
+    /// it, so that rename's directories, gone from the disk (`mv xI oI;
+    /// rm -rf` right after), are where the cache has them.
     pub fn back_to_looked_up(
         &mut self,
         at: usize,
         path: PathBuf,
         seen: usize,
         alive: &dyn Fn() -> bool,
+        at_stream: &dyn Fn(&Handle) -> Option<PathBuf>,
         facts: &dyn Facts,
     ) -> Result<PathBuf, Unsure> {
         let first = self.renames.partition_point(|(i, _, _)| *i <= at);
         if first == self.renames.len() {
             return Ok(path);
         }
-        self.compute_down_to(first, facts)?;
+        self.compute_down_to(first, facts, at_stream)?;
         let mut bytes = path.as_os_str().as_bytes().to_vec();
         let replaced = self.undo(&mut bytes, first, seen)?;
         if replaced && !alive() {
@@ -165,7 +170,12 @@ impl Rewind {
     }
 
     /// Computes the paths of `renames[first..]`, backward from the last.
-    fn compute_down_to(&mut self, first: usize, facts: &dyn Facts) -> Result<(), Unsure> {
+    fn compute_down_to(
+        &mut self,
+        first: usize,
+        facts: &dyn Facts,
+        at_stream: &dyn Fn(&Handle) -> Option<PathBuf>,
+    ) -> Result<(), Unsure> {
         while self.renames.len() - self.coords.len() > first {
             let k = self.renames.len() - self.coords.len() - 1;
             let (_, old, new) = self.renames[k].clone();
@@ -176,11 +186,18 @@ impl Rewind {
                     .entry(entry.dir.clone())
                     .or_insert_with(|| facts.resolve(&entry.dir))
                     .clone();
-                let Some(dir) = dir else {
-                    break;
+                let bytes = match dir {
+                    Some(dir) => {
+                        let mut bytes = dir.as_os_str().as_bytes().to_vec();
+                        self.undo(&mut bytes, k + 1, usize::MAX)?;
+                        bytes
+                    }
+                    None if k == first => match at_stream(&entry.dir) {
+                        Some(dir) => dir.as_os_str().as_bytes().to_vec(),
+                        None => break,
+                    },
+                    None => break,
                 };
-                let mut bytes = dir.as_os_str().as_bytes().to_vec();
-                self.undo(&mut bytes, k + 1, usize::MAX)?;
                 ends.push(join(bytes, &entry.name));
             }
             let coords = match <[Vec<u8>; 2]>::try_from(ends) {
@@ -345,25 +362,51 @@ mod tests {
         r.extend(2, &[dir_rename(entry(1, "x"), entry(1, "e"))]);
         let dead = || false;
         let alive = || true;
+        let none = |_: &Handle| None;
         // `e` looked up before the last rename was read: moved there
         // (alive) or replaced by it (dead: not vouched for).
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 2, &alive, &disk),
+            r.back_to_looked_up(0, p("/w/e"), 2, &alive, &none, &disk),
             Ok(p("/w/x"))
         );
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 2, &dead, &disk),
+            r.back_to_looked_up(0, p("/w/e"), 2, &dead, &none, &disk),
             Err(Unsure)
         );
         // Below it, the rename came first (it replaces empty ones only).
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e/s"), 2, &dead, &disk),
+            r.back_to_looked_up(0, p("/w/e/s"), 2, &dead, &none, &disk),
             Ok(p("/w/x/s"))
         );
         // Read before the lookup: in the disk's path.
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 3, &dead, &disk),
+            r.back_to_looked_up(0, p("/w/e"), 3, &dead, &none, &disk),
             Ok(p("/w/x"))
         );
+    }
+
+    #[test]
+    fn the_first_rename_s_gone_directories_are_taken_where_the_stream_has_them() {
+        // creat x/o; mv b/t/x b/o; rm -rf b: only /w is left on the disk;
+        // the cache has b/t (handle 3) and b (handle 4) at the stream.
+        let disk = Disk(vec![(1, "/w")]);
+        let events = vec![
+            ev(bit::CREATE, entry(2, "o"), None),
+            dir_rename(entry(3, "x"), entry(4, "o")),
+        ];
+        let stream = |h: &Handle| match h.bytes.as_slice() {
+            [3] => Some(p("/w/b/t")),
+            [4] => Some(p("/w/b")),
+            _ => None,
+        };
+        let mut r = Rewind::new(&events);
+        let alive = || true;
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/b/o"), 2, &alive, &stream, &disk),
+            Ok(p("/w/b/t/x"))
+        );
+        // Without the stream's paths: not vouched for.
+        let mut r = Rewind::new(&events);
+        assert_eq!(r.back_to(0, p("/w/b/o"), &disk), Err(Unsure));
     }
 }
