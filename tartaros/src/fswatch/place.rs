@@ -25,7 +25,7 @@ const CACHE_ENTRIES: usize = 16_384;
 const GONE_EXEC_OPENS: usize = 4_096;
 /// Reads ahead allowed while placing one read (each after a directory
 /// handle's lookup; see [`Placement::read_ahead`]).
-const READS_AHEAD: usize = 64;
+const READS_AHEAD: usize = 4_096;
 /// No read ahead while this many notifications wait to be placed: a busy
 /// host's backlog is not pulled into memory a batch per lookup (each read
 /// takes up to `READ_BATCH_BYTES`); the lookups are then uncovered.
