@@ -213,13 +213,19 @@ pub fn hide_sockets(ops: &[MountOp], policy: &Policy, sockets: &[PathBuf]) -> Ve
 /// root from leading to them (the eBPF hook sees the path before symlinks
 /// are followed). Each costs one bind mount, so there is no cap.
 pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf> {
+    listening_paths(proc_net_unix, |path| !policy.is_writable(path))
+}
+
+/// The pathname sockets of a `/proc/net/unix` table that `keep` keeps,
+/// sorted, each once.
+fn listening_paths(proc_net_unix: &str, keep: impl Fn(&Path) -> bool) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = proc_net_unix
         .lines()
         .skip(1)
         .filter_map(|line| line.split_whitespace().nth(7))
         .filter(|path| path.starts_with('/'))
         .map(PathBuf::from)
-        .filter(|path| !policy.is_writable(path))
+        .filter(|path| keep(path))
         .collect();
     paths.sort();
     paths.dedup();
@@ -232,17 +238,9 @@ pub fn host_sockets_to_hide(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf
 /// `--write /tmp`, a tmux server's, an X display's or an editor's socket,
 /// any of which runs commands outside the sandbox (adversarial round 11).
 pub fn host_sockets_in_roots(proc_net_unix: &str, policy: &Policy) -> Vec<PathBuf> {
-    let mut paths: Vec<PathBuf> = proc_net_unix
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .filter(|path| path.starts_with('/'))
-        .map(PathBuf::from)
-        .filter(|path| policy.writable_roots.iter().any(|r| path.starts_with(r)))
-        .collect();
-    paths.sort();
-    paths.dedup();
-    paths
+    listening_paths(proc_net_unix, |path| {
+        policy.writable_roots.iter().any(|r| path.starts_with(r))
+    })
 }
 
 /// The warning for [`host_sockets_in_roots`], naming at most three.
