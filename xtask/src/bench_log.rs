@@ -170,6 +170,22 @@ pub fn run_startup(root: &Path, runs: usize) -> Result<()> {
     startup(&Setup::new(root, runs)?)
 }
 
+/// One binary's plain and `--log` medians: wall time and the workload's CPU.
+fn print_pair([plain, logged]: [Duration; 2], [plain_cpu, logged_cpu]: [Duration; 2]) {
+    println!("  tartaros run                     {:>9.1} ms", ms(plain));
+    println!(
+        "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
+        ms(logged),
+        (ms(logged) / ms(plain) - 1.0) * 100.0
+    );
+    println!(
+        "  workload CPU time (user+sys, its own processes): {:.1} ms, with --log {:.1} ms ({:+.1}%: the capture in the kernel; the rest of the wall-time overhead is start-up and the supervisor's work)",
+        ms(plain_cpu),
+        ms(logged_cpu),
+        (ms(logged_cpu) / ms(plain_cpu) - 1.0) * 100.0
+    );
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -254,18 +270,7 @@ fn overhead(setup: &Setup) -> Result<()> {
         "log: 20,000 create/write/unlink cycles + 2,000 execs on a new ext4 filesystem each, median of {runs} (strace: of 3)"
     );
     println!("  bare workload                    {:>9.1} ms", ms(bare));
-    println!("  tartaros run                     {:>9.1} ms", ms(plain));
-    println!(
-        "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
-        ms(logged),
-        (ms(logged) / ms(plain) - 1.0) * 100.0
-    );
-    println!(
-        "  workload CPU time (user+sys, its own processes): {:.1} ms, with --log {:.1} ms ({:+.1}%: the capture in the kernel; the rest of the wall-time overhead is start-up and the supervisor's work)",
-        ms(plain_cpu),
-        ms(logged_cpu),
-        (ms(logged_cpu) / ms(plain_cpu) - 1.0) * 100.0
-    );
+    print_pair([plain, logged], [plain_cpu, logged_cpu]);
     println!(
         "  strace -f -o (no sandbox)        {:>9.1} ms   overhead of strace {:+.1}%",
         ms(strace),
@@ -275,18 +280,7 @@ fn overhead(setup: &Setup) -> Result<()> {
         let [plain, logged] = base_samples.map(median);
         let [plain_cpu, logged_cpu] = base_cpu.map(median);
         println!("  baseline binary {}:", base.display());
-        println!("  tartaros run                     {:>9.1} ms", ms(plain));
-        println!(
-            "  tartaros run --log               {:>9.1} ms   overhead of --log {:+.1}%",
-            ms(logged),
-            (ms(logged) / ms(plain) - 1.0) * 100.0
-        );
-        println!(
-            "  workload CPU time: {:.1} ms, with --log {:.1} ms ({:+.1}%)",
-            ms(plain_cpu),
-            ms(logged_cpu),
-            (ms(logged_cpu) / ms(plain_cpu) - 1.0) * 100.0
-        );
+        print_pair([plain, logged], [plain_cpu, logged_cpu]);
     }
 
     Ok(())
