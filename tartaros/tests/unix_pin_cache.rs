@@ -197,6 +197,17 @@ fn run_cgroup(pid: u32) -> PathBuf {
         .expect("the run's cgroup")
 }
 
+/// The run ids with an entry in any of the per-run maps of the cache.
+fn entries(dir: &Path) -> Vec<u64> {
+    let mut ids: Vec<u64> = ["map_RUNS", "map_UNIX_ALLOW", "map_EVENTS_LOST"]
+        .iter()
+        .flat_map(|map| keys(&obj_get(&dir.join(map))))
+        .collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
 fn inode(path: &Path) -> u64 {
     std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(path).unwrap())
 }
@@ -222,8 +233,7 @@ fn plain_runs_reuse_checked_pins_and_leave_nothing_after_cache_drop() {
     denied(&run_once(&host_path));
     let dir = cache_dir().expect("the first run pinned its programs");
     let pinned = obj_id(&obj_get(&dir.join("prog_unix_connect")));
-    let runs = obj_get(&dir.join("map_RUNS"));
-    assert!(keys(&runs).is_empty(), "the run left entries");
+    assert!(entries(&dir).is_empty(), "the run left entries");
 
     // 2. The second attaches the pinned programs and still refuses.
     let work = Dir::new();
@@ -233,15 +243,15 @@ fn plain_runs_reuse_checked_pins_and_leave_nothing_after_cache_drop() {
     let cgroup = run_cgroup(child.id());
     assert_eq!(attached_unix_connect(&cgroup), vec![pinned]);
     assert_eq!(
-        keys(&runs),
+        entries(&dir),
         vec![inode(&cgroup)],
-        "its entry, keyed by its cgroup"
+        "its entries, keyed by its cgroup"
     );
     std::fs::write(&go, "").unwrap();
     let out = child.wait_with_output().unwrap();
     denied(&out);
     assert!(!stderr(&out).contains("cached"), "{}", stderr(&out));
-    assert!(keys(&runs).is_empty(), "the run left entries");
+    assert!(entries(&dir).is_empty(), "the run left entries");
     assert!(host.accept().is_err(), "the host socket got a connection");
 
     // 3. A swapped program pin is detected: warned, removed, replaced.
@@ -282,9 +292,12 @@ fn plain_runs_reuse_checked_pins_and_leave_nothing_after_cache_drop() {
         eventually(30, || !cgroup.exists()),
         "the killed run's cgroup stayed"
     );
-    assert_eq!(keys(&runs), vec![id], "the killed run's entry is left");
+    assert_eq!(entries(&dir), vec![id], "the killed run's entries are left");
     denied(&run_once(&host_path));
-    assert!(keys(&runs).is_empty(), "the stale entry was not removed");
+    assert!(
+        entries(&dir).is_empty(),
+        "the stale entries were not removed"
+    );
 
     // 6. `cache drop` leaves nothing mounted and nothing behind.
     drop(runs);
