@@ -411,7 +411,7 @@ pub fn drop_cache() -> Result<bool, PinCacheError> {
         return Ok(false);
     }
     let lock = lock()?;
-    while pin_sys::is_bpffs(root) {
+    if root.exists() {
         pin_sys::unmount(root).map_err(io("unmount", root))?;
     }
     match std::fs::remove_dir(root) {

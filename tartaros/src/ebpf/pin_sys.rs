@@ -178,31 +178,56 @@ pub(super) fn is_bpffs(path: &Path) -> bool {
         .is_ok_and(|fs| fs.filesystem_type().0 as libc::c_long == BPF_FS_MAGIC)
 }
 
-/// Mounts a bpffs of its own (only root may enter it) at `path`, private,
-/// so that no other mount namespace copied later gets it.
+/// Mounts a bpffs of its own (only root may enter it) at `path`, so that
+/// it propagates to no other mount namespace: `path` is first bound onto
+/// itself and made private, and the bpffs mounted on that bind. (Made
+/// private after the fact, a bpffs mounted under a shared `/run` would
+/// already have been copied into its peers and slaves, which would keep
+/// the pinned programs alive after a `cache drop`.)
 pub(super) fn mount_bpffs(path: &Path) -> io::Result<()> {
     use nix::mount::MsFlags;
     nix::mount::mount(
-        Some("bpf"),
+        Some(path),
         path,
-        Some("bpf"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        Some("mode=0700"),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
     )?;
-    nix::mount::mount(
+    let mounted = nix::mount::mount(
         None::<&str>,
         path,
         None::<&str>,
         MsFlags::MS_PRIVATE,
         None::<&str>,
-    )?;
+    )
+    .and_then(|()| {
+        nix::mount::mount(
+            Some("bpf"),
+            path,
+            Some("bpf"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0700"),
+        )
+    });
+    if let Err(e) = mounted {
+        let _ = nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH);
+        return Err(e.into());
+    }
     Ok(())
 }
 
-/// Unmounts `path` (lazily: a run still opening a pin keeps its handle).
+/// Unmounts every bpffs at `path`, then the private bind under them
+/// ([`mount_bpffs`]); lazily, so a run still opening a pin keeps its
+/// descriptors.
 pub(super) fn unmount(path: &Path) -> io::Result<()> {
-    nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)?;
-    Ok(())
+    while is_bpffs(path) {
+        nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH)?;
+    }
+    match nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH) {
+        // Not a mount point (no bind under it).
+        Ok(()) | Err(nix::errno::Errno::EINVAL) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Whether the cgroup of id `id` still exists, asked through any open
