@@ -18,7 +18,9 @@
 //!
 //! Every program is attached with a BPF link. A link lives as long as its
 //! file descriptor: dropping [`CgroupPrograms`], or the supervisor dying,
-//! detaches the programs; nothing is pinned.
+//! detaches the programs; no link is pinned. (A plain root run's unix
+//! programs and their maps are pinned, unattached, in the pin cache:
+//! `pin_cache.rs`.)
 //!
 //! Attach the programs *before* any process joins the cgroup: they are
 //! attached one after another, and a process already inside could use the
