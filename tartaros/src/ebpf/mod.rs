@@ -254,35 +254,16 @@ pub fn attach_preloaded(
         drop(prepared);
         prepared = preload::prepare(options, Some(level))?;
     }
-    let preload::Prepared {
-        layout,
-        mut object,
-        loaded,
-        started,
-        pins,
-    } = prepared;
-    let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
-    if let pin_cache::Pins::Reused { .. } = pins {
-        // Shared with other runs: its level was checked; entries of runs
-        // whose cgroup is gone are removed.
-        pin_cache::sweep(&mut object, std::os::fd::AsFd::as_fd(&cgroup));
-    } else {
-        load::set_run_level(&mut object, level)?;
+    let reused = matches!(prepared.pins, pin_cache::Pins::Reused { .. });
+    match attach_steps::attach_prepared(prepared, cgroup_dir, options, level) {
+        // The shared maps of the cache are full (`MAX_RUNS` runs at once)
+        // or refused this run: it gets programs and maps of its own.
+        Err(_) if reused => {
+            let fresh = preload::prepare(options, None)?;
+            attach_steps::attach_prepared(fresh, cgroup_dir, options, level)
+        }
+        attached => attached,
     }
-    // Attached before the run is registered, while the prepared ring is
-    // mapped. The init already works in the cgroup, but makes no socket
-    // (which the programs would refuse until the run is registered) before
-    // the late part of its plan, which comes after this (init.rs).
-    let transparent = options.transparent_port.is_some();
-    let attached = attach_steps::link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
-    if let pin_cache::Pins::Populate { level } = pins {
-        // Best effort: without a cache the next run loads afresh too.
-        let _ = pin_cache::populate(&object, &loaded, level);
-    }
-    drop(loaded);
-    // On a failure the links, dropped, detach the programs.
-    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
-    attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)
 }
 
 /// Starts making the capture's ring buffer of `bytes` ready on a thread,
