@@ -174,9 +174,8 @@ fn run_once(host: &Path) -> Output {
     agent(&work, host, None).output().unwrap()
 }
 
-/// The cgroup of the run whose supervisor is `pid` (`tartaros-<pid>-...`).
-fn run_cgroup(pid: u32) -> PathBuf {
-    let prefix = format!("tartaros-{pid}-");
+/// Where runs of this process make their cgroups (its own v2 cgroup).
+fn run_parent() -> PathBuf {
     let root = cgroup2_root().expect("a cgroup2 mount");
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
     let own = own
@@ -185,8 +184,13 @@ fn run_cgroup(pid: u32) -> PathBuf {
         .unwrap()
         .trim_start_matches('/')
         .to_owned();
-    let parent = root.join(own);
-    std::fs::read_dir(&parent)
+    root.join(own)
+}
+
+/// The cgroup of the run whose supervisor is `pid` (`tartaros-<pid>-...`).
+fn run_cgroup(pid: u32) -> PathBuf {
+    let prefix = format!("tartaros-{pid}-");
+    std::fs::read_dir(run_parent())
         .unwrap()
         .flatten()
         .map(|e| e.path())
@@ -206,6 +210,52 @@ fn entries(dir: &Path) -> Vec<u64> {
     ids.sort_unstable();
     ids.dedup();
     ids
+}
+
+/// `MAX_RUNS` empty cgroups, each with an entry in `RUNS`; the cgroups
+/// are removed on drop.
+struct Fill {
+    cgroups: Vec<PathBuf>,
+}
+
+impl Fill {
+    fn new(runs: &OwnedFd) -> Self {
+        let parent = run_parent();
+        let value = vec![0u8; value_size(runs)];
+        let cgroups: Vec<PathBuf> = (0..1024)
+            .map(|i| parent.join(format!("pin-cache-fill-{}-{i}", std::process::id())))
+            .collect();
+        let fill = Fill { cgroups };
+        for cgroup in &fill.cgroups {
+            std::fs::create_dir(cgroup).unwrap();
+            let key = inode(cgroup);
+            let mut attr = [0u8; 128];
+            attr[0..4].copy_from_slice(&(runs.as_raw_fd() as u32).to_le_bytes());
+            attr[8..16].copy_from_slice(&(std::ptr::from_ref(&key) as u64).to_le_bytes());
+            attr[16..24].copy_from_slice(&(value.as_ptr() as u64).to_le_bytes());
+            bpf(2, &mut attr).expect("fill RUNS");
+        }
+        fill
+    }
+}
+
+impl Drop for Fill {
+    fn drop(&mut self) {
+        for cgroup in &self.cgroups {
+            let _ = std::fs::remove_dir(cgroup);
+        }
+    }
+}
+
+/// The value size of map `map`.
+fn value_size(map: &OwnedFd) -> usize {
+    let mut info = [0u8; 16];
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_le_bytes());
+    attr[4..8].copy_from_slice(&16u32.to_le_bytes());
+    attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_le_bytes());
+    bpf(15, &mut attr).expect("map info");
+    u32::from_le_bytes(info[12..16].try_into().unwrap()) as usize
 }
 
 fn inode(path: &Path) -> u64 {
@@ -299,7 +349,23 @@ fn plain_runs_reuse_checked_pins_and_leave_nothing_after_cache_drop() {
         "the stale entries were not removed"
     );
 
-    // 6. `cache drop` leaves nothing mounted and nothing behind.
+    // 6. With the shared maps full of live runs (1,024 cgroups that
+    // exist), a run gets programs of its own, still refuses, and leaves
+    // the others' entries; once those cgroups are gone, the next run
+    // removes them all.
+    let fill = Fill::new(&runs);
+    let out = run_once(&host_path);
+    denied(&out);
+    assert!(!stderr(&out).contains("cached"), "{}", stderr(&out));
+    assert_eq!(keys(&runs).len(), fill.cgroups.len());
+    drop(fill);
+    denied(&run_once(&host_path));
+    assert!(
+        entries(&dir).is_empty(),
+        "the stale entries were not removed"
+    );
+
+    // 7. `cache drop` leaves nothing mounted and nothing behind.
     drop(runs);
     drop_cache();
     assert!(!mounted(), "the bpffs is still mounted");
