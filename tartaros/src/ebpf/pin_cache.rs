@@ -336,8 +336,8 @@ pub(super) fn populate(
     if dir.exists() {
         return Ok(());
     }
+    remove_abandoned(root);
     let temporary = root.join(format!("tmp_{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&temporary);
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(&temporary)
@@ -348,6 +348,25 @@ pub(super) fn populate(
         let _ = std::fs::remove_dir_all(&temporary);
     }
     pinned
+}
+
+/// Removes the temporary directories of supervisors that died while
+/// pinning (and this process's own, of an earlier attempt). Under the
+/// lock, so none is being filled.
+fn remove_abandoned(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("tmp_")) else {
+            continue;
+        };
+        let own = pid == std::process::id().to_string();
+        if own || !Path::new("/proc").join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 fn pin_all(
