@@ -49,7 +49,7 @@ fn run() -> Result<(), String> {
                 dst.display()
             )
         })?;
-        return Ok(());
+        return write_digest(&dst);
     }
 
     let manifest_dir =
@@ -134,7 +134,20 @@ fn run() -> Result<(), String> {
     let obj = target_dir.join(BPF_TARGET).join("release").join(EBPF_BIN);
     std::fs::copy(&obj, &dst)
         .map_err(|e| format!("failed to copy {} to {}: {e}", obj.display(), dst.display()))?;
-    Ok(())
+    write_digest(&dst)
+}
+
+/// Writes the SHA-256 of the embedded object beside it (`<object>.sha256`,
+/// hex): the pin cache names its directory by it (`ebpf/pin_cache.rs`)
+/// without hashing 800 KB on every run.
+fn write_digest(object: &Path) -> Result<(), String> {
+    use sha2::Digest as _;
+    let bytes =
+        std::fs::read(object).map_err(|e| format!("failed to read {}: {e}", object.display()))?;
+    let digest = sha2::Sha256::digest(&bytes);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = object.with_extension("sha256");
+    std::fs::write(&path, hex).map_err(|e| format!("failed to write {}: {e}", path.display()))
 }
 
 /// Architecture the BPF programs are written for (selects aya-ebpf's

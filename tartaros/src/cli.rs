@@ -50,6 +50,9 @@ pub enum Command {
     /// Verify or read an effect log.
     #[command(subcommand)]
     Log(LogCommand),
+    /// Manage what runs leave on the host to start faster.
+    #[command(subcommand)]
+    Cache(crate::cli_extra::CacheCommand),
 }
 
 #[derive(Debug, Args)]
@@ -127,6 +130,7 @@ pub fn main(args: Vec<std::ffi::OsString>) -> i32 {
             Err(e) => fail(exit::START_FAILURE, e),
         },
         Command::Log(command) => crate::effectlog::reader_cli::run(command),
+        Command::Cache(command) => crate::cli_extra::cache(&command),
     }
 }
 

@@ -20,6 +20,12 @@ pub struct DoctorArgs {
     pub clean: bool,
 }
 
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum CacheCommand {
+    /// Unmount and remove the verified unix programs pinned in /run/tartaros/bpf.
+    Drop,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct CompletionsArgs {
     /// bash, zsh, fish, elvish or powershell.
@@ -120,6 +126,20 @@ pub fn doctor(args: &DoctorArgs) -> i32 {
             crate::warn::say(format_args!("failed to write the doctor report: {e}"));
             1
         }
+    }
+}
+
+/// `tartaros cache drop`: the next plain root run loads its programs
+/// afresh (and pins them again).
+pub fn cache(command: &CacheCommand) -> i32 {
+    match command {
+        CacheCommand::Drop => match crate::ebpf::drop_cache() {
+            Ok(_) => 0,
+            Err(e) => {
+                crate::warn::say(format_args!("{e}"));
+                1
+            }
+        },
     }
 }
 

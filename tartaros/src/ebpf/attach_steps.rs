@@ -58,6 +58,46 @@ pub(super) fn finish(
     Ok(programs)
 }
 
+/// Attaches what was prepared (a run's own object, or the pin cache's)
+/// to the cgroup `cgroup_dir` of level `level` and registers the run.
+pub(super) fn attach_prepared(
+    prepared: super::preload::Prepared,
+    cgroup_dir: &Path,
+    options: &AttachOptions,
+    level: u32,
+) -> Result<CgroupPrograms, EbpfError> {
+    use super::pin_cache::{self, Pins};
+    let super::preload::Prepared {
+        layout,
+        mut object,
+        loaded,
+        started,
+        pins,
+    } = prepared;
+    let (cgroup, cgroup_id) = open_cgroup(cgroup_dir)?;
+    if let Pins::Reused { .. } = pins {
+        // Shared with other runs: its level was checked; entries of runs
+        // whose cgroup is gone are removed.
+        pin_cache::sweep(&mut object, cgroup.as_fd());
+    } else {
+        load::set_run_level(&mut object, level)?;
+    }
+    // Attached before the run is registered, while the prepared ring is
+    // mapped. The init already works in the cgroup, but makes no socket
+    // (which the programs would refuse until the run is registered) before
+    // the late part of its plan, which comes after this (init.rs).
+    let transparent = options.transparent_port.is_some();
+    let attached = link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
+    if let Pins::Populate { level } = pins {
+        // Best effort: without a cache the next run loads afresh too.
+        let _ = pin_cache::populate(&object, &loaded, level);
+    }
+    drop(loaded);
+    // On a failure the links, dropped, detach the programs.
+    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
+    finish(object, run, ring, attached, cgroup_dir, options, started)
+}
+
 /// How often the kernel skipped any of `tracing` (`recursion_misses`);
 /// `None` when a counter cannot be read.
 pub(super) fn skipped(tracing: &[OwnedFd]) -> Option<u64> {

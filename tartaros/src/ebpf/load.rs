@@ -75,6 +75,11 @@ impl Object {
         self.maps.iter().find(|m| m.name == name).map(|m| m.fd)
     }
 
+    /// The frozen `.rodata`'s descriptor (what the pin cache pins).
+    pub(super) fn rodata_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.rodata.as_ref().map(|fd| fd.as_fd())
+    }
+
     /// Every map's name and descriptor (what a service worker is given).
     pub(super) fn map_fds(&self) -> impl Iterator<Item = (&str, RawFd)> {
         self.maps.iter().map(|m| (m.name.as_str(), m.fd))
@@ -123,7 +128,7 @@ impl Object {
 }
 
 /// The name the kernel keeps for a map (see `rawprog::create_map`).
-fn short_name(name: &str) -> String {
+pub(super) fn short_name(name: &str) -> String {
     name.chars()
         .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
         .take(15)

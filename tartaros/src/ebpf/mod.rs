@@ -18,7 +18,9 @@
 //!
 //! Every program is attached with a BPF link. A link lives as long as its
 //! file descriptor: dropping [`CgroupPrograms`], or the supervisor dying,
-//! detaches the programs; nothing is pinned.
+//! detaches the programs; no link is pinned. (A plain root run's unix
+//! programs and their maps are pinned, unattached, in the pin cache:
+//! `pin_cache.rs`.)
 //!
 //! Attach the programs *before* any process joins the cgroup: they are
 //! attached one after another, and a process already inside could use the
@@ -41,6 +43,10 @@ mod kbtf;
 mod layout_cache;
 mod load;
 mod original_dst;
+mod pin_cache;
+mod pin_checks;
+mod pin_sys;
+pub use pin_cache::{PIN_LOCK, PIN_ROOT, PinCacheError, drop_cache};
 mod preload;
 pub use preload::{Preload, preload};
 mod program_types;
@@ -66,6 +72,8 @@ pub use tartaros_common::{AllowKey, ConnectEvent, SavedDst, TransparentKey, kind
 
 /// The eBPF object, embedded at build time.
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tartaros"));
+/// Its SHA-256 (hex), written by `build.rs`: names the pin cache.
+static EBPF_DIGEST: &str = include_str!(concat!(env!("OUT_DIR"), "/tartaros.sha256"));
 
 /// Names of the filter programs in the object.
 pub const SOCK_ADDR_PROGRAMS: [&str; 4] = ["connect4", "connect6", "sendmsg4", "sendmsg6"];
@@ -236,28 +244,26 @@ pub fn attach_preloaded(
     if let Some(result) = shared::register_adopted(cgroup_dir, options, started) {
         return result;
     }
-    let prepared = match preload.and_then(|p| p.take(options)) {
+    let level = load::cgroup_level(cgroup_dir);
+    let mut prepared = match preload.and_then(|p| p.take(options)) {
         Some(prepared) => prepared?,
-        None => preload::prepare(options)?,
+        None => preload::prepare(options, Some(level))?,
     };
-    let preload::Prepared {
-        layout,
-        mut object,
-        loaded,
-        started,
-    } = prepared;
-    let (cgroup, cgroup_id) = attach_steps::open_cgroup(cgroup_dir)?;
-    load::set_run_level(&mut object, load::cgroup_level(cgroup_dir))?;
-    // Attached before the run is registered, while the prepared ring is
-    // mapped. The init already works in the cgroup, but makes no socket
-    // (which the programs would refuse until the run is registered) before
-    // the late part of its plan, which comes after this (init.rs).
-    let transparent = options.transparent_port.is_some();
-    let attached = attach_steps::link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
-    drop(loaded);
-    // On a failure the links, dropped, detach the programs.
-    let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
-    attach_steps::finish(object, run, ring, attached, cgroup_dir, options, started)
+    if prepared.pins.level().is_some_and(|l| l != level) {
+        // The cache was opened for another level than the cgroup has.
+        drop(prepared);
+        prepared = preload::prepare(options, Some(level))?;
+    }
+    let reused = matches!(prepared.pins, pin_cache::Pins::Reused { .. });
+    match attach_steps::attach_prepared(prepared, cgroup_dir, options, level) {
+        // The shared maps of the cache are full (`MAX_RUNS` runs at once)
+        // or refused this run: it gets programs and maps of its own.
+        Err(_) if reused => {
+            let fresh = preload::prepare(options, None)?;
+            attach_steps::attach_prepared(fresh, cgroup_dir, options, level)
+        }
+        attached => attached,
+    }
 }
 
 /// Starts making the capture's ring buffer of `bytes` ready on a thread,

@@ -7,6 +7,7 @@
 use std::thread::JoinHandle;
 use std::time::Instant;
 
+use super::pin_cache::{self, Pins};
 use super::{AttachOptions, EbpfError, attach_steps, kbtf, load, shared};
 
 /// Programs being loaded for a run of some [`AttachOptions`]
@@ -23,6 +24,8 @@ pub(super) struct Prepared {
     pub object: load::Object,
     pub loaded: load::Loaded,
     pub started: Instant,
+    /// Whether the programs came from the pin cache, or are to be pinned.
+    pub pins: Pins,
 }
 
 /// Starts loading what `options` asks for, on a thread. `None` when this
@@ -35,7 +38,14 @@ pub fn preload(options: &AttachOptions) -> Option<Preload> {
     let wanted = options.clone();
     let thread = std::thread::Builder::new()
         .name("ebpf-preload".into())
-        .spawn(move || prepare(&wanted))
+        .spawn(move || {
+            // The cache is per level: the run's cgroup will be one below
+            // ours (the attach checks, and starts afresh if not).
+            let level = pin_cache::eligible(&wanted)
+                .then(pin_cache::predicted_level)
+                .flatten();
+            prepare(&wanted, level)
+        })
         .ok()?;
     Some(Preload {
         options: options.clone(),
@@ -60,9 +70,25 @@ impl Preload {
 }
 
 /// Everything of an attach that needs no cgroup, in the attach's order.
-pub(super) fn prepare(options: &AttachOptions) -> Result<Prepared, EbpfError> {
+/// With `level` (that of the run's cgroup), a plain root run's programs
+/// come from the pin cache when it holds them (`pin_cache.rs`).
+pub(super) fn prepare(options: &AttachOptions, level: Option<u32>) -> Result<Prepared, EbpfError> {
     let started = Instant::now();
     let layout = attach_steps::check(options)?;
+    let mut pins = Pins::Off;
+    if let Some(level) = level.filter(|_| pin_cache::eligible(options)) {
+        let (cached, state) = pin_cache::take(options, level);
+        pins = state;
+        if let Some((object, loaded)) = cached {
+            return Ok(Prepared {
+                layout,
+                object,
+                loaded,
+                started,
+                pins,
+            });
+        }
+    }
     let programs = attach_steps::program_names(options.features(), layout.as_ref());
     let maps = load::maps_used(&programs)?;
     let mut object = load::load_object(Some(options), Some(&maps))?;
@@ -75,5 +101,6 @@ pub(super) fn prepare(options: &AttachOptions) -> Result<Prepared, EbpfError> {
         object,
         loaded,
         started,
+        pins,
     })
 }

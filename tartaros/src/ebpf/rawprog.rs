@@ -52,7 +52,7 @@ const BPF_MAP_FREEZE: libc::c_long = 22;
 const BPF_LINK_CREATE: libc::c_long = 28;
 /// Size of the `union bpf_attr` buffer handed to the kernel (larger than
 /// every member used; the kernel requires the tail to be zero).
-const ATTR_BYTES: usize = 144;
+pub(super) const ATTR_BYTES: usize = 144;
 
 /// Errors of this module, wrapped by `EbpfError`.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +90,7 @@ pub enum RawError {
     Map { map: String, source: std::io::Error },
 }
 
-fn bpf(cmd: libc::c_long, attr: &mut [u8; ATTR_BYTES]) -> std::io::Result<libc::c_long> {
+pub(super) fn bpf(cmd: libc::c_long, attr: &mut [u8; ATTR_BYTES]) -> std::io::Result<libc::c_long> {
     // SAFETY: `attr` is a zero-initialised `union bpf_attr` of ATTR_BYTES
     // bytes that outlives the call; the kernel reads (and for some
     // commands writes) at most that many bytes.
@@ -109,12 +109,12 @@ fn bpf(cmd: libc::c_long, attr: &mut [u8; ATTR_BYTES]) -> std::io::Result<libc::
     }
 }
 
-fn put(attr: &mut [u8; ATTR_BYTES], off: usize, bytes: &[u8]) {
+pub(super) fn put(attr: &mut [u8; ATTR_BYTES], off: usize, bytes: &[u8]) {
     attr[off..off + bytes.len()].copy_from_slice(bytes);
 }
 
 /// Takes ownership of a descriptor a successful bpf(2) call returned.
-fn owned(fd: libc::c_long) -> OwnedFd {
+pub(super) fn owned(fd: libc::c_long) -> OwnedFd {
     // SAFETY: the kernel just returned this fd and nothing else owns it.
     unsafe { OwnedFd::from_raw_fd(fd as RawFd) }
 }

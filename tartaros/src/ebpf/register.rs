@@ -211,6 +211,21 @@ pub(super) fn registered_ids(object: &mut Object) -> Vec<u64> {
     }
 }
 
+/// The ids of every run with an entry in `RUNS`, `UNIX_ALLOW` or
+/// `EVENTS_LOST` (a run killed while registering may have some alone).
+pub(super) fn entry_ids(object: &mut Object) -> std::collections::BTreeSet<u64> {
+    let mut ids: std::collections::BTreeSet<u64> = registered_ids(object).into_iter().collect();
+    if let Ok(unix) = hash::<UnixAllow>(object, tartaros_common::MAP_UNIX_ALLOW) {
+        ids.extend(unix.keys().filter_map(Result::ok));
+    }
+    if let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS_LOST)
+        && let Ok(lost) = PerCpuHashMap::<_, u64, [u64; LOST_SLOTS]>::try_from(map)
+    {
+        ids.extend(lost.keys().filter_map(Result::ok));
+    }
+    ids
+}
+
 /// Removes run `id`'s entries, whatever they are: for a run whose
 /// supervisor died without leaving. Its grants are found by their key;
 /// its ring is taken out of `EVENTS` too with `ring` (a grace period).
