@@ -47,7 +47,7 @@ pub(super) struct Join {
     /// joined (every notification of the process was read by then). A pid
     /// is reused (the agent can wrap the host's in seconds): a later
     /// process of that pid is not the one that exited.
-    exited: HashMap<u32, (u64, u64)>,
+    pub(super) exited: HashMap<u32, (u64, u64)>,
     /// Threads with a call on a descriptor of a shared fd table, whose
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
@@ -148,7 +148,7 @@ impl Join {
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
                 // The name is gone: its writers' counts are final, and
                 // named once the records show whether a link kept the file.
-                let done = self.writes.flush(path, None);
+                let done = self.writes.removed(path);
                 self.relinked.removed(path, n.tid, n.read_ns, done);
             }
         } else if n.mask & bit::RENAME != 0
@@ -172,12 +172,14 @@ impl Join {
     /// exists; `exists` false: the name was removed.
     fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
         let mut t = Target::new();
-        let place = locate(path, exists, &self.tmpfile_links, &self.relinked);
+        let here = exists && !self.writes.was_removed(path);
+        let place = locate(path, here, &self.tmpfile_links, &self.relinked);
         let path = match &place {
             Place::Linked(to) => {
                 t.insert("written_as", path.to_string());
                 to.as_str()
             }
+            Place::Gone => w.written_at.as_deref().unwrap_or(path), // as written
             _ => path,
         };
         t.insert("path", path.to_string());
@@ -190,6 +192,7 @@ impl Join {
         match place {
             Place::Gone => t.insert("deleted", true),
             Place::Unknown => t.insert("links_forgotten", true),
+            Place::Missing => t.insert("not_found", true),
             Place::Linked(_) | Place::Here => {}
         }
         if !self.tasks.contains_key(&w.task.tgid) {
@@ -236,7 +239,12 @@ impl Join {
                 self.exited.insert(r.pid, (r.mono_ns, now_ns));
                 self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
-                    out.push(self.write_record(&path, &w, true));
+                    // Not there, no removal seen yet: kept until one (or the end).
+                    let exists = !self.writes.was_removed(&path);
+                    match locate(&path, exists, &self.tmpfile_links, &self.relinked) {
+                        Place::Missing => self.writes.keep(&path, w),
+                        _ => out.push(self.write_record(&path, &w, true)),
+                    }
                 }
             }
             let allowed = r.decision == Decision::Allowed;

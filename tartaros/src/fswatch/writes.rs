@@ -1,7 +1,7 @@
 //! Write counts per file and process, from modify notifications, until
 //! the process exits or the file is deleted (the `write` records).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 use super::join::Task;
 
@@ -12,6 +12,10 @@ pub(super) struct Writes {
     pub count: u64,
     /// When the first was read.
     pub first_ns: u64,
+    /// The name the file had when written, once a directory rename moved
+    /// the counts: a removal under the new name names the file by it (a
+    /// name it had), as `deleted`.
+    pub written_at: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -20,10 +24,20 @@ pub(super) struct WriteCounts {
     by_path: HashMap<String, Vec<Writes>>,
     /// The files each process has counts for.
     by_process: HashMap<u32, BTreeSet<String>>,
+    /// Names removed when no counts were there, until written again: a
+    /// removal by a thread placed before the rename that moved counts to
+    /// the name (a short-lived `mv`, looked up only once a record named
+    /// it) was the removal of the file the counts are of.
+    removed: HashSet<String>,
 }
+
+/// Bound of [`WriteCounts::removed`] (all forgotten when reached: the
+/// counts are then `not_found`, as without it).
+const REMOVED: usize = 65_536;
 
 impl WriteCounts {
     pub fn count(&mut self, path: &str, task: Task, ns: u64) {
+        self.removed.remove(path);
         let entries = self.by_path.entry(path.to_string()).or_default();
         match entries.iter_mut().find(|w| w.task.tgid == task.tgid) {
             Some(w) => w.count += 1,
@@ -32,6 +46,7 @@ impl WriteCounts {
                     task,
                     count: 1,
                     first_ns: ns,
+                    written_at: None,
                 });
                 self.by_process
                     .entry(task.tgid)
@@ -39,6 +54,23 @@ impl WriteCounts {
                     .insert(path.to_string());
             }
         }
+    }
+
+    /// A removal of `path`: its counts, as [`Self::flush`].
+    pub fn removed(&mut self, path: &str) -> Vec<Writes> {
+        let done = self.flush(path, None);
+        if done.is_empty() {
+            if self.removed.len() >= REMOVED {
+                self.removed.clear();
+            }
+            self.removed.insert(path.to_string());
+        }
+        done
+    }
+
+    /// Whether `path` was removed with no counts, and not written since.
+    pub fn was_removed(&self, path: &str) -> bool {
+        self.removed.contains(path)
     }
 
     /// Takes the counts of `path` (of one process, or of all).
@@ -61,6 +93,12 @@ impl WriteCounts {
         done
     }
 
+    /// Puts back the counts of a process that exited, under `path`, to be
+    /// taken by the name's removal or at the end (not by the process).
+    pub fn keep(&mut self, path: &str, w: Writes) {
+        self.by_path.entry(path.to_string()).or_default().push(w);
+    }
+
     /// Takes the counts of a process that exited.
     pub fn flush_process(&mut self, tgid: u32) -> Vec<(String, Writes)> {
         let files = self.by_process.remove(&tgid).unwrap_or_default();
@@ -75,9 +113,18 @@ impl WriteCounts {
 
     /// Moves the counts of a renamed file.
     pub fn renamed(&mut self, from: &str, to: &str) {
-        let Some(entries) = self.by_path.remove(from) else {
+        self.moved(from, to, false);
+    }
+
+    fn moved(&mut self, from: &str, to: &str, by_dir: bool) {
+        let Some(mut entries) = self.by_path.remove(from) else {
             return;
         };
+        if by_dir {
+            for w in &mut entries {
+                w.written_at.get_or_insert_with(|| from.to_string());
+            }
+        }
         for w in &entries {
             if let Some(files) = self.by_process.get_mut(&w.task.tgid) {
                 files.remove(from);
@@ -102,7 +149,7 @@ impl WriteCounts {
             .collect();
         for old in moved {
             let new = format!("{}/{}", to.trim_end_matches('/'), &old[prefix.len()..]);
-            self.renamed(&old, &new);
+            self.moved(&old, &new, true);
         }
     }
 
@@ -116,5 +163,33 @@ impl WriteCounts {
         self.by_process.clear();
         all.sort_by_key(|(_, w)| w.first_ns);
         all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_moved_by_a_directory_rename_keep_the_name_they_were_written_at() {
+        let task = Task {
+            tgid: 7,
+            ppid: 1,
+            uid: 0,
+        };
+        let mut w = WriteCounts::default();
+        w.count("/w/d/sub/f", task, 1);
+        w.renamed_dir("/w/d", "/w/e");
+        let done = w.removed("/w/e/sub/f");
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].written_at.as_deref(), Some("/w/d/sub/f"));
+        // Removed before a late rename brought the counts there.
+        w.count("/w/d2/f", task, 2);
+        assert!(w.removed("/w/e2/f").is_empty());
+        w.renamed_dir("/w/d2", "/w/e2");
+        assert!(w.was_removed("/w/e2/f"));
+        // Written again: a file lives there.
+        w.count("/w/e2/f", task, 3);
+        assert!(!w.was_removed("/w/e2/f"));
     }
 }
