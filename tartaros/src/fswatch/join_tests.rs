@@ -2,6 +2,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
 use super::*;
+use crate::effectlog::Target;
 
 const T: Task = Task {
     tgid: 10,
@@ -37,6 +38,7 @@ fn notice(tid: u32, mask: u64, path: &str, read_ns: u64) -> Notice {
         new_raw: None,
         read_ns,
         after_ns: 0,
+        fid: None,
     }
 }
 

@@ -120,6 +120,7 @@ impl FsWatch {
         let wall_offset = i128::from(crate::effectlog::wall_now_ns())
             - i128::from(crate::effectlog::mono_now_ns());
         let mut place = Placement::new(Join::new(wall_offset), roots);
+        place.join.probe = group.probe();
         place.inherited = standard_files();
         for path in writable_standard_files(&place.roots) {
             place.join.touch_inherited(&path);
@@ -158,6 +159,11 @@ impl FsWatch {
                 .join(Vec::new(), crate::effectlog::mono_now_ns()),
         );
         out
+    }
+
+    /// Whether the kernel reports each file's own handle (`notify.rs`).
+    pub fn reports_fid(&self) -> bool {
+        self.group.reports_fid()
     }
 
     /// What stops the watch once the sandbox is empty (see [`Marks`]).

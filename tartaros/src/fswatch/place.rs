@@ -292,6 +292,7 @@ impl Placement {
             new_raw,
             read_ns: now,
             after_ns: after,
+            fid: event.fid.clone(),
         }
     }
 

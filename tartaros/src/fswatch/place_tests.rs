@@ -46,6 +46,7 @@ fn event(tid: u32, mask: u64, dir: u8, name: &str) -> RawEvent {
             name: name.as_bytes().to_vec(),
         }),
         new_entry: None,
+        fid: None,
     }
 }
 

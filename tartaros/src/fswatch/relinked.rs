@@ -186,6 +186,7 @@ mod tests {
             count: 1,
             first_ns: 0,
             written_at: None,
+            fid: None,
         }]
     }
 

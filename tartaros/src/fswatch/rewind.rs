@@ -266,6 +266,7 @@ mod tests {
             tid: 1,
             entry: Some(from),
             new_entry: to,
+            fid: None,
         }
     }
 
