@@ -69,7 +69,7 @@ impl Queue {
             .notices
             .iter()
             .skip(start)
-            .position(|n| open(n))
+            .position(&open)
             .map_or(self.notices.len(), |at| start + at);
         let scan = |skip: usize| {
             let mut seen = 0usize;
