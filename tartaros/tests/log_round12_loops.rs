@@ -137,21 +137,31 @@ fn a_lock_file_written_and_renamed_in_a_loop_verifies_ok() {
     }
 }
 
-/// The name lives in a page of its own that nothing touches before the
-/// first `open`: the capture reads it at the syscall's entry and cannot
-/// fault it in, so the first create's record has no name of its own.
+/// The name lives in a page that nothing touches before the first
+/// `open`: a file mapping with `MADV_RANDOM` (no fault-around maps it
+/// early). The capture reads the name at the syscall's entry and cannot
+/// fault the page in, so the first create's record has no name of its own
+/// and waits to be paired by position; the agent then pauses (100 ms, less
+/// than the join's 200 ms hold) so that the next records come in a later
+/// read, with notifications read after the held record's call ended.
 const SAME_NAME: &str = r#"
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
-
-__attribute__((aligned(4096))) static const char name[3 * 4096] = "same-name.tmp";
 
 int main(int argc, char **argv) {
     int rounds = atoi(argv[2]);
+    int nf = open(argv[3], O_RDONLY);
+    if (nf < 0) return 8;
+    char *name = mmap(0, 4096, PROT_READ, MAP_PRIVATE, nf, 0);
+    if (name == MAP_FAILED || madvise(name, 4096, MADV_RANDOM) || close(nf)) return 8;
     if (chdir(argv[1])) return 9;
     for (int i = 0; i < rounds; i++) {
         int fd = open(name, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        /* The first record alone in a read of the ring: held, it is
+           settled only after the next records were paired. */
+        if (i == 0) usleep(100000);
         if (fd < 0 || close(fd) || unlink(name)) return 10;
     }
     return 0;
@@ -167,10 +177,21 @@ fn every_create_of_one_name_in_a_loop_is_its_own_and_named() {
     for run in 0..3 {
         let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
         let agent = compile(&bin, "same_name", SAME_NAME);
+        let name = bin.file("name", "same-name.tmp\0");
+        chown(&name, NOBODY);
         let dir = root.path().to_str().unwrap();
         let rounds = LOOP.to_string();
-        let (out, records, code, line) =
-            run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), dir, &rounds]);
+        let (out, records, code, line) = run_logged_verdict(
+            &root,
+            &logs,
+            &[agent.to_str().unwrap(), dir, &rounds, name.to_str().unwrap()],
+        );
+        let unread = records
+            .iter()
+            .filter(|r| r["kind"] == "create" && r["target"]["path_unreadable"] == true)
+            .count();
+        eprintln!("run {run}: {unread} create record(s) with a name the capture could not read");
+        assert_eq!(unread, 1, "the first name must be unreadable to the capture");
         let mut wrong = Vec::new();
         let kinds = |kind: &str| records.iter().filter(|r| r["kind"] == kind).count();
         for r in &records {
