@@ -377,7 +377,10 @@ impl Placement {
             match self.rewind.back_to_looked_up(
                 self.at,
                 dir.clone(),
-                seen,
+                super::rewind::Lookup {
+                    handle: Some(&entry.dir),
+                    seen,
+                },
                 &alive,
                 &at_stream,
                 facts,

@@ -48,6 +48,8 @@ type Coords = Option<(Vec<u8>, Vec<u8>)>;
 pub(super) struct Rewind {
     /// Position in the read, old entry, new entry.
     renames: Vec<(usize, DirEntry, DirEntry)>,
+    /// The moved directory's own handle, per rename, when reported.
+    fids: Vec<Option<Handle>>,
     /// The thread of the last rename, to pair it with one read ahead.
     last_tid: u32,
     /// Whether each rename and the one before it read as an exchange.
@@ -58,6 +60,14 @@ pub(super) struct Rewind {
     /// Disk lookups of this read's rename directories.
     disk: HashMap<Handle, Option<PathBuf>>,
     work: usize,
+}
+
+/// A directory's lookup on the disk: its handle, and how many
+/// notifications of the read had been read when it was made.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Lookup<'a> {
+    pub handle: Option<&'a Handle>,
+    pub seen: usize,
 }
 
 /// The path cannot be taken back with certainty.
@@ -88,6 +98,7 @@ impl Rewind {
                 *j + 1 == at && self.last_tid == e.tid && old == new0 && new == old0
             });
             self.renames.push((at, old.clone(), new.clone()));
+            self.fids.push(e.fid.clone());
             self.pair_with_previous.push(pair);
             self.last_tid = e.tid;
         }
@@ -104,7 +115,11 @@ impl Rewind {
         path: PathBuf,
         facts: &dyn Facts,
     ) -> Result<PathBuf, Unsure> {
-        self.back_to_looked_up(at, path, usize::MAX, &|| true, &|_| None, facts)
+        let lookup = Lookup {
+            handle: None,
+            seen: usize::MAX,
+        };
+        self.back_to_looked_up(at, path, lookup, &|| true, &|_| None, facts)
     }
 
     /// [`Self::back_to`] of a path looked up when the first `seen`
@@ -117,12 +132,16 @@ impl Rewind {
     /// directory's path at `at` in the stream, when known (the cache's):
     /// no directory rename comes between `at` and the first rename after
     /// it, so that rename's directories, gone from the disk (`mv xI oI;
-    /// rm -rf` right after), are where the cache has them.
+    /// rm -rf` right after), are where the cache has them. `handle` is the
+    /// looked-up directory's: a rename whose own handle is that one moved
+    /// it, so a path exactly at its new path needs no `alive` (`rm -r`
+    /// right after `mv dI eI` left it dead, and the mkdir in it was named
+    /// `eI/sub` with a gap).
     pub fn back_to_looked_up(
         &mut self,
         at: usize,
         path: PathBuf,
-        seen: usize,
+        lookup: Lookup<'_>,
         alive: &dyn Fn() -> bool,
         at_stream: &dyn Fn(&Handle) -> Option<PathBuf>,
         facts: &dyn Facts,
@@ -133,7 +152,7 @@ impl Rewind {
         }
         self.compute_down_to(first, facts, at_stream)?;
         let mut bytes = path.as_os_str().as_bytes().to_vec();
-        let replaced = self.undo(&mut bytes, first, seen)?;
+        let replaced = self.undo(&mut bytes, first, lookup.seen, lookup.handle)?;
         if replaced && !alive() {
             return Err(Unsure);
         }
@@ -142,8 +161,15 @@ impl Rewind {
 
     /// Takes `path` back through the renames from `from` on, the last
     /// first (their paths already computed); whether a rename read at or
-    /// after position `seen` had exactly `path` as its new path.
-    fn undo(&mut self, path: &mut Vec<u8>, from: usize, seen: usize) -> Result<bool, Unsure> {
+    /// after position `seen` had exactly `path` as its new path, and did
+    /// not move the directory `moved`.
+    fn undo(
+        &mut self,
+        path: &mut Vec<u8>,
+        from: usize,
+        seen: usize,
+        moved: Option<&Handle>,
+    ) -> Result<bool, Unsure> {
         let last = self.renames.len() - 1;
         let mut replaced = false;
         for k in (from..self.renames.len()).rev() {
@@ -160,7 +186,8 @@ impl Rewind {
                 return Err(Unsure);
             }
             if at_or_below(path, new) {
-                replaced |= path.len() == new.len() && self.renames[k].0 >= seen;
+                let its_own = moved.is_some() && self.fids[k].as_ref() == moved;
+                replaced |= path.len() == new.len() && self.renames[k].0 >= seen && !its_own;
                 let mut back = old.clone();
                 back.extend_from_slice(&path[new.len()..]);
                 *path = back;
@@ -189,7 +216,7 @@ impl Rewind {
                 let bytes = match dir {
                     Some(dir) => {
                         let mut bytes = dir.as_os_str().as_bytes().to_vec();
-                        self.undo(&mut bytes, k + 1, usize::MAX)?;
+                        self.undo(&mut bytes, k + 1, usize::MAX, None)?;
                         bytes
                     }
                     None if k == first => match at_stream(&entry.dir) {
@@ -247,6 +274,10 @@ mod tests {
                 .find(|(n, _)| dir.bytes == [*n])
                 .map(|(_, path)| p(path))
         }
+    }
+
+    fn lk(handle: Option<&Handle>, seen: usize) -> Lookup<'_> {
+        Lookup { handle, seen }
     }
 
     fn entry(dir: u8, name: &str) -> DirEntry {
@@ -367,22 +398,47 @@ mod tests {
         // `e` looked up before the last rename was read: moved there
         // (alive) or replaced by it (dead: not vouched for).
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 2, &alive, &none, &disk),
+            r.back_to_looked_up(0, p("/w/e"), lk(None, 2), &alive, &none, &disk),
             Ok(p("/w/x"))
         );
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 2, &dead, &none, &disk),
+            r.back_to_looked_up(0, p("/w/e"), lk(None, 2), &dead, &none, &disk),
             Err(Unsure)
         );
         // Below it, the rename came first (it replaces empty ones only).
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e/s"), 2, &dead, &none, &disk),
+            r.back_to_looked_up(0, p("/w/e/s"), lk(None, 2), &dead, &none, &disk),
             Ok(p("/w/x/s"))
         );
         // Read before the lookup: in the disk's path.
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/e"), 3, &dead, &none, &disk),
+            r.back_to_looked_up(0, p("/w/e"), lk(None, 3), &dead, &none, &disk),
             Ok(p("/w/x"))
+        );
+    }
+
+    #[test]
+    fn a_directory_the_rename_itself_moved_is_taken_back_though_dead() {
+        // mkdir d/sub (read), then read ahead after d's lookup (it was at
+        // e): mv d e, and `rm -r e` before the check. The rename's own
+        // handle (9) is the looked-up directory's: it moved it there.
+        let disk = Disk(vec![(1, "/w")]);
+        let mut r = Rewind::new(&[ev(bit::CREATE | bit::ONDIR, entry(9, "sub"), None)]);
+        let mut mv = dir_rename(entry(1, "d"), entry(1, "e"));
+        mv.fid = Some(entry(9, "").dir);
+        r.extend(1, &[mv]);
+        let dead = || false;
+        let none = |_: &Handle| None;
+        let d = entry(9, "").dir;
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e"), lk(Some(&d), 1), &dead, &none, &disk),
+            Ok(p("/w/d"))
+        );
+        // Another directory's handle: as before, not vouched for.
+        let other = entry(8, "").dir;
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/e"), lk(Some(&other), 1), &dead, &none, &disk),
+            Err(Unsure)
         );
     }
 
@@ -403,7 +459,7 @@ mod tests {
         let mut r = Rewind::new(&events);
         let alive = || true;
         assert_eq!(
-            r.back_to_looked_up(0, p("/w/b/o"), 2, &alive, &stream, &disk),
+            r.back_to_looked_up(0, p("/w/b/o"), lk(None, 2), &alive, &stream, &disk),
             Ok(p("/w/b/t/x"))
         );
         // Without the stream's paths: not vouched for.
