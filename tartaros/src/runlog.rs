@@ -177,13 +177,16 @@ const TRUTH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50)
 
 /// Writes the records of the kernel-sourced path join, and a gap for lost
 /// notifications; returns how many records the writer refused.
-fn write_truth(writer: &mut LogWriter, records: Vec<Record>, lost: u64) -> u64 {
+fn write_truth(writer: &mut LogWriter, records: Vec<Record>, lost: [(u64, &str); 2]) -> u64 {
     let mut refused = 0;
     for mut record in records {
         refused += append(writer, &mut record);
     }
-    if lost > 0 {
-        match writer.gap(lost, "file-notification") {
+    for (count, kind) in lost {
+        if count == 0 {
+            continue;
+        }
+        match writer.gap(count, kind) {
             Ok(_) | Err(LogError::Full { .. }) => {}
             Err(e) => eprintln!("tartaros: failed to log a gap record: {e}"),
         }

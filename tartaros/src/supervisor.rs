@@ -485,7 +485,18 @@ fn start_truth(
         return Ok(None);
     }
     match crate::fswatch::FsWatch::start(&request.policy.writable_roots, cgroup.path()) {
-        Ok(truth) => Ok(Some(truth)),
+        Ok(truth) => {
+            if !truth.reports_fid() {
+                // Still exact by name and order; one name's notifications of
+                // different files may merge (docs/ebpf.md, round 12).
+                run.ledger.warn(
+                    "kernel-sourced paths without file handles: the kernel refused \
+                     FAN_REPORT_FID | FAN_REPORT_TARGET_FID (Linux 5.17)",
+                );
+                print_warnings(&mut run.ledger);
+            }
+            Ok(Some(truth))
+        }
         Err(e) => {
             run.ledger
                 .lose(Guarantee::EbpfCapture, format!("kernel-sourced paths: {e}"))?;

@@ -196,8 +196,29 @@ fn files_made_after_a_rename_loop_are_named_where_they_are() {
     let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
     let agent = compile(&bin, "swapper", SWAPPER);
     let dir = root.path().to_str().unwrap();
-    let (out, records) = run_logged(&root, &logs, &[agent.to_str().unwrap(), dir]);
-    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    let (out, records, code, line) =
+        run_logged_verdict(&root, &logs, &[agent.to_str().unwrap(), dir]);
+    // Round 11: the loop's renames are merged by the kernel, and the
+    // stream may end at `q` while the disk is at `p`: the `write` records
+    // of the files written before the loop said `q/dI/f` with `deleted:
+    // true` in 2 of 5 runs of round 10's binary (verify ok). They now say
+    // `not_found` and the log is incomplete; nothing else may make it so.
+    let not_found = records
+        .iter()
+        .filter(|r| r["kind"] == "write" && r["target"]["not_found"] == true)
+        .count();
+    let deleted = records
+        .iter()
+        .filter(|r| r["kind"] == "write" && r["target"]["deleted"] == true)
+        .count();
+    assert_eq!(deleted, 0, "no file was deleted");
+    let expected = if not_found == 0 { (0, 0) } else { (3, 122) };
+    assert_eq!(
+        (code, out.status.code()),
+        (Some(expected.0), Some(expected.1)),
+        "verify: {line}\nagent: {}",
+        stderr(&out)
+    );
     let sealed: Vec<Value> = seal(&records)["files"]
         .as_array()
         .cloned()

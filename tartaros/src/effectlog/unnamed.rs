@@ -53,6 +53,11 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
             "`path` removed, and the links that may keep its file were forgotten".into(),
         ));
     }
+    if flag("not_found") {
+        return Some(Unnamed::Lost(
+            "`path` held no file when the record was written, and no removal of it was seen".into(),
+        ));
+    }
     let kernel = t.get("path_source").and_then(Value::as_str) == Some("kernel");
     // `from` of a link stays the agent's even when `to` is the kernel's.
     let from_kernel = kernel && t.get("from_source").and_then(Value::as_str) != Some("agent");
@@ -95,6 +100,7 @@ pub(super) fn names_no_file(r: &Record) -> bool {
     let flagged = r.target.keys().any(|k| {
         k == "path_unverified"
             || k == "links_forgotten"
+            || k == "not_found"
             || k.ends_with("_unreadable")
             || k.ends_with("_truncated")
     });
@@ -179,6 +185,8 @@ mod tests {
         let t = json!({"path": "", "path_source": "agent", "path_unreadable": true});
         assert!(names_no_file(&effect("open", 2, 1, 0, t, Some(13))));
         let t = json!({"path": "/w/#12", "path_source": "kernel", "links_forgotten": true});
+        assert!(names_no_file(&effect("write", 2, 1, 0, t, None)));
+        let t = json!({"path": "/w/p/f", "path_source": "kernel", "not_found": true});
         assert!(names_no_file(&effect("write", 2, 1, 0, t, None)));
         let t = json!({"path": "/bin/sh", "argv_truncated": true});
         assert!(!names_no_file(&effect("exec", 2, 1, 0, t, None)));

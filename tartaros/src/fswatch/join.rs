@@ -18,14 +18,15 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::exec_opens::ExecOpens;
+use super::notify::FidProbe;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
 use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
 use super::queue::Queue;
-use super::relinked::{Place, Relinked, locate};
+use super::relinked::{Place, Relinked};
 use super::tmpfile_links::TmpfileLinks;
 use super::touched::Touched;
-use super::writes::{WriteCounts, Writes};
-use crate::effectlog::{Decision, Record, Target, names};
+use super::writes::WriteCounts;
+use crate::effectlog::{Decision, Record, names};
 
 /// How long a record waits for its thread to move on before it is paired
 /// by position (a thread that blocks after one create).
@@ -41,13 +42,16 @@ pub(super) struct Join {
     pending: HashMap<u32, Queue>,
     /// Records waiting for a positional pairing, in arrival order.
     held: Vec<(u32, Record)>,
+    /// How many of them, per thread and wanted kind, no name of the
+    /// kernel's pairs (see [`Queue::take`]'s `skip`).
+    held_kinds: HashMap<(u32, u64, Option<bool>), usize>,
     /// The newest record's time, per thread.
     last_ns: HashMap<u32, u64>,
     /// Processes that exited: the exit record's time, and when it was
     /// joined (every notification of the process was read by then). A pid
     /// is reused (the agent can wrap the host's in seconds): a later
     /// process of that pid is not the one that exited.
-    exited: HashMap<u32, (u64, u64)>,
+    pub(super) exited: HashMap<u32, (u64, u64)>,
     /// Threads with a call on a descriptor of a shared fd table, whose
     /// record asserts no path: their notifications name what changed.
     unverified_fd: BTreeSet<u32>,
@@ -62,6 +66,8 @@ pub(super) struct Join {
     touched: Touched,
     /// CLOCK_REALTIME - CLOCK_MONOTONIC, for the records' wall times.
     wall_offset: i128,
+    /// Whether a written file's handle still has a name.
+    pub(super) probe: FidProbe,
 }
 
 /// A thread id of a record (`tid` when it is not the process leader).
@@ -132,7 +138,7 @@ impl Join {
                 self.touched.touch(raw);
             }
             if n.mask & bit::MODIFY != 0 {
-                self.writes.count(path, task, n.read_ns);
+                self.writes.count(path, task, n.read_ns, n.fid.as_ref());
             }
             if n.mask & bit::RENAME != 0
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
@@ -148,7 +154,7 @@ impl Join {
             if n.mask & bit::DELETE != 0 && !n.is_dir() {
                 // The name is gone: its writers' counts are final, and
                 // named once the records show whether a link kept the file.
-                let done = self.writes.flush(path, None);
+                let done = self.writes.removed(path, n.fid.as_ref());
                 self.relinked.removed(path, n.tid, n.read_ns, done);
             }
         } else if n.mask & bit::RENAME != 0
@@ -168,58 +174,6 @@ impl Join {
         }
     }
 
-    /// A `write` record of `path`, with the file's size when it still
-    /// exists; `exists` false: the name was removed.
-    fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
-        let mut t = Target::new();
-        let place = locate(path, exists, &self.tmpfile_links, &self.relinked);
-        let path = match &place {
-            Place::Linked(to) => {
-                t.insert("written_as", path.to_string());
-                to.as_str()
-            }
-            _ => path,
-        };
-        t.insert("path", path.to_string());
-        t.insert("path_source", "kernel");
-        t.insert("count", w.count);
-        let on_disk = names::on_disk(path);
-        if let Some(size) = exists.then(|| super::content::size_of(&on_disk)).flatten() {
-            t.insert("size", size);
-        }
-        match place {
-            Place::Gone => t.insert("deleted", true),
-            Place::Unknown => t.insert("links_forgotten", true),
-            Place::Linked(_) | Place::Here => {}
-        }
-        if !self.tasks.contains_key(&w.task.tgid) {
-            // A thread gone before it could be looked up, that no record
-            // named: its process and user are not known.
-            t.insert("pid_unverified", true);
-        }
-        self.kernel_record("write", w.task, w.first_ns, t)
-    }
-
-    fn kernel_record(
-        &self,
-        kind: &'static str,
-        task: Task,
-        mono_ns: u64,
-        target: Target,
-    ) -> Record {
-        Record {
-            kind,
-            pid: task.tgid,
-            ppid: task.ppid,
-            uid: task.uid,
-            mono_ns,
-            wall_ns: u64::try_from(i128::from(mono_ns) + self.wall_offset).unwrap_or(0),
-            decision: Decision::Allowed,
-            errno: 0,
-            target,
-        }
-    }
-
     /// Joins a batch of capture records (in ring order) with the
     /// notifications taken so far. Returns what to write now: records
     /// that are settled and notifications no record claimed.
@@ -236,7 +190,12 @@ impl Join {
                 self.exited.insert(r.pid, (r.mono_ns, now_ns));
                 self.exec_opens.exited(r.pid);
                 for (path, w) in self.writes.flush_process(r.pid) {
-                    out.push(self.write_record(&path, &w, true));
+                    // Not there, no removal seen yet: kept until one (or the end).
+                    let exists = !self.writes.was_removed(&path);
+                    match self.place_of(&path, exists, &w) {
+                        Place::Missing => self.writes.keep(&path, w),
+                        _ => out.push(self.write_record(&path, &w, true)),
+                    }
                 }
             }
             let allowed = r.decision == Decision::Allowed;
@@ -313,8 +272,14 @@ impl Join {
                         .get(main_key(r.kind))
                         .and_then(Value::as_str)
                         .map(str::to_string);
-                    let exact = self.take(tid, want, dir, true, |n| {
-                        agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
+                    // The thread's earlier records of the kind still held
+                    // come first in its order: their notices are not this
+                    // record's, when a later one fits.
+                    let skip = self.held_kinds.get(&(tid, want, dir)).copied();
+                    let exact = self.pending.get_mut(&tid).and_then(|q| {
+                        q.take(want, dir, true, skip.unwrap_or(0), |n| {
+                            agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
+                        })
                     });
                     match exact {
                         Some(n) => {
@@ -323,7 +288,10 @@ impl Join {
                             self.claim_exchange_twin(tid, &r);
                             out.push(r);
                         }
-                        None => self.held.push((tid, r)),
+                        None => {
+                            *self.held_kinds.entry((tid, want, dir)).or_default() += 1;
+                            self.held.push((tid, r));
+                        }
                     }
                 }
                 _ => {
@@ -399,6 +367,12 @@ impl Join {
                 }
             }
             out.push(r);
+        }
+        self.held_kinds.clear();
+        for (tid, r) in &self.held {
+            if let Some((want, dir)) = wanted(r.kind).filter(|_| kernel_named(r).is_none()) {
+                *self.held_kinds.entry((*tid, want, dir)).or_default() += 1;
+            }
         }
         let waiting: BTreeSet<u32> = self.held.iter().map(|(tid, _)| *tid).collect();
         // Counts of removed names, once the thread's records (its links)
@@ -534,57 +508,12 @@ impl Join {
         again: bool,
         fits: impl Fn(&Notice) -> bool,
     ) -> Option<&Notice> {
-        self.pending.get_mut(&tid)?.take(want, dir, again, fits)
-    }
-
-    /// Records for the bits of `n` no capture record claimed: effects the
-    /// capture did not see (io_uring, core files, ...), named by the kernel.
-    fn uncaptured(&self, n: &Notice, task: Task) -> Vec<Record> {
-        let dir = n.is_dir();
-        let kinds: [(u64, &'static str); 4] = [
-            (bit::CREATE, if dir { "mkdir" } else { "create" }),
-            (bit::DELETE, if dir { "rmdir" } else { "unlink" }),
-            (bit::RENAME, "rename"),
-            (bit::ATTRIB, "attrib"),
-        ];
-        let mut out = Vec::new();
-        for (b, kind) in kinds {
-            if n.mask & !n.claimed & b == 0 {
-                continue;
-            }
-            let mut t = Target::new();
-            let path = n.path.clone().unwrap_or_else(|| n.name.clone());
-            if b == bit::RENAME {
-                t.insert("from", path);
-                t.insert("to", n.new_path.clone().unwrap_or_default());
-            } else {
-                t.insert("path", path);
-            }
-            if n.path.is_none() {
-                t.insert("dir_unresolved", true);
-            }
-            if dir {
-                t.insert("dir", true);
-            }
-            t.insert("path_source", "kernel");
-            if b == bit::ATTRIB && self.unverified_fd.contains(&n.tid) {
-                // Most likely the change of one of the thread's calls on
-                // a shared descriptor, whose records name no file.
-                t.insert("unverified_fd_call", true);
-            } else {
-                t.insert("uncaptured", true);
-            }
-            if !self.tasks.contains_key(&n.tid) {
-                t.insert("pid_unverified", true);
-            }
-            if n.tid != task.tgid {
-                t.insert("tid", n.tid);
-            }
-            out.push(self.kernel_record(kind, task, n.read_ns, t));
-        }
-        out
+        self.pending.get_mut(&tid)?.take(want, dir, again, 0, fits)
     }
 }
+
+#[path = "join_records.rs"]
+mod records;
 
 #[cfg(test)]
 #[path = "join_tests.rs"]

@@ -26,6 +26,7 @@ mod pairing;
 mod place;
 mod queue;
 mod relinked;
+mod rewind;
 mod tmpfile_links;
 mod touched;
 mod writes;
@@ -36,7 +37,7 @@ use serde_json::Value;
 
 use crate::effectlog::Record;
 use join::{Join, Task};
-use notify::{Group, Handle};
+use notify::{Group, Handle, RawEvent};
 use place::{Facts, Member, Placement};
 
 pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES, trim};
@@ -119,6 +120,7 @@ impl FsWatch {
         let wall_offset = i128::from(crate::effectlog::wall_now_ns())
             - i128::from(crate::effectlog::mono_now_ns());
         let mut place = Placement::new(Join::new(wall_offset), roots);
+        place.join.probe = group.probe();
         place.inherited = standard_files();
         for path in writable_standard_files(&place.roots) {
             place.join.touch_inherited(&path);
@@ -159,15 +161,24 @@ impl FsWatch {
         out
     }
 
+    /// Whether the kernel reports each file's own handle (`notify.rs`).
+    pub fn reports_fid(&self) -> bool {
+        self.group.reports_fid()
+    }
+
     /// What stops the watch once the sandbox is empty (see [`Marks`]).
     pub fn marks(&self) -> Marks {
         Marks(self.group.dup())
     }
 
     /// Notifications lost since the last call (queue overflow or a failed
-    /// read), for a gap record.
-    pub fn take_lost(&mut self) -> u64 {
-        std::mem::take(&mut self.place.lost)
+    /// read), and those whose path could not be taken back to their place
+    /// in the stream (`rewind.rs`), each with its gap's `lost_kind`.
+    pub fn take_lost(&mut self) -> [(u64, &'static str); 2] {
+        [
+            (std::mem::take(&mut self.place.lost), "file-notification"),
+            (std::mem::take(&mut self.place.unsure), "file-name-position"),
+        ]
     }
 
     /// Everything left, once the cgroup is empty and the capture drained:
@@ -211,11 +222,12 @@ impl FsWatch {
             }
         };
         let facts = ProcFacts {
-            group: &self.group,
+            group: std::cell::RefCell::new(&mut self.group),
             cgroup: &self.cgroup,
         };
         let now = crate::effectlog::mono_now_ns();
-        (self.place.place(events, now, after, &facts), more)
+        let out = self.place.place(events, now, after, &facts);
+        (out, more || self.place.more_ahead)
     }
 }
 
@@ -236,13 +248,17 @@ impl Marks {
 
 /// The host facts, from /proc and the group's filesystems.
 struct ProcFacts<'a> {
-    group: &'a Group,
+    group: std::cell::RefCell<&'a mut Group>,
     cgroup: &'a str,
 }
 
 impl Facts for ProcFacts<'_> {
     fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
-        self.group.resolve(dir)
+        self.group.borrow().resolve(dir)
+    }
+
+    fn read_ahead(&self) -> Option<std::io::Result<(Vec<RawEvent>, bool)>> {
+        Some(self.group.borrow_mut().read_all())
     }
 
     fn member(&self, tid: u32) -> Member {

@@ -10,11 +10,21 @@ use std::path::{Path, PathBuf};
 use super::FsWatchError;
 
 /// What the group reports (all of it kernel-side, at the time of the
-/// effect): the directory's handle and the entry name, and the thread (not
-/// the process) that caused it. Not the object's own handle
-/// (`FAN_REPORT_FID`, `FAN_REPORT_TARGET_FID`): nothing uses it, and
-/// encoding it costs the agent's every notified syscall.
-const INIT_FLAGS: libc::c_uint = libc::FAN_CLASS_NOTIF
+/// effect): the directory's handle and the entry name, the thread (not the
+/// process) that caused it, and the file's own handle, for a directory
+/// entry's creation, removal and rename too (`FAN_REPORT_TARGET_FID`,
+/// Linux 5.17). The kernel merges a thread's identical notifications still
+/// queued; with the file's handle in them it merges only those of one
+/// file, never a later file of the same name (git's `config.lock`,
+/// written and renamed over `config` four times by `git init`, had a later
+/// lock file's writes queued before the earlier one's rename).
+const INIT_FLAGS: libc::c_uint =
+    INIT_FLAGS_BY_NAME | libc::FAN_REPORT_FID | libc::FAN_REPORT_TARGET_FID;
+
+/// [`INIT_FLAGS`] without the file's own handle, for a kernel that refuses
+/// it (`EINVAL`): one name's notifications of different files may then
+/// merge (the watch says so, `Group::reports_fid`).
+const INIT_FLAGS_BY_NAME: libc::c_uint = libc::FAN_CLASS_NOTIF
     | libc::FAN_CLOEXEC
     | libc::FAN_NONBLOCK
     | libc::FAN_UNLIMITED_QUEUE
@@ -64,6 +74,10 @@ pub(super) struct RawEvent {
     pub entry: Option<DirEntry>,
     /// The new name of a rename.
     pub new_entry: Option<DirEntry>,
+    /// The file's own handle (`FAN_EVENT_INFO_TYPE_FID`): the object
+    /// changed, created, removed or renamed; `None` for an event on a
+    /// directory itself, or from a group without `FAN_REPORT_FID`.
+    pub fid: Option<Handle>,
 }
 
 /// Parses a buffer returned by read(2) on the group. Records it cannot
@@ -85,6 +99,7 @@ pub(super) fn parse(buf: &[u8]) -> Vec<RawEvent> {
             tid: u32::try_from(pid).unwrap_or(0),
             entry: None,
             new_entry: None,
+            fid: None,
         };
         let mut info = at + metadata_len.min(event_len);
         let end = at + event_len;
@@ -100,6 +115,7 @@ pub(super) fn parse(buf: &[u8]) -> Vec<RawEvent> {
                     event.entry = dir_entry(record);
                 }
                 libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME => event.new_entry = dir_entry(record),
+                libc::FAN_EVENT_INFO_TYPE_FID => event.fid = handle(record).map(|(h, _)| h),
                 _ => {}
             }
             info += len;
@@ -116,21 +132,30 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
         .unwrap_or(0)
 }
 
-/// `fanotify_event_info_fid` (header, fsid, `struct file_handle`) followed
-/// by a NUL-terminated name.
-fn dir_entry(record: &[u8]) -> Option<DirEntry> {
+/// `fanotify_event_info_fid`: a header, the fsid and a `struct
+/// file_handle`; the rest of the record (a directory entry's name).
+fn handle(record: &[u8]) -> Option<(Handle, &[u8])> {
     let fsid = [u32_at(record, 4) as i32, u32_at(record, 8) as i32];
     let handle_bytes = u32_at(record, 12) as usize;
     let handle_type = u32_at(record, 16) as i32;
     let bytes = record.get(20..20 + handle_bytes)?.to_vec();
     let rest = record.get(20 + handle_bytes..)?;
-    let name_end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
-    Some(DirEntry {
-        dir: Handle {
+    Some((
+        Handle {
             fsid,
             handle_type,
             bytes,
         },
+        rest,
+    ))
+}
+
+/// A directory's handle followed by a NUL-terminated name.
+fn dir_entry(record: &[u8]) -> Option<DirEntry> {
+    let (dir, rest) = handle(record)?;
+    let name_end = rest.iter().position(|&b| b == 0).unwrap_or(rest.len());
+    Some(DirEntry {
+        dir,
         name: rest[..name_end].to_vec(),
     })
 }
@@ -148,17 +173,30 @@ pub(super) struct Group {
     /// or a mount crossed on the way): what changed in them is counted as
     /// not hashed, never dropped silently.
     unnamed: std::cell::Cell<u64>,
+    /// Whether notifications carry the file's own handle ([`INIT_FLAGS`]).
+    fid: bool,
 }
 
 impl Group {
     /// Creates the group and marks the filesystem of every root.
     pub fn new(roots: &[PathBuf]) -> Result<Self, FsWatchError> {
-        // SAFETY: fanotify_init takes two flag words and returns a new fd
-        // or -1; no memory is passed.
-        let raw = unsafe { libc::fanotify_init(INIT_FLAGS, libc::O_RDONLY as libc::c_uint) };
-        if raw < 0 {
-            return Err(FsWatchError::Init(std::io::Error::last_os_error()));
-        }
+        let init = |flags: libc::c_uint| {
+            // SAFETY: fanotify_init takes two flag words and returns a new
+            // fd or -1; no memory is passed.
+            let raw = unsafe { libc::fanotify_init(flags, libc::O_RDONLY as libc::c_uint) };
+            if raw < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(raw)
+            }
+        };
+        let (raw, fid) = match init(INIT_FLAGS) {
+            Ok(raw) => (raw, true),
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                (init(INIT_FLAGS_BY_NAME).map_err(FsWatchError::Init)?, false)
+            }
+            Err(e) => return Err(FsWatchError::Init(e)),
+        };
         // SAFETY: `raw` is a new descriptor that nothing else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         let mut group = Self {
@@ -167,6 +205,7 @@ impl Group {
             buf: vec![0u8; 64 * 1024],
             climbed: std::cell::Cell::new(0),
             unnamed: std::cell::Cell::new(0),
+            fid,
         };
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         for root in roots {
@@ -262,42 +301,21 @@ impl Group {
     /// `None` when the directory is gone (or on a filesystem not marked).
     pub fn resolve(&self, handle: &Handle) -> Option<PathBuf> {
         let mount = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
-        let header = 8usize;
-        let mut raw = vec![0u8; header + handle.bytes.len()];
-        raw[..4].copy_from_slice(&(handle.bytes.len() as u32).to_ne_bytes());
-        raw[4..8].copy_from_slice(&handle.handle_type.to_ne_bytes());
-        raw[8..].copy_from_slice(&handle.bytes);
-        // A u32-aligned copy: struct file_handle starts with two ints.
-        let mut aligned = vec![0u32; raw.len().div_ceil(4)];
-        for (i, chunk) in raw.chunks(4).enumerate() {
-            let mut word = [0u8; 4];
-            word[..chunk.len()].copy_from_slice(chunk);
-            aligned[i] = u32::from_ne_bytes(word);
-        }
-        // SAFETY: `aligned` holds a complete struct file_handle (header and
-        // handle_bytes bytes of handle) and outlives the call; the kernel
-        // only reads it. open_by_handle_at returns a new fd or -1.
-        let fd = unsafe {
-            libc::open_by_handle_at(
-                mount.1.as_raw_fd(),
-                aligned.as_mut_ptr().cast(),
-                libc::O_PATH | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            // Only a stale handle means the directory is gone. Anything else
-            // (EMFILE, ENFILE, ENOMEM: the supervisor out of descriptors or
-            // memory) leaves a live directory unnamed, which the seal counts
-            // (`files_omitted`): an agent that exhausts the supervisor must
-            // not turn lost names into a log that verifies complete.
-            let errno = nix::errno::Errno::last();
-            if !matches!(errno, nix::errno::Errno::ESTALE | nix::errno::Errno::ENOENT) {
-                self.unnamed.set(self.unnamed.get().saturating_add(1));
+        let fd = match open_handle(&mount.1, handle) {
+            Ok(fd) => fd,
+            Err(errno) => {
+                // Only a stale handle means the directory is gone. Anything
+                // else (EMFILE, ENFILE, ENOMEM: the supervisor out of
+                // descriptors or memory) leaves a live directory unnamed,
+                // which the seal counts (`files_omitted`): an agent that
+                // exhausts the supervisor must not turn lost names into a
+                // log that verifies complete.
+                if !matches!(errno, nix::errno::Errno::ESTALE | nix::errno::Errno::ENOENT) {
+                    self.unnamed.set(self.unnamed.get().saturating_add(1));
+                }
+                return None;
             }
-            return None;
-        }
-        // SAFETY: `fd` is a new descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        };
         // Gone by its link count, not by the " (deleted)" that the kernel
         // appends to its name: a directory may be named that.
         let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
@@ -314,9 +332,88 @@ impl Group {
         named
     }
 
+    /// What tells whether a file handle's file still has a name.
+    pub fn probe(&self) -> FidProbe {
+        FidProbe {
+            mounts: self
+                .mounts
+                .iter()
+                .filter_map(|(id, fd)| Some((*id, fd.try_clone().ok()?)))
+                .collect(),
+        }
+    }
+
+    /// Whether the kernel reports each file's own handle: `false` when it
+    /// refused `FAN_REPORT_FID | FAN_REPORT_TARGET_FID`.
+    pub fn reports_fid(&self) -> bool {
+        self.fid
+    }
+
     /// Live directories that could not be named (see [`Self::resolve`]).
     pub fn unnamed_dirs(&self) -> u64 {
         self.unnamed.get()
+    }
+}
+
+/// Opens `handle` on the filesystem of `mount` (`O_PATH`).
+fn open_handle(mount: &OwnedFd, handle: &Handle) -> Result<OwnedFd, nix::errno::Errno> {
+    let header = 8usize;
+    let mut raw = vec![0u8; header + handle.bytes.len()];
+    raw[..4].copy_from_slice(&(handle.bytes.len() as u32).to_ne_bytes());
+    raw[4..8].copy_from_slice(&handle.handle_type.to_ne_bytes());
+    raw[8..].copy_from_slice(&handle.bytes);
+    // A u32-aligned copy: struct file_handle starts with two ints.
+    let mut aligned = vec![0u32; raw.len().div_ceil(4)];
+    for (i, chunk) in raw.chunks(4).enumerate() {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        aligned[i] = u32::from_ne_bytes(word);
+    }
+    // SAFETY: `aligned` holds a complete struct file_handle (header and
+    // handle_bytes bytes of handle) and outlives the call; the kernel
+    // only reads it. open_by_handle_at returns a new fd or -1.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            mount.as_raw_fd(),
+            aligned.as_mut_ptr().cast(),
+            libc::O_PATH | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    // SAFETY: `fd` is a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Whether the file of a handle the kernel reported still has a name:
+/// a `write` record whose name holds no file, with no removal seen, is
+/// of a removed file (`deleted`) when its own handle says so, instead
+/// of naming no file (an `O_TMPFILE` never linked, a file removed while
+/// open whose removal was reported before its writes).
+#[derive(Default)]
+pub(super) struct FidProbe {
+    mounts: Vec<([i32; 2], OwnedFd)>,
+}
+
+impl std::fmt::Debug for FidProbe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "FidProbe({} filesystems)", self.mounts.len())
+    }
+}
+
+impl FidProbe {
+    /// `true` when the file is gone or has no link left; `false` when it
+    /// lives, or that cannot be told (not this group's filesystem, the
+    /// supervisor out of descriptors).
+    pub fn gone(&self, handle: &Handle) -> bool {
+        let Some((_, mount)) = self.mounts.iter().find(|(id, _)| *id == handle.fsid) else {
+            return false;
+        };
+        match open_handle(mount, handle) {
+            Err(errno) => errno == nix::errno::Errno::ESTALE,
+            Ok(fd) => nix::sys::stat::fstat(fd.as_raw_fd()).is_ok_and(|st| st.st_nlink == 0),
+        }
     }
 }
 
@@ -473,112 +570,5 @@ fn fsid_of(path: &CString) -> Result<[i32; 2], std::io::Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mounts_below_a_root_are_found_with_escaped_names() {
-        let info = "22 1 8:1 / / rw - ext4 /dev/vda rw\n\
-                    30 22 0:5 / /w/build rw - tmpfs t rw\n\
-                    31 22 0:6 / /w/my\\040disk rw - ext4 /dev/vdb rw\n\
-                    32 22 0:7 / /w rw - ext4 /dev/vdc rw\n\
-                    33 22 0:8 / /wx rw - tmpfs t rw\n";
-        assert_eq!(
-            mounts_under(Path::new("/w"), info),
-            vec![PathBuf::from("/w/build"), PathBuf::from("/w/my disk")]
-        );
-    }
-
-    fn info_fid(info_type: u8, fsid: [i32; 2], handle: &[u8], name: &[u8]) -> Vec<u8> {
-        let mut r = vec![info_type, 0, 0, 0];
-        r.extend(fsid[0].to_ne_bytes());
-        r.extend(fsid[1].to_ne_bytes());
-        r.extend((handle.len() as u32).to_ne_bytes());
-        r.extend(1i32.to_ne_bytes());
-        r.extend(handle);
-        r.extend(name);
-        r.push(0);
-        while r.len() % 4 != 0 {
-            r.push(0);
-        }
-        let len = r.len() as u16;
-        r[2..4].copy_from_slice(&len.to_ne_bytes());
-        r
-    }
-
-    fn event(mask: u64, pid: i32, infos: &[Vec<u8>]) -> Vec<u8> {
-        let body: Vec<u8> = infos.concat();
-        let mut e = Vec::new();
-        e.extend(((24 + body.len()) as u32).to_ne_bytes());
-        e.extend([3u8, 0]);
-        e.extend(24u16.to_ne_bytes());
-        e.extend(mask.to_ne_bytes());
-        e.extend((-1i32).to_ne_bytes());
-        e.extend(pid.to_ne_bytes());
-        e.extend(body);
-        e
-    }
-
-    #[test]
-    fn a_create_and_a_rename_parse_with_their_entries() {
-        let mut buf = event(
-            libc::FAN_CREATE,
-            42,
-            &[
-                info_fid(
-                    libc::FAN_EVENT_INFO_TYPE_DFID_NAME,
-                    [1, 2],
-                    &[9; 8],
-                    b"a.txt",
-                ),
-                info_fid(libc::FAN_EVENT_INFO_TYPE_FID, [1, 2], &[7; 8], b""),
-            ],
-        );
-        buf.extend(event(
-            libc::FAN_RENAME,
-            43,
-            &[
-                info_fid(
-                    libc::FAN_EVENT_INFO_TYPE_OLD_DFID_NAME,
-                    [1, 2],
-                    &[9; 8],
-                    b"a.txt",
-                ),
-                info_fid(
-                    libc::FAN_EVENT_INFO_TYPE_NEW_DFID_NAME,
-                    [1, 2],
-                    &[8; 12],
-                    b"b",
-                ),
-            ],
-        ));
-        let events = parse(&buf);
-        assert_eq!(events.len(), 2);
-        assert_eq!(events[0].tid, 42);
-        let entry = events[0].entry.as_ref().unwrap();
-        assert_eq!(entry.name, b"a.txt");
-        assert_eq!(entry.dir.bytes, vec![9; 8]);
-        assert_eq!(entry.dir.fsid, [1, 2]);
-        assert!(events[0].new_entry.is_none());
-        assert_eq!(events[1].entry.as_ref().unwrap().name, b"a.txt");
-        let new = events[1].new_entry.as_ref().unwrap();
-        assert_eq!((new.name.as_slice(), new.dir.bytes.len()), (&b"b"[..], 12));
-    }
-
-    #[test]
-    fn a_cut_or_lying_record_ends_the_parse() {
-        let buf = event(libc::FAN_CREATE, 1, &[info_fid(2, [0, 0], &[1; 8], b"x")]);
-        assert!(parse(&buf[..buf.len() - 1]).is_empty());
-        let mut lying = buf.clone();
-        lying[0..4].copy_from_slice(&1000u32.to_ne_bytes());
-        assert!(parse(&lying).is_empty());
-        let mut bad_info = buf;
-        bad_info[26..28].copy_from_slice(&500u16.to_ne_bytes());
-        let events = parse(&bad_info);
-        assert_eq!(events.len(), 1);
-        assert!(
-            events[0].entry.is_none(),
-            "an info record longer than its event is ignored"
-        );
-    }
-}
+#[path = "notify_tests.rs"]
+mod tests;

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use super::notify::Handle;
 use crate::effectlog::Record;
+
 /// The notification bits, as fanotify reports them.
 pub(super) mod bit {
     pub const MODIFY: u64 = libc::FAN_MODIFY;
@@ -55,6 +57,8 @@ pub(super) struct Notice {
     /// When the read before it started: the notification was queued
     /// later (else that read would have returned it).
     pub after_ns: u64,
+    /// The file's own handle, when the kernel reports it.
+    pub fid: Option<Handle>,
 }
 
 impl Notice {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use super::dir_cache::DirCache;
 use super::join::{Join, Notice, Task, bit};
 use super::notify::{DirEntry, Handle, RawEvent};
+use super::rewind::Rewind;
 use crate::effectlog::Record;
 use crate::effectlog::names::{display, display_path};
 
@@ -22,6 +23,13 @@ const CACHE_ENTRIES: usize = 16_384;
 /// before they could be placed (a busy host's short-lived processes
 /// queue them too, until the ring shows no record will name them).
 const GONE_EXEC_OPENS: usize = 4_096;
+/// Reads ahead allowed while placing one read (each after a directory
+/// handle's lookup; see [`Placement::read_ahead`]).
+const READS_AHEAD: usize = 4_096;
+/// No read ahead while this many notifications wait to be placed: a busy
+/// host's backlog is not pulled into memory a batch per lookup (each read
+/// takes up to `READ_BATCH_BYTES`); the lookups are then uncovered.
+const QUEUED_AHEAD: usize = 16_384;
 
 /// Membership of a thread in the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +48,11 @@ pub(super) trait Facts {
     /// The monotonic time now, once the threads of a read are looked up.
     fn now_ns(&self) -> u64 {
         crate::effectlog::mono_now_ns()
+    }
+    /// What was queued since the last read, and whether more may be
+    /// waiting; `None` when this host cannot read ahead.
+    fn read_ahead(&self) -> Option<std::io::Result<(Vec<RawEvent>, bool)>> {
+        None
     }
 }
 
@@ -61,6 +74,20 @@ pub(super) struct Placement {
     /// waits until the ring has been read past the time its thread was
     /// found gone (`Some`), by when every record of a sandbox thread is.
     unplaced: Vec<(Notice, Option<u64>)>,
+    /// The directory renames of the read being placed, and the position
+    /// in it, to take paths looked up now back to it (`rewind.rs`).
+    rewind: Rewind,
+    at: usize,
+    /// The read's notifications not placed yet, each with when it was
+    /// read; how many were read; how many reads ahead were made.
+    queue: std::collections::VecDeque<(RawEvent, u64)>,
+    seen: usize,
+    reads_ahead: usize,
+    /// The last read ahead said more may be waiting.
+    pub more_ahead: bool,
+    /// Sandbox notifications whose path could not be taken back to their
+    /// place in the stream: a gap of their own (`verify`: incomplete).
+    pub unsure: u64,
 }
 
 impl Placement {
@@ -73,6 +100,13 @@ impl Placement {
             host: HashMap::new(),
             dirs: DirCache::default(),
             unplaced: Vec::new(),
+            rewind: Rewind::default(),
+            at: 0,
+            queue: std::collections::VecDeque::new(),
+            seen: 0,
+            reads_ahead: 0,
+            more_ahead: false,
+            unsure: 0,
         }
     }
 
@@ -88,7 +122,16 @@ impl Placement {
         let out = Vec::new();
         let mut gone_exec_opens = Vec::new();
         self.dirs.next_read();
-        for event in &events {
+        self.rewind = Rewind::new(&events);
+        self.seen = events.len();
+        self.reads_ahead = 0;
+        self.more_ahead = false;
+        self.queue = events.into_iter().map(|e| (e, now)).collect();
+        let mut at = 0;
+        while let Some((event, read_ns)) = self.queue.pop_front() {
+            let event = &event;
+            self.at = at;
+            at += 1;
             if event.mask & bit::OVERFLOW != 0 {
                 // Renames were lost with it: the cache is no longer at
                 // the stream's position.
@@ -104,7 +147,16 @@ impl Placement {
                 // is reported with its entry.
                 continue;
             }
-            let known = self.join.task(event.tid);
+            // A thread of a process whose exit was joined before the read
+            // before this one started had every notification read by then:
+            // one of its tid now is another thread's, perhaps the host's
+            // (the agent wraps pids in seconds), and is looked up again.
+            let known = self.join.task(event.tid).filter(|t| {
+                self.join
+                    .exited
+                    .get(&t.tgid)
+                    .is_none_or(|(_, joined)| *joined >= after)
+            });
             let cached_host = self.host.get(&event.tid).is_some_and(|&until| until > now);
             // A host verdict is not trusted for a change in a root: the
             // agent can cycle the host's pids (32,768 here) until a thread
@@ -132,11 +184,11 @@ impl Placement {
                 }
                 Member::Sandbox(task) => {
                     self.join.add_task(event.tid, task);
-                    let n = self.notice(event, now, after, facts);
+                    let n = self.notice(event, read_ns, after, facts);
                     self.join.notice(n, task);
                 }
                 Member::Gone => {
-                    let n = self.notice(event, now, after, facts);
+                    let n = self.notice(event, read_ns, after, facts);
                     let in_roots = n.raw.as_deref().is_some_and(|p| {
                         self.roots.iter().any(|r| p.starts_with(r))
                             || self.inherited.iter().any(|f| p == f.as_path())
@@ -221,13 +273,13 @@ impl Placement {
 
     fn notice(&mut self, event: &RawEvent, now: u64, after: u64, facts: &dyn Facts) -> Notice {
         let (raw, name) = match &event.entry {
-            Some(entry) => (self.entry_path(entry, facts), display(&entry.name)),
+            Some(entry) => (self.sandbox_entry_path(entry, facts), display(&entry.name)),
             None => (None, String::new()),
         };
         let new_raw = event
             .new_entry
             .as_ref()
-            .and_then(|e| self.entry_path(e, facts));
+            .and_then(|e| self.sandbox_entry_path(e, facts));
         self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
         Notice {
             tid: event.tid,
@@ -240,6 +292,7 @@ impl Placement {
             new_raw,
             read_ns: now,
             after_ns: after,
+            fid: event.fid.clone(),
         }
     }
 
@@ -254,9 +307,13 @@ impl Placement {
             return;
         }
         match (event.mask & bit::RENAME != 0, raw, new) {
-            (true, Some(from), Some(to)) => self.dirs.renamed(from, to, event.tid),
+            (true, Some(from), Some(to)) => self.dirs.renamed_at(from, to, event.tid, self.at),
             (true, _, _) => self.dirs.clear(),
             _ => {}
+        }
+        for path in self.dirs.take_unsure() {
+            let path = Path::new(std::ffi::OsStr::from_bytes(&path));
+            self.unsure += u64::from(self.roots.iter().any(|r| path.starts_with(r)));
         }
         if event.mask & bit::DELETE != 0
             && let Some(path) = raw
@@ -274,317 +331,107 @@ impl Placement {
         self.follow_dir_change(event, raw.as_deref(), new_raw.as_deref());
     }
 
+    /// [`Self::entry_path`] of a sandbox notification (or a gone
+    /// thread's), counted when its path in a root could not be taken back
+    /// to its place.
+    fn sandbox_entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
+        let (path, sure) = self.entry_path_at(entry, facts);
+        let in_roots = |p: &PathBuf| self.roots.iter().any(|r| p.starts_with(r));
+        self.unsure += u64::from(!sure && path.as_ref().is_some_and(in_roots));
+        path
+    }
+
     fn entry_path(&mut self, entry: &DirEntry, facts: &dyn Facts) -> Option<PathBuf> {
-        let dir = match self.dirs.get(&entry.dir) {
-            Some(dir) => dir.clone(),
+        self.entry_path_at(entry, facts).0
+    }
+
+    /// The entry's path at the notification being placed, and whether it
+    /// is certain. A directory looked up in this read has the disk's path
+    /// after the whole read; it is taken back through the read's later
+    /// directory renames (`rewind.rs`).
+    fn entry_path_at(&mut self, entry: &DirEntry, facts: &dyn Facts) -> (Option<PathBuf>, bool) {
+        let (dir, now, seen) = match self.dirs.get_with_read(&entry.dir) {
+            Some((dir, now, seen)) => (dir.clone(), now, seen),
             None => {
                 let dir = facts.resolve(&entry.dir);
-                self.dirs.insert(entry.dir.clone(), dir.clone());
-                dir
+                let seen = self.seen;
+                self.dirs.insert(entry.dir.clone(), dir.clone(), seen);
+                if dir.is_some() && self.read_ahead(facts) {
+                    self.dirs.cover();
+                }
+                (dir, true, seen)
             }
-        }?;
-        if entry.name.is_empty() || entry.name == b"." {
-            return Some(dir);
+        };
+        let Some(mut dir) = dir else {
+            return (None, true);
+        };
+        let mut sure = true;
+        if now {
+            let alive = || facts.resolve(&entry.dir).is_some();
+            // A handle not looked up in this read is at the stream's place.
+            let dirs = &self.dirs;
+            let at_stream = |h: &Handle| match dirs.get_with_read(h) {
+                Some((path, false, _)) => path.clone(),
+                _ => None,
+            };
+            match self.rewind.back_to_looked_up(
+                self.at,
+                dir.clone(),
+                super::rewind::Lookup {
+                    handle: Some(&entry.dir),
+                    seen,
+                },
+                &alive,
+                &at_stream,
+                facts,
+            ) {
+                Ok(back) => dir = back,
+                Err(_) => sure = false,
+            }
         }
-        Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name)))
+        if entry.name.is_empty() || entry.name == b"." {
+            return (Some(dir), sure);
+        }
+        (
+            Some(dir.join(std::ffi::OsStr::from_bytes(&entry.name))),
+            sure,
+        )
+    }
+}
+
+impl Placement {
+    /// Reads what was queued since the read being placed, right after a
+    /// directory handle was looked up: the lookup has the disk's path,
+    /// with every rename queued before it, and those queued after the read
+    /// ended were not in hand to take it back through (a rename of the
+    /// next read might have come before or after the lookup: a gap, and
+    /// `mv x$i o$i` named `x$i`'s files `o$i/...`). Read now, they are:
+    /// appended to this read, placed in turn, and taken back through.
+    /// Whether the queue was read empty (every notification queued before
+    /// the lookup is now in hand).
+    fn read_ahead(&mut self, facts: &dyn Facts) -> bool {
+        if self.reads_ahead >= READS_AHEAD || self.queue.len() >= QUEUED_AHEAD {
+            return false;
+        }
+        self.reads_ahead += 1;
+        let (events, more) = match facts.read_ahead() {
+            None => return false,
+            Some(Err(e)) => {
+                eprintln!("tartaros: failed to read file notifications: {e}");
+                self.lost += 1;
+                return false;
+            }
+            Some(Ok(read)) => read,
+        };
+        let read_ns = facts.now_ns();
+        self.rewind.extend(self.seen, &events);
+        self.seen += events.len();
+        self.queue.extend(events.into_iter().map(|e| (e, read_ns)));
+        self.more_ahead = more;
+        !more
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-    use std::cell::Cell;
-
-    /// tid 10: the sandbox; 20: the host; 30: gone. Handle [1]: /w, [2]:
-    /// a deleted directory.
-    struct Fake {
-        lookups: Cell<u32>,
-    }
-
-    impl Facts for Fake {
-        fn member(&self, tid: u32) -> Member {
-            self.lookups.set(self.lookups.get() + 1);
-            match tid {
-                10 => Member::Sandbox(Task {
-                    tgid: 10,
-                    ppid: 1,
-                    uid: 65534,
-                }),
-                20 => Member::Host,
-                _ => Member::Gone,
-            }
-        }
-        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
-            match dir.bytes.as_slice() {
-                [1] => Some(PathBuf::from("/w")),
-                [3] => Some(PathBuf::from("/usr/bin")),
-                _ => None,
-            }
-        }
-        fn now_ns(&self) -> u64 {
-            50
-        }
-    }
-
-    fn event(tid: u32, mask: u64, dir: u8, name: &str) -> RawEvent {
-        RawEvent {
-            mask,
-            tid,
-            entry: Some(DirEntry {
-                dir: Handle {
-                    fsid: [0, 0],
-                    handle_type: 1,
-                    bytes: vec![dir],
-                },
-                name: name.as_bytes().to_vec(),
-            }),
-            new_entry: None,
-        }
-    }
-
-    fn placement() -> Placement {
-        Placement::new(Join::new(0), vec![PathBuf::from("/w")])
-    }
-
-    /// The sandbox thread 10, with handle [1] resolving to a real directory.
-    struct OnDisk(PathBuf);
-
-    impl Facts for OnDisk {
-        fn member(&self, _: u32) -> Member {
-            Member::Sandbox(Task {
-                tgid: 10,
-                ppid: 1,
-                uid: 65534,
-            })
-        }
-        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
-            (dir.bytes == [1]).then(|| self.0.clone())
-        }
-    }
-
-    #[test]
-    fn a_deleted_file_s_writes_get_no_size() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().canonicalize().unwrap();
-        // Both exist now; `again` is a new file under the deleted name.
-        std::fs::write(root.join("kept"), b"12345").unwrap();
-        std::fs::write(root.join("again"), b"123").unwrap();
-        let mut p = Placement::new(Join::new(0), vec![root.clone()]);
-        let events = vec![
-            event(10, bit::MODIFY, 1, "kept"),
-            event(10, bit::MODIFY, 1, "again"),
-            event(10, bit::DELETE, 1, "again"),
-            event(10, bit::CREATE, 1, "again"),
-        ];
-        let mut out = p.place(events, 100, 0, &OnDisk(root.clone()));
-        out.extend(p.finish(100 + 10_000_000_000));
-        let size = |name: &str| {
-            let path = Value::from(root.join(name).to_string_lossy().into_owned());
-            let r = out
-                .iter()
-                .find(|r| r.kind == "write" && r.target.get("path") == Some(&path))
-                .unwrap_or_else(|| panic!("no write record of {name}: {out:?}"));
-            r.target.get("size").cloned()
-        };
-        assert_eq!(size("kept"), Some(Value::from(5)));
-        assert_eq!(size("again"), None, "the size would be the new file's");
-    }
-
-    /// Outside the roots (handle [2] resolves to nothing); a host change
-    /// in a root is looked up every time (round 9: a reused tid).
-    #[test]
-    fn host_threads_are_dropped_and_looked_up_once_a_second() {
-        let facts = Fake {
-            lookups: Cell::new(0),
-        };
-        let mut p = placement();
-        let events = vec![
-            event(20, bit::CREATE, 2, "a"),
-            event(20, bit::CREATE, 2, "b"),
-        ];
-        assert!(p.place(events, 100, 0, &facts).is_empty());
-        assert_eq!(facts.lookups.get(), 1, "the verdict is cached");
-        p.place(
-            vec![event(20, bit::CREATE, 2, "c")],
-            100 + HOST_VERDICT_NS + 1,
-            0,
-            &facts,
-        );
-        assert_eq!(facts.lookups.get(), 2, "and expires");
-        p.place(vec![event(20, bit::CREATE, 1, "d")], 101, 0, &facts);
-        assert_eq!(facts.lookups.get(), 3, "in a root, not cached");
-        assert!(p.finish(10).is_empty(), "nothing of the host is logged");
-    }
-
-    /// tid 20 is a host thread, then (its pid reused within the second)
-    /// a sandbox thread: its change in a root is not dropped on the cached
-    /// verdict, nor is a host change outside the roots looked up again.
-    struct Reused {
-        lookups: Cell<u32>,
-        reused: Cell<bool>,
-    }
-
-    impl Facts for Reused {
-        fn member(&self, _: u32) -> Member {
-            self.lookups.set(self.lookups.get() + 1);
-            if self.reused.get() {
-                Member::Sandbox(Task {
-                    tgid: 20,
-                    ppid: 1,
-                    uid: 65534,
-                })
-            } else {
-                Member::Host
-            }
-        }
-        fn resolve(&self, dir: &Handle) -> Option<PathBuf> {
-            match dir.bytes.as_slice() {
-                [1] => Some(PathBuf::from("/w")),
-                [3] => Some(PathBuf::from("/elsewhere")),
-                _ => None,
-            }
-        }
-    }
-
-    #[test]
-    fn a_host_verdict_does_not_hide_a_reused_tid_s_change_in_a_root() {
-        let facts = Reused {
-            lookups: Cell::new(0),
-            reused: Cell::new(false),
-        };
-        let mut p = placement();
-        p.place(vec![event(20, bit::CREATE, 3, "host")], 100, 0, &facts);
-        p.place(vec![event(20, bit::CREATE, 3, "host2")], 150, 100, &facts);
-        assert_eq!(facts.lookups.get(), 1, "outside the roots: cached");
-        facts.reused.set(true);
-        p.place(vec![event(20, bit::CREATE, 1, "agent")], 200, 150, &facts);
-        let out = p.finish(300 + 10_000_000_000);
-        assert!(
-            out.iter()
-                .any(|r| r.target.get("path").and_then(Value::as_str) == Some("/w/agent")),
-            "{out:?}"
-        );
-        assert!(
-            out.iter()
-                .all(|r| r.target.get("path").and_then(Value::as_str) != Some("/elsewhere/host")),
-            "{out:?}"
-        );
-    }
-
-    #[test]
-    fn a_gone_thread_is_placed_by_a_later_record_or_logged_unverified() {
-        let facts = Fake {
-            lookups: Cell::new(0),
-        };
-        let mut p = placement();
-        p.place(
-            vec![
-                event(30, bit::CREATE, 1, "in-root"),
-                event(31, bit::CREATE, 1, "unknown"),
-            ],
-            5,
-            0,
-            &facts,
-        );
-        // A fork record names 30 after the fact.
-        let fork = record("fork", 9, "child", Value::from(30));
-        p.join.learn(&[fork]);
-        p.place(Vec::new(), 6, 5, &facts);
-        let out = p.finish(7);
-        let by_path = |path: &str| {
-            out.iter()
-                .find(|r| r.target.get("path").and_then(Value::as_str) == Some(path))
-                .unwrap_or_else(|| panic!("no record for {path}: {out:?}"))
-        };
-        let placed = by_path("/w/in-root");
-        assert_eq!(placed.pid, 30);
-        assert_eq!(placed.target.get("pid_unverified"), None);
-        let unknown = by_path("/w/unknown");
-        assert_eq!(
-            unknown.target.get("pid_unverified"),
-            Some(&Value::from(true))
-        );
-    }
-
-    fn record(kind: &'static str, pid: u32, key: &'static str, value: Value) -> Record {
-        let mut target = crate::effectlog::Target::new();
-        target.insert(key, value);
-        Record {
-            kind,
-            pid,
-            ppid: 9,
-            uid: 65534,
-            mono_ns: 40,
-            wall_ns: 40,
-            decision: crate::effectlog::Decision::Allowed,
-            errno: 0,
-            target,
-        }
-    }
-
-    /// A nested script's exec opens, read once its thread had exited and
-    /// before a record named it (a busy run): its interpreter, outside the
-    /// roots, was dropped, and the record then had no `script`.
-    #[test]
-    fn a_gone_thread_s_interpreter_open_still_names_its_script() {
-        let facts = Fake {
-            lookups: Cell::new(0),
-        };
-        let mut p = placement();
-        let events = vec![
-            event(30, bit::OPEN_EXEC, 1, "outer.sh"),
-            event(30, bit::OPEN_EXEC, 1, "inner.sh"),
-            event(30, bit::OPEN_EXEC, 3, "dash"),
-            // A host thread's exec, gone too, that no record names.
-            event(31, bit::OPEN_EXEC, 3, "true"),
-        ];
-        p.place(events, 5, 0, &facts);
-        let exec = record("exec", 30, "binary", Value::from("/usr/bin/dash"));
-        p.join.learn(std::slice::from_ref(&exec));
-        p.place(Vec::new(), 60, 5, &facts);
-        let joined = p.join.join(vec![exec], 60);
-        let named = joined.iter().find(|r| r.kind == "exec").unwrap();
-        assert_eq!(
-            named.target.get("script"),
-            Some(&Value::from("/w/outer.sh")),
-            "{named:?}"
-        );
-        // The ring read past the time 31 was found gone: no record will
-        // name it, its open is not kept.
-        assert_eq!(p.unplaced.len(), 1);
-        p.ring_read_to(49);
-        assert_eq!(p.unplaced.len(), 1, "a record of 31 may still come");
-        p.ring_read_to(51);
-        assert!(p.unplaced.is_empty());
-    }
-
-    #[test]
-    fn gone_threads_outside_the_roots_and_link_counts_are_not_logged() {
-        let facts = Fake {
-            lookups: Cell::new(0),
-        };
-        let mut p = placement();
-        let mut link_count = event(10, bit::ATTRIB, 1, "x");
-        link_count.entry = None;
-        p.place(
-            vec![event(31, bit::CREATE, 2, "elsewhere"), link_count],
-            5,
-            0,
-            &facts,
-        );
-        assert!(p.finish(6).is_empty());
-    }
-
-    #[test]
-    fn an_overflow_is_counted_as_lost() {
-        let facts = Fake {
-            lookups: Cell::new(0),
-        };
-        let mut p = placement();
-        let mut overflow = event(0, bit::OVERFLOW, 1, "");
-        overflow.entry = None;
-        p.place(vec![overflow], 1, 0, &facts);
-        assert_eq!(p.lost, 1);
-    }
-}
+#[path = "place_tests.rs"]
+mod tests;

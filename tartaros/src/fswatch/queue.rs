@@ -42,14 +42,20 @@ impl Queue {
     /// `fits` and has not claimed `want`, else with `again` the first that
     /// has (the kernel merges identical notifications still queued, so
     /// one may stand for several records); its `want` bit is then claimed.
+    /// With `skip`, the first `skip` unclaimed notifications of the kind
+    /// are passed over when a later one fits too: they are those of the
+    /// thread's earlier records still waiting for one (a name the capture
+    /// could not read), which come first in the thread's order.
     pub fn take(
         &mut self,
         want: u64,
         dir: Option<bool>,
         again: bool,
+        skip: usize,
         fits: impl Fn(&Notice) -> bool,
     ) -> Option<&Notice> {
         let kind_fits = |n: &Notice| n.mask & want != 0 && dir.is_none_or(|d| n.is_dir() == d);
+        let open = |n: &Notice| n.mask & want != 0 && n.claimed & want == 0;
         let slot = match self.done.iter().position(|(w, _)| *w == want) {
             Some(slot) => slot,
             None => {
@@ -58,27 +64,31 @@ impl Queue {
             }
         };
         let start = self.done[slot].1;
-        let mut prefix = start;
-        let mut found = None;
-        for (i, n) in self.notices.iter().enumerate().skip(start) {
-            let open = n.mask & want != 0 && n.claimed & want == 0;
-            if !open {
-                if prefix == i {
-                    prefix = i + 1;
+        // The notices at the front that are done for `want`.
+        let prefix = self
+            .notices
+            .iter()
+            .skip(start)
+            .position(&open)
+            .map_or(self.notices.len(), |at| start + at);
+        let scan = |skip: usize| {
+            let mut seen = 0usize;
+            for (i, n) in self.notices.iter().enumerate().skip(prefix) {
+                if !(open(n) && kind_fits(n)) {
+                    continue;
                 }
-                continue;
+                if seen >= skip && fits(n) {
+                    return Some(i);
+                }
+                seen += 1;
             }
-            if kind_fits(n) && fits(n) {
-                found = Some(i);
-                break;
-            }
-        }
-        if let Some(at) = found
-            && prefix == at
-        {
-            prefix = at + 1;
-        }
-        self.done[slot].1 = prefix;
+            None
+        };
+        let found = scan(skip).or_else(|| (skip > 0).then(|| scan(0)).flatten());
+        self.done[slot].1 = match found {
+            Some(at) if at == prefix => prefix + 1,
+            _ => prefix,
+        };
         let at = found.or_else(|| {
             again
                 .then(|| self.notices.iter().position(|n| kind_fits(n) && fits(n)))
@@ -107,6 +117,7 @@ mod tests {
             new_raw: None,
             read_ns: 0,
             after_ns: 0,
+            fid: None,
         }
     }
 
@@ -123,16 +134,16 @@ mod tests {
         }
         for k in 0..1000 {
             let p = format!("/w/{k}");
-            let n = q.take(bit::CREATE, Some(false), true, path_is(&p));
+            let n = q.take(bit::CREATE, Some(false), true, 0, path_is(&p));
             assert_eq!(n.map(|n| n.path.clone()), Some(Some(p.clone())));
             assert!(
-                q.take(bit::DELETE, Some(false), true, path_is(&p))
+                q.take(bit::DELETE, Some(false), true, 0, path_is(&p))
                     .is_some()
             );
         }
         // Every notice is claimed: a search finds none and leaves the
         // cursors at the end.
-        assert!(q.take(bit::CREATE, None, false, |_| true).is_none());
+        assert!(q.take(bit::CREATE, None, false, 0, |_| true).is_none());
         assert!(q.done.iter().all(|(_, done)| *done == 2000), "{:?}", q.done);
         q.pop_front();
         assert!(q.done.iter().all(|(_, done)| *done == 1999));
@@ -146,25 +157,25 @@ mod tests {
         q.push_back(notice(bit::CREATE | bit::DELETE, "/w/a"));
         q.push_back(notice(bit::CREATE, "/w/a"));
         assert!(
-            q.take(bit::CREATE, Some(false), true, path_is("/w/a"))
+            q.take(bit::CREATE, Some(false), true, 0, path_is("/w/a"))
                 .is_some()
         );
         assert!(
-            q.take(bit::DELETE, Some(false), true, path_is("/w/a"))
+            q.take(bit::DELETE, Some(false), true, 0, path_is("/w/a"))
                 .is_some()
         );
         // The second create takes the fresh notice, leaving none unclaimed
         // (a claimed one taken again would leave the fresh one to be
         // logged as an effect no record saw).
-        q.take(bit::CREATE, Some(false), true, path_is("/w/a"));
+        q.take(bit::CREATE, Some(false), true, 0, path_is("/w/a"));
         assert!(q.notices.iter().all(|n| n.claimed & bit::CREATE != 0));
         // A fourth create of the name can only be a merged one.
         assert!(
-            q.take(bit::CREATE, Some(false), true, path_is("/w/a"))
+            q.take(bit::CREATE, Some(false), true, 0, path_is("/w/a"))
                 .is_some()
         );
         assert!(
-            q.take(bit::CREATE, Some(false), false, path_is("/w/a"))
+            q.take(bit::CREATE, Some(false), false, 0, path_is("/w/a"))
                 .is_none()
         );
     }
@@ -176,12 +187,48 @@ mod tests {
         q.push_back(notice(bit::CREATE, "/w/f"));
         // A file's record skips the directory's notice but cannot move the
         // cursor past it: a mkdir record still finds it.
-        assert!(q.take(bit::CREATE, Some(false), false, |_| true).is_some());
+        assert!(
+            q.take(bit::CREATE, Some(false), false, 0, |_| true)
+                .is_some()
+        );
         assert_eq!(q.done, vec![(bit::CREATE, 0)]);
-        let d = q.take(bit::CREATE, Some(true), false, |_| true);
+        let d = q.take(bit::CREATE, Some(true), false, 0, |_| true);
         assert_eq!(d.and_then(|n| n.path.clone()).as_deref(), Some("/w/d"));
         assert_eq!(q.done, vec![(bit::CREATE, 1)]);
-        assert!(q.take(bit::CREATE, None, false, |_| true).is_none());
+        assert!(q.take(bit::CREATE, None, false, 0, |_| true).is_none());
         assert_eq!(q.done, vec![(bit::CREATE, 2)]);
+    }
+
+    #[test]
+    fn a_record_after_one_held_without_a_name_skips_the_held_one_s_notice() {
+        // create x (its name unreadable: held), unlink x, create x, unlink
+        // x, ...: one notice per file (the kernel reports each file's
+        // handle, so it merges only a file's own create and unlink).
+        let mut q = Queue::default();
+        for _ in 0..3 {
+            q.push_back(notice(bit::CREATE | bit::DELETE, "/w/x"));
+        }
+        // The second and third creates, one record held before them.
+        for _ in 0..2 {
+            assert!(
+                q.take(bit::CREATE, Some(false), true, 1, path_is("/w/x"))
+                    .is_some()
+            );
+        }
+        assert_eq!(q.notices[0].claimed, 0, "the held record's notice is left");
+        assert!(q.notices.iter().skip(1).all(|n| n.claimed == bit::CREATE));
+        // The held record, by position.
+        assert!(
+            q.take(bit::CREATE, Some(false), false, 0, |_| true)
+                .is_some()
+        );
+        // A held record that had no notice of its own: the later record
+        // still finds its own.
+        let mut q = Queue::default();
+        q.push_back(notice(bit::CREATE, "/w/y"));
+        assert!(
+            q.take(bit::CREATE, Some(false), true, 1, path_is("/w/y"))
+                .is_some()
+        );
     }
 }

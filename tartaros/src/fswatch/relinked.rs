@@ -137,6 +137,11 @@ pub(super) enum Place {
     Gone,
     /// Not at `path`, and a link that may keep it was forgotten.
     Unknown,
+    /// Not at `path` when the record is written, though no removal of it
+    /// was seen: moved by something the notifications do not carry in
+    /// order (renames the kernel merged, a host's rename). Not `Gone`:
+    /// that would say a file was deleted that may live on elsewhere.
+    Missing,
 }
 
 /// An O_TMPFILE linked into the tree is named `#<inode>` by the kernel
@@ -159,6 +164,7 @@ pub(super) fn locate(path: &str, exists: bool, links: &TmpfileLinks, relinked: &
         Some(to) => Place::Linked(to),
         None if !gone => Place::Here,
         None if links.forgot() || relinked.forgot() => Place::Unknown,
+        None if exists => Place::Missing,
         None => Place::Gone,
     }
 }
@@ -179,6 +185,8 @@ mod tests {
             task,
             count: 1,
             first_ns: 0,
+            written_at: None,
+            fid: None,
         }]
     }
 
@@ -220,6 +228,8 @@ mod tests {
         let links = TmpfileLinks::default();
         let mut relinked = Relinked::default();
         assert_eq!(locate(&x, false, &links, &relinked), Place::Gone);
+        // Not there, but no removal seen: not said deleted (round 11).
+        assert_eq!(locate(&x, true, &links, &relinked), Place::Missing);
         for i in 0..=KEPT as u64 {
             relinked.linked(&format!("/w/f{i}"), (1, i));
         }

@@ -142,7 +142,9 @@ impl Files {
         }
         // Links forgotten: the name holds nothing, and where the file
         // went is unknown; not a sign the name exists again.
-        let unknown = t.get("links_forgotten").and_then(Value::as_bool) == Some(true);
+        let unknown = ["links_forgotten", "not_found"]
+            .iter()
+            .any(|k| t.get(*k).and_then(Value::as_bool) == Some(true));
         if deletes {
             f.deleted = true;
         } else if !creates && f.deleted && !unknown {

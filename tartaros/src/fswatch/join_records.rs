@@ -1,0 +1,126 @@
+//! The records the join makes of its own (a `write` record per process
+//! and file, and a notification no capture record claimed), in a file of
+//! their own to keep `join.rs` readable.
+
+use super::{Join, Notice, Task, bit};
+use crate::effectlog::{Decision, Record, Target, names};
+use crate::fswatch::relinked::{Place, locate};
+use crate::fswatch::writes::Writes;
+
+impl Join {
+    /// Where the file of `path`'s writes `w` is ([`locate`]); a name that
+    /// holds no file, with no removal seen, is of a removed file when the
+    /// file's own handle no longer opens or has no link left.
+    pub(super) fn place_of(&self, path: &str, here: bool, w: &Writes) -> Place {
+        match locate(path, here, &self.tmpfile_links, &self.relinked) {
+            Place::Missing if w.fid.as_ref().is_some_and(|f| self.probe.gone(f)) => Place::Gone,
+            place => place,
+        }
+    }
+
+    /// A `write` record of `path`, with the file's size when it still
+    /// exists; `exists` false: the name was removed.
+    pub(super) fn write_record(&self, path: &str, w: &Writes, exists: bool) -> Record {
+        let mut t = Target::new();
+        let here = exists && !self.writes.was_removed(path);
+        let place = self.place_of(path, here, w);
+        let path = match &place {
+            Place::Linked(to) => {
+                t.insert("written_as", path.to_string());
+                to.as_str()
+            }
+            Place::Gone => w.written_at.as_deref().unwrap_or(path), // as written
+            _ => path,
+        };
+        t.insert("path", path.to_string());
+        t.insert("path_source", "kernel");
+        t.insert("count", w.count);
+        let on_disk = names::on_disk(path);
+        if let Some(size) = exists
+            .then(|| crate::fswatch::content::size_of(&on_disk))
+            .flatten()
+        {
+            t.insert("size", size);
+        }
+        match place {
+            Place::Gone => t.insert("deleted", true),
+            Place::Unknown => t.insert("links_forgotten", true),
+            Place::Missing => t.insert("not_found", true),
+            Place::Linked(_) | Place::Here => {}
+        }
+        if !self.tasks.contains_key(&w.task.tgid) {
+            // A thread gone before it could be looked up, that no record
+            // named: its process and user are not known.
+            t.insert("pid_unverified", true);
+        }
+        self.kernel_record("write", w.task, w.first_ns, t)
+    }
+
+    fn kernel_record(
+        &self,
+        kind: &'static str,
+        task: Task,
+        mono_ns: u64,
+        target: Target,
+    ) -> Record {
+        Record {
+            kind,
+            pid: task.tgid,
+            ppid: task.ppid,
+            uid: task.uid,
+            mono_ns,
+            wall_ns: u64::try_from(i128::from(mono_ns) + self.wall_offset).unwrap_or(0),
+            decision: Decision::Allowed,
+            errno: 0,
+            target,
+        }
+    }
+
+    /// Records for the bits of `n` no capture record claimed: effects the
+    /// capture did not see (io_uring, core files, ...), named by the kernel.
+    pub(super) fn uncaptured(&self, n: &Notice, task: Task) -> Vec<Record> {
+        let dir = n.is_dir();
+        let kinds: [(u64, &'static str); 4] = [
+            (bit::CREATE, if dir { "mkdir" } else { "create" }),
+            (bit::DELETE, if dir { "rmdir" } else { "unlink" }),
+            (bit::RENAME, "rename"),
+            (bit::ATTRIB, "attrib"),
+        ];
+        let mut out = Vec::new();
+        for (b, kind) in kinds {
+            if n.mask & !n.claimed & b == 0 {
+                continue;
+            }
+            let mut t = Target::new();
+            let path = n.path.clone().unwrap_or_else(|| n.name.clone());
+            if b == bit::RENAME {
+                t.insert("from", path);
+                t.insert("to", n.new_path.clone().unwrap_or_default());
+            } else {
+                t.insert("path", path);
+            }
+            if n.path.is_none() {
+                t.insert("dir_unresolved", true);
+            }
+            if dir {
+                t.insert("dir", true);
+            }
+            t.insert("path_source", "kernel");
+            if b == bit::ATTRIB && self.unverified_fd.contains(&n.tid) {
+                // Most likely the change of one of the thread's calls on
+                // a shared descriptor, whose records name no file.
+                t.insert("unverified_fd_call", true);
+            } else {
+                t.insert("uncaptured", true);
+            }
+            if !self.tasks.contains_key(&n.tid) {
+                t.insert("pid_unverified", true);
+            }
+            if n.tid != task.tgid {
+                t.insert("tid", n.tid);
+            }
+            out.push(self.kernel_record(kind, task, n.read_ns, t));
+        }
+        out
+    }
+}
