@@ -60,31 +60,36 @@ fn the_janitor_holds_neither_the_launchers_directory_nor_its_descriptors() {
             .unwrap(),
     ));
     let pid = sup.id();
-    let mut found = Vec::new();
-    assert!(
-        eventually(10, || {
-            found = janitors(pid);
-            !found.is_empty()
-        }),
-        "no janitor of supervisor {pid} found"
-    );
-    for janitor in found {
-        let cwd = std::fs::read_link(format!("/proc/{janitor}/cwd")).unwrap();
-        assert_eq!(
-            cwd,
-            Path::new("/"),
-            "the janitor {janitor} keeps the launcher's directory"
-        );
+    // A child is copied with the launcher's directory and descriptors and
+    // drops them a moment later (the janitor at its start, the init when it
+    // enters its own mount namespace), so the state is asked for until it
+    // settles: a janitor that keeps them for ten seconds fails.
+    let held_by = |janitor: i32| -> Option<String> {
+        let cwd = std::fs::read_link(format!("/proc/{janitor}/cwd")).ok()?;
+        if cwd != Path::new("/") {
+            return Some(format!(
+                "the janitor {janitor} keeps the launcher's directory {cwd:?}"
+            ));
+        }
         let fds = open_fds(janitor);
         let foreign: Vec<_> = fds
             .iter()
             .filter(|(fd, target)| *fd > 3 || target.starts_with(w))
             .collect();
-        assert!(
-            foreign.is_empty(),
-            "the janitor {janitor} holds {foreign:?} (all: {fds:?})"
-        );
-    }
+        (!foreign.is_empty())
+            .then(|| format!("the janitor {janitor} holds {foreign:?} (all: {fds:?})"))
+    };
+    let mut problems = vec![format!("no janitor of supervisor {pid} found")];
+    let settled = eventually(10, || {
+        let found = janitors(pid);
+        problems = if found.is_empty() {
+            vec![format!("no janitor of supervisor {pid} found")]
+        } else {
+            found.into_iter().filter_map(held_by).collect()
+        };
+        problems.is_empty()
+    });
+    assert!(settled, "{}", problems.join("; "));
     let mut child = sup.take();
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
