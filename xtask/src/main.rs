@@ -230,11 +230,17 @@ fn ci(no_peers: bool) -> Result<()> {
     // The plain root runs of the tests and the lab pinned their unix
     // programs in /run/tartaros/bpf (docs/architecture.md, "Start-up
     // cost"): CI leaves the host as it found it, also when a step failed.
-    let release = release_binary();
-    if !release.exists() {
+    // The tests' debug binary pins too, and a failed test step ends the
+    // suite before the release build.
+    let Some(binary) = [
+        release_binary(),
+        workspace_root().join("target/debug/tartaros"),
+    ]
+    .into_iter()
+    .find(|b| b.exists()) else {
         return result;
-    }
-    let dropped = check(Command::new(release).args(["cache", "drop"]));
+    };
+    let dropped = check(Command::new(binary).args(["cache", "drop"]));
     result.and(dropped)
 }
 
