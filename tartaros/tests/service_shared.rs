@@ -791,8 +791,14 @@ fn a_killed_workers_run_is_forgotten_by_the_service() {
         return;
     }
     let mut service = Service::start();
-    // The runs' parent cgroup of the shared programs.
-    let parents = cgroups_of(service.pid);
+    // The runs' parent cgroup of the shared programs. The service listens
+    // before it loads them (clients wait in the backlog), so under load the
+    // cgroup appears after the socket does (a CI run read none).
+    let mut parents = Vec::new();
+    eventually(10, || {
+        parents = cgroups_of(service.pid);
+        parents.len() == 1
+    });
     assert_eq!(
         parents.len(),
         1,
