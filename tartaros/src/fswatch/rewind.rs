@@ -150,29 +150,67 @@ impl Rewind {
         if first == self.renames.len() {
             return Ok(path);
         }
-        self.compute_down_to(first, facts, at_stream)?;
+        self.compute_down_to(first, facts, at_stream);
         let mut bytes = path.as_os_str().as_bytes().to_vec();
-        let replaced = self.undo(&mut bytes, first, lookup.seen, lookup.handle)?;
+        let end = self.renames.len();
+        let taken_back = match self.undo(&mut bytes, first..end, lookup.seen, lookup.handle) {
+            Ok(replaced) if !replaced || alive() => Ok(bytes),
+            _ => self.back_from_own_rename(first, lookup, alive),
+        };
+        Ok(PathBuf::from(OsStr::from_bytes(&taken_back?)))
+    }
+
+    /// The looked-up directory's path just after the notification before
+    /// `renames[first]`, from the first rename after it whose own handle is
+    /// the directory's: just before that rename it was at the rename's old
+    /// path, whatever came later (`mv x48 o48; mv x49 o49; rm -rf` before
+    /// the later renames' paths were looked up). Taken back through the
+    /// renames between, which must be known.
+    fn back_from_own_rename(
+        &mut self,
+        first: usize,
+        lookup: Lookup<'_>,
+        alive: &dyn Fn() -> bool,
+    ) -> Result<Vec<u8>, Unsure> {
+        let moved = lookup.handle.ok_or(Unsure)?;
+        let mut own = None;
+        for k in first..self.renames.len() {
+            self.work += 1;
+            if self.work > WORK_PER_READ {
+                return Err(Unsure);
+            }
+            if self.fids[k].as_ref() == Some(moved) {
+                own = Some(k);
+                break;
+            }
+        }
+        let own = own.ok_or(Unsure)?;
+        let last = self.renames.len() - 1;
+        let Some((old, _)) = &self.coords[last - own] else {
+            return Err(Unsure);
+        };
+        let mut bytes = old.clone();
+        let replaced = self.undo(&mut bytes, first..own, lookup.seen, Some(moved))?;
         if replaced && !alive() {
             return Err(Unsure);
         }
-        Ok(PathBuf::from(OsStr::from_bytes(&bytes)))
+        Ok(bytes)
     }
 
-    /// Takes `path` back through the renames from `from` on, the last
-    /// first (their paths already computed); whether a rename read at or
-    /// after position `seen` had exactly `path` as its new path, and did
-    /// not move the directory `moved`.
+    /// Takes `path` back through the renames `range`, the last first
+    /// (their paths already computed); whether a rename read at or after
+    /// position `seen` had exactly `path` as its new path, and did not
+    /// move the directory `moved`.
     fn undo(
         &mut self,
         path: &mut Vec<u8>,
-        from: usize,
+        range: std::ops::Range<usize>,
         seen: usize,
         moved: Option<&Handle>,
     ) -> Result<bool, Unsure> {
         let last = self.renames.len() - 1;
         let mut replaced = false;
-        for k in (from..self.renames.len()).rev() {
+        for k in range.rev() {
             self.work += 1;
             if self.work > WORK_PER_READ {
                 return Err(Unsure);
@@ -196,13 +234,16 @@ impl Rewind {
         Ok(replaced)
     }
 
-    /// Computes the paths of `renames[first..]`, backward from the last.
+    /// Computes the paths of `renames[first..]`, backward from the last;
+    /// a rename's are unknown (`None`) when a directory of it is gone from
+    /// the disk or its disk path cannot be taken back through the later
+    /// renames, except the first's, taken from the stream (`at_stream`).
     fn compute_down_to(
         &mut self,
         first: usize,
         facts: &dyn Facts,
         at_stream: &dyn Fn(&Handle) -> Option<PathBuf>,
-    ) -> Result<(), Unsure> {
+    ) {
         while self.renames.len() - self.coords.len() > first {
             let k = self.renames.len() - self.coords.len() - 1;
             let (_, old, new) = self.renames[k].clone();
@@ -213,12 +254,14 @@ impl Rewind {
                     .entry(entry.dir.clone())
                     .or_insert_with(|| facts.resolve(&entry.dir))
                     .clone();
-                let bytes = match dir {
-                    Some(dir) => {
-                        let mut bytes = dir.as_os_str().as_bytes().to_vec();
-                        self.undo(&mut bytes, k + 1, usize::MAX, None)?;
-                        bytes
-                    }
+                let end = self.renames.len();
+                let known = dir.and_then(|dir| {
+                    let mut bytes = dir.as_os_str().as_bytes().to_vec();
+                    let back = self.undo(&mut bytes, k + 1..end, usize::MAX, None);
+                    back.ok().map(|_| bytes)
+                });
+                let bytes = match known {
+                    Some(bytes) => bytes,
                     None if k == first => match at_stream(&entry.dir) {
                         Some(dir) => dir.as_os_str().as_bytes().to_vec(),
                         None => break,
@@ -233,7 +276,6 @@ impl Rewind {
             };
             self.coords.push(coords);
         }
-        Ok(())
     }
 }
 
@@ -465,5 +507,89 @@ mod tests {
         // Without the stream's paths: not vouched for.
         let mut r = Rewind::new(&events);
         assert_eq!(r.back_to(0, p("/w/b/o"), &disk), Err(Unsure));
+    }
+
+    #[test]
+    fn the_rename_that_moved_the_directory_tells_its_path_past_unknown_ones() {
+        // The routine script's loop, then `rm -rf b` before the renames'
+        // paths were looked up: creat t/x48/o (2 is x48); mv t/x48 o48;
+        // mkdir t/x49; mv t/x49 o49 (5 is x49). The disk has only /w; the
+        // cache has b/t (3) and b (4) at the stream. x48 was looked up at
+        // /w/b/o48 before the removal.
+        let disk = Disk(vec![(1, "/w")]);
+        let own = |n: u8| Some(entry(n, "").dir);
+        let mut mv48 = dir_rename(entry(3, "x48"), entry(4, "o48"));
+        mv48.fid = own(2);
+        let mut mv49 = dir_rename(entry(3, "x49"), entry(4, "o49"));
+        mv49.fid = own(5);
+        let events = vec![
+            ev(bit::CREATE, entry(2, "o"), None),
+            mv48,
+            ev(bit::ONDIR | bit::CREATE, entry(3, "x49"), None),
+            mv49,
+        ];
+        let stream = |h: &Handle| match h.bytes.as_slice() {
+            [3] => Some(p("/w/b/t")),
+            [4] => Some(p("/w/b")),
+            _ => None,
+        };
+        let dead = || false;
+        let x48 = entry(2, "").dir;
+        for seen in [1, 4] {
+            let mut r = Rewind::new(&events);
+            assert_eq!(
+                r.back_to_looked_up(
+                    0,
+                    p("/w/b/o48"),
+                    lk(Some(&x48), seen),
+                    &dead,
+                    &stream,
+                    &disk
+                ),
+                Ok(p("/w/b/t/x48")),
+                "looked up after {seen} notifications"
+            );
+        }
+        // A directory no rename's handle names (moved, if at all, with an
+        // ancestor): the unknown rename may have moved it, not vouched for.
+        let other = entry(6, "").dir;
+        let mut r = Rewind::new(&events);
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/b/o48"), lk(Some(&other), 4), &dead, &stream, &disk),
+            Err(Unsure)
+        );
+        // Without the renames' own handles: not vouched for.
+        let bare: Vec<RawEvent> = events
+            .iter()
+            .cloned()
+            .map(|mut e| {
+                e.fid = None;
+                e
+            })
+            .collect();
+        let mut r = Rewind::new(&bare);
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/b/o48"), lk(Some(&x48), 4), &dead, &stream, &disk),
+            Err(Unsure)
+        );
+        // The directory's own rename after one of unknown paths (9, of
+        // directories the disk and the cache no longer have): that one may
+        // have moved an ancestor, not vouched for.
+        let disk = Disk(vec![(1, "/w"), (3, "/w/b/t"), (4, "/w/b")]);
+        let mut unknown = dir_rename(entry(7, "y"), entry(8, "z"));
+        unknown.fid = own(9);
+        let mut mv48 = dir_rename(entry(3, "x48"), entry(4, "o48"));
+        mv48.fid = own(2);
+        let events = vec![ev(bit::CREATE, entry(2, "o"), None), unknown, mv48];
+        let mut r = Rewind::new(&events);
+        assert_eq!(
+            r.back_to_looked_up(0, p("/w/b/o48"), lk(Some(&x48), 3), &dead, &stream, &disk),
+            Err(Unsure)
+        );
+        // Past it, the rename alone says it.
+        assert_eq!(
+            r.back_to_looked_up(1, p("/w/b/o48"), lk(Some(&x48), 3), &dead, &stream, &disk),
+            Ok(p("/w/b/t/x48"))
+        );
     }
 }
