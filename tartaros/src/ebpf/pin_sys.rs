@@ -8,12 +8,11 @@ use std::os::fd::{AsRawFd as _, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 
-use super::rawprog::{ATTR_BYTES, bpf, owned, put};
+use super::rawprog::{ATTR_BYTES, bpf, obj_info, owned, put};
 
 const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
 const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_FS_MAGIC`, the bpffs `f_type`.
 const BPF_FS_MAGIC: libc::c_long = 0xcafe_4a11;
 /// `BPF_MAP_TYPE_ARRAY`.
@@ -91,11 +90,7 @@ pub(super) fn prog_facts(fd: BorrowedFd<'_>) -> io::Result<ProgFacts> {
     let mut ids = [0u32; MAX_MAP_IDS];
     info[52..56].copy_from_slice(&(MAX_MAP_IDS as u32).to_le_bytes());
     info[56..64].copy_from_slice(&(ids.as_mut_ptr() as u64).to_le_bytes());
-    let mut attr = [0u8; ATTR_BYTES];
-    put(&mut attr, 0, &(fd.as_raw_fd() as u32).to_le_bytes());
-    put(&mut attr, 4, &(info.len() as u32).to_le_bytes());
-    put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    obj_info(fd, &mut info)?;
     let map_count = u32_at(&info, 52);
     let read = (map_count as usize).min(MAX_MAP_IDS);
     let mut tag = [0u8; 8];
@@ -132,11 +127,7 @@ pub(super) fn map_facts(fd: BorrowedFd<'_>) -> io::Result<MapFacts> {
     // struct bpf_map_info: type, id, key_size, value_size, max_entries,
     // map_flags, name[16].
     let mut info = [0u8; 40];
-    let mut attr = [0u8; ATTR_BYTES];
-    put(&mut attr, 0, &(fd.as_raw_fd() as u32).to_le_bytes());
-    put(&mut attr, 4, &(info.len() as u32).to_le_bytes());
-    put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr)?;
+    obj_info(fd, &mut info)?;
     let name = String::from_utf8_lossy(&info[24..40])
         .trim_end_matches('\0')
         .to_owned();

@@ -333,12 +333,19 @@ pub fn open_tracepoint(program: &str, prog: &OwnedFd) -> Result<OwnedFd, RawErro
 pub fn tag(prog: BorrowedFd<'_>) -> Option<String> {
     // struct bpf_prog_info: u32 type, u32 id, u8 tag[8], ...
     let mut info = [0u8; 16];
+    obj_info(prog, &mut info).ok()?;
+    Some(hex::encode(&info[8..16]))
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD`: the kernel's `struct bpf_*_info` of `fd`'s
+/// object into `info` (its first `info.len()` bytes; the kernel fills in
+/// what it has and may follow pointers the caller put in `info`).
+pub(super) fn obj_info(fd: BorrowedFd<'_>, info: &mut [u8]) -> std::io::Result<()> {
     let mut attr = [0u8; ATTR_BYTES];
-    put(&mut attr, 0, &(prog.as_raw_fd() as u32).to_le_bytes());
+    put(&mut attr, 0, &(fd.as_raw_fd() as u32).to_le_bytes());
     put(&mut attr, 4, &(info.len() as u32).to_le_bytes());
     put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
-    Some(hex::encode(&info[8..16]))
+    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).map(drop)
 }
 
 /// `struct bpf_prog_info` up to `recursion_misses` (Linux 5.12) and its
@@ -349,11 +356,7 @@ const PROG_INFO_RECURSION_MISSES: usize = 208;
 
 fn prog_info(prog: BorrowedFd<'_>) -> Option<[u8; PROG_INFO_BYTES]> {
     let mut info = [0u8; PROG_INFO_BYTES];
-    let mut attr = [0u8; ATTR_BYTES];
-    put(&mut attr, 0, &(prog.as_raw_fd() as u32).to_le_bytes());
-    put(&mut attr, 4, &(info.len() as u32).to_le_bytes());
-    put(&mut attr, 8, &(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(BPF_OBJ_GET_INFO_BY_FD, &mut attr).ok()?;
+    obj_info(prog, &mut info).ok()?;
     Some(info)
 }
 
