@@ -302,10 +302,7 @@ fn lock() -> Result<File, PinCacheError> {
         .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
         .open(path)
         .map_err(io("open", path))?;
-    // SAFETY: flock on a descriptor we own only changes its lock.
-    if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), libc::LOCK_EX) } != 0 {
-        return Err(io("lock", path)(std::io::Error::last_os_error()));
-    }
+    file.lock().map_err(io("lock", path))?;
     Ok(file)
 }
 
