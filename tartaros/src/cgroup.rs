@@ -70,10 +70,9 @@ pub enum Controller {
 /// Finds the `pids` or `memory` controller.
 pub fn find_controller(name: &str) -> Option<Controller> {
     let mount = v2_mount()?;
-    let own = mount.join(own_v2_path().unwrap_or_default());
-    let v2_has = std::fs::read_to_string(own.join("cgroup.controllers"))
-        .map(|c| c.split_whitespace().any(|c| c == name))
-        .unwrap_or(false);
+    let v2_has = own_v2_controllers(&mount)
+        .split_whitespace()
+        .any(|c| c == name);
     if v2_has {
         return Some(Controller::V2);
     }
@@ -152,10 +151,54 @@ pub fn v2_mount() -> Option<PathBuf> {
     mounts().v2.clone()
 }
 
+/// A fact about the calling process read once per process: a root run's
+/// start read `/proc/self/cgroup` 15 times and its v2 cgroup's
+/// `cgroup.controllers` 8 times (each a formatting of every hierarchy's
+/// path by the kernel). Keyed by pid so that a forked child reads its
+/// own; the supervisor and the service never move themselves, and the
+/// processes that do (the init joining its v1 cgroups) never ask.
+struct PerProcess(std::sync::Mutex<Option<(u32, std::sync::Arc<str>)>>);
+
+impl PerProcess {
+    const fn new() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+
+    fn get(&self, read: impl FnOnce() -> String) -> std::sync::Arc<str> {
+        let pid = std::process::id();
+        let mut slot = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match slot.as_ref() {
+            Some((of, text)) if *of == pid => text.clone(),
+            _ => {
+                let text: std::sync::Arc<str> = read().into();
+                *slot = Some((pid, text.clone()));
+                text
+            }
+        }
+    }
+}
+
+/// The text of `/proc/self/cgroup` (empty when unreadable), once per
+/// process ([`PerProcess`]).
+pub fn own_cgroups() -> std::sync::Arc<str> {
+    static OWN: PerProcess = PerProcess::new();
+    OWN.get(|| std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default())
+}
+
+/// The controllers of the calling process's own v2 cgroup, once per
+/// process ([`PerProcess`]).
+fn own_v2_controllers(mount: &Path) -> std::sync::Arc<str> {
+    static CONTROLLERS: PerProcess = PerProcess::new();
+    CONTROLLERS.get(|| {
+        let own = mount.join(own_v2_path().unwrap_or_default());
+        std::fs::read_to_string(own.join("cgroup.controllers")).unwrap_or_default()
+    })
+}
+
 /// The calling process's own cgroup v2 path, relative to the mount.
 fn own_v2_path() -> Option<PathBuf> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    text.lines()
+    own_cgroups()
+        .lines()
         .find_map(|line| line.strip_prefix("0::"))
         .map(|p| PathBuf::from(p.trim_start_matches('/')))
 }
@@ -229,7 +272,7 @@ impl RunCgroup {
             .file_name()
             .map(|n| n.to_os_string())
             .unwrap_or_default();
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let own = own_cgroups();
         let wanted = [("pids", limits.max_procs), ("memory", limits.max_memory)];
         for (controller, value) in wanted {
             let Some(value) = value else { continue };
@@ -483,6 +526,26 @@ mod tests {
         assert_eq!(m.v1[1].1, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"));
         assert!(m.v1[1].0.contains(&"cpuacct".to_string()));
         assert!(parse_mounts("garbage\n").v2.is_none());
+    }
+
+    #[test]
+    fn a_per_process_fact_is_read_once_per_process() {
+        static FACT: PerProcess = PerProcess::new();
+        let mut reads = 0;
+        let first = FACT.get(|| {
+            reads += 1;
+            "0::/a\n".into()
+        });
+        let again = FACT.get(|| {
+            reads += 1;
+            String::new()
+        });
+        assert_eq!(reads, 1);
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        assert_eq!(
+            own_cgroups().as_ref(),
+            std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default()
+        );
     }
 
     #[test]

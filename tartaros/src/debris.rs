@@ -140,7 +140,7 @@ fn leftovers(parent: &Path, remove: bool) -> Vec<PathBuf> {
 /// cgroup and its own cgroup in the v1 pids and memory hierarchies.
 pub fn own_parents() -> Vec<PathBuf> {
     let mut parents: Vec<PathBuf> = crate::cgroup::own_v2_dir().into_iter().collect();
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let own = crate::cgroup::own_cgroups();
     for controller in ["pids", "memory"] {
         if let Some(crate::cgroup::Controller::V1(mount)) =
             crate::cgroup::find_controller(controller)
