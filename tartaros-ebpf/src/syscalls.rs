@@ -394,9 +394,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             // socket).
             let refused = (captured
                 && (call_shape::kind_of(table_entry(number)) == effect::SYSCALL
-                    || (number == u64::from(nr::IOCTL)
-                        && ret == -EPERM
-                        && ioctl::refused(a[1]))))
+                    || (number == u64::from(nr::IOCTL) && ret == -EPERM && ioctl::refused(a[1]))))
                 || (ret == -EPERM && refused_sometimes::contains(number as u32));
             if abi == 0 && (!refused || compat(cfg)) {
                 return None;

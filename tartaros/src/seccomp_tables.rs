@@ -78,9 +78,18 @@ pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot r
 /// kernel reads it), and why. The capture records their refused attempts
 /// (`tartaros_common::capture::nr::ioctl::refused`, which must agree).
 pub(super) const REFUSED_IOCTLS: [(super::Named, &str); 5] = [
-    (super::TIOCSTI, "pushes input into the terminal; the user's shell runs it after the sandbox"),
-    (super::TIOCLINUX, "virtual-console selection paste: the same input injection"),
-    (super::TIOCSETD, "switches a tty line discipline: rarely-used, bug-prone kernel code"),
+    (
+        super::TIOCSTI,
+        "pushes input into the terminal; the user's shell runs it after the sandbox",
+    ),
+    (
+        super::TIOCLINUX,
+        "virtual-console selection paste: the same input injection",
+    ),
+    (
+        super::TIOCSETD,
+        "switches a tty line discipline: rarely-used, bug-prone kernel code",
+    ),
     (super::FS_IOC_SETVERSION, WHY_GENERATION),
     (super::FS_IOC32_SETVERSION, WHY_GENERATION),
 ];

@@ -287,7 +287,10 @@ fn the_capture_records_exactly_the_ioctls_every_run_refuses() {
     for (cmd, _) in REFUSED_IOCTLS {
         let cmd = u64::from(cmd.value);
         assert!(ioctl::refused(cmd), "{cmd:#x} is refused but not recorded");
-        assert!(ioctl::refused(cmd | 0xffff_ffff_0000_0000), "{cmd:#x} upper bits");
+        assert!(
+            ioctl::refused(cmd | 0xffff_ffff_0000_0000),
+            "{cmd:#x} upper bits"
+        );
     }
     assert!(!ioctl::refused(u64::from(TIOCSWINSZ.value)));
     assert!(!ioctl::refused(ioctl::FS_IOC_SETFLAGS));

@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
 }
 "#;
 
-fn path_of<'a>(r: &'a Value) -> &'a str {
+fn path_of(r: &Value) -> &str {
     field(r, "path").unwrap_or("")
 }
 
@@ -111,10 +111,17 @@ fn a_failed_bind_s_transient_socket_file_names_no_later_create() {
             "{}",
             binds[0]
         );
-        assert_eq!(field(binds[0], "path_source"), Some("kernel"), "{}", binds[0]);
+        assert_eq!(
+            field(binds[0], "path_source"),
+            Some("kernel"),
+            "{}",
+            binds[0]
+        );
         let stray: Vec<&Value> = records
             .iter()
-            .filter(|r| r["target"]["uncaptured"] == true || (r["kind"] != "bind" && path_of(r) == ghost))
+            .filter(|r| {
+                r["target"]["uncaptured"] == true || (r["kind"] != "bind" && path_of(r) == ghost)
+            })
             .collect();
         assert!(stray.is_empty(), "run {run}: {stray:#?}");
         assert_eq!(code, Some(0), "run {run}: verify {line}");
@@ -144,7 +151,8 @@ fn a_write_s_cleared_set_uid_bit_names_no_later_chmod() {
             &[agent.to_str().unwrap(), dir, name.to_str().unwrap()],
         );
         assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
-        let mode = |f: &std::path::Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
+        let mode =
+            |f: &std::path::Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
         assert_eq!((mode(&innocent), mode(&evil)), (0o755, 0o777));
         let chmods: Vec<&Value> = records.iter().filter(|r| r["kind"] == "chmod").collect();
         assert_eq!(chmods.len(), 1, "run {run}: {chmods:#?}");
@@ -152,7 +160,11 @@ fn a_write_s_cleared_set_uid_bit_names_no_later_chmod() {
         assert_eq!(chmod["target"]["mode"].as_u64(), Some(0o777), "{chmod}");
         // Its own file, or (when its notification merged with another
         // call's) the agent's unread name, never the written file.
-        assert_ne!(path_of(chmod), innocent.to_str().unwrap(), "run {run}: {chmod}");
+        assert_ne!(
+            path_of(chmod),
+            innocent.to_str().unwrap(),
+            "run {run}: {chmod}"
+        );
         if field(chmod, "path_source") == Some("kernel") {
             assert_eq!(path_of(chmod), evil.to_str().unwrap(), "{chmod}");
         }

@@ -451,7 +451,10 @@ fn a_failed_bind_claims_the_socket_file_it_made_and_removed() {
     out.extend(j.finish(7));
     assert_eq!(out.len(), 2, "{out:#?}");
     assert_eq!(s(&out[0], "path_source"), Some("kernel"), "{:?}", out[0]);
-    assert_eq!((out[1].kind, s(&out[1], "path")), ("create", Some("/w/real")));
+    assert_eq!(
+        (out[1].kind, s(&out[1], "path")),
+        ("create", Some("/w/real"))
+    );
     // Refused before it made anything (EADDRINUSE): the agent's claim,
     // and the file's notification is no call's.
     let mut j = Join::new(0);
@@ -478,6 +481,9 @@ fn a_write_s_merged_metadata_change_pairs_no_unread_name() {
     out.extend(j.finish(7));
     let chmod = out.iter().find(|r| r.kind == "chmod").expect("the chmod");
     assert_eq!(s(chmod, "path"), Some("/w/other"), "{out:#?}");
-    let cleared = out.iter().find(|r| r.kind == "attrib").expect("the cleared bit");
+    let cleared = out
+        .iter()
+        .find(|r| r.kind == "attrib")
+        .expect("the cleared bit");
     assert_eq!(s(cleared, "path"), Some("/w/suid"));
 }
