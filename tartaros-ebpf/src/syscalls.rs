@@ -388,15 +388,13 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             // Refused whatever the arguments (told by their kind: a lookup
             // the verifier walks once, where the comparison chain of
             // `nr::is_refused` was walked on every path here), or the
-            // terminal ioctls the filter refuses (input injection), or an
+            // ioctls the filter refuses (input injection, generations), or an
             // EPERM of a call the filter refuses for some arguments (the
             // decoder keeps those its rules refuse: a namespace, a raw
             // socket).
             let refused = (captured
                 && (call_shape::kind_of(table_entry(number)) == effect::SYSCALL
-                    || (number == u64::from(nr::IOCTL)
-                        && ret == -EPERM
-                        && ioctl::refused_tty(a[1]))))
+                    || (number == u64::from(nr::IOCTL) && ret == -EPERM && ioctl::refused(a[1]))))
                 || (ret == -EPERM && refused_sometimes::contains(number as u32));
             if abi == 0 && (!refused || compat(cfg)) {
                 return None;

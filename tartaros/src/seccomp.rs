@@ -152,6 +152,7 @@ named! {
     CLONE_NEWUTS = 0x400_0000; CLONE_NEWIPC = 0x800_0000; CLONE_NEWUSER = 0x1000_0000;
     CLONE_NEWPID = 0x2000_0000; CLONE_NEWNET = 0x4000_0000;
     TIOCSTI = 0x5412; TIOCLINUX = 0x541c; TIOCSETD = 0x5423; TIOCSWINSZ = 0x5414;
+    FS_IOC_SETVERSION = 0x4008_7602; FS_IOC32_SETVERSION = 0x4004_7602;
     AF_UNIX = 1; AF_INET = 2; AF_INET6 = 10; AF_NETLINK = 16;
     NETLINK_ROUTE = 0; NETLINK_SOCK_DIAG = 4; NETLINK_GENERIC = 16;
     SOCK_RAW = 3; SOCK_PACKET = 10;
@@ -187,8 +188,8 @@ use prologue::prologue;
 #[cfg(test)]
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
-    DEFAULT_ALWAYS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NETLINK, WHY_NS,
-    WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
+    DEFAULT_ALWAYS, REFUSED_IOCTLS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NETLINK,
+    WHY_NS, WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -268,11 +269,7 @@ fn default_rules() -> Vec<Rule> {
     }
     r.push(Rule { errno: libc::ENOSYS, ..deny("clone3", Vec::new(), D, WHY_CLONE3) });
     r.push(Rule { errno: libc::ENOSYS, ..deny("openat2", Vec::new(), D, WHY_OPENAT2) });
-    for (cmd, why) in [
-        (TIOCSTI, "pushes input into the terminal; the user's shell runs it after the sandbox"),
-        (TIOCLINUX, "virtual-console selection paste: the same input injection"),
-        (TIOCSETD, "switches a tty line discipline: rarely-used, bug-prone kernel code"),
-    ] {
+    for (cmd, why) in REFUSED_IOCTLS {
         r.push(deny("ioctl", vec![arg(1, "cmd", Eq(cmd))], D, why));
     }
     let families = vec![AF_UNIX, AF_INET, AF_INET6, AF_NETLINK];

@@ -74,5 +74,27 @@ pub(super) const WHY_SETUID_CREATE: &str = "a setuid creation mode stays on a fi
     the bit when a process with CAP_FSETID later writes it: a setuid file of the agent's uid left in a root";
 pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot read (a setgid creation mode); ENOSYS \
     makes callers fall back to openat, whose mode is filtered";
+/// The ioctl commands refused on every run (`cmd`'s low 32 bits, as the
+/// kernel reads it), and why. The capture records their refused attempts
+/// (`tartaros_common::capture::nr::ioctl::refused`, which must agree).
+pub(super) const REFUSED_IOCTLS: [(super::Named, &str); 5] = [
+    (
+        super::TIOCSTI,
+        "pushes input into the terminal; the user's shell runs it after the sandbox",
+    ),
+    (
+        super::TIOCLINUX,
+        "virtual-console selection paste: the same input injection",
+    ),
+    (
+        super::TIOCSETD,
+        "switches a tty line discipline: rarely-used, bug-prone kernel code",
+    ),
+    (super::FS_IOC_SETVERSION, WHY_GENERATION),
+    (super::FS_IOC32_SETVERSION, WHY_GENERATION),
+];
+const WHY_GENERATION: &str = "sets an inode's generation (ext4): the kernel's file handles of it \
+    stop opening, which the effect log takes for a removed file or directory, and its writes, names and \
+    seal hashes went unlogged";
 pub(super) const WHY_WINSZ: &str = "the launcher's terminal: a new window size outlives the run and SIGWINCH \
     reaches the launcher's job on the host";

@@ -15,7 +15,7 @@ fn has(rules: &[Rule], text: &str) -> bool {
 #[test]
 fn constants_match_libc() {
     use libc as c;
-    let pairs: [(Named, i64); 23] = [
+    let pairs: [(Named, i64); 25] = [
         (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
         (CLONE_NEWNS, c::CLONE_NEWNS.into()),
         (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -26,6 +26,8 @@ fn constants_match_libc() {
         (CLONE_NEWNET, c::CLONE_NEWNET.into()),
         (TIOCSTI, c::TIOCSTI as i64),
         (TIOCSWINSZ, c::TIOCSWINSZ as i64),
+        (FS_IOC_SETVERSION, c::FS_IOC_SETVERSION as i64),
+        (FS_IOC32_SETVERSION, c::FS_IOC32_SETVERSION as i64),
         (AF_UNIX, c::AF_UNIX.into()),
         (AF_INET, c::AF_INET.into()),
         (AF_INET6, c::AF_INET6.into()),
@@ -109,6 +111,8 @@ fn default_set_denies_what_breaks_the_walls() {
         "clone if flags has CLONE_NEWNET -> EPERM",
         "ioctl if cmd == TIOCSTI -> EPERM",
         "ioctl if cmd == TIOCLINUX -> EPERM",
+        "ioctl if cmd == FS_IOC_SETVERSION -> EPERM",
+        "ioctl if cmd == FS_IOC32_SETVERSION -> EPERM",
         "socket if domain not in {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK} -> EPERM",
         "socket if domain == AF_INET and type & 0xf == SOCK_RAW -> EPERM",
         "socket if domain == AF_INET6 and type & 0xf == SOCK_RAW -> EPERM",
@@ -275,4 +279,19 @@ fn the_window_size_is_refused_only_where_the_launchers_terminal_is_handed_over()
     // Not a proof the filter refused: other runs allow it.
     let found = refusing_rule("ioctl", &[0, 0x1_0000_5414, 0]).expect("upper bits");
     assert_ne!(found.tier, Tier::Default);
+}
+
+#[test]
+fn the_capture_records_exactly_the_ioctls_every_run_refuses() {
+    use tartaros_common::capture::ioctl;
+    for (cmd, _) in REFUSED_IOCTLS {
+        let cmd = u64::from(cmd.value);
+        assert!(ioctl::refused(cmd), "{cmd:#x} is refused but not recorded");
+        assert!(
+            ioctl::refused(cmd | 0xffff_ffff_0000_0000),
+            "{cmd:#x} upper bits"
+        );
+    }
+    assert!(!ioctl::refused(u64::from(TIOCSWINSZ.value)));
+    assert!(!ioctl::refused(ioctl::FS_IOC_SETFLAGS));
 }

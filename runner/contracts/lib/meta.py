@@ -2,7 +2,9 @@
 
 OP: chmod (world-writable), setuid (chmod 4755), utimes (mtime 1000000000), xattr
 (user.lab = TOKEN), acl (a POSIX access ACL granting another user rwx),
-chattr (FS_NODUMP_FL through a read-only fd). Failures are silent: the
+chattr (FS_NODUMP_FL through a read-only fd), generation (PATH a new directory:
+a file written in it before and after an FS_IOC_SETVERSION of the directory,
+which makes the kernel's file handles of it stale). Failures are silent: the
 runner checks the file's metadata from outside.
 """
 
@@ -13,6 +15,21 @@ import struct
 import sys
 
 FS_IOC_GETFLAGS, FS_IOC_SETFLAGS, FS_NODUMP_FL = 0x80086601, 0x40086602, 0x40
+FS_IOC_SETVERSION = 0x40087602
+
+
+def generation(path: str, token: str) -> None:
+    os.mkdir(path)
+    for name in ("before", "after"):
+        with open(os.path.join(path, name), "w") as f:
+            f.write(token)
+        if name == "before":
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.ioctl(fd, FS_IOC_SETVERSION, struct.pack("l", 4242))
+            except OSError as e:
+                print(f"generation: {e}", file=sys.stderr)
+            os.close(fd)
 
 
 def acl_blob() -> bytes:
@@ -44,6 +61,8 @@ def main() -> None:
             buf[0] |= FS_NODUMP_FL
             fcntl.ioctl(fd, FS_IOC_SETFLAGS, buf, True)
             os.close(fd)
+        elif op == "generation":
+            generation(path, token)
         else:
             raise SystemExit(f"unknown op {op}")
     except OSError as e:

@@ -310,16 +310,25 @@ pub mod ioctl {
     pub const FS_IOC32_SETFLAGS: u64 = 0x4004_6602;
     pub const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
 
-    /// `TIOCSTI`, `TIOCLINUX`, `TIOCSETD`: refused by the seccomp filter
-    /// (`seccomp.rs`); their refused attempts are `syscall` records.
+    /// `TIOCSTI`, `TIOCLINUX`, `TIOCSETD` (input injection, line
+    /// disciplines) and `FS_IOC_SETVERSION` (and its 32-bit twin: an
+    /// inode's generation, which the kernel's file handles carry): refused
+    /// by the seccomp filter (`seccomp.rs`); their refused attempts are
+    /// `syscall` records.
     pub const TIOCSTI: u64 = 0x5412;
     pub const TIOCLINUX: u64 = 0x541c;
     pub const TIOCSETD: u64 = 0x5423;
+    pub const FS_IOC_SETVERSION: u64 = 0x4008_7602;
+    pub const FS_IOC32_SETVERSION: u64 = 0x4004_7602;
 
     #[inline(always)]
-    pub const fn refused_tty(cmd: u64) -> bool {
+    pub const fn refused(cmd: u64) -> bool {
         let cmd = cmd & 0xffff_ffff;
-        cmd == TIOCSTI || cmd == TIOCLINUX || cmd == TIOCSETD
+        cmd == TIOCSTI
+            || cmd == TIOCLINUX
+            || cmd == TIOCSETD
+            || cmd == FS_IOC_SETVERSION
+            || cmd == FS_IOC32_SETVERSION
     }
 
     #[inline(always)]

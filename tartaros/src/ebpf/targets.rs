@@ -93,7 +93,10 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
                 let cmd = match s.args[1] & 0xffff_ffff {
                     ioctl::TIOCSTI => "TIOCSTI",
                     ioctl::TIOCLINUX => "TIOCLINUX",
-                    _ => "TIOCSETD",
+                    ioctl::TIOCSETD => "TIOCSETD",
+                    ioctl::FS_IOC_SETVERSION => "FS_IOC_SETVERSION",
+                    ioctl::FS_IOC32_SETVERSION => "FS_IOC32_SETVERSION",
+                    _ => "unknown",
                 };
                 t.insert("cmd", cmd);
                 t.insert("fd", s.args[0] as u32 as i32);

@@ -20,7 +20,10 @@ use serde_json::Value;
 use super::exec_opens::ExecOpens;
 use super::notify::FidProbe;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
-use super::pairing::{apply, is_file_kind, kernel_named, main_key, named_pairs, notice_main};
+use super::pairing::{
+    apply, fits_by_position, is_file_kind, kernel_named, made_and_removed, main_key, named_pairs,
+    notice_main,
+};
 use super::queue::Queue;
 use super::relinked::{Place, Relinked};
 use super::tmpfile_links::TmpfileLinks;
@@ -266,7 +269,7 @@ impl Join {
                 continue;
             }
             match wanted(r.kind) {
-                Some((want, dir)) if allowed => {
+                Some((want, dir)) if allowed || made_and_removed(&r) => {
                     let agent = r
                         .target
                         .get(main_key(r.kind))
@@ -286,6 +289,7 @@ impl Join {
                             apply(&mut r, n);
                             self.note_link(&r);
                             self.claim_exchange_twin(tid, &r);
+                            self.claim_removal(tid, &r);
                             out.push(r);
                         }
                         None => {
@@ -353,17 +357,24 @@ impl Join {
             let by_name_only = want == bit::MODIFY;
             let found = self.take(tid, want, dir, false, |n| {
                 n.after_ns < ended
-                    && (!by_name_only
-                        || (agent.is_some() && notice_main(n, r.kind) == agent.as_deref()))
+                    && if by_name_only {
+                        agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
+                    } else {
+                        fits_by_position(n, want)
+                    }
             });
             match found {
                 Some(n) => {
                     apply(&mut r, n);
                     self.note_link(&r);
                     self.claim_exchange_twin(tid, &r);
+                    self.claim_removal(tid, &r);
                 }
                 None => {
                     r.target.insert("path_source", "agent");
+                    if r.decision != crate::effectlog::Decision::Allowed {
+                        super::links::mark(&mut r);
+                    }
                 }
             }
             out.push(r);
@@ -474,6 +485,19 @@ impl Join {
         self.take(tid, bit::RENAME, None, false, |n| {
             n.path.as_deref() == Some(to) && n.new_path.as_deref() == Some(from)
         });
+    }
+
+    /// A failed bind that made its socket file removed it too
+    /// ([`made_and_removed`]): that removal's notification is the call's.
+    fn claim_removal(&mut self, tid: u32, r: &Record) {
+        if !made_and_removed(r) {
+            return;
+        }
+        if let Some(path) = r.target.get("path").and_then(Value::as_str) {
+            self.take(tid, bit::DELETE, Some(false), true, |n| {
+                n.path.as_deref() == Some(path)
+            });
+        }
     }
 
     /// A file the agent inherits open for writing

@@ -435,3 +435,55 @@ fn an_exchange_record_claims_both_of_its_renames() {
     assert_eq!(renames.len(), 1, "{out:?}");
     assert_eq!(s(renames[0], "path_source"), Some("kernel"));
 }
+
+#[test]
+fn a_failed_bind_claims_the_socket_file_it_made_and_removed() {
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    // bind(ghost.sock) fails with EINVAL after the kernel made the file;
+    // then a create whose name the capture could not read.
+    j.notice(notice(10, bit::CREATE | bit::DELETE, "/w/ghost.sock", 5), T);
+    j.notice(notice(10, bit::CREATE, "/w/real", 5), T);
+    let mut bind = record("bind", 10, 2, "/w/ghost.sock");
+    bind.decision = Decision::Denied;
+    bind.errno = libc::EINVAL as u64;
+    let mut out = j.join(vec![bind, record("create", 10, 3, "")], 6);
+    out.extend(j.finish(7));
+    assert_eq!(out.len(), 2, "{out:#?}");
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"), "{:?}", out[0]);
+    assert_eq!(
+        (out[1].kind, s(&out[1], "path")),
+        ("create", Some("/w/real"))
+    );
+    // Refused before it made anything (EADDRINUSE): the agent's claim,
+    // and the file's notification is no call's.
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    j.notice(notice(10, bit::CREATE, "/w/x.sock", 5), T);
+    let mut bind = record("bind", 10, 2, "/w/x.sock");
+    bind.decision = Decision::Denied;
+    bind.errno = libc::EADDRINUSE as u64;
+    let mut out = j.join(vec![bind], 6);
+    out.extend(j.finish(7));
+    assert_eq!(s(&out[0], "path_source"), Some("agent"));
+    assert_eq!(out[1].target.get("uncaptured"), Some(&Value::from(true)));
+}
+
+#[test]
+fn a_write_s_merged_metadata_change_pairs_no_unread_name() {
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    // A write cleared /w/suid's set-uid bit (merged with its modify), then
+    // a chmod of another file whose name the capture could not read.
+    j.notice(notice(10, bit::ATTRIB | bit::MODIFY, "/w/suid", 5), T);
+    j.notice(notice(10, bit::ATTRIB, "/w/other", 5), T);
+    let mut out = j.join(vec![record("chmod", 10, 3, "")], 6);
+    out.extend(j.finish(7));
+    let chmod = out.iter().find(|r| r.kind == "chmod").expect("the chmod");
+    assert_eq!(s(chmod, "path"), Some("/w/other"), "{out:#?}");
+    let cleared = out
+        .iter()
+        .find(|r| r.kind == "attrib")
+        .expect("the cleared bit");
+    assert_eq!(s(cleared, "path"), Some("/w/suid"));
+}

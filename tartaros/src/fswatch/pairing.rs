@@ -87,6 +87,28 @@ pub(super) fn wanted(kind: &str) -> Option<(u64, Option<bool>)> {
     })
 }
 
+/// Whether a refused record still made (and removed) its file: a unix
+/// `bind` that failed with `EINVAL` (the socket was bound already) or
+/// `EINTR` creates the socket file before it finds that out and removes it
+/// again (`unix_bind_bsd`). Its notifications are its own: left
+/// unclaimed, a later record whose name the capture could not read took
+/// them by position and was named after the transient socket file.
+pub(super) fn made_and_removed(r: &Record) -> bool {
+    r.kind == "bind"
+        && r.decision != crate::effectlog::Decision::Allowed
+        && matches!(i32::try_from(r.errno), Ok(libc::EINVAL | libc::EINTR))
+}
+
+/// Whether a notification may stand for a record of `want` that only its
+/// position can pair (its name unread). Not a metadata change merged with
+/// a modify: a write or truncate clears a file's set-uid and set-gid bits
+/// (`file_remove_privs`: `FAN_ATTRIB`, then the write's `FAN_MODIFY`,
+/// which the kernel merges), an effect of that call, not of a later
+/// `chmod` of another file.
+pub(super) fn fits_by_position(n: &Notice, want: u64) -> bool {
+    want != bit::ATTRIB || n.mask & bit::MODIFY == 0
+}
+
 /// The notification a record named by the kernel's file still claims (its
 /// own, by path): the calls by descriptor that have one. Not the opens for
 /// writing: a create notification of the same name is another effect.
