@@ -354,7 +354,10 @@ impl Join {
                 .get(main_key(r.kind))
                 .and_then(Value::as_str)
                 .map(str::to_string);
-            let by_name_only = want == bit::MODIFY;
+            // Nor a refused call (a failed bind that made its socket file):
+            // when its name was not read it may have made nothing, and a
+            // notification by position would name it after another call's.
+            let by_name_only = want == bit::MODIFY || r.decision != Decision::Allowed;
             let found = self.take(tid, want, dir, false, |n| {
                 n.after_ns < ended
                     && if by_name_only {
@@ -372,7 +375,7 @@ impl Join {
                 }
                 None => {
                     r.target.insert("path_source", "agent");
-                    if r.decision != crate::effectlog::Decision::Allowed {
+                    if r.decision != Decision::Allowed {
                         super::links::mark(&mut r);
                     }
                 }

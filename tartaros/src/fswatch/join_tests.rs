@@ -487,3 +487,24 @@ fn a_write_s_merged_metadata_change_pairs_no_unread_name() {
         .expect("the cleared bit");
     assert_eq!(s(cleared, "path"), Some("/w/suid"));
 }
+
+#[test]
+fn a_failed_bind_is_paired_by_its_name_only() {
+    // bind("/w/bad.sock") refused with EINVAL before it made anything (a
+    // bad address length), its notification not yet read; a create of
+    // another name is the thread's only notification.
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    let mut bind = record("bind", 10, 2, "/w/bad.sock");
+    bind.decision = Decision::Denied;
+    bind.errno = libc::EINVAL as u64;
+    let mut out = j.join(vec![bind], 3);
+    j.notice(notice(10, bit::CREATE, "/w/real", 5), T);
+    out.extend(j.join(Vec::new(), 6));
+    out.extend(j.finish(7));
+    let bind = out.iter().find(|r| r.kind == "bind").expect("the bind");
+    assert_eq!(s(bind, "path"), Some("/w/bad.sock"), "{out:#?}");
+    assert_eq!(s(bind, "path_source"), Some("agent"));
+    let create = out.iter().find(|r| r.kind == "create").expect("the create");
+    assert_eq!(s(create, "path"), Some("/w/real"));
+}
