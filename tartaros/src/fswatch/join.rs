@@ -484,9 +484,10 @@ impl Join {
     /// the kernel reports no removal of: they are final, as a removal's
     /// (named once the records show whether a link kept the file). A file
     /// still linked was not replaced: the other side of a
-    /// `RENAME_EXCHANGE` (its own half moves it on), or a rename read out
-    /// of the queue's order (a thread's notifications held until a record
-    /// named the thread are taken late, after later renames over the name).
+    /// `RENAME_EXCHANGE` (its own half moves it on), or a rename joined out
+    /// of the queue's order (a thread gone before its notifications were
+    /// placed has them joined at the end, after later renames over the
+    /// name).
     fn file_renamed(&mut self, n: &Notice, path: &str, new: &str) {
         let probe = &self.probe;
         let replaced = self
