@@ -170,8 +170,17 @@ impl WriteCounts {
             self.moved(from, to, false);
             return Vec::new();
         };
-        self.named(fid, from);
-        self.named(fid, to);
+        // Only written files' names are kept (the bound is then spent on
+        // the files whose records need it).
+        let written = |p: &str| {
+            self.by_path
+                .get(p)
+                .is_some_and(|e| e.iter().any(|w| w.fid.as_ref() == Some(fid)))
+        };
+        if self.names.contains_key(fid) || written(from) || written(to) {
+            self.named(fid, from);
+            self.named(fid, to);
+        }
         let other = |w: &Writes| w.fid.as_ref().is_some_and(|f| f != fid);
         let replaced = self.take_where(to, |w| w.fid.as_ref().is_some_and(|f| f != fid && gone(f)));
         // Counts of another file left at the old name (the other side of
@@ -391,6 +400,9 @@ mod tests {
         assert_eq!(left[0].0, "/w/a");
         assert_eq!(left[0].1.fid, Some(fid(2)));
         assert_eq!(w.names_of(&fid(2)), ["/w/b", "/w/a"]);
+        // A file with no counts: its names are not kept.
+        assert!(w.renamed("/w/u", "/w/v", Some(&fid(20)), |_| true).is_empty());
+        assert!(w.names_of(&fid(20)).is_empty());
         // Written again under the name after the rename: one entry per
         // file, not the replaced file's.
         w.count("/w/c", task, 3, Some(&fid(3)));
