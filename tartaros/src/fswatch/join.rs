@@ -31,6 +31,8 @@ use super::touched::Touched;
 use super::writes::WriteCounts;
 use crate::effectlog::{Decision, Record, names};
 
+/// `renameat2`'s flag that swaps the two names' files.
+const RENAME_EXCHANGE: u64 = 2;
 /// How long a record waits for its thread to move on before it is paired
 /// by position (a thread that blocks after one create).
 const HOLD_NS: u64 = 200_000_000;
@@ -149,7 +151,7 @@ impl Join {
                 if n.is_dir() {
                     self.writes.renamed_dir(path, new);
                 } else {
-                    self.writes.renamed(path, new);
+                    self.file_renamed(&n, path, new);
                 }
                 self.tmpfile_links.renamed(path, new, n.is_dir());
                 self.touched.renamed(raw, new_raw, n.is_dir());
@@ -279,10 +281,19 @@ impl Join {
                     // come first in its order: their notices are not this
                     // record's, when a later one fits.
                     let skip = self.held_kinds.get(&(tid, want, dir)).copied();
+                    // A rename merged into an earlier one names both ends.
+                    let from = (r.kind == "rename")
+                        .then(|| r.target.get("from").and_then(Value::as_str))
+                        .map(|f| f.map(str::to_string));
                     let exact = self.pending.get_mut(&tid).and_then(|q| {
-                        q.take(want, dir, true, skip.unwrap_or(0), |n| {
+                        let fits = |n: &Notice| {
                             agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
-                        })
+                        };
+                        let merged = |n: &Notice| match &from {
+                            Some(from) => from.is_some() && fits(n) && n.path == *from,
+                            None => fits(n),
+                        };
+                        q.take_or_merged(want, dir, skip.unwrap_or(0), fits, merged)
                     });
                     match exact {
                         Some(n) => {
@@ -469,6 +480,35 @@ impl Join {
             && let Some(path) = r.target.get("path").and_then(Value::as_str)
         {
             self.relinked.unlinked(path);
+        } else if r.kind == "rename"
+            && r.target.get("flags").and_then(Value::as_u64).unwrap_or(0) & RENAME_EXCHANGE == 0
+            && r.target.get("dir").is_none()
+            && let (Some(from), Some(to)) = (
+                r.target.get("from").and_then(Value::as_str),
+                r.target.get("to").and_then(Value::as_str),
+            )
+        {
+            self.relinked.renamed(from, to);
+        }
+    }
+
+    /// A file's rename notification: its counts move to the new name; the
+    /// counts held there of another file (by the kernel's handles) whose
+    /// handle says it is gone are of the file the rename replaced, which
+    /// the kernel reports no removal of: they are final, as a removal's
+    /// (named once the records show whether a link kept the file). A file
+    /// still linked was not replaced: the other side of a
+    /// `RENAME_EXCHANGE` (its own half moves it on), or a rename joined out
+    /// of the queue's order (a thread gone before its notifications were
+    /// placed has them joined at the end, after later renames over the
+    /// name).
+    fn file_renamed(&mut self, n: &Notice, path: &str, new: &str) {
+        let probe = &self.probe;
+        let replaced = self
+            .writes
+            .renamed(path, new, n.fid.as_ref(), |f| probe.gone(f));
+        if !replaced.is_empty() {
+            self.relinked.removed(new, n.tid, n.read_ns, replaced);
         }
     }
 
@@ -476,7 +516,6 @@ impl Join {
     /// `b` and `b` to `a`: the record of the call claims both, so the
     /// second is not logged as an effect the capture did not see.
     fn claim_exchange_twin(&mut self, tid: u32, r: &Record) {
-        const RENAME_EXCHANGE: u64 = 2;
         let flags = r.target.get("flags").and_then(Value::as_u64).unwrap_or(0);
         if r.kind != "rename" || flags & RENAME_EXCHANGE == 0 {
             return;

@@ -2,19 +2,65 @@
 //! and file, and a notification no capture record claimed), in a file of
 //! their own to keep `join.rs` readable.
 
+use std::os::unix::fs::MetadataExt as _;
+
 use super::{Join, Notice, Task, bit};
 use crate::effectlog::{Decision, Record, Target, names};
+use crate::fswatch::notify::Handle;
 use crate::fswatch::relinked::{Place, locate};
 use crate::fswatch::writes::Writes;
 
 impl Join {
     /// Where the file of `path`'s writes `w` is ([`locate`]); a name that
     /// holds no file, with no removal seen, is of a removed file when the
-    /// file's own handle no longer opens or has no link left.
+    /// file's own handle no longer opens or has no link left. A file the
+    /// run renamed is then looked for by its handle (see
+    /// [`Self::find_renamed`]), and so is one replaced by a rename. A name
+    /// that holds a file is not checked against the handle: the tree has
+    /// moved on since the counts were read (a later lock file renamed over
+    /// the name), and the record says what was written there before the
+    /// records after it.
     pub(super) fn place_of(&self, path: &str, here: bool, w: &Writes) -> Place {
-        match locate(path, here, &self.tmpfile_links, &self.relinked) {
-            Place::Missing if w.fid.as_ref().is_some_and(|f| self.probe.gone(f)) => Place::Gone,
+        let place = locate(path, here, &self.tmpfile_links, &self.relinked);
+        let Some(fid) = w.fid.as_ref() else {
+            return place;
+        };
+        let renamed = !self.writes.names_of(fid).is_empty();
+        match place {
+            Place::Missing if renamed => self.find_renamed(path, fid, place),
+            Place::Gone if w.replaced => self.find_renamed(path, fid, place),
+            Place::Missing if self.probe.gone(fid) => Place::Gone,
             place => place,
+        }
+    }
+
+    /// Where the file `fid`, whose counts reached `path`, is. The kernel
+    /// merges a thread's identical rename notifications still queued into
+    /// the first one's place (`fanotify_should_merge`: same thread, kind,
+    /// directory handles, names and file handle), so the counts of a
+    /// rename loop can end at a name the file no longer has. The file is
+    /// where its handle's inode is: at the newest name a rename of it gave
+    /// or took that holds it; gone when the handle says so (asked again
+    /// after the search: the run goes on meanwhile); else not found.
+    fn find_renamed(&self, path: &str, fid: &Handle, place: Place) -> Place {
+        let Some(at) = self.probe.linked_inode(fid) else {
+            return if self.probe.gone(fid) {
+                Place::Gone
+            } else {
+                // Cannot be told (descriptors out): as before.
+                place
+            };
+        };
+        let holds = |p: &str| {
+            crate::mount_tree::open_file_no_symlinks(&names::on_disk(p))
+                .and_then(|f| f.metadata().map_err(|_| nix::errno::Errno::EIO))
+                .is_ok_and(|m| (m.dev(), m.ino()) == at)
+        };
+        let names = self.writes.names_of(fid);
+        match names.iter().rev().find(|n| *n != path && holds(n)) {
+            Some(name) => Place::Moved(name.clone()),
+            None if self.probe.gone(fid) => Place::Gone,
+            None => Place::Missing,
         }
     }
 
@@ -30,6 +76,7 @@ impl Join {
                 to.as_str()
             }
             Place::Gone => w.written_at.as_deref().unwrap_or(path), // as written
+            Place::Moved(to) => to.as_str(),
             _ => path,
         };
         t.insert("path", path.to_string());
@@ -43,10 +90,17 @@ impl Join {
             t.insert("size", size);
         }
         match place {
-            Place::Gone => t.insert("deleted", true),
+            Place::Gone => {
+                t.insert("deleted", true);
+                if w.replaced {
+                    // Not a removal of the name: a rename put another
+                    // file there (the summary keeps the name).
+                    t.insert("replaced", true);
+                }
+            }
             Place::Unknown => t.insert("links_forgotten", true),
             Place::Missing => t.insert("not_found", true),
-            Place::Linked(_) | Place::Here => {}
+            Place::Linked(_) | Place::Here | Place::Moved(_) => {}
         }
         if !self.tasks.contains_key(&w.task.tgid) {
             // A thread gone before it could be looked up, that no record

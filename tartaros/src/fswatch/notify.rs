@@ -415,6 +415,14 @@ impl FidProbe {
             Ok(fd) => nix::sys::stat::fstat(fd.as_raw_fd()).is_ok_and(|st| st.st_nlink == 0),
         }
     }
+
+    /// The file's `(st_dev, st_ino)` while it has a link; `None` when it
+    /// is gone or that cannot be told.
+    pub fn linked_inode(&self, handle: &Handle) -> Option<(u64, u64)> {
+        let (_, mount) = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
+        let st = nix::sys::stat::fstat(open_handle(mount, handle).ok()?.as_raw_fd()).ok()?;
+        (st.st_nlink > 0).then_some((st.st_dev, st.st_ino))
+    }
 }
 
 /// At most this many directories are climbed to name one directory whose

@@ -54,6 +54,25 @@ impl Queue {
         skip: usize,
         fits: impl Fn(&Notice) -> bool,
     ) -> Option<&Notice> {
+        let merged = |n: &Notice| again && fits(n);
+        self.take_or_merged(want, dir, skip, &fits, merged)
+    }
+
+    /// [`Self::take`] where a notification already claimed is taken again
+    /// only when `merged` says the record's call is one the kernel merged
+    /// into it: a rename is merged only into a rename of the same file
+    /// between the same two names (`fanotify_should_merge`), so a rename
+    /// record that found no fresh notification names both, and the old
+    /// name alone (`to`) would take an earlier rename of another source
+    /// to it (`w` to `y`, then `x` to `y` merged: the record said `w`).
+    pub fn take_or_merged(
+        &mut self,
+        want: u64,
+        dir: Option<bool>,
+        skip: usize,
+        fits: impl Fn(&Notice) -> bool,
+        merged: impl Fn(&Notice) -> bool,
+    ) -> Option<&Notice> {
         let kind_fits = |n: &Notice| n.mask & want != 0 && dir.is_none_or(|d| n.is_dir() == d);
         let open = |n: &Notice| n.mask & want != 0 && n.claimed & want == 0;
         let slot = match self.done.iter().position(|(w, _)| *w == want) {
@@ -89,11 +108,7 @@ impl Queue {
             Some(at) if at == prefix => prefix + 1,
             _ => prefix,
         };
-        let at = found.or_else(|| {
-            again
-                .then(|| self.notices.iter().position(|n| kind_fits(n) && fits(n)))
-                .flatten()
-        })?;
+        let at = found.or_else(|| self.notices.iter().position(|n| kind_fits(n) && merged(n)))?;
         let n = &mut self.notices[at];
         n.claimed |= want;
         Some(n)
@@ -230,5 +245,34 @@ mod tests {
             q.take(bit::CREATE, Some(false), true, 1, path_is("/w/y"))
                 .is_some()
         );
+    }
+
+    #[test]
+    fn a_merged_rename_is_taken_again_only_by_both_of_its_names() {
+        let rename = |from: &str, to: &str| {
+            let mut n = notice(bit::RENAME, from);
+            n.new_path = Some(to.to_string());
+            n
+        };
+        // w -> x, then a loop x -> y, y -> x read once: the kernel merged
+        // the later calls into the first two.
+        let mut q = Queue::default();
+        q.push_back(rename("/w/w", "/w/x"));
+        q.push_back(rename("/w/x", "/w/y"));
+        q.push_back(rename("/w/y", "/w/x"));
+        let to = |p: &'static str| move |n: &Notice| n.new_path.as_deref() == Some(p);
+        let both = |f: &'static str, t: &'static str| {
+            move |n: &Notice| n.path.as_deref() == Some(f) && n.new_path.as_deref() == Some(t)
+        };
+        for (f, t) in [("/w/w", "/w/x"), ("/w/x", "/w/y"), ("/w/y", "/w/x")] {
+            let n = q.take_or_merged(bit::RENAME, None, 0, to(t), both(f, t));
+            assert_eq!(n.and_then(|n| n.path.clone()).as_deref(), Some(f));
+        }
+        // The second y -> x: its own notification, not w -> x's.
+        let n = q.take_or_merged(bit::RENAME, None, 0, to("/w/x"), both("/w/y", "/w/x"));
+        assert_eq!(n.and_then(|n| n.path.clone()).as_deref(), Some("/w/y"));
+        // A rename of names no notification has finds none.
+        let n = q.take_or_merged(bit::RENAME, None, 0, to("/w/x"), both("/w/z", "/w/x"));
+        assert!(n.is_none());
     }
 }

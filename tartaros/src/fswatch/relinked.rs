@@ -99,6 +99,17 @@ impl Relinked {
         }
     }
 
+    /// An allowed rename record from `from` to `to` (not an exchange): it
+    /// removed the name `to` as an unlink would (the file it held lives
+    /// on only under the links made from `to`), and the links made from
+    /// `from` are now links of the file at `to`.
+    pub fn renamed(&mut self, from: &str, to: &str) {
+        self.unlinked(to);
+        if let Some(links) = self.pending.remove(from) {
+            self.pending.insert(to.to_string(), links);
+        }
+    }
+
     /// Whether a link may have been forgotten (see [`TmpfileLinks::forgot`]).
     pub fn forgot(&self) -> bool {
         self.forgot
@@ -135,6 +146,9 @@ pub(super) enum Place {
     Here,
     /// Nowhere: the writes went to a file the tree does not have.
     Gone,
+    /// Under another name the run's renames gave the file, where its own
+    /// handle finds it (the counts' name was one it no longer has).
+    Moved(String),
     /// Not at `path`, and a link that may keep it was forgotten.
     Unknown,
     /// Not at `path` when the record is written, though no removal of it
@@ -187,6 +201,7 @@ mod tests {
             first_ns: 0,
             written_at: None,
             fid: None,
+            replaced: false,
         }]
     }
 
@@ -235,5 +250,19 @@ mod tests {
         }
         assert!(relinked.forgot());
         assert_eq!(locate(&x, false, &links, &relinked), Place::Unknown);
+    }
+
+    #[test]
+    fn a_rename_removes_its_target_name_and_carries_the_source_s_links() {
+        let mut relinked = Relinked::default();
+        // link a c; rename b a: the old `a` lives on at c.
+        relinked.linked("/w/a", (1, 10));
+        relinked.renamed("/w/b", "/w/a");
+        assert_eq!(relinked.removed.get("/w/a"), Some(&vec![(1, 10)]));
+        // link x y; rename x z: the links are z's file's now.
+        relinked.linked("/w/x", (1, 11));
+        relinked.renamed("/w/x", "/w/z");
+        assert!(!relinked.pending.contains_key("/w/x"));
+        assert_eq!(relinked.pending.get("/w/z"), Some(&vec![(1, 11)]));
     }
 }

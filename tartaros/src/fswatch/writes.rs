@@ -19,6 +19,9 @@ pub(super) struct Writes {
     pub written_at: Option<String>,
     /// The written file's own handle, when the kernel reports it.
     pub fid: Option<Handle>,
+    /// Taken from its name by a rename of another file over it (the
+    /// kernel reports no removal of a replaced file).
+    pub replaced: bool,
 }
 
 #[derive(Debug, Default)]
@@ -36,7 +39,17 @@ pub(super) struct WriteCounts {
     /// removal (open, unlink, write) is a write to a removed file, and
     /// only another file's write or counts end the mark.
     removed: HashMap<String, Option<Handle>>,
+    /// The names renames of a file (by its handle) gave it or took from
+    /// it: where a written file may be when the name its counts reached
+    /// holds no file (see [`Self::names_of`]).
+    names: HashMap<Handle, Vec<String>>,
 }
+
+/// Bounds of [`WriteCounts::names`]: files (all forgotten when reached:
+/// their records are then as without it), and names kept per file (the
+/// newest).
+const NAMED_FILES: usize = 65_536;
+const NAMES_PER_FILE: usize = 16;
 
 /// Bound of [`WriteCounts::removed`] (all forgotten when reached: the
 /// counts are then `not_found`, as without it).
@@ -52,7 +65,13 @@ impl WriteCounts {
             self.removed.remove(path);
         }
         let entries = self.by_path.entry(path.to_string()).or_default();
-        match entries.iter_mut().find(|w| w.task.tgid == task.tgid) {
+        // One entry per process and file: a name can hold another file
+        // than the one counted there before (renamed over it).
+        let same_file = |w: &Writes| fid.is_none() || w.fid.is_none() || w.fid.as_ref() == fid;
+        match entries
+            .iter_mut()
+            .find(|w| w.task.tgid == task.tgid && same_file(w))
+        {
             Some(w) => {
                 w.count += 1;
                 if fid.is_some() {
@@ -66,6 +85,7 @@ impl WriteCounts {
                     first_ns: ns,
                     written_at: None,
                     fid: fid.cloned(),
+                    replaced: false,
                 });
                 self.by_process
                     .entry(task.tgid)
@@ -132,9 +152,106 @@ impl WriteCounts {
         out
     }
 
-    /// Moves the counts of a renamed file.
-    pub fn renamed(&mut self, from: &str, to: &str) {
+    /// Moves the counts of a renamed file, `fid` the moved file's handle
+    /// when the kernel reports it (`FAN_REPORT_TARGET_FID`). Returns the
+    /// counts of the file the rename replaced: those held at `to` of
+    /// another file than the moved one, which `gone` says is gone (a file
+    /// still linked was not replaced: see `Join::file_renamed`). Without a
+    /// handle, or for counts of no handle, nothing can tell them apart and
+    /// they are merged.
+    pub fn renamed(
+        &mut self,
+        from: &str,
+        to: &str,
+        fid: Option<&Handle>,
+        gone: impl Fn(&Handle) -> bool,
+    ) -> Vec<Writes> {
+        let Some(fid) = fid else {
+            self.moved(from, to, false);
+            return Vec::new();
+        };
+        // Only written files' names are kept (the bound is then spent on
+        // the files whose records need it).
+        let written = |p: &str| {
+            self.by_path
+                .get(p)
+                .is_some_and(|e| e.iter().any(|w| w.fid.as_ref() == Some(fid)))
+        };
+        if self.names.contains_key(fid) || written(from) || written(to) {
+            self.named(fid, from);
+            self.named(fid, to);
+        }
+        let other = |w: &Writes| w.fid.as_ref().is_some_and(|f| f != fid);
+        let replaced = self.take_where(to, |w| w.fid.as_ref().is_some_and(|f| f != fid && gone(f)));
+        // Counts of another file left at the old name (the other side of
+        // a `RENAME_EXCHANGE` moved there by its first half) stay.
+        let stay = self.take_where(from, |w| other(w));
         self.moved(from, to, false);
+        for w in stay {
+            self.put(from, w);
+        }
+        replaced
+            .into_iter()
+            .map(|mut w| {
+                w.replaced = true;
+                w
+            })
+            .collect()
+    }
+
+    /// Puts counts taken from a name back under `path`.
+    fn put(&mut self, path: &str, w: Writes) {
+        self.by_process
+            .entry(w.task.tgid)
+            .or_default()
+            .insert(path.to_string());
+        self.by_path.entry(path.to_string()).or_default().push(w);
+    }
+
+    /// Takes the counts at `path` that `which` selects.
+    fn take_where(&mut self, path: &str, which: impl Fn(&Writes) -> bool) -> Vec<Writes> {
+        let Some(entries) = self.by_path.get_mut(path) else {
+            return Vec::new();
+        };
+        let (taken, kept): (Vec<Writes>, Vec<Writes>) = entries.drain(..).partition(which);
+        *entries = kept;
+        if entries.is_empty() {
+            self.by_path.remove(path);
+        }
+        for w in &taken {
+            let still = self
+                .by_path
+                .get(path)
+                .is_some_and(|e| e.iter().any(|o| o.task.tgid == w.task.tgid));
+            if !still && let Some(files) = self.by_process.get_mut(&w.task.tgid) {
+                files.remove(path);
+            }
+        }
+        taken
+    }
+
+    /// Remembers that the file `fid` had the name `path`.
+    fn named(&mut self, fid: &Handle, path: &str) {
+        if self.names.len() >= NAMED_FILES && !self.names.contains_key(fid) {
+            self.names.clear();
+        }
+        let names = self.names.entry(fid.clone()).or_default();
+        names.retain(|n| n != path);
+        if names.len() >= NAMES_PER_FILE {
+            names.remove(0);
+        }
+        names.push(path.to_string());
+    }
+
+    /// The names renames gave or took from the file `fid`, newest last.
+    /// The kernel merges a thread's identical rename notifications still
+    /// queued, into the first one's place in the queue: a loop `x -> y,
+    /// y -> x` read as one batch may move the counts in another order
+    /// than the calls ran, so the counts' name can be one the file no
+    /// longer has. The file is then at one of these names, which the
+    /// caller checks against the file itself.
+    pub fn names_of(&self, fid: &Handle) -> &[String] {
+        self.names.get(fid).map_or(&[], Vec::as_slice)
     }
 
     fn moved(&mut self, from: &str, to: &str, by_dir: bool) {
@@ -256,11 +373,100 @@ mod tests {
         // the removed file's own (its directory renamed late) keep it.
         assert!(w.removed("/w/e/f", Some(&fid(4))).is_empty());
         w.count("/w/x", task, 5, Some(&fid(5)));
-        w.renamed("/w/x", "/w/e/f");
+        w.renamed("/w/x", "/w/e/f", Some(&fid(5)), |_| true);
         assert!(!w.was_removed("/w/e/f"));
         assert!(w.removed("/w/e2/f", Some(&fid(6))).is_empty());
         w.count("/w/d2/f", task, 6, Some(&fid(6)));
         w.renamed_dir("/w/d2", "/w/e2");
         assert!(w.was_removed("/w/e2/f"));
+    }
+
+    #[test]
+    fn a_rename_over_a_written_file_takes_that_file_s_counts_as_replaced() {
+        let task = Task {
+            tgid: 7,
+            ppid: 1,
+            uid: 0,
+        };
+        let mut w = WriteCounts::default();
+        // write a; write b; rename b a: the old `a` is replaced.
+        w.count("/w/a", task, 1, Some(&fid(1)));
+        w.count("/w/b", task, 2, Some(&fid(2)));
+        let replaced = w.renamed("/w/b", "/w/a", Some(&fid(2)), |_| true);
+        assert_eq!(replaced.len(), 1);
+        assert!(replaced[0].replaced && replaced[0].fid == Some(fid(1)));
+        let left = w.flush_process(7);
+        assert_eq!(left.len(), 1, "{left:?}");
+        assert_eq!(left[0].0, "/w/a");
+        assert_eq!(left[0].1.fid, Some(fid(2)));
+        assert_eq!(w.names_of(&fid(2)), ["/w/b", "/w/a"]);
+        // A file with no counts: its names are not kept.
+        assert!(w.renamed("/w/u", "/w/v", Some(&fid(20)), |_| true).is_empty());
+        assert!(w.names_of(&fid(20)).is_empty());
+        // Written again under the name after the rename: one entry per
+        // file, not the replaced file's.
+        w.count("/w/c", task, 3, Some(&fid(3)));
+        w.count("/w/d", task, 4, Some(&fid(4)));
+        assert_eq!(w.renamed("/w/d", "/w/c", Some(&fid(4)), |_| true).len(), 1);
+        w.count("/w/c", task, 5, Some(&fid(4)));
+        let left = w.flush_process(7);
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].1.count, 2);
+        // Without handles nothing tells them apart: merged, as before.
+        w.count("/w/e", task, 6, None);
+        w.count("/w/f", task, 7, None);
+        assert!(w.renamed("/w/f", "/w/e", None, |_| true).is_empty());
+        assert_eq!(w.flush("/w/e", None).len(), 2);
+        // Counts of no handle at the target are not called replaced.
+        w.count("/w/g", task, 8, None);
+        w.count("/w/h", task, 9, Some(&fid(9)));
+        assert!(
+            w.renamed("/w/h", "/w/g", Some(&fid(9)), |_| true)
+                .is_empty()
+        );
+        // A file still linked was not replaced (read out of order, or the
+        // other side of an exchange): its counts stay, with the name's.
+        w.count("/w/i", task, 10, Some(&fid(10)));
+        w.count("/w/j", task, 11, Some(&fid(11)));
+        assert!(
+            w.renamed("/w/j", "/w/i", Some(&fid(11)), |_| false)
+                .is_empty()
+        );
+        assert_eq!(w.flush("/w/i", None).len(), 2);
+    }
+
+    #[test]
+    fn an_exchange_leaves_each_file_s_counts_at_its_new_name() {
+        let task = Task {
+            tgid: 7,
+            ppid: 1,
+            uid: 0,
+        };
+        let mut w = WriteCounts::default();
+        w.count("/w/a", task, 1, Some(&fid(1)));
+        w.count("/w/b", task, 2, Some(&fid(2)));
+        // First half, a to b moving file 1: file 2 lives, not replaced.
+        assert!(
+            w.renamed("/w/a", "/w/b", Some(&fid(1)), |_| false)
+                .is_empty()
+        );
+        // Second half, b to a moving file 2: file 1's counts stay at b.
+        assert!(
+            w.renamed("/w/b", "/w/a", Some(&fid(2)), |_| false)
+                .is_empty()
+        );
+        let mut at: Vec<(String, Option<Handle>)> = w
+            .flush_process(7)
+            .into_iter()
+            .map(|(p, w)| (p, w.fid))
+            .collect();
+        at.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            at,
+            vec![
+                ("/w/a".to_string(), Some(fid(2))),
+                ("/w/b".to_string(), Some(fid(1)))
+            ]
+        );
     }
 }

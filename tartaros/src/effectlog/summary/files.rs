@@ -89,8 +89,9 @@ impl Files {
                 a => (a.to_string(), false, false),
             },
             // A write to a file with no name left (unlinked while open,
-            // an O_TMPFILE): nothing of it is in the tree.
-            "write" if t.get("deleted").and_then(Value::as_bool) == Some(true) => {
+            // an O_TMPFILE): nothing of it is in the tree. Not one whose
+            // file a rename replaced: the name holds the renamed file.
+            "write" if flag(t, "deleted") && !flag(t, "replaced") => {
                 ("write".to_string(), false, true)
             }
             "write" | "truncate" | "chown" | "xattr" | "utime" | "setflags" | "attrib" => {
@@ -141,10 +142,12 @@ impl Files {
             f.maybe_created = true;
         }
         // Links forgotten: the name holds nothing, and where the file
-        // went is unknown; not a sign the name exists again.
-        let unknown = ["links_forgotten", "not_found"]
+        // went is unknown; not a sign the name exists again. A replaced
+        // file's writes come at its writer's exit, after the rename (and
+        // whatever followed it) were read: they say nothing of the name now.
+        let unknown = ["links_forgotten", "not_found", "replaced"]
             .iter()
-            .any(|k| t.get(*k).and_then(Value::as_bool) == Some(true));
+            .any(|k| flag(t, k));
         if deletes {
             f.deleted = true;
         } else if !creates && f.deleted && !unknown {
@@ -382,6 +385,11 @@ impl Files {
     }
 }
 
+/// Whether the record's target says `key: true`.
+fn flag(t: &Map<String, Value>, key: &str) -> bool {
+    t.get(key).and_then(Value::as_bool) == Some(true)
+}
+
 /// Whether a table of `len` files takes `path`.
 fn room(len: usize, path: &str) -> bool {
     len < MAX_FILES || (len < MAX_FILES + MAX_GIT_RUNS && runs_on_host(path))
@@ -416,5 +424,39 @@ mod tests {
         assert!(!is_pseudo("/dev/shm/work", &roots));
         assert!(!is_pseudo("/w/dev/null", &roots));
         assert!(!is_pseudo("/devices/x", &[]));
+    }
+
+    #[test]
+    fn a_replaced_file_s_writes_do_not_remove_the_name() {
+        let t = |v: serde_json::Value| v.as_object().cloned().unwrap_or_default();
+        let mut files = Files::default();
+        files.effect(
+            "create",
+            &t(serde_json::json!({"path": "/w/a", "flags": 0o301})),
+        );
+        files.effect(
+            "create",
+            &t(serde_json::json!({"path": "/w/b", "flags": 0o301})),
+        );
+        files.effect(
+            "rename",
+            &t(serde_json::json!({"from": "/w/b", "to": "/w/a"})),
+        );
+        // At the writer's exit: the replaced file's, then the renamed one's.
+        let gone = serde_json::json!({"path": "/w/a", "deleted": true, "replaced": true});
+        files.effect("write", &t(gone));
+        files.effect("write", &t(serde_json::json!({"path": "/w/a"})));
+        // A name removed later stays removed.
+        files.effect(
+            "create",
+            &t(serde_json::json!({"path": "/w/c", "flags": 0o301})),
+        );
+        files.effect("unlink", &t(serde_json::json!({"path": "/w/c"})));
+        let late = serde_json::json!({"path": "/w/c", "deleted": true, "replaced": true});
+        files.effect("write", &t(late));
+        let (out, _) = files.finish(Vec::new());
+        let change = |p: &str| out.iter().find(|f| f.path == p).map(|f| f.change);
+        assert_eq!(change("/w/a"), Some("created"));
+        assert_eq!(change("/w/c"), Some("deleted"));
     }
 }
