@@ -406,12 +406,25 @@ fn absent_denies(
     ledger: &mut Ledger,
 ) -> Result<Vec<PathBuf>, Refusal> {
     let mut create: Vec<PathBuf> = Vec::new();
-    let absent = policy
+    let absent: Vec<&PathBuf> = policy
         .read_denies
         .iter()
         .chain(&policy.write_denies)
-        .filter(|p| files.stat(p, false).is_none() && policy.is_writable(p));
-    for path in absent {
+        .filter(|p| files.stat(p, false).is_none())
+        .collect();
+    // Outside the roots only the host can create it, and a file it makes
+    // there during the run (a first `gh auth login`) is not under the
+    // cover: the deny's mount needs the path to exist at the start.
+    if let Some(path) = absent.iter().find(|p| !policy.is_writable(p)) {
+        ledger.lose(
+            Guarantee::DenyMounts,
+            format!(
+                "denied path {} does not exist, so a file the host creates there during the run would be readable; create it (an empty file or directory) first",
+                path.display()
+            ),
+        )?;
+    }
+    for path in absent.into_iter().filter(|p| policy.is_writable(p)) {
         if !policy.materialize_absent_handoff {
             ledger.lose(
                 Guarantee::DenyMounts,

@@ -245,6 +245,37 @@ fn an_absent_deny_without_materialize_degrades_or_refuses() {
 }
 
 #[test]
+fn an_absent_deny_outside_the_roots_degrades_or_refuses() {
+    // Only the host can create it, and the cover needs it at the start.
+    let lenient = Policy {
+        read_denies: vec!["/home/u/.config/gh".into()],
+        materialize_absent_handoff: true,
+        ..policy()
+    };
+    let mut plan = decide_with(&lenient, &root_host(), &project(), None, &[]).unwrap();
+    assert!(
+        plan.materialize.is_empty(),
+        "nothing is made outside the roots"
+    );
+    assert_eq!(plan.ledger.names(false), vec!["deny-mounts"]);
+    assert!(
+        plan.ledger.take_warnings().iter().any(|w| {
+            w.contains("/home/u/.config/gh does not exist") && w.contains("create it")
+        })
+    );
+    let strict = Policy {
+        strict: true,
+        ..lenient
+    };
+    let refusal = decide_with(&strict, &root_host(), &project(), None, &[]).unwrap_err();
+    assert!(
+        refusal.message.contains("would be readable"),
+        "{}",
+        refusal.message
+    );
+}
+
+#[test]
 fn a_denied_file_with_other_links_degrades_or_refuses() {
     let mut files = project().with("/w/.env", PathKind::File, 65534, 0o600);
     let lenient = Policy {

@@ -149,7 +149,7 @@ impl Join {
                 && let (Some(new), Some(new_raw)) = (&n.new_path, &n.new_raw)
             {
                 if n.is_dir() {
-                    self.writes.renamed_dir(path, new);
+                    self.writes.renamed_dir(path, new, n.tid, n.fid.as_ref());
                 } else {
                     self.file_renamed(&n, path, new);
                 }

@@ -43,6 +43,9 @@ pub(super) struct WriteCounts {
     /// it: where a written file may be when the name its counts reached
     /// holds no file (see [`Self::names_of`]).
     names: HashMap<Handle, Vec<String>>,
+    /// Per thread, its last directory rename: the directory's handle and
+    /// the names of counts it moved (see [`Self::renamed_dir`]).
+    last_dir_move: HashMap<u32, (String, Handle, BTreeSet<String>)>,
 }
 
 /// Bounds of [`WriteCounts::names`]: files (all forgotten when reached:
@@ -284,17 +287,39 @@ impl WriteCounts {
 
     /// Moves the counts of the files below a renamed directory (they
     /// were left at the old place and written as deleted there).
-    pub fn renamed_dir(&mut self, from: &str, to: &str) {
-        let prefix = format!("{}/", from.trim_end_matches('/'));
+    ///
+    /// `renameat2(RENAME_EXCHANGE)` of two directories is reported as two
+    /// renames of the thread, `a` to `b` (directory A's handle) then `b`
+    /// to `a` (B's). The second must move only B's counts: those the first
+    /// moved to `b` are A's, which now lives there. Without the handles
+    /// (an older kernel) the two halves cannot be told from two renames.
+    pub fn renamed_dir(&mut self, from: &str, to: &str, tid: u32, fid: Option<&Handle>) {
+        let (from, to) = (from.trim_end_matches('/'), to.trim_end_matches('/'));
+        let stay = match (self.last_dir_move.remove(&tid), fid) {
+            (Some((target, moved_by, names)), Some(fid)) if target == from && moved_by != *fid => {
+                names
+            }
+            _ => BTreeSet::new(),
+        };
+        let prefix = format!("{from}/");
         let moved: Vec<String> = self
             .by_path
             .keys()
-            .filter(|p| p.starts_with(&prefix))
+            .filter(|p| p.starts_with(&prefix) && !stay.contains(*p))
             .cloned()
             .collect();
+        let mut names = BTreeSet::new();
         for old in moved {
-            let new = format!("{}/{}", to.trim_end_matches('/'), &old[prefix.len()..]);
+            let new = format!("{to}/{}", &old[prefix.len()..]);
             self.moved(&old, &new, true);
+            names.insert(new);
+        }
+        if let Some(fid) = fid {
+            if self.last_dir_move.len() >= NAMED_FILES {
+                self.last_dir_move.clear();
+            }
+            self.last_dir_move
+                .insert(tid, (to.to_string(), fid.clone(), names));
         }
     }
 
@@ -324,14 +349,14 @@ mod tests {
         };
         let mut w = WriteCounts::default();
         w.count("/w/d/sub/f", task, 1, None);
-        w.renamed_dir("/w/d", "/w/e");
+        w.renamed_dir("/w/d", "/w/e", 7, None);
         let done = w.removed("/w/e/sub/f", None);
         assert_eq!(done.len(), 1);
         assert_eq!(done[0].written_at.as_deref(), Some("/w/d/sub/f"));
         // Removed before a late rename brought the counts there.
         w.count("/w/d2/f", task, 2, None);
         assert!(w.removed("/w/e2/f", None).is_empty());
-        w.renamed_dir("/w/d2", "/w/e2");
+        w.renamed_dir("/w/d2", "/w/e2", 7, None);
         assert!(w.was_removed("/w/e2/f"));
         // Written again: a file lives there.
         w.count("/w/e2/f", task, 3, None);
@@ -377,8 +402,34 @@ mod tests {
         assert!(!w.was_removed("/w/e/f"));
         assert!(w.removed("/w/e2/f", Some(&fid(6))).is_empty());
         w.count("/w/d2/f", task, 6, Some(&fid(6)));
-        w.renamed_dir("/w/d2", "/w/e2");
+        w.renamed_dir("/w/d2", "/w/e2", 7, None);
         assert!(w.was_removed("/w/e2/f"));
+    }
+
+    #[test]
+    fn an_exchange_of_two_directories_leaves_each_one_s_counts_in_it() {
+        let task = Task {
+            tgid: 7,
+            ppid: 1,
+            uid: 0,
+        };
+        let mut w = WriteCounts::default();
+        // write mine/f and host/g; exchange mine and host (A's handle 1,
+        // B's 2): f is now host/f, g is mine/g.
+        w.count("/w/mine/f", task, 1, Some(&fid(10)));
+        w.count("/w/host/g", task, 2, Some(&fid(11)));
+        w.renamed_dir("/w/mine", "/w/host", 7, Some(&fid(1)));
+        w.renamed_dir("/w/host", "/w/mine", 7, Some(&fid(2)));
+        let mut left: Vec<String> = w.flush_process(7).into_iter().map(|(p, _)| p).collect();
+        left.sort();
+        assert_eq!(left, ["/w/host/f", "/w/mine/g"]);
+        // Two renames of one directory back and forth (its own handle
+        // both times) move its counts both times.
+        w.count("/w/d/f", task, 3, Some(&fid(12)));
+        w.renamed_dir("/w/d", "/w/e", 7, Some(&fid(3)));
+        w.renamed_dir("/w/e", "/w/d", 7, Some(&fid(3)));
+        let left: Vec<String> = w.flush_process(7).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(left, ["/w/d/f"]);
     }
 
     #[test]
@@ -401,7 +452,10 @@ mod tests {
         assert_eq!(left[0].1.fid, Some(fid(2)));
         assert_eq!(w.names_of(&fid(2)), ["/w/b", "/w/a"]);
         // A file with no counts: its names are not kept.
-        assert!(w.renamed("/w/u", "/w/v", Some(&fid(20)), |_| true).is_empty());
+        assert!(
+            w.renamed("/w/u", "/w/v", Some(&fid(20)), |_| true)
+                .is_empty()
+        );
         assert!(w.names_of(&fid(20)).is_empty());
         // Written again under the name after the rename: one entry per
         // file, not the replaced file's.
