@@ -67,6 +67,24 @@ int main(int argc, char **argv) {
 }
 "#;
 
+/// Runs `agent` (C, after [`COLD`]) logged in `root` with the arguments
+/// `root` and a file holding `cold_name`, which it reads into a cold page;
+/// returns the records and `verify`'s exit code and line.
+fn run_cold(root: &Dir, agent: &str, cold_name: &str) -> (Vec<Value>, Option<i32>, String) {
+    let (bin, logs) = (Dir::open_to_all(), Dir::new());
+    let agent = compile(&bin, "agent", &format!("{COLD}{agent}"));
+    let name = bin.file("name", &format!("{cold_name}\0"));
+    chown(&name, NOBODY);
+    let dir = root.path().to_str().unwrap();
+    let (out, records, code, line) = run_logged_verdict(
+        root,
+        &logs,
+        &[agent.to_str().unwrap(), dir, name.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+    (records, code, line)
+}
+
 fn path_of(r: &Value) -> &str {
     field(r, "path").unwrap_or("")
 }
@@ -77,18 +95,10 @@ fn a_failed_bind_s_transient_socket_file_names_no_later_create() {
         return;
     }
     for run in 0..3 {
-        let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
-        let agent = compile(&bin, "bind", &format!("{COLD}{BIND}"));
+        let root = Dir::new();
         let dir = root.path().to_str().unwrap();
         let real = format!("{dir}/real");
-        let name = bin.file("name", &format!("{real}\0"));
-        chown(&name, NOBODY);
-        let (out, records, code, line) = run_logged_verdict(
-            &root,
-            &logs,
-            &[agent.to_str().unwrap(), dir, name.to_str().unwrap()],
-        );
-        assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+        let (records, code, line) = run_cold(&root, BIND, &real);
         let ghost = format!("{dir}/ghost.sock");
         let creates: Vec<&Value> = records.iter().filter(|r| r["kind"] == "create").collect();
         let opened: Vec<&&Value> = creates
@@ -135,22 +145,13 @@ fn a_write_s_cleared_set_uid_bit_names_no_later_chmod() {
     }
     use std::os::unix::fs::PermissionsExt;
     for run in 0..3 {
-        let (root, bin, logs) = (Dir::new(), Dir::open_to_all(), Dir::new());
-        let agent = compile(&bin, "chmod", &format!("{COLD}{CHMOD}"));
-        let dir = root.path().to_str().unwrap();
+        let root = Dir::new();
         let (innocent, evil) = (root.file("innocent", "a"), root.file("evil", "b"));
         for (file, mode) in [(&innocent, 0o4755), (&evil, 0o644)] {
             chown(file, NOBODY);
             std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode)).unwrap();
         }
-        let name = bin.file("name", &format!("{dir}/evil\0"));
-        chown(&name, NOBODY);
-        let (out, records, code, line) = run_logged_verdict(
-            &root,
-            &logs,
-            &[agent.to_str().unwrap(), dir, name.to_str().unwrap()],
-        );
-        assert_eq!(out.status.code(), Some(0), "agent: {}", stderr(&out));
+        let (records, code, line) = run_cold(&root, CHMOD, evil.to_str().unwrap());
         let mode =
             |f: &std::path::Path| std::fs::metadata(f).unwrap().permissions().mode() & 0o7777;
         assert_eq!((mode(&innocent), mode(&evil)), (0o755, 0o777));

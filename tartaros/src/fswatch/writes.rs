@@ -340,13 +340,15 @@ impl WriteCounts {
 mod tests {
     use super::*;
 
+    const TASK: Task = Task {
+        tgid: 7,
+        ppid: 1,
+        uid: 0,
+    };
+
     #[test]
     fn counts_moved_by_a_directory_rename_keep_the_name_they_were_written_at() {
-        let task = Task {
-            tgid: 7,
-            ppid: 1,
-            uid: 0,
-        };
+        let task = TASK;
         let mut w = WriteCounts::default();
         w.count("/w/d/sub/f", task, 1, None);
         w.renamed_dir("/w/d", "/w/e", 7, None);
@@ -373,11 +375,7 @@ mod tests {
 
     #[test]
     fn a_write_to_the_removed_file_keeps_its_removal() {
-        let task = Task {
-            tgid: 7,
-            ppid: 1,
-            uid: 0,
-        };
+        let task = TASK;
         let mut w = WriteCounts::default();
         // open gone; unlink gone; write: the removal came first.
         assert!(w.removed("/w/gone", Some(&fid(1))).is_empty());
@@ -408,11 +406,7 @@ mod tests {
 
     #[test]
     fn an_exchange_of_two_directories_leaves_each_one_s_counts_in_it() {
-        let task = Task {
-            tgid: 7,
-            ppid: 1,
-            uid: 0,
-        };
+        let task = TASK;
         let mut w = WriteCounts::default();
         // write mine/f and host/g; exchange mine and host (A's handle 1,
         // B's 2): f is now host/f, g is mine/g.
@@ -434,11 +428,7 @@ mod tests {
 
     #[test]
     fn a_rename_over_a_written_file_takes_that_file_s_counts_as_replaced() {
-        let task = Task {
-            tgid: 7,
-            ppid: 1,
-            uid: 0,
-        };
+        let task = TASK;
         let mut w = WriteCounts::default();
         // write a; write b; rename b a: the old `a` is replaced.
         w.count("/w/a", task, 1, Some(&fid(1)));
@@ -491,11 +481,7 @@ mod tests {
 
     #[test]
     fn an_exchange_leaves_each_file_s_counts_at_its_new_name() {
-        let task = Task {
-            tgid: 7,
-            ppid: 1,
-            uid: 0,
-        };
+        let task = TASK;
         let mut w = WriteCounts::default();
         w.count("/w/a", task, 1, Some(&fid(1)));
         w.count("/w/b", task, 2, Some(&fid(2)));
