@@ -55,6 +55,63 @@ pub(crate) fn set(caller: Caller) {
     let _ = CALLER.set(caller);
 }
 
+/// The caller's environment, as the request carried it: the agent's
+/// (`launcher_env`), never the root worker's own (see [`UNSAFE_FOR_ROOT`]).
+static ENVIRONMENT: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// The variables glibc ignores in a set-user-ID process (its
+/// `UNSECURE_ENVVARS`, and `TZ`, whose file it reads), because they make
+/// the library open or load what they name: a root service worker that
+/// took the caller's `HOSTALIASES` opened any file the caller named as
+/// root on its first name lookup (adversarial round 13). The worker keeps
+/// them for the agent only.
+pub const UNSAFE_FOR_ROOT: &[&str] = &[
+    "GCONV_PATH",
+    "GETCONF_DIR",
+    "GLIBC_TUNABLES",
+    "HOSTALIASES",
+    "LD_AUDIT",
+    "LD_DEBUG",
+    "LD_DEBUG_OUTPUT",
+    "LD_DYNAMIC_WEAK",
+    "LD_HWCAP_MASK",
+    "LD_LIBRARY_PATH",
+    "LD_ORIGIN_PATH",
+    "LD_PRELOAD",
+    "LD_PROFILE",
+    "LD_SHOW_AUXV",
+    "LD_USE_LOAD_BIAS",
+    "LOCALDOMAIN",
+    "LOCPATH",
+    "MALLOC_ARENA_MAX",
+    "MALLOC_ARENA_TEST",
+    "MALLOC_PERTURB_",
+    "MALLOC_TRACE",
+    "NIS_PATH",
+    "NLSPATH",
+    "RESOLV_HOST_CONF",
+    "RES_OPTIONS",
+    "TMPDIR",
+    "TZ",
+    "TZDIR",
+];
+
+/// Keeps the caller's environment for the run (a service worker, once).
+pub(crate) fn set_environment(env: Vec<(String, String)>) {
+    let _ = ENVIRONMENT.set(env);
+}
+
+/// The environment of the run's launcher: the service's caller's, else
+/// this process's.
+pub fn launcher_environment() -> Vec<(String, String)> {
+    match ENVIRONMENT.get() {
+        Some(env) => env.clone(),
+        None => std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect(),
+    }
+}
+
 /// Runs `f` with the caller's file access on this thread (fsuid, fsgid and
 /// supplementary groups; the kernel keeps these per thread), then returns to
 /// root's. Outside a service worker, or within another `as_caller`, it just

@@ -190,9 +190,7 @@ fn run_command(mut args: RunArgs) -> i32 {
     };
     let harness = std::mem::take(&mut args.harness);
     let flags = std::mem::take(&mut args.policy);
-    let launcher_env: Vec<(String, String)> = std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect();
+    let launcher_env = crate::caller::launcher_environment();
     let env_is_set = |name: &str| launcher_env.iter().any(|(k, _)| k == name);
     let policy = match crate::policy::build(file, flags, &cwd, &env_is_set) {
         Ok(policy) => policy,

@@ -102,17 +102,28 @@ fn serve(conn: &UnixStream, deadline: Instant, started: Started) -> Result<i32, 
         }
     }
     drop(stdio);
-    // The request's environment is the launcher's, as for a direct run.
+    // The request's environment is the launcher's, as for a direct run:
+    // the agent's whole, and this root process's but for what makes glibc
+    // open or load files it names (`caller::UNSAFE_FOR_ROOT`).
     for (key, _) in std::env::vars_os() {
         // SAFETY: single-threaded here (the relay is a process).
         unsafe { std::env::remove_var(key) };
     }
-    for (key, value) in &request.env {
-        if !key.is_empty() && !key.contains('=') && !key.contains('\0') && !value.contains('\0') {
+    let env: Vec<(String, String)> = request
+        .env
+        .iter()
+        .filter(|(key, value)| {
+            !key.is_empty() && !key.contains('=') && !key.contains('\0') && !value.contains('\0')
+        })
+        .cloned()
+        .collect();
+    for (key, value) in &env {
+        if !crate::caller::UNSAFE_FOR_ROOT.contains(&key.as_str()) {
             // SAFETY: single-threaded here.
             unsafe { std::env::set_var(key, value) };
         }
     }
+    crate::caller::set_environment(env);
     // While single-threaded, with the caller's stdio in place: the process
     // that will copy a pty's bytes to and from it as the caller.
     if wants_pty(&request.args) {
