@@ -55,6 +55,24 @@ impl ConnectionEnds {
     }
 }
 
+/// The parent and real user of the host's process `pid`, from
+/// `/proc/<pid>/status`; `None` once it is gone.
+fn owner_ids(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    parse_ids(&status)
+}
+
+fn parse_ids(status: &str) -> Option<(u32, u32)> {
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|v| v.parse::<u32>().ok())
+    };
+    Some((field("PPid:")?, field("Uid:")?))
+}
+
 /// The sender for the records of one accepted connection from `peer`:
 /// each gets the `pid` of the process that opened the connection, when
 /// `owner` knows it (`pid_unknown` otherwise). The effects of a gateway
@@ -65,10 +83,14 @@ pub fn attributed(
     owner: Option<&ConnectionOwner>,
     ends: Option<ConnectionEnds>,
 ) -> EffectSender {
-    let Some(owner) = owner else {
-        return effects.clone();
-    };
-    let pid = ends.and_then(|ends| owner(ends));
+    // Without the programs (an ordinary user's run without the service)
+    // nothing tells the owner: the records say so.
+    let pid = owner.and_then(|owner| ends.and_then(|ends| owner(ends)));
+    // Its parent and user, read once now that the connection is accepted
+    // (the process that opened it is alive, or its connection would be
+    // gone): the records' `ppid` and `uid` said 0, root, for the agent's
+    // requests (adversarial round 13).
+    let ids = pid.map(|pid| (pid, owner_ids(pid)));
     let (tx, mut rx) = channel();
     let out = effects.clone();
     // Ends when the connection's last sender is gone.
@@ -76,8 +98,14 @@ pub fn attributed(
         while let Some(entry) = rx.recv().await {
             let entry = match entry {
                 Entry::Record(mut record) => {
-                    match pid {
-                        Some(pid) => record.pid = pid,
+                    match ids {
+                        Some((pid, Some((ppid, uid)))) => {
+                            (record.pid, record.ppid, record.uid) = (pid, ppid, uid);
+                        }
+                        Some((pid, None)) => {
+                            record.pid = pid;
+                            record.target.insert("ids_unknown", true);
+                        }
                         None => record.target.insert("pid_unknown", true),
                     }
                     Entry::Record(record)
@@ -114,7 +142,9 @@ mod tests {
             peer: "127.0.0.1:4000".parse().unwrap(),
             local: "127.0.0.1:3128".parse().unwrap(),
         };
-        for (known, want) in [(Some(42), 42), (None, 0)] {
+        // This test's own process stands for the connection's owner.
+        let me = std::process::id();
+        for (known, want) in [(Some(me), me), (None, 0)] {
             let owner: ConnectionOwner = std::sync::Arc::new(move |_| known);
             let (out, mut rx) = channel();
             let tx = attributed(&out, Some(&owner), Some(ends));
@@ -126,6 +156,11 @@ mod tests {
                 panic!("expected the gateway's record");
             };
             assert_eq!(record.pid, want);
+            if known.is_some() {
+                let ppid = std::os::unix::process::parent_id();
+                let uid = nix::unistd::getuid().as_raw();
+                assert_eq!((record.ppid, record.uid), (ppid, uid), "{record:?}");
+            }
             let unknown = record.target.get("pid_unknown").is_some();
             assert_eq!(unknown, known.is_none(), "{record:?}");
             let Some(Entry::Records(batch)) = rx.recv().await else {
@@ -133,5 +168,20 @@ mod tests {
             };
             assert_eq!(batch[0].pid, 7, "the capture's pid is the kernel's");
         }
+        // Without the programs, nothing knows the owner.
+        let (out, mut rx) = channel();
+        let tx = attributed(&out, None, Some(ends));
+        tx.send(Record::new("proxy").into()).unwrap();
+        let Some(Entry::Record(record)) = rx.recv().await else {
+            panic!("expected the gateway's record");
+        };
+        assert_eq!(record.target.get("pid_unknown"), Some(&true.into()));
+    }
+
+    #[test]
+    fn a_status_file_gives_the_parent_and_the_real_uid() {
+        let status = "Name:\tcurl\nPid:\t9\nPPid:\t4\nUid:\t65534\t65534\t65534\t65534\n";
+        assert_eq!(parse_ids(status), Some((4, 65534)));
+        assert_eq!(parse_ids("Name:\tx\n"), None);
     }
 }

@@ -26,6 +26,20 @@ fn a_proxy_record_names_the_process_that_connected_not_an_earlier_user_of_its_po
         .find(|r| r["kind"] == "proxy")
         .unwrap_or_else(|| panic!("no proxy record: {records:#?}"));
     assert_eq!(proxy["pid"].as_u64(), Some(x), "{proxy}");
+    // Its parent and user too, as the capture saw them (they said 0, root,
+    // before round 13).
+    let own = records
+        .iter()
+        .find(|r| {
+            r["pid"].as_u64() == Some(x) && r["kind"] != "proxy" && r["uid"].as_u64().is_some()
+        })
+        .unwrap_or_else(|| panic!("no capture record of {x}: {records:#?}"));
+    assert_eq!(
+        (&proxy["ppid"], &proxy["uid"]),
+        (&own["ppid"], &own["uid"]),
+        "{proxy}\n{own}"
+    );
+    assert_ne!(proxy["uid"].as_u64(), Some(0), "{proxy}");
 }
 
 #[test]
