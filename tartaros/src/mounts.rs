@@ -155,12 +155,25 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
         denies.push(MountOp::DenyWrite(path.clone()));
         pins.extend(ancestors_to_pin(policy, path));
     }
+    // The host's cgroup hierarchies show every other run (its name, its
+    // process count and CPU use: one user's agent watched another's runs
+    // under the service, adversarial round 13): covered like a read deny.
+    let cgroups = Path::new(CGROUP_ROOT);
+    if exists(cgroups) == Some(true)
+        && !held.iter().any(|(p, _)| p.starts_with(cgroups))
+        && !policy.read_denies.iter().any(|d| cgroups.starts_with(d))
+    {
+        denies.push(MountOp::DenyReadDir(cgroups.to_path_buf()));
+    }
     pins.sort();
     pins.dedup();
     ops.extend(pins.into_iter().map(MountOp::Pin));
     ops.extend(denies);
     ops
 }
+
+/// Where the host mounts its cgroup hierarchies.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Whether the sandbox shows the host's object at `path`: nothing under its
 /// private /dev and /tmp but the held trees.

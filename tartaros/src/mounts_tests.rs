@@ -104,8 +104,10 @@ fn a_private_tmp_keeps_roots_writable_and_everything_else_read_only() {
         "the host's /tmp stays out, the cwd comes with its root: {ops:?}"
     );
     assert!(
-        !ops.iter()
-            .any(|op| matches!(op, MountOp::DenyReadDir(_) | MountOp::DenyReadFile(_))),
+        !ops.iter().any(
+            |op| matches!(op, MountOp::DenyReadDir(p) | MountOp::DenyReadFile(p)
+            if p != Path::new(CGROUP_ROOT))
+        ),
         "nothing of the host to hide in the private /tmp and /dev: {ops:?}"
     );
     let mut hiding = plan_with_mirrors(&policy, Path::new("/"), &dirs_only, 2);
@@ -218,4 +220,22 @@ fn read_denies_pick_file_or_dir_and_skip_absent() {
     assert!(ops.contains(&MountOp::DenyReadFile("/work/.env".into())));
     assert!(!ops.iter().any(|op| format!("{op:?}").contains("/gone")));
     assert_eq!(ops[0], MountOp::MakePrivate);
+}
+
+#[test]
+fn the_host_s_cgroup_hierarchies_are_covered_once() {
+    let cover = MountOp::DenyReadDir(CGROUP_ROOT.into());
+    let count = |ops: &[MountOp]| ops.iter().filter(|op| **op == cover).count();
+    let policy = Policy {
+        writable_roots: vec!["/w".into()],
+        ..Default::default()
+    };
+    assert_eq!(count(&plan(&policy, Path::new("/w"), &dirs_only)), 1);
+    // Denied by the policy already, or absent: nothing more.
+    let denied = Policy {
+        read_denies: vec!["/sys".into()],
+        ..policy.clone()
+    };
+    assert_eq!(count(&plan(&denied, Path::new("/w"), &dirs_only)), 0);
+    assert_eq!(count(&plan(&policy, Path::new("/w"), &|_| None)), 0);
 }

@@ -50,6 +50,8 @@ attempt('core-pattern', lambda: open('/proc/sys/kernel/core_pattern', 'w').write
 attempt('proc-kmsg', lambda: open('/proc/kmsg', 'rb').read(1))
 attempt('dev-kmsg', lambda: open('/dev/kmsg', 'rb').read(1))
 attempt('cgroup-move', lambda: open('/sys/fs/cgroup/unified/cgroup.procs', 'w').write(str(os.getpid())))
+# Round 13: other runs' cgroups (names, process counts, CPU use).
+attempt('cgroup-list', lambda: os.listdir('/sys/fs/cgroup'))
 # codex's managed-proxy test: families that reach the host or hypervisor.
 for name, family, kind in [('vsock', 40, 1), ('packet', 17, 3), ('alg', 38, 5), ('xdp', 44, 3), ('bluetooth', 31, 5)]:
     attempt('socket-' + name, lambda f=family, k=kind: socket.socket(f, k, 0).close())
@@ -76,7 +78,10 @@ fn probe(out: &std::process::Output, listener: &UnixListener) {
     expect(out, "abstract-host", "ECONNREFUSED");
     expect(out, "core-pattern", "EACCES");
     expect(out, "dev-kmsg", "ENOENT");
-    expect(out, "cgroup-move", "EROFS");
+    // Under the empty cover of the hierarchies (mode 000): no path, and no
+    // write, below it.
+    expect(out, "cgroup-move", "EACCES");
+    expect(out, "cgroup-list", "EACCES");
     let kmsg = stdout(out);
     assert!(
         kmsg.contains("proc-kmsg EACCES") || kmsg.contains("proc-kmsg EPERM"),
