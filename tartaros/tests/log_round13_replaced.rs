@@ -63,15 +63,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// The summary line of `path` under "files changed".
-fn file_line<'a>(summary: &'a str, path: &str) -> Option<&'a str> {
-    summary.lines().find(|l| {
-        let words: Vec<&str> = l.split_whitespace().collect();
-        let entry = if words.get(2) == Some(&"->") { 3 } else { 1 };
-        words.get(entry) == Some(&path)
-    })
-}
-
 #[test]
 fn a_file_replaced_by_a_rename_is_not_logged_as_the_file_now_at_its_name() {
     if !usable("round13_replaced") {

@@ -25,16 +25,6 @@ int main(int argc, char **argv) {
 }
 "#;
 
-/// The summary line of `path` under "files changed" (`change [from ->]
-/// path (actions) size hash`).
-fn file_line<'a>(summary: &'a str, path: &str) -> Option<&'a str> {
-    summary.lines().find(|l| {
-        let words: Vec<&str> = l.split_whitespace().collect();
-        let entry = if words.get(2) == Some(&"->") { 3 } else { 1 };
-        words.get(entry) == Some(&path)
-    })
-}
-
 #[test]
 fn exchanged_and_whiteout_renames_are_summarized_as_the_tree_is() {
     if !usable("summary_renames") {

@@ -221,3 +221,14 @@ pub fn assert_scripts_named(execs: &[&Value], script: &str) {
         execs.len()
     );
 }
+
+/// The summary line of `path` under "files changed" (`change [from ->]
+/// path (actions) size hash`).
+#[allow(dead_code)]
+pub fn file_line<'a>(summary: &'a str, path: &str) -> Option<&'a str> {
+    summary.lines().find(|l| {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        let entry = if words.get(2) == Some(&"->") { 3 } else { 1 };
+        words.get(entry) == Some(&path)
+    })
+}
