@@ -113,12 +113,19 @@ pub(super) async fn serve_connection(
 ) {
     let start = Instant::now();
     let effect = Record::new("proxy").with("mode", "transparent");
-    let record = |effect: Record, decision: &str, reason: &str| {
-        drop(Pending::new(
+    // `status`: the HTTP answer the agent got, if it got one.
+    let record_with = |effect: Record, decision: &str, reason: &str, status: Option<u16>| {
+        let pending = Pending::new(
             events.clone(),
             effect.with("decision", decision).with("reason", reason),
             start,
-        ));
+        );
+        if let Some(status) = status {
+            pending.status.store(status, Ordering::Relaxed);
+        }
+    };
+    let record = |effect: Record, decision: &str, reason: &str| {
+        record_with(effect, decision, reason, None);
     };
     let Some(original) = original else {
         let effect = effect
@@ -159,7 +166,9 @@ pub(super) async fn serve_connection(
         Ok(target) => target,
         Err(reason) => {
             refuse(&mut stream, &sniffed, "403 Forbidden", reason).await;
-            return record(effect.with("host", truncate(&named, 253)), "denied", reason);
+            let answered = matches!(sniffed, Sniffed::Http { .. }).then_some(403);
+            let effect = effect.with("host", truncate(&named, 253));
+            return record_with(effect, "denied", reason, answered);
         }
     };
     if matches!(sniffed, Sniffed::Http { .. }) {

@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
+use hyper::http::uri::PathAndQuery;
 use hyper::{Method, Request, Uri};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
@@ -119,15 +120,24 @@ fn absolute(
     } else {
         format!("{host}:{port}")
     };
-    let path = request
-        .uri()
-        .path_and_query()
-        .map_or("/", |pq| pq.as_str())
-        .to_string();
-    let (Ok(uri), Ok(value)) = (
-        format!("http://{authority}{path}").parse::<Uri>(),
-        HeaderValue::from_str(&authority),
-    ) else {
+    // Built from parts, never by pasting text: `OPTIONS *` pasted after
+    // the authority made `http://host:port*`, a request to port 80
+    // (adversarial round 13). Only an origin-form path (or an absolute
+    // form's, whose authority the Host header already had to match) is
+    // forwarded; the asterisk form asks the proxy's next hop about
+    // itself, which is not ours to forward.
+    let path = match request.uri().path_and_query() {
+        Some(pq) if pq.as_str().starts_with('/') => pq.clone(),
+        Some(_) => return refuse("asterisk-form request target (OPTIONS *) is not forwarded"),
+        None if request.uri().authority().is_some() => PathAndQuery::from_static("/"),
+        None => return refuse("asterisk-form request target (OPTIONS *) is not forwarded"),
+    };
+    let uri = Uri::builder()
+        .scheme("http")
+        .authority(authority.as_str())
+        .path_and_query(path)
+        .build();
+    let (Ok(uri), Ok(value)) = (uri, HeaderValue::from_str(&authority)) else {
         return refuse("Host header is not host[:port]");
     };
     *request.uri_mut() = uri;
