@@ -148,6 +148,11 @@ pub mod flag {
     /// A fork record whose child shares its parent's `fs_struct`
     /// (`clone(CLONE_FS)`): a `chdir` by either moves both cwds.
     pub const FS_SHARED: u32 = 1 << 14;
+    /// Another task shared the caller's memory (`mm_struct.mm_users > 1`,
+    /// or unread) when a path-named call started: it could rewrite the
+    /// name between this read and the kernel's copy, so the name is the
+    /// agent's claim until a notification proves it.
+    pub const NAME_SHARED: u32 = 1 << 15;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).

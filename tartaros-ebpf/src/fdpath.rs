@@ -78,6 +78,23 @@ fn files(l: &FileLayout) -> u64 {
     at(task, l.task_files).unwrap_or(0)
 }
 
+/// Whether another task shares the current task's memory
+/// (`mm_struct.mm_users > 1`: a thread, a `CLONE_VM` child): it can
+/// rewrite a name the capture read before the kernel copies it. Unknown
+/// (no offsets, unreadable) counts as shared.
+#[inline(always)]
+pub fn memory_shared() -> bool {
+    let Some(l) = layout() else {
+        return true;
+    };
+    // SAFETY: helper without arguments; used as an address only.
+    let task = unsafe { generated::bpf_get_current_task() };
+    match at(task, l.task_mm) {
+        Some(mm) if mm != 0 => read_kernel::<u32>(mm + l.mm_users as u64).is_none_or(|n| n > 1),
+        _ => true,
+    }
+}
+
 /// The `struct file *` at `fd` in the table `files` (0: none).
 #[inline(always)]
 fn file_in(l: &FileLayout, files: u64, fd: i32) -> u64 {

@@ -291,6 +291,9 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         }
         match c.record {
             record::SYS_PATH | record::SYS_PATH2 => {
+                if crate::fdpath::memory_shared() {
+                    (*slot).call.flags |= flag::NAME_SHARED;
+                }
                 let (n, f) = read_path(
                     &raw mut (*slot).path,
                     c.ptr,

@@ -89,6 +89,11 @@ pub struct FileLayout {
     pub task_fs: u32,
     pub fs_pwd_dentry: u32,
     pub dentry_inode: u32,
+    /// `task_struct.mm`, `mm_struct.mm_users`: above 1, another task
+    /// shares the caller's memory (a thread, a `CLONE_VM` child) and can
+    /// rewrite a name between the capture's read and the kernel's copy.
+    pub task_mm: u32,
+    pub mm_users: u32,
     /// Zero.
     pub _pad: u32,
 }
@@ -144,7 +149,7 @@ pub struct SysFileEvent {
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 104);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 112);
 const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);

@@ -389,6 +389,11 @@ impl Decoder {
             }
             _ => {}
         }
+        // Another task could rewrite the name before the kernel copied it:
+        // the join proves it by a notification or keeps it as a claim.
+        if flags & flag::NAME_SHARED != 0 && (path.is_some() || path2.is_some()) {
+            t.insert("name_shared", true);
+        }
         // A `SYS_FILE` record names its file from the kernel (`decode_file.rs`).
         let fd_target = path.is_none()
             && addr.is_none()

@@ -13,8 +13,9 @@ use super::{Btf, KIND_STRUCT};
 /// The map value the program reads, as cached with the rest of the
 /// layout.
 pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
-    const STRUCTS: [&str; 11] = [
+    const STRUCTS: [&str; 12] = [
         "task_struct",
+        "mm_struct",
         "files_struct",
         "fs_struct",
         "fdtable",
@@ -61,6 +62,8 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         task_fs: off("task_struct", "fs")?,
         fs_pwd_dentry: off("fs_struct", "pwd.dentry")?,
         dentry_inode: off("dentry", "d_inode")?,
+        task_mm: off("task_struct", "mm")?,
+        mm_users: off("mm_struct", "mm_users")?,
         _pad: 0,
     })
 }

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::claims::{Call, Pick, unproven};
 use super::exec_opens::ExecOpens;
 use super::notify::FidProbe;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
@@ -45,8 +46,15 @@ pub(super) struct Join {
     tasks: HashMap<u32, Task>,
     /// Sandbox notifications with bits no record has claimed, per thread.
     pending: HashMap<u32, Queue>,
-    /// Records waiting for a positional pairing, in arrival order.
-    held: Vec<(u32, Record)>,
+    /// Records waiting for a positional pairing, in arrival order, with
+    /// when their call began at the earliest.
+    held: Vec<(u32, Record, u64)>,
+    /// Threads a record of which could not be told from another call's
+    /// (`claims.rs`): their records are their claims, their notifications
+    /// records of their own.
+    racy: BTreeSet<u32>,
+    /// Every notification queued before this was read.
+    read_through_ns: u64,
     /// How many of them, per thread and wanted kind, no name of the
     /// kernel's pairs (see [`Queue::take`]'s `skip`).
     held_kinds: HashMap<(u32, u64, Option<bool>), usize>,
@@ -90,6 +98,22 @@ impl Join {
             wall_offset,
             ..Default::default()
         }
+    }
+
+    /// A record of `tid` claiming a notification of `want` could not be
+    /// told from another call's: the thread's later records are its
+    /// claims, and its notifications records of their own, so that none
+    /// is taken by the wrong record. Not for a modify: only truncates
+    /// claim one, so a truncate left unproven misplaces none.
+    fn unproven(&mut self, tid: u32, want: u64) {
+        if want != bit::MODIFY {
+            self.racy.insert(tid);
+        }
+    }
+
+    /// Every notification queued before `ns` has been read and placed.
+    pub fn notices_read_through(&mut self, ns: u64) {
+        self.read_through_ns = self.read_through_ns.max(ns);
     }
 
     /// The sandbox thread `tid`, if a record named it.
@@ -187,6 +211,8 @@ impl Join {
         for mut r in records {
             let tid = tid_of(&r);
             let t = self.last_ns.entry(tid).or_insert(0);
+            // The thread's previous record ended before this call began.
+            let start_ns = *t;
             *t = (*t).max(r.mono_ns);
             if r.kind == "exec" {
                 self.exec_opens.name(&mut r, tid);
@@ -248,7 +274,7 @@ impl Join {
                         n.path.as_deref() == Some(path.as_str())
                     });
                     if exact.is_none() {
-                        self.held.push((tid, r));
+                        self.held.push((tid, r, start_ns));
                         continue;
                     }
                 }
@@ -272,10 +298,12 @@ impl Join {
             }
             match wanted(r.kind) {
                 Some((want, dir)) if allowed || made_and_removed(&r) => {
+                    // An empty name is one the capture could not read.
                     let agent = r
                         .target
                         .get(main_key(r.kind))
                         .and_then(Value::as_str)
+                        .filter(|a| !a.is_empty())
                         .map(str::to_string);
                     // The thread's earlier records of the kind still held
                     // come first in its order: their notices are not this
@@ -285,27 +313,56 @@ impl Join {
                     let from = (r.kind == "rename")
                         .then(|| r.target.get("from").and_then(Value::as_str))
                         .map(|f| f.map(str::to_string));
-                    let exact = self.pending.get_mut(&tid).and_then(|q| {
-                        let fits = |n: &Notice| {
-                            agent.is_some() && notice_main(n, r.kind) == agent.as_deref()
-                        };
-                        let merged = |n: &Notice| match &from {
-                            Some(from) => from.is_some() && fits(n) && n.path == *from,
-                            None => fits(n),
-                        };
-                        q.take_or_merged(want, dir, skip.unwrap_or(0), fits, merged)
-                    });
-                    match exact {
-                        Some(n) => {
+                    if self.racy.contains(&tid) {
+                        out.push(unproven(r));
+                        continue;
+                    }
+                    let complete = r.mono_ns < self.read_through_ns;
+                    let fits =
+                        |n: &Notice| agent.is_some() && notice_main(n, r.kind) == agent.as_deref();
+                    let merged = |n: &Notice| match &from {
+                        Some(from) => from.is_some() && fits(n) && n.path == *from,
+                        None => fits(n),
+                    };
+                    let call = Call {
+                        want,
+                        dir,
+                        skip: skip.unwrap_or(0),
+                        start_ns,
+                        end_ns: r.mono_ns,
+                        complete,
+                        fits: &fits,
+                        merged: &merged,
+                    };
+                    // A name no other task could rewrite is the kernel's own
+                    // string: any notification of it is the call's. One
+                    // that could is proven (`claims.rs`). No claim: paired
+                    // by position once it settles.
+                    let shared = r.target.get("name_shared").is_some();
+                    let picked = match &agent {
+                        Some(_) if shared => self.pending.get_mut(&tid).map(|q| q.pick(&call)),
+                        Some(_) => self.pending.get_mut(&tid).map(|q| {
+                            let skip = skip.unwrap_or(0);
+                            let n = q.take_or_merged(want, dir, skip, fits, merged);
+                            (Pick::Wait, n)
+                        }),
+                        None => None,
+                    };
+                    match picked {
+                        Some((_, Some(n))) => {
                             apply(&mut r, n);
                             self.note_link(&r);
                             self.claim_exchange_twin(tid, &r);
                             self.claim_removal(tid, &r);
                             out.push(r);
                         }
-                        None => {
+                        Some((Pick::Ambiguous, None)) => {
+                            self.unproven(tid, want);
+                            out.push(unproven(r));
+                        }
+                        _ => {
                             *self.held_kinds.entry((tid, want, dir)).or_default() += 1;
-                            self.held.push((tid, r));
+                            self.held.push((tid, r, start_ns));
                         }
                     }
                 }
@@ -333,14 +390,14 @@ impl Join {
     /// one of them (the run is over).
     fn settle(&mut self, now_ns: u64, all: bool, out: &mut Vec<Record>) {
         let held = std::mem::take(&mut self.held);
-        for (tid, mut r) in held {
+        for (tid, mut r, start_ns) in held {
             let moved_on = self.last_ns.get(&tid).is_some_and(|&t| t > r.mono_ns);
             let ready = all
                 || moved_on
                 || self.exited.get(&r.pid).is_some_and(|e| e.0 >= r.mono_ns)
                 || now_ns.saturating_sub(r.mono_ns) > HOLD_NS;
             if !ready {
-                self.held.push((tid, r));
+                self.held.push((tid, r, start_ns));
                 continue;
             }
             let (want, dir) = wanted(r.kind).unwrap_or((0, None));
@@ -369,6 +426,30 @@ impl Join {
             // when its name was not read it may have made nothing, and a
             // notification by position would name it after another call's.
             let by_name_only = want == bit::MODIFY || r.decision != Decision::Allowed;
+            if self.racy.contains(&tid) {
+                out.push(unproven(r));
+                continue;
+            }
+            let agent = agent.filter(|a| !a.is_empty());
+            let shared = r.target.get("name_shared").is_some();
+            let picked = match &agent {
+                Some(agent) if shared => {
+                    self.pick_at_settle(tid, &mut r, (want, dir), start_ns, agent)
+                }
+                _ => None,
+            };
+            match picked {
+                Some(Pick::Ambiguous) => {
+                    self.unproven(tid, want);
+                    out.push(unproven(r));
+                    continue;
+                }
+                Some(Pick::Fresh(_) | Pick::Merged(_)) => {
+                    out.push(r);
+                    continue;
+                }
+                _ => {}
+            }
             let found = self.take(tid, want, dir, false, |n| {
                 n.after_ns < ended
                     && if by_name_only {
@@ -394,12 +475,12 @@ impl Join {
             out.push(r);
         }
         self.held_kinds.clear();
-        for (tid, r) in &self.held {
+        for (tid, r, _) in &self.held {
             if let Some((want, dir)) = wanted(r.kind).filter(|_| kernel_named(r).is_none()) {
                 *self.held_kinds.entry((*tid, want, dir)).or_default() += 1;
             }
         }
-        let waiting: BTreeSet<u32> = self.held.iter().map(|(tid, _)| *tid).collect();
+        let waiting: BTreeSet<u32> = self.held.iter().map(|(tid, _, _)| *tid).collect();
         // Counts of removed names, once the thread's records (its links)
         // have passed the removal, as for an orphaned notification below.
         let (last_ns, tasks, exited) = (&self.last_ns, &self.tasks, &self.exited);
@@ -466,82 +547,6 @@ impl Join {
         out
     }
 
-    /// A link named by the kernel (an O_TMPFILE's new name, or where a
-    /// file lives on once its old name is removed), or the removal of a
-    /// name, in the order of the records.
-    fn note_link(&mut self, r: &Record) {
-        if r.kind == "link"
-            && let Some(to) = r.target.get("to").and_then(Value::as_str)
-            && let Some(key) = self.tmpfile_links.linked(to)
-            && let Some(from) = r.target.get("from").and_then(Value::as_str)
-        {
-            self.relinked.linked(from, key);
-        } else if r.kind == "unlink"
-            && let Some(path) = r.target.get("path").and_then(Value::as_str)
-        {
-            self.relinked.unlinked(path);
-        } else if r.kind == "rename"
-            && r.target.get("flags").and_then(Value::as_u64).unwrap_or(0) & RENAME_EXCHANGE == 0
-            && r.target.get("dir").is_none()
-            && let (Some(from), Some(to)) = (
-                r.target.get("from").and_then(Value::as_str),
-                r.target.get("to").and_then(Value::as_str),
-            )
-        {
-            self.relinked.renamed(from, to);
-        }
-    }
-
-    /// A file's rename notification: its counts move to the new name; the
-    /// counts held there of another file (by the kernel's handles) whose
-    /// handle says it is gone are of the file the rename replaced, which
-    /// the kernel reports no removal of: they are final, as a removal's
-    /// (named once the records show whether a link kept the file). A file
-    /// still linked was not replaced: the other side of a
-    /// `RENAME_EXCHANGE` (its own half moves it on), or a rename joined out
-    /// of the queue's order (a thread gone before its notifications were
-    /// placed has them joined at the end, after later renames over the
-    /// name).
-    fn file_renamed(&mut self, n: &Notice, path: &str, new: &str) {
-        let probe = &self.probe;
-        let replaced = self
-            .writes
-            .renamed(path, new, n.fid.as_ref(), |f| probe.gone(f));
-        if !replaced.is_empty() {
-            self.relinked.removed(new, n.tid, n.read_ns, replaced);
-        }
-    }
-
-    /// `renameat2(RENAME_EXCHANGE)` is reported as two renames, `a` to
-    /// `b` and `b` to `a`: the record of the call claims both, so the
-    /// second is not logged as an effect the capture did not see.
-    fn claim_exchange_twin(&mut self, tid: u32, r: &Record) {
-        let flags = r.target.get("flags").and_then(Value::as_u64).unwrap_or(0);
-        if r.kind != "rename" || flags & RENAME_EXCHANGE == 0 {
-            return;
-        }
-        let name = |key| r.target.get(key).and_then(Value::as_str);
-        let (Some(from), Some(to)) = (name("from"), name("to")) else {
-            return;
-        };
-        self.take(tid, bit::RENAME, None, false, |n| {
-            n.path.as_deref() == Some(to) && n.new_path.as_deref() == Some(from)
-        });
-    }
-
-    /// A failed bind that made its socket file removed it too
-    /// ([`made_and_removed`]): that removal's notification is the call's.
-    fn claim_removal(&mut self, tid: u32, r: &Record) {
-        if !made_and_removed(r) {
-            return;
-        }
-        if let Some(path) = r.target.get("path").and_then(Value::as_str) {
-            self.take(tid, bit::DELETE, Some(false), true, |n| {
-                n.path.as_deref() == Some(path)
-            });
-        }
-    }
-
     /// A file the agent inherits open for writing
     /// (`writable_standard_files`): sealed like one it opened itself, with
     /// its renames followed.
@@ -580,6 +585,9 @@ impl Join {
 
 #[path = "join_records.rs"]
 mod records;
+
+#[path = "join_claims.rs"]
+mod claims;
 
 #[cfg(test)]
 #[path = "join_tests.rs"]

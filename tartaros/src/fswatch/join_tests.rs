@@ -86,6 +86,7 @@ fn a_record_without_a_notification_does_not_take_the_next_one() {
     // of the thread names its own file.
     let mut j = Join::new(0);
     j.notice(notice(10, bit::CREATE, "/w/new", 20), T);
+    j.notices_read_through(20);
     let out = j.join(
         vec![
             record("create", 10, 10, "/w/existing"),
@@ -206,9 +207,8 @@ fn a_truncate_is_never_paired_by_position_with_another_files_modify() {
     // by the kernel in its `write` record.
     let mut j = Join::new(0);
     j.notice(notice(10, bit::MODIFY, "/w/hooks/pre-commit", 20), T);
-    let out = j.join(vec![record("truncate", 10, 10, "/w/link")], 30);
-    assert!(out.is_empty(), "held until the thread moves on");
-    let out = j.finish(40);
+    let mut out = j.join(vec![record("truncate", 10, 10, "/w/link")], 30);
+    out.extend(j.finish(40));
     let t = out.iter().find(|r| r.kind == "truncate").unwrap();
     assert_eq!(s(t, "path"), Some("/w/link"));
     assert_eq!(s(t, "path_source"), Some("agent"));
@@ -300,6 +300,9 @@ fn a_merged_notification_confirms_every_record_of_its_path() {
     // FAN_ATTRIB; both records are the kernel's.
     let mut j = Join::new(0);
     j.notice(notice(10, bit::ATTRIB, "/w/f", 5), T);
+    // The read that returned it found the queue empty: nothing queued
+    // before it is still to come (a merge is proven only then).
+    j.notices_read_through(5);
     let mut out = j.join(
         vec![
             record("utime", 10, 3, "/w/f"),
@@ -507,4 +510,30 @@ fn a_failed_bind_is_paired_by_its_name_only() {
     assert_eq!(s(bind, "path_source"), Some("agent"));
     let create = out.iter().find(|r| r.kind == "create").expect("the create");
     assert_eq!(s(create, "path"), Some("/w/real"));
+}
+
+#[test]
+fn a_name_another_thread_could_rewrite_is_proven_or_left_a_claim() {
+    // A thread of a process with two threads claimed B; its own removal
+    // (A) comes first, and B's is a later call's, read ahead of it.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/A", 20), T);
+    j.notice(notice(10, bit::ATTRIB, "/w/B", 20), T);
+    j.notices_read_through(20);
+    let mut r = record("chmod", 10, 10, "/w/B");
+    r.target.insert("name_shared", true);
+    let mut out = j.join(vec![r], 30);
+    out.extend(j.finish(40));
+    let chmod = out.iter().find(|r| r.kind == "chmod").unwrap();
+    assert_eq!(s(chmod, "path_source"), Some("agent"), "{out:#?}");
+    assert_eq!(chmod.target.get("claim_unproven"), Some(&Value::from(true)));
+    // Both changes stand as the kernel's own records.
+    let attribs: Vec<_> = out.iter().filter(|r| r.kind == "attrib").collect();
+    assert_eq!(attribs.len(), 2, "{out:#?}");
+    // Without another task on the memory, the claim is the kernel's own
+    // string: B's notification is the call's.
+    let mut j = Join::new(0);
+    j.notice(notice(10, bit::ATTRIB, "/w/B", 20), T);
+    let out = j.join(vec![record("chmod", 10, 10, "/w/B")], 30);
+    assert_eq!(s(&out[0], "path_source"), Some("kernel"));
 }

@@ -16,6 +16,7 @@
 //!
 //! Design and limits: docs/ebpf.md, "Kernel-sourced paths".
 
+mod claims;
 mod content;
 mod dir_cache;
 mod exec_opens;
@@ -227,7 +228,13 @@ impl FsWatch {
         };
         let now = crate::effectlog::mono_now_ns();
         let out = self.place.place(events, now, after, &facts);
-        (out, more || self.place.more_ahead)
+        let more = more || self.place.more_ahead;
+        if !more {
+            // The queue was empty during this read: what was queued
+            // before it began has been read.
+            self.place.join.notices_read_through(self.last_poll_ns);
+        }
+        (out, more)
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 
+use super::claims::{self, Call, Pick};
 use super::join::Notice;
 
 #[derive(Debug, Default)]
@@ -36,6 +37,46 @@ impl Queue {
 
     pub fn is_empty(&self) -> bool {
         self.notices.is_empty()
+    }
+
+    /// [`claims::pick`] for `call`; what it picks is claimed.
+    pub fn pick(&mut self, call: &Call<'_>) -> (Pick, Option<&Notice>) {
+        let from = self.fresh_from(call.want);
+        let pick = claims::pick(&self.notices, from, call);
+        match pick {
+            Pick::Fresh(at) | Pick::Merged(at) => {
+                let n = &mut self.notices[at];
+                n.claimed |= call.want;
+                (pick, Some(&*n))
+            }
+            Pick::Ambiguous | Pick::Wait => (pick, None),
+        }
+    }
+
+    /// Where fresh notifications of `want` may start (the ones before are
+    /// done for it); remembered, as it only grows.
+    fn fresh_from(&mut self, want: u64) -> usize {
+        let slot = self.slot(want);
+        let start = self.done[slot].1;
+        let open = |n: &Notice| n.mask & want != 0 && n.claimed & want == 0;
+        let from = self
+            .notices
+            .iter()
+            .skip(start)
+            .position(open)
+            .map_or(self.notices.len(), |at| start + at);
+        self.done[slot].1 = from;
+        from
+    }
+
+    fn slot(&mut self, want: u64) -> usize {
+        match self.done.iter().position(|(w, _)| *w == want) {
+            Some(slot) => slot,
+            None => {
+                self.done.push((want, 0));
+                self.done.len() - 1
+            }
+        }
     }
 
     /// The first notification with `want` (for a directory or not) that
@@ -75,13 +116,7 @@ impl Queue {
     ) -> Option<&Notice> {
         let kind_fits = |n: &Notice| n.mask & want != 0 && dir.is_none_or(|d| n.is_dir() == d);
         let open = |n: &Notice| n.mask & want != 0 && n.claimed & want == 0;
-        let slot = match self.done.iter().position(|(w, _)| *w == want) {
-            Some(slot) => slot,
-            None => {
-                self.done.push((want, 0));
-                self.done.len() - 1
-            }
-        };
+        let slot = self.slot(want);
         let start = self.done[slot].1;
         // The notices at the front that are done for `want`.
         let prefix = self
