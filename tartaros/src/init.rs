@@ -143,6 +143,12 @@ fn run(report: &mut File) -> Result<i32, Failure> {
         None => None,
     };
 
+    // The launcher's pipes get descriptions of the agent's own, whose
+    // flags (O_NONBLOCK) it may change without reaching the host's
+    // pipeline, and its /dev/null the sandbox's; still root, after the
+    // private /dev and /proc.
+    crate::stdio_own::reopen_streams().map_err(|e| failure(exit::START_FAILURE, e))?;
+
     // Stage 5: the agent. Signals are blocked here and waited for
     // synchronously below; the child restores an empty mask before exec.
     let mut forwarded = SigSet::empty();

@@ -77,7 +77,7 @@ pub(super) const WHY_OPENAT2: &str = "its mode sits in a struct seccomp cannot r
 /// The ioctl commands refused on every run (`cmd`'s low 32 bits, as the
 /// kernel reads it), and why. The capture records their refused attempts
 /// (`tartaros_common::capture::nr::ioctl::refused`, which must agree).
-pub(super) const REFUSED_IOCTLS: [(super::Named, &str); 5] = [
+pub(super) const REFUSED_IOCTLS: [(super::Named, &str); 11] = [
     (
         super::TIOCSTI,
         "pushes input into the terminal; the user's shell runs it after the sandbox",
@@ -92,9 +92,45 @@ pub(super) const REFUSED_IOCTLS: [(super::Named, &str); 5] = [
     ),
     (super::FS_IOC_SETVERSION, WHY_GENERATION),
     (super::FS_IOC32_SETVERSION, WHY_GENERATION),
+    (FS_IOC_SET_ENCRYPTION_POLICY, WHY_FSCRYPT_POLICY),
+    (FS_IOC_GET_ENCRYPTION_PWSALT, WHY_FSCRYPT_POLICY),
+    (FS_IOC_ADD_ENCRYPTION_KEY, WHY_FSCRYPT_KEYS),
+    (FS_IOC_REMOVE_ENCRYPTION_KEY, WHY_FSCRYPT_KEYS),
+    (FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS, WHY_FSCRYPT_KEYS),
+    (FS_IOC_ENABLE_VERITY, WHY_VERITY),
 ];
+
+// The filesystem ioctls that change state through a descriptor opened
+// read-only (the kernel asks no write access of the file for them), so
+// they reach files outside every root. One encoding each: their structs
+// hold only fixed-size fields, so the 32-bit ABI's command is the same
+// number (and 32-bit entry is refused by the prologue anyway).
+// `FS_IOC_SET_ENCRYPTION_POLICY` is `_IOR` although it sets (uapi quirk).
+pub(super) const FS_IOC_SET_ENCRYPTION_POLICY: super::Named =
+    named(0x800c_6613, "FS_IOC_SET_ENCRYPTION_POLICY");
+pub(super) const FS_IOC_GET_ENCRYPTION_PWSALT: super::Named =
+    named(0x4010_6614, "FS_IOC_GET_ENCRYPTION_PWSALT");
+pub(super) const FS_IOC_ADD_ENCRYPTION_KEY: super::Named =
+    named(0xc050_6617, "FS_IOC_ADD_ENCRYPTION_KEY");
+pub(super) const FS_IOC_REMOVE_ENCRYPTION_KEY: super::Named =
+    named(0xc040_6618, "FS_IOC_REMOVE_ENCRYPTION_KEY");
+pub(super) const FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS: super::Named =
+    named(0xc040_6619, "FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS");
+pub(super) const FS_IOC_ENABLE_VERITY: super::Named = named(0x4080_6685, "FS_IOC_ENABLE_VERITY");
+
+const fn named(value: u32, name: &'static str) -> super::Named {
+    super::Named { value, name }
+}
+
 const WHY_GENERATION: &str = "sets an inode's generation (ext4): the kernel's file handles of it \
     stop opening, which the effect log takes for a removed file or directory, and its writes, names and \
     seal hashes went unlogged";
+const WHY_FSCRYPT_KEYS: &str = "fscrypt keys live in the filesystem, per user, not in the sandbox, and \
+    any readable file's descriptor reaches them: removing the user's claim locks the user's encrypted \
+    directories, added keys outlive the run (the user's key quota, unreclaimable kernel memory)";
+const WHY_FSCRYPT_POLICY: &str = "persistent fscrypt state through a read-only descriptor: a directory's \
+    encryption policy, the superblock's salt (written by the first query)";
+const WHY_VERITY: &str = "makes a file permanently read-only (fs-verity) through a read-only \
+    descriptor; not undone by any later chmod or write";
 pub(super) const WHY_WINSZ: &str = "the launcher's terminal: a new window size outlives the run and SIGWINCH \
     reaches the launcher's job on the host";

@@ -295,3 +295,90 @@ fn the_capture_records_exactly_the_ioctls_every_run_refuses() {
     assert!(!ioctl::refused(u64::from(TIOCSWINSZ.value)));
     assert!(!ioctl::refused(ioctl::FS_IOC_SETFLAGS));
 }
+
+/// `_IOC(dir, 'f', nr, size)` as the uapi headers compute it.
+fn ioc(dir: u32, nr: u32, size: u32) -> u32 {
+    (dir << 30) | (size << 16) | (u32::from(b'f') << 8) | nr
+}
+
+#[test]
+fn the_state_changing_fs_ioctls_are_the_uapi_encodings() {
+    const W: u32 = 1;
+    const R: u32 = 2;
+    // Struct sizes from linux/fscrypt.h and linux/fsverity.h: fixed-size
+    // fields only, so the 32-bit ABI encodes the same commands.
+    let key_spec = 4 + 4 + 32;
+    let add_key_arg = key_spec + 4 + 4 + 8 * 4;
+    let remove_key_arg = key_spec + 4 + 5 * 4;
+    let policy_v1 = 1 + 1 + 1 + 1 + 8;
+    let enable_arg = 4 * 4 + 8 + 4 + 4 + 8 + 11 * 8;
+    assert_eq!(
+        tables::FS_IOC_SET_ENCRYPTION_POLICY.value,
+        ioc(R, 19, policy_v1)
+    );
+    assert_eq!(tables::FS_IOC_GET_ENCRYPTION_PWSALT.value, ioc(W, 20, 16));
+    assert_eq!(
+        tables::FS_IOC_ADD_ENCRYPTION_KEY.value,
+        ioc(R | W, 23, add_key_arg)
+    );
+    assert_eq!(
+        tables::FS_IOC_REMOVE_ENCRYPTION_KEY.value,
+        ioc(R | W, 24, remove_key_arg)
+    );
+    assert_eq!(
+        tables::FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS.value,
+        ioc(R | W, 25, remove_key_arg)
+    );
+    assert_eq!(tables::FS_IOC_ENABLE_VERITY.value, ioc(W, 133, enable_arg));
+}
+
+#[test]
+fn fscrypt_and_verity_changes_are_refused_and_their_queries_allowed() {
+    let rules = rules(&SeccompOptions::default());
+    for name in [
+        "FS_IOC_ADD_ENCRYPTION_KEY",
+        "FS_IOC_REMOVE_ENCRYPTION_KEY",
+        "FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS",
+        "FS_IOC_SET_ENCRYPTION_POLICY",
+        "FS_IOC_GET_ENCRYPTION_PWSALT",
+        "FS_IOC_ENABLE_VERITY",
+    ] {
+        let text = format!("ioctl if cmd == {name} -> EPERM");
+        let rule = rules.iter().find(|r| r.to_string() == text).expect(&text);
+        assert_eq!(rule.tier, Tier::Default, "{text}");
+    }
+    // Upper bits set: the kernel reads the low 32.
+    let add = 0xffff_ffff_0000_0000 | u64::from(tables::FS_IOC_ADD_ENCRYPTION_KEY.value);
+    assert!(refusing_rule("ioctl", &[3, add, 0]).is_some());
+    // Read-only queries: get policy (v1, ex), key status, nonce, measure
+    // and read verity metadata.
+    for query in [
+        ioc(1, 21, 12),
+        ioc(3, 22, 9),
+        ioc(3, 26, 128),
+        ioc(2, 27, 16),
+        ioc(3, 134, 4),
+        ioc(3, 135, 40),
+    ] {
+        assert!(
+            refusing_rule("ioctl", &[3, u64::from(query), 0]).is_none(),
+            "{query:#x}"
+        );
+        assert!(!tartaros_common::capture::ioctl::refused(u64::from(query)));
+    }
+}
+
+#[test]
+fn the_capture_names_every_refused_ioctl_as_the_filter_does() {
+    use tartaros_common::capture::ioctl;
+    let filter: Vec<(u64, &str)> = REFUSED_IOCTLS
+        .iter()
+        .map(|(cmd, _)| (u64::from(cmd.value), cmd.name))
+        .collect();
+    assert_eq!(filter, ioctl::REFUSED.to_vec());
+    for (cmd, name) in ioctl::REFUSED {
+        assert!(ioctl::refused(cmd), "{name}");
+        assert_eq!(ioctl::refused_name(cmd | 0x7_0000_0000), Some(name));
+    }
+    assert_eq!(ioctl::refused_name(ioctl::FS_IOC_SETFLAGS), None);
+}

@@ -15,13 +15,15 @@
 //! pipe on that stream, and the parent, which keeps the files, copies
 //! between them and the pipes, passes termination signals on, and exits
 //! as the child did once the outputs are drained. Pipes, sockets and
-//! terminals are passed as before (a terminal: see docs/architecture.md).
+//! terminals are passed as before (a terminal: see docs/architecture.md;
+//! a pipe gets an open file description of the agent's own in the init,
+//! and a standard device such as /dev/null the sandbox's: stdio_own.rs).
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -33,39 +35,89 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// them; one from the terminal reached the child's process group already.
 const FORWARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT];
 
-/// Whether `fd` is a file of a filesystem the sandbox must not get: a
-/// regular file, a block device, or a named FIFO (`> /tmp/fifo`; an
-/// anonymous pipe lives on no mount and is passed as it is) outside the
-/// `--write` roots or under a path the mount plan changes inside them,
-/// or any directory (an `fchdir` onto the host's mount, from where `..`
-/// leaves a root). A file inside a root is passed as it is: its metadata
-/// is the agent's to change anyway, and the effect log names the writes
-/// through it. A file under a deny, a `--tmpfs` or a `--bind` target is
-/// not: the descriptor is on the host's mount, so reopening
-/// `/proc/self/fd/0` for writing rewrote a write-denied file, and
-/// reopening a `>> .env` for reading showed a read-denied one.
-fn is_host_file(fd: RawFd, paths: &PathFlags) -> bool {
-    let name = std::fs::read_link(format!("/proc/self/fd/{fd}"));
-    let in_root = |name: &std::io::Result<PathBuf>| {
-        name.as_ref().is_ok_and(|n| {
-            n.is_absolute()
-                && paths.roots.iter().any(|r| n.starts_with(r))
-                && !paths.covers.iter().any(|c| n.starts_with(c))
-        })
+/// What a standard stream is, as `fstat`, `isatty` and its
+/// `/proc/self/fd` link tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Directory,
+    /// A regular file or a block device.
+    File,
+    /// A named FIFO (`> /tmp/fifo`).
+    Fifo,
+    /// An anonymous pipe: it lives on no mount.
+    Pipe,
+    /// A character device that is a terminal (stdio_tty.rs reopens it).
+    Terminal,
+    /// A device the sandbox's /dev has of its own (`< /dev/null`): the
+    /// init replaces it (stdio_own.rs).
+    StandardDevice,
+    /// Any other character device.
+    Device,
+    /// A socket, or what could not be told.
+    Other,
+}
+
+fn stream(fd: RawFd) -> Stream {
+    let Ok(st) = nix::sys::stat::fstat(fd) else {
+        return Stream::Other;
     };
-    match nix::sys::stat::fstat(fd) {
-        Ok(st) => match st.st_mode & libc::S_IFMT {
-            libc::S_IFDIR => true,
-            libc::S_IFREG | libc::S_IFBLK => !in_root(&name),
-            libc::S_IFIFO => {
-                let anonymous = name
-                    .as_ref()
-                    .is_ok_and(|n| n.to_string_lossy().starts_with("pipe:"));
-                !anonymous && !in_root(&name)
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFDIR => Stream::Directory,
+        libc::S_IFREG | libc::S_IFBLK => Stream::File,
+        libc::S_IFIFO => {
+            let name = std::fs::read_link(format!("/proc/self/fd/{fd}"));
+            if name.is_ok_and(|n| n.to_string_lossy().starts_with("pipe:")) {
+                Stream::Pipe
+            } else {
+                Stream::Fifo
             }
-            _ => false,
-        },
-        Err(_) => false,
+        }
+        // SAFETY: isatty only inspects the descriptor.
+        libc::S_IFCHR if unsafe { libc::isatty(fd) } == 1 => Stream::Terminal,
+        libc::S_IFCHR if crate::stdio_own::standard_device(st.st_rdev).is_some() => {
+            Stream::StandardDevice
+        }
+        libc::S_IFCHR => Stream::Device,
+        _ => Stream::Other,
+    }
+}
+
+/// Whether `fd` is a file of a filesystem the sandbox must not get.
+fn is_host_file(fd: RawFd, paths: &PathFlags) -> bool {
+    let name = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+    relayed(stream(fd), name.as_deref(), paths)
+}
+
+/// Whether a stream of this kind, named `name`, is relayed: a regular
+/// file, a block device, or a named FIFO (an anonymous pipe lives on no
+/// mount and is passed as it is) outside the `--write` roots or under a
+/// path the mount plan changes inside them, any directory (an `fchdir`
+/// onto the host's mount, from where `..` leaves a root), and any
+/// character device but a terminal. A file inside a root is passed as it
+/// is: its metadata is the agent's to change anyway, and the effect log
+/// names the writes through it. A file under a deny, a `--tmpfs` or a
+/// `--bind` target is not: the descriptor is on the host's mount, so
+/// reopening `/proc/self/fd/0` for writing rewrote a write-denied file,
+/// and reopening a `>> .env` for reading showed a read-denied one. A
+/// device node is on the host's read-write /dev (or wherever it was made):
+/// passed, a root run's agent `fchmod`ed, `futimens`ed and `fsetxattr`ed
+/// the host's /dev/null through it (adversarial round 14). One the
+/// sandbox's /dev has (null, zero, full, random, urandom) is passed to the
+/// init, which replaces it with its own read-only bind (stdio_own.rs: no
+/// relay process for the common `< /dev/null`, and `/dev/full` stays full);
+/// any other is relayed wherever it lies. A terminal cannot be relayed
+/// (isatty, job control): the init reopens it through a read-only mount
+/// (stdio_tty.rs).
+fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
+    let in_root = name.is_some_and(|n| {
+        n.is_absolute()
+            && paths.roots.iter().any(|r| n.starts_with(r))
+            && !paths.covers.iter().any(|c| n.starts_with(c))
+    });
+    match stream {
+        Stream::Directory | Stream::Device => true,
+        Stream::File | Stream::Fifo => !in_root,
+        Stream::Pipe | Stream::Terminal | Stream::StandardDevice | Stream::Other => false,
     }
 }
 
@@ -120,7 +172,8 @@ fn path_flags(args: &[OsString]) -> PathFlags {
 /// would have relayed: a file under a deny, `--tmpfs` or `--bind` target
 /// given only in a config file, which the relay (running before the file
 /// is read) did not see. Passed on, its descriptor would reach the file
-/// through the host's mount, past that deny.
+/// through the host's mount, past that deny. (A stream the relay could not
+/// relay, its fork or pipe having failed, is refused here too.)
 pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String> {
     let paths = PathFlags {
         roots: policy.writable_roots.clone(),
@@ -136,9 +189,9 @@ pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String
         Some(fd) => {
             let name = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
             Err(format!(
-                "standard stream {fd} is {}, under a path the policy denies or covers; \
-                 give that path on the command line (the stream is then relayed) or redirect \
-                 through a pipe",
+                "standard stream {fd} is {}, a device or under a path the policy denies or \
+                 covers; give that path on the command line (the stream is then relayed) or \
+                 redirect through a pipe",
                 name.display()
             ))
         }
@@ -374,5 +427,27 @@ mod tests {
             got.covers,
             paths(&["/w/.git", "/w/.env", "/w/cache", "/w/dst", "/w/d2"])
         );
+    }
+
+    #[test]
+    fn devices_and_directories_are_relayed_wherever_they_lie_standard_devices_terminals_and_pipes_never()
+     {
+        let paths = flags(&["tartaros", "run", "--write", "/w", "--write-deny", "/w/d"]);
+        let inside = Some(Path::new("/w/x"));
+        let outside = Some(Path::new("/dev/null"));
+        for name in [inside, outside, None] {
+            assert!(relayed(Stream::Device, name, &paths), "{name:?}");
+            assert!(relayed(Stream::Directory, name, &paths), "{name:?}");
+            assert!(!relayed(Stream::Terminal, name, &paths), "{name:?}");
+            assert!(!relayed(Stream::StandardDevice, name, &paths), "{name:?}");
+            assert!(!relayed(Stream::Pipe, name, &paths), "{name:?}");
+            assert!(!relayed(Stream::Other, name, &paths), "{name:?}");
+        }
+        for kind in [Stream::File, Stream::Fifo] {
+            assert!(!relayed(kind, inside, &paths), "{kind:?}");
+            assert!(relayed(kind, outside, &paths), "{kind:?}");
+            assert!(relayed(kind, Some(Path::new("/w/d/f")), &paths), "{kind:?}");
+            assert!(relayed(kind, None, &paths), "{kind:?}");
+        }
     }
 }

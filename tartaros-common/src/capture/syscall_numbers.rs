@@ -311,24 +311,69 @@ pub mod ioctl {
     pub const FS_IOC_FSSETXATTR: u64 = 0x401c_5820;
 
     /// `TIOCSTI`, `TIOCLINUX`, `TIOCSETD` (input injection, line
-    /// disciplines) and `FS_IOC_SETVERSION` (and its 32-bit twin: an
-    /// inode's generation, which the kernel's file handles carry): refused
-    /// by the seccomp filter (`seccomp.rs`); their refused attempts are
-    /// `syscall` records.
+    /// disciplines), `FS_IOC_SETVERSION` (and its 32-bit twin: an
+    /// inode's generation, which the kernel's file handles carry) and the
+    /// filesystem ioctls that change state through a read-only descriptor
+    /// (fscrypt keys and policies, fs-verity): refused by the seccomp
+    /// filter (`seccomp_tables.rs`); their refused attempts are `syscall`
+    /// records.
     pub const TIOCSTI: u64 = 0x5412;
     pub const TIOCLINUX: u64 = 0x541c;
     pub const TIOCSETD: u64 = 0x5423;
     pub const FS_IOC_SETVERSION: u64 = 0x4008_7602;
     pub const FS_IOC32_SETVERSION: u64 = 0x4004_7602;
+    pub const FS_IOC_SET_ENCRYPTION_POLICY: u64 = 0x800c_6613;
+    pub const FS_IOC_GET_ENCRYPTION_PWSALT: u64 = 0x4010_6614;
+    pub const FS_IOC_ADD_ENCRYPTION_KEY: u64 = 0xc050_6617;
+    pub const FS_IOC_REMOVE_ENCRYPTION_KEY: u64 = 0xc040_6618;
+    pub const FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS: u64 = 0xc040_6619;
+    pub const FS_IOC_ENABLE_VERITY: u64 = 0x4080_6685;
 
+    /// The refused commands and the names records give them.
+    pub const REFUSED: [(u64, &str); 11] = [
+        (TIOCSTI, "TIOCSTI"),
+        (TIOCLINUX, "TIOCLINUX"),
+        (TIOCSETD, "TIOCSETD"),
+        (FS_IOC_SETVERSION, "FS_IOC_SETVERSION"),
+        (FS_IOC32_SETVERSION, "FS_IOC32_SETVERSION"),
+        (FS_IOC_SET_ENCRYPTION_POLICY, "FS_IOC_SET_ENCRYPTION_POLICY"),
+        (FS_IOC_GET_ENCRYPTION_PWSALT, "FS_IOC_GET_ENCRYPTION_PWSALT"),
+        (FS_IOC_ADD_ENCRYPTION_KEY, "FS_IOC_ADD_ENCRYPTION_KEY"),
+        (FS_IOC_REMOVE_ENCRYPTION_KEY, "FS_IOC_REMOVE_ENCRYPTION_KEY"),
+        (
+            FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS,
+            "FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS",
+        ),
+        (FS_IOC_ENABLE_VERITY, "FS_IOC_ENABLE_VERITY"),
+    ];
+
+    // A match, not a walk of `REFUSED`: the eBPF verifier takes it as a
+    // few comparisons (a unit test ties the two together).
     #[inline(always)]
     pub const fn refused(cmd: u64) -> bool {
+        matches!(
+            cmd & 0xffff_ffff,
+            TIOCSTI
+                | TIOCLINUX
+                | TIOCSETD
+                | FS_IOC_SETVERSION
+                | FS_IOC32_SETVERSION
+                | FS_IOC_SET_ENCRYPTION_POLICY
+                | FS_IOC_GET_ENCRYPTION_PWSALT
+                | FS_IOC_ADD_ENCRYPTION_KEY
+                | FS_IOC_REMOVE_ENCRYPTION_KEY
+                | FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS
+                | FS_IOC_ENABLE_VERITY
+        )
+    }
+
+    /// The name of a refused command, as records give it.
+    pub fn refused_name(cmd: u64) -> Option<&'static str> {
         let cmd = cmd & 0xffff_ffff;
-        cmd == TIOCSTI
-            || cmd == TIOCLINUX
-            || cmd == TIOCSETD
-            || cmd == FS_IOC_SETVERSION
-            || cmd == FS_IOC32_SETVERSION
+        REFUSED
+            .iter()
+            .find(|(c, _)| *c == cmd)
+            .map(|(_, name)| *name)
     }
 
     #[inline(always)]

@@ -166,8 +166,10 @@ fn every_program_verifies_within_its_budget() {
     // for connects to the gateways' ports (round 7).
     // Round 7: `sys_exit` 3,457 (openat's refused mode is its fourth
     // register), `sys_enter` 1,864 (no `struct open_how` to read).
+    // Round 14: `sys_exit` 3,568 (eleven refused ioctl commands to tell
+    // apart, six of them fscrypt's and fs-verity's).
     let budget = |name: &str| match name {
-        "sys_exit" => 3_500,
+        "sys_exit" => 3_650,
         "sys_enter" => 2_100,
         "connect6" => 1_100,
         "connect4" => 1_050,

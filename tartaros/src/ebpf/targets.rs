@@ -90,14 +90,7 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
             t.insert("syscall", syscalls::name_of(s.nr).unwrap_or("unknown"));
             t.insert("nr", s.nr);
             if s.nr == nr::IOCTL {
-                let cmd = match s.args[1] & 0xffff_ffff {
-                    ioctl::TIOCSTI => "TIOCSTI",
-                    ioctl::TIOCLINUX => "TIOCLINUX",
-                    ioctl::TIOCSETD => "TIOCSETD",
-                    ioctl::FS_IOC_SETVERSION => "FS_IOC_SETVERSION",
-                    ioctl::FS_IOC32_SETVERSION => "FS_IOC32_SETVERSION",
-                    _ => "unknown",
-                };
+                let cmd = ioctl::refused_name(s.args[1]).unwrap_or("unknown");
                 t.insert("cmd", cmd);
                 t.insert("fd", s.args[0] as u32 as i32);
             }
