@@ -163,3 +163,25 @@ fn a_deny_inside_a_writable_root_keeps_its_mount_and_the_root_works() {
     assert!(!text.contains(OLD) && text.contains("rc=1"), "{text}");
     assert!(text.contains("v2") && text.contains("built"), "{text}");
 }
+
+#[test]
+fn an_absent_deny_outside_the_roots_runs_strict_and_what_the_host_creates_there_is_unreadable() {
+    if !can_run("an_absent_deny_outside_the_roots_runs_strict") {
+        return;
+    }
+    // `--read-deny ~/.config/gh` before the first `gh auth login`: no
+    // cover can be mounted, and Landlock holds the name all the same.
+    let host = Dir::new();
+    let work = Dir::new();
+    let config = host.join("config");
+    let token = config.join("hosts.yml");
+    let script = waiting(&work, &format!("cat {t}; echo rc=$?", t = token.display()));
+    let deny = config.to_str().unwrap();
+    let text = run_while_host(&work, &["--strict", "--read-deny", deny], &script, || {
+        std::fs::create_dir(&config).unwrap();
+        chown(&config, NOBODY);
+        std::fs::write(&token, NEW).unwrap();
+        chown(&token, NOBODY);
+    });
+    assert!(!text.contains(NEW) && text.contains("rc=1"), "{text}");
+}
