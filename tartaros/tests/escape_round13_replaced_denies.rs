@@ -73,11 +73,15 @@ fn a_denied_file_the_host_renames_over_stays_unreadable() {
     let creds = host.file("creds", OLD);
     let other = host.file("other", "plain-other");
     let later = host.join("later");
+    // A link beside the deny leads to the denied name, not to a rule.
+    let alias = host.join("alias");
+    std::os::unix::fs::symlink("creds", &alias).unwrap();
     let script = waiting(
         &work,
         &format!(
-            "cat {c}; echo rc=$?; cat {o}; echo; echo listing=$(ls {h} | tr '\\n' ,); cat /etc/passwd >/dev/null; echo etc=$?; cat {l}; echo later=$?",
+            "cat {c}; echo rc=$?; cat {a}; echo alias=$?; cat {o}; echo; echo listing=$(ls {h} | tr '\\n' ,); cat /etc/passwd >/dev/null; echo etc=$?; cat {l}; echo later=$?",
             c = creds.display(),
+            a = alias.display(),
             o = other.display(),
             h = host.path().display(),
             l = later.display(),
@@ -92,11 +96,11 @@ fn a_denied_file_the_host_renames_over_stays_unreadable() {
     });
     assert!(!text.contains(OLD) && !text.contains(NEW), "{text}");
     assert!(text.contains("Permission denied"), "{text}");
-    assert!(text.contains("rc=1"), "{text}");
+    assert!(text.contains("rc=1") && text.contains("alias=1"), "{text}");
     // Siblings, the directory's listing and the rest of the tree stay.
     assert!(text.contains("plain-other"), "{text}");
     assert!(
-        text.contains("listing=creds,") && text.contains("other,"),
+        text.contains("listing=alias,creds,") && text.contains("other,"),
         "{text}"
     );
     assert!(text.contains("etc=0"), "{text}");
