@@ -269,6 +269,13 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
     } else {
         hiding
     };
+    // Landlock holds the read denies and their other mounts too, not the log
+    // or the registry: never replaced by a rename, their mounts hide them.
+    let mut landlock_policy = mount_policy.clone();
+    let hidden = [request.log, facts.placeholder_registry];
+    landlock_policy
+        .read_denies
+        .retain(|d| !hidden.contains(&Some(d.as_path())));
     let init = Plan {
         argv: request.argv.to_vec(),
         env: crate::environment::agent_env_with(policy, request.launcher_env, request.setenv),
@@ -280,7 +287,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         landlock: host
             .landlock_abi
             .filter(|_| ledger.installed(Guarantee::LandlockFilesystem))
-            .map(|abi| crate::landlock::plan(policy, abi)),
+            .map(|abi| crate::landlock::plan(&landlock_policy, abi)),
         seccomp: ledger.installed(Guarantee::Seccomp).then_some(SeccompPlan {
             strict: policy.harden_syscalls,
             deny_unix: policy.deny_unix,
@@ -414,8 +421,12 @@ fn absent_denies(
         .collect();
     // Outside the roots only the host can create it, and a file it makes
     // there during the run (a first `gh auth login`) is not under the
-    // cover: the deny's mount needs the path to exist at the start.
-    if let Some(path) = absent.iter().find(|p| !policy.is_writable(p)) {
+    // cover: the deny's mount needs the path to exist at the start. Landlock
+    // holds it all the same (landlock_siblings.rs): the name lies under no
+    // rule that reads it, and nothing outside the roots is writable.
+    let landlock = ledger.installed(Guarantee::LandlockFilesystem);
+    let held = |p: &Path| landlock && crate::landlock::holds_deny(p);
+    if let Some(path) = absent.iter().find(|p| !policy.is_writable(p) && !held(p)) {
         ledger.lose(
             Guarantee::DenyMounts,
             format!(

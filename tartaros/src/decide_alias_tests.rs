@@ -1,7 +1,7 @@
 //! The other mounts of denied paths and of the log (`mount_aliases.rs`),
 //! as the decision applies them.
 
-use super::tests::{policy, project, root_host};
+use super::tests::{decide_with, policy, project, root_host};
 use super::*;
 use crate::mounts::MountOp;
 
@@ -60,6 +60,12 @@ fn every_other_mount_of_a_deny_or_the_log_is_denied_the_same_way() {
     ] {
         assert!(hidden(file), "{file}: {mounts:?}");
     }
+    // The other mount outside the root goes to Landlock too (it holds a
+    // bind of /home at /srv/home; here /w's own rule still reaches it, as
+    // rules attach to the directory's inode); the log is never replaced by
+    // a rename, and the deny in the root keeps its mount alone.
+    let landlock = plan.init.landlock.as_ref().unwrap();
+    assert_eq!(landlock.read_denies, vec![PathBuf::from("/srv/w/.env")]);
     // A table that cannot be read: the deny is degraded, refused if strict.
     facts.mount_table = None;
     let plan = decide(&request, &facts).unwrap();
@@ -73,4 +79,31 @@ fn every_other_mount_of_a_deny_or_the_log_is_denied_the_same_way() {
         ..request
     };
     assert!(decide(&request, &facts).is_err());
+}
+
+#[test]
+fn an_absent_deny_outside_the_roots_is_held_by_landlock() {
+    // The name the host creates during the run (a first `gh auth login`)
+    // lies under listing rights only (landlock_siblings.rs).
+    let strict = Policy {
+        read_denies: vec!["/home/u/.config/gh".into()],
+        write_denies: vec!["/opt/tool/config".into()],
+        strict: true,
+        ..policy()
+    };
+    let mut plan = decide_with(&strict, &root_host(), &project(), None, &[]).unwrap();
+    assert!(plan.ledger.names(false).is_empty());
+    assert!(plan.materialize.is_empty());
+    assert!(
+        !plan
+            .ledger
+            .take_warnings()
+            .iter()
+            .any(|w| w.contains("does not exist"))
+    );
+    let landlock = plan.init.landlock.unwrap();
+    assert_eq!(
+        landlock.read_denies,
+        vec![PathBuf::from("/home/u/.config/gh")]
+    );
 }

@@ -4,17 +4,21 @@
 //! [`plan`] decides the rules from the policy (pure, unit-tested); [`prepare`]
 //! opens the paths while the init is still root and [`Prepared::enforce`]
 //! installs them in the agent process right before seccomp and `execve`.
-//! Landlock only ever grants, so denies inside granted trees are the mount
-//! namespace's job (see `mounts.rs`).
+//! Landlock only ever grants, so denies inside granted trees are first the
+//! mount namespace's job (see `mounts.rs`); a read deny outside the writable
+//! roots is also held here, by granting the siblings along its path instead
+//! of the tree above it (`landlock_siblings.rs`), since the host replacing
+//! the denied name detaches its cover mount.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope,
+    ABI, Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset,
+    RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
 };
 use serde::{Deserialize, Serialize};
 
+use crate::landlock_siblings::{Entry, Kind, Reach, Rule, sibling_grants};
 use crate::policy::{GRANTED_SYSTEM_DIRS, Policy, ReadScope};
 
 #[derive(Debug, thiserror::Error)]
@@ -64,6 +68,21 @@ pub struct LandlockPlan {
     /// (`read_allows` under `read_scope = "none"`).
     #[serde(default)]
     pub read_only: Vec<PathBuf>,
+    /// Read denies the rules above must not grant (those outside every
+    /// writable hierarchy; see [`plan`]).
+    #[serde(default)]
+    pub read_denies: Vec<PathBuf>,
+}
+
+/// Trees whose entries come and go with processes and devices: a deny in
+/// them is left to its mount, as listing-only rights on /proc would hide
+/// from the agent its own /proc/PID, made after the rules.
+const DYNAMIC_TREES: &[&str] = &["/proc", "/sys", "/dev"];
+
+/// Whether Landlock can hold a deny of `path` outside the writable
+/// hierarchies, the host replacing or creating it during the run included.
+pub fn holds_deny(path: &Path) -> bool {
+    !DYNAMIC_TREES.iter().any(|t| path.starts_with(t))
 }
 
 /// Decides the rules for `policy` on a host with Landlock ABI `abi`.
@@ -97,12 +116,24 @@ pub fn plan(policy: &Policy, abi: i32) -> LandlockPlan {
         ),
         ReadScope::None => (named().collect(), policy.read_allows.clone()),
     };
+    // A deny inside a writable hierarchy stays with its mount alone: the
+    // agent must read what it creates beside it (Cargo.lock replaced by a
+    // rename), and rights inherited from a directory cannot tell those
+    // names from the one the host fills.
+    let read_denies = policy
+        .read_denies
+        .iter()
+        .filter(|d| !write.iter().any(|w| d.starts_with(w)))
+        .filter(|d| holds_deny(d))
+        .cloned()
+        .collect();
     LandlockPlan {
         abi,
         read,
         write,
         devices: WRITABLE_DEVICES.iter().map(PathBuf::from).collect(),
         read_only,
+        read_denies,
     }
 }
 
@@ -164,29 +195,104 @@ pub fn prepare(plan: &LandlockPlan, required: bool) -> Result<Prepared, Landlock
         (&plan.devices, device),
         (&plan.write, AccessFs::from_all(abi)),
     ] {
-        for path in paths {
-            // A granted path that does not exist (no /lib32 here) has
-            // nothing to grant.
-            let Ok(meta) = std::fs::metadata(path) else {
-                continue;
-            };
-            // Directory-only rights on a file are an error, not a no-op.
-            let access = if meta.is_dir() {
-                access
-            } else {
-                access & AccessFs::from_file(abi)
-            };
-            let fd = PathFd::new(path).map_err(|source| LandlockError::Open {
-                path: path.clone(),
-                source,
-            })?;
-            created = created.add_rule(PathBeneath::new(fd, access))?;
+        for rule in expanded(paths, &plan.read_denies) {
+            add_rule(&mut created, &rule, access, abi)?;
         }
     }
     Ok(Prepared {
         ruleset: created,
         required,
     })
+}
+
+/// The rules for the grants `paths`: each as given, unless a deny lies
+/// under it (in this view of the files: the init runs this after every
+/// mount, so a cover's name is there and is left out as denied).
+fn expanded(paths: &[PathBuf], denies: &[PathBuf]) -> Vec<Rule> {
+    if denies.is_empty() {
+        return paths.iter().map(|p| Rule::whole(p.clone())).collect();
+    }
+    let mut rules = Vec::new();
+    for path in paths {
+        // Compared resolved: a grant of `/lib` is `/usr/lib` to Landlock.
+        // A granted path that does not exist (no /lib32 here) has nothing
+        // to grant.
+        let Ok(resolved) = std::fs::canonicalize(path) else {
+            continue;
+        };
+        if denies.iter().any(|d| d.starts_with(&resolved)) {
+            rules.extend(sibling_grants(&[resolved], denies, &list));
+        } else {
+            rules.push(Rule::whole(path.clone()));
+        }
+    }
+    rules
+}
+
+/// The listing [`sibling_grants`] works from, symlinks not followed.
+fn list(dir: &Path) -> std::io::Result<Vec<Entry>> {
+    std::fs::read_dir(dir)?
+        .map(|entry| {
+            let entry = entry?;
+            let kind = entry.file_type()?;
+            let kind = if kind.is_dir() {
+                Kind::Dir
+            } else if kind.is_symlink() {
+                Kind::Symlink
+            } else {
+                Kind::Other
+            };
+            Ok(Entry::new(entry.file_name(), kind))
+        })
+        .collect()
+}
+
+fn add_rule(
+    created: &mut landlock::RulesetCreated,
+    rule: &Rule,
+    access: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Result<(), LandlockError> {
+    // Directory-only rights on a file are an error, not a no-op.
+    let fitted = |meta: &std::fs::Metadata| {
+        if meta.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(abi)
+        }
+    };
+    if rule.reach == Reach::Grant {
+        // A granted path that does not exist has nothing to grant.
+        let Ok(meta) = std::fs::metadata(&rule.path) else {
+            return Ok(());
+        };
+        let fd = PathFd::new(&rule.path).map_err(|source| LandlockError::Open {
+            path: rule.path.clone(),
+            source,
+        })?;
+        RulesetCreatedAttr::add_rule(&mut *created, PathBeneath::new(fd, fitted(&meta)))?;
+        return Ok(());
+    }
+    // Entries found by a listing are opened without following any symlink,
+    // so a link swapped in since cannot take the rule to the denied file;
+    // one gone or swapped since gets no rule (closed).
+    let Ok(fd) = crate::mount_tree::open_no_symlinks(&rule.path) else {
+        return Ok(());
+    };
+    let file = std::fs::File::from(fd);
+    let Ok(meta) = file.metadata() else {
+        return Ok(());
+    };
+    let access = match rule.reach {
+        _ if meta.is_symlink() => return Ok(()),
+        Reach::ListOnly if meta.is_dir() => access & AccessFs::ReadDir,
+        Reach::ListOnly => return Ok(()),
+        _ => fitted(&meta),
+    };
+    // An entry Landlock takes no rule on (a bound namespace file, say)
+    // is left without one: closed, and no reason to refuse the run.
+    let _ = RulesetCreatedAttr::add_rule(&mut *created, PathBeneath::new(file, access));
+    Ok(())
 }
 
 impl Prepared {
@@ -271,5 +377,41 @@ mod tests {
         assert_eq!(plan.read_only, vec![PathBuf::from("/data")]);
         assert!(!plan.read.contains(&PathBuf::from("/data")));
         assert!(plan.write.contains(&PathBuf::from("/scratch")));
+    }
+
+    #[test]
+    fn only_read_denies_outside_the_writable_hierarchies_are_held() {
+        let policy = Policy {
+            writable_roots: vec!["/work".into()],
+            tmpfs: vec!["/scratch".into()],
+            private_tmp: true,
+            read_denies: vec![
+                "/home/u/.aws/credentials".into(),
+                "/work/.env".into(),
+                "/tmp/key".into(),
+                "/scratch/key".into(),
+                "/dev/shm/key".into(),
+                "/proc/kcore".into(),
+                "/etc/shadow".into(),
+            ],
+            ..Default::default()
+        };
+        let plan = plan(&policy, 7);
+        assert_eq!(
+            plan.read_denies,
+            vec![
+                PathBuf::from("/home/u/.aws/credentials"),
+                PathBuf::from("/etc/shadow")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plan_without_the_field_still_reads() {
+        // An init of this version gets plans only from its own supervisor,
+        // but the field defaults like `read_only` before it.
+        let json = r#"{"abi":3,"read":["/"],"write":[],"devices":[]}"#;
+        let plan: LandlockPlan = serde_json::from_str(json).unwrap();
+        assert!(plan.read_denies.is_empty() && plan.read_only.is_empty());
     }
 }

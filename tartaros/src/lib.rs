@@ -33,6 +33,7 @@ pub mod ipc_limits;
 pub mod janitor;
 pub mod kernel_watch;
 pub mod landlock;
+pub mod landlock_siblings;
 pub mod launch;
 pub mod limits;
 pub mod link_walk;
