@@ -14,10 +14,11 @@
 //! `is_host_file`), it forks; the child carries on as `tartaros` with a
 //! pipe on that stream, and the parent, which keeps the files, copies
 //! between them and the pipes, passes termination signals on, and exits
-//! as the child did once the outputs are drained. Pipes, sockets and
-//! terminals are passed as before (a terminal: see docs/architecture.md;
-//! a pipe gets an open file description of the agent's own in the init,
-//! and a standard device such as /dev/null the sandbox's: stdio_own.rs).
+//! as the child did once the outputs are drained. Sockets are relayed too.
+//! Pipes and terminals are passed as before (a terminal: see
+//! docs/architecture.md; a pipe gets an open file description of the
+//! agent's own in the init, and a standard device such as /dev/null the
+//! sandbox's: stdio_own.rs).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -53,7 +54,9 @@ enum Stream {
     StandardDevice,
     /// Any other character device.
     Device,
-    /// A socket, or what could not be told.
+    /// A socket (a harness's socketpair, socat's).
+    Socket,
+    /// What could not be told.
     Other,
 }
 
@@ -78,6 +81,7 @@ fn stream(fd: RawFd) -> Stream {
             Stream::StandardDevice
         }
         libc::S_IFCHR => Stream::Device,
+        libc::S_IFSOCK => Stream::Socket,
         _ => Stream::Other,
     }
 }
@@ -105,9 +109,14 @@ fn is_host_file(fd: RawFd, paths: &PathFlags) -> bool {
 /// sandbox's /dev has (null, zero, full, random, urandom) is passed to the
 /// init, which replaces it with its own read-only bind (stdio_own.rs: no
 /// relay process for the common `< /dev/null`, and `/dev/full` stays full);
-/// any other is relayed wherever it lies. A terminal cannot be relayed
-/// (isatty, job control): the init reopens it through a read-only mount
-/// (stdio_tty.rs).
+/// any other is relayed wherever it lies. A socket is relayed too: it
+/// cannot be reopened by path, and passed, its open file description,
+/// options and state were the launcher's (the agent left `O_NONBLOCK`,
+/// `O_APPEND`, a 4 KiB `SO_SNDBUF`, `SO_LINGER` on the launcher's socket
+/// after the run, shut it down under the launcher's next write, and sent
+/// it descriptors with `SCM_RIGHTS`; adversarial round 14). A terminal
+/// cannot be relayed (isatty, job control): the init reopens it through a
+/// read-only mount (stdio_tty.rs).
 fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
     let in_root = name.is_some_and(|n| {
         n.is_absolute()
@@ -115,7 +124,7 @@ fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
             && !paths.covers.iter().any(|c| n.starts_with(c))
     });
     match stream {
-        Stream::Directory | Stream::Device => true,
+        Stream::Directory | Stream::Device | Stream::Socket => true,
         Stream::File | Stream::Fifo => !in_root,
         Stream::Pipe | Stream::Terminal | Stream::StandardDevice | Stream::Other => false,
     }
@@ -184,7 +193,11 @@ pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String
             .cloned()
             .collect(),
     };
-    match (0..3).find(|fd| is_host_file(*fd, &paths)) {
+    // A socket the service's caller passed is its own (the CLI relays its
+    // streams before it calls, so this is a client of the protocol that
+    // chose to): the agent can change only what the caller can.
+    let refused = |fd: &RawFd| is_host_file(*fd, &paths) && stream(*fd) != Stream::Socket;
+    match (0..3).find(refused) {
         None => Ok(()),
         Some(fd) => {
             let name = std::fs::read_link(format!("/proc/self/fd/{fd}")).unwrap_or_default();
@@ -387,7 +400,23 @@ fn copy_in(from: RawFd, to: OwnedFd) {
     // SAFETY: as in `copy_out`.
     let mut from = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(from) });
     let mut to = File::from(to);
-    let _ = std::io::copy(&mut *from, &mut to);
+    // Reads and writes, not `std::io::copy`: it splices into the pipe, and
+    // a splice from a socket or a device holds the pipe's lock while it
+    // waits for input, so the init's reopen of the pipe (stdio_own.rs)
+    // waited as long (a harness's socketpair on stdin hung the run).
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if to.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -437,6 +466,7 @@ mod tests {
         let outside = Some(Path::new("/dev/null"));
         for name in [inside, outside, None] {
             assert!(relayed(Stream::Device, name, &paths), "{name:?}");
+            assert!(relayed(Stream::Socket, name, &paths), "{name:?}");
             assert!(relayed(Stream::Directory, name, &paths), "{name:?}");
             assert!(!relayed(Stream::Terminal, name, &paths), "{name:?}");
             assert!(!relayed(Stream::StandardDevice, name, &paths), "{name:?}");

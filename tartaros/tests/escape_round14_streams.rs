@@ -165,3 +165,119 @@ fn an_agent_s_pipe_flags_do_not_reach_the_launcher_s_pipeline() {
     assert!(wrote.is_ok(), "{wrote:?}");
     assert_eq!(count, 2_000_000);
 }
+
+/// The agent's changes to sockets given as its streams.
+const SOCKET_AGENT: &str = r#"
+import array, fcntl, os, socket, sys
+for fd in (0, 1):
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK | os.O_APPEND)
+    try:
+        s = socket.socket(fileno=os.dup(fd))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b'\1\0\0\0\0\0\0\0')
+        print('fd%d socket' % fd, file=sys.stderr)
+    except OSError as e:
+        print('fd%d not a socket %d' % (fd, e.errno), file=sys.stderr)
+try:
+    f = os.open('/proc/self/exe', os.O_RDONLY)
+    socket.socket(fileno=os.dup(1)).sendmsg(
+        [b'X'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(array.array('i', [f])))])
+    print('sent a descriptor', file=sys.stderr)
+except OSError as e:
+    print('no descriptor sent %d' % e.errno, file=sys.stderr)
+try:
+    socket.socket(fileno=os.dup(0)).shutdown(socket.SHUT_RDWR)
+except OSError as e:
+    print('no shutdown %d' % e.errno, file=sys.stderr)
+sys.stdout.write('out\n')
+"#;
+
+fn status_flags(fd: &OwnedFd) -> libc::c_int {
+    // SAFETY: F_GETFL only reads the status flags of our descriptor.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }
+}
+
+fn send_buffer(fd: &OwnedFd) -> libc::c_int {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes one int into `value`, of the length given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&raw mut value).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(r, 0);
+    value
+}
+
+/// A harness's socketpairs as stdin and stdout (libuv's `pipe`, socat):
+/// the agent's flags, options, shutdown and passed descriptors stay off
+/// the launcher's sockets.
+#[test]
+fn an_agent_s_changes_to_socket_streams_do_not_reach_the_launcher() {
+    if !can_run("an_agent_s_changes_to_socket_streams_do_not_reach_the_launcher") {
+        return;
+    }
+    use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+    let dir = Dir::new();
+    let pair = || {
+        socketpair(
+            AddressFamily::Unix,
+            SockType::Stream,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap()
+    };
+    let (out_launcher, out_agent) = pair();
+    let (in_launcher, in_agent) = pair();
+    let (flags_out, flags_in) = (status_flags(&out_agent), status_flags(&in_agent));
+    let (buf_out, buf_in) = (send_buffer(&out_agent), send_buffer(&in_agent));
+    let out = Command::new(bin())
+        .args(["run", "-q", "--", "python3", "-c", SOCKET_AGENT])
+        .current_dir(dir.path())
+        .stdin(in_agent.try_clone().unwrap())
+        .stdout(out_agent.try_clone().unwrap())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let report = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert_eq!(status_flags(&out_agent), flags_out, "{report}");
+    assert_eq!(status_flags(&in_agent), flags_in, "{report}");
+    assert_eq!(send_buffer(&out_agent), buf_out, "{report}");
+    assert_eq!(send_buffer(&in_agent), buf_in, "{report}");
+    // Only the agent's bytes arrive, with no descriptor.
+    drop(out_agent);
+    let mut got = Vec::new();
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    loop {
+        let mut buf = [0u8; 64];
+        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+        let msg = nix::sys::socket::recvmsg::<()>(
+            out_launcher.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            nix::sys::socket::MsgFlags::empty(),
+        )
+        .unwrap();
+        assert_eq!(
+            msg.cmsgs().unwrap().count(),
+            0,
+            "a descriptor reached the launcher"
+        );
+        let n = msg.bytes;
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert!(String::from_utf8_lossy(&got).contains("out"), "{got:?}");
+    // The launcher can still write to the agent's stdin peer.
+    let wrote = nix::unistd::write(&in_launcher, b"more");
+    assert!(wrote.is_ok(), "{wrote:?}: {report}");
+}
