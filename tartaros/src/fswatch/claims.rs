@@ -99,7 +99,7 @@ pub(super) fn pick(notices: &VecDeque<Notice>, from: usize, call: &Call<'_>) -> 
         mine.iter()
             .any(|i| !fits(i) && notices[*i].read_ns >= call.start_ns)
     };
-    if remade_rival(notices, mine, call, &kind, &fresh) {
+    if remade_rival(notices, mine, call, &kind) {
         return Pick::Ambiguous;
     }
     // A rename is merged only into a rename of the same file between the
@@ -169,18 +169,20 @@ pub(super) fn pick(notices: &VecDeque<Notice>, from: usize, call: &Call<'_>) -> 
     }
 }
 
-/// Whether a create or removal may have been merged into a claimed
-/// notification of another name than the first fresh one. A name made
-/// and removed again while its first notification was still queued is one
-/// notification (`mkdir A; rmdir A` merged into an earlier `rmdir A`'s):
-/// a call on it left no fresh one, and the thread's first fresh one is a
-/// later call's (round 14: `rmdir` records named the next call's file).
+/// Whether a create or removal may have been merged into a notification
+/// of another name than the first fresh one. A name made and removed
+/// while its first notification is still queued is one notification
+/// (`mkdir A; rmdir A` merged into an earlier `rmdir A`'s; `unlink B`
+/// into the `creat B` of the start, ahead of a later call's `unlink A`
+/// merged into the start's `creat A`): the thread's notifications of the
+/// kind are then not in the order of its calls, and the first fresh one
+/// may be a later call's (round 14: `rmdir` and `unlink` records named
+/// the next call's file).
 fn remade_rival(
     notices: &VecDeque<Notice>,
     mine: &[usize],
     call: &Call<'_>,
     kind: &dyn Fn(&Notice) -> bool,
-    fresh: &dyn Fn(&Notice) -> bool,
 ) -> bool {
     if call.want & (bit::CREATE | bit::DELETE) == 0 {
         return false;
@@ -188,7 +190,7 @@ fn remade_rival(
     let both = bit::CREATE | bit::DELETE;
     let mut names = notices
         .iter()
-        .filter(|n| kind(n) && !fresh(n) && n.mask & both == both && n.read_ns >= call.start_ns)
+        .filter(|n| kind(n) && n.mask & both == both && n.read_ns >= call.start_ns)
         .chain(mine.first().map(|&i| &notices[i]))
         .map(|n| n.path.as_deref());
     match names.next() {

@@ -141,3 +141,20 @@ fn a_waiting_records_notification_is_taken_only_when_none_is_this_calls() {
     call.complete = false;
     assert_eq!(pick(&queue, 0, &call), Pick::Wait);
 }
+
+#[test]
+fn a_removal_merged_into_an_earlier_create_is_out_of_order() {
+    // `creat A; creat B` at the start, then `unlink B` (merged into B's
+    // create) and a later `unlink A` (merged into A's): the removals' bits
+    // are in the order of the creates, not of the calls. The first call
+    // claimed A.
+    let both = bit::CREATE | bit::DELETE;
+    let queue = [
+        claimed(notice(both, "A", 20), bit::CREATE),
+        claimed(notice(both, "B", 20), bit::CREATE),
+    ];
+    assert_eq!(choose(&queue, bit::DELETE, "A", (5, 10)), Pick::Ambiguous);
+    // One name made and removed: nothing out of order.
+    let queue = [claimed(notice(both, "A", 20), bit::CREATE)];
+    assert_eq!(choose(&queue, bit::DELETE, "A", (5, 10)), Pick::Fresh(0));
+}
