@@ -31,9 +31,49 @@
 
 use std::collections::VecDeque;
 
+use serde_json::Value;
+
 use super::join::Notice;
-use super::pairing::bit;
+use super::pairing::{bit, notice_main};
 use crate::effectlog::Record;
+
+/// What a record claims: the name it passed, and for a rename the name it
+/// moved from (a rename is merged only into one between the same names).
+pub(super) struct Claim {
+    kind: &'static str,
+    agent: Option<String>,
+    from: Option<Option<String>>,
+}
+
+impl Claim {
+    /// `agent`: the record's name, `None` when the capture could not read it.
+    pub(super) fn of(r: &Record, agent: Option<&str>) -> Self {
+        let from = (r.kind == "rename").then(|| {
+            r.target
+                .get("from")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        Self {
+            kind: r.kind,
+            agent: agent.map(str::to_string),
+            from,
+        }
+    }
+
+    /// The notification names the file the record claims.
+    pub(super) fn fits(&self, n: &Notice) -> bool {
+        self.agent.is_some() && notice_main(n, self.kind) == self.agent.as_deref()
+    }
+
+    /// A claimed notification the record's call may have been merged into.
+    pub(super) fn merged(&self, n: &Notice) -> bool {
+        match &self.from {
+            Some(from) => from.is_some() && self.fits(n) && n.path == *from,
+            None => self.fits(n),
+        }
+    }
+}
 
 /// One record's call, as the choice needs it.
 pub(super) struct Call<'a> {

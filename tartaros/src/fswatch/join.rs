@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::claims::{Call, Pick, unproven};
+use super::claims::{Call, Claim, Pick, unproven};
 use super::exec_opens::ExecOpens;
 use super::notify::FidProbe;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
@@ -309,21 +309,14 @@ impl Join {
                     // come first in its order: their notices are not this
                     // record's, when a later one fits.
                     let skip = self.held_kinds.get(&(tid, want, dir)).copied();
-                    // A rename merged into an earlier one names both ends.
-                    let from = (r.kind == "rename")
-                        .then(|| r.target.get("from").and_then(Value::as_str))
-                        .map(|f| f.map(str::to_string));
                     if self.racy.contains(&tid) {
                         out.push(unproven(r));
                         continue;
                     }
                     let complete = r.mono_ns < self.read_through_ns;
-                    let fits =
-                        |n: &Notice| agent.is_some() && notice_main(n, r.kind) == agent.as_deref();
-                    let merged = |n: &Notice| match &from {
-                        Some(from) => from.is_some() && fits(n) && n.path == *from,
-                        None => fits(n),
-                    };
+                    let claim = Claim::of(&r, agent.as_deref());
+                    let fits = |n: &Notice| claim.fits(n);
+                    let merged = |n: &Notice| claim.merged(n);
                     let call = Call {
                         want,
                         dir,

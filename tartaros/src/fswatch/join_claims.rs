@@ -7,8 +7,8 @@ use serde_json::Value;
 
 use super::{Join, RENAME_EXCHANGE, bit};
 use crate::effectlog::Record;
-use crate::fswatch::claims::{Call, Pick};
-use crate::fswatch::pairing::{Notice, apply, made_and_removed, notice_main};
+use crate::fswatch::claims::{Call, Claim, Pick};
+use crate::fswatch::pairing::{Notice, apply, made_and_removed};
 
 impl Join {
     /// A link named by the kernel (an O_TMPFILE's new name, or where a
@@ -98,18 +98,9 @@ impl Join {
         start_ns: u64,
         agent: &str,
     ) -> Option<Pick> {
-        let kind = r.kind;
-        let from = (kind == "rename").then(|| {
-            r.target
-                .get("from")
-                .and_then(Value::as_str)
-                .map(str::to_string)
-        });
-        let fits = |n: &Notice| notice_main(n, kind) == Some(agent);
-        let merged = |n: &Notice| match &from {
-            Some(from) => from.is_some() && fits(n) && n.path == *from,
-            None => fits(n),
-        };
+        let claim = Claim::of(r, Some(agent));
+        let fits = |n: &Notice| claim.fits(n);
+        let merged = |n: &Notice| claim.merged(n);
         let call = Call {
             want,
             dir,
