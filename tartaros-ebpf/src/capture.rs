@@ -15,7 +15,7 @@ use tartaros_common::capture::{
     ARGV_BYTES, ExecEvent, ExitEvent, ForkEvent, PATH_BYTES, effect, flag, record,
 };
 
-use crate::maps::{captured_run, fill_header, read_kernel, wake_flags};
+use crate::maps::{captured_run_of, fill_header, read_kernel, wake_flags};
 
 // ---- processes ---------------------------------------------------------------
 
@@ -28,7 +28,7 @@ pub fn sched_process_exec(ctx: BtfTracePointContext) -> i32 {
 /// `sched_process_exec(struct task_struct *p, pid_t old_pid, struct
 /// linux_binprm *bprm)`, called in the new image with the new credentials.
 fn try_sched_process_exec(ctx: &BtfTracePointContext) -> Option<()> {
-    let run = captured_run()?;
+    let run = captured_run_of(ctx)?;
     let cfg = run.cfg;
     let bprm: u64 = ctx.arg(2);
     let (ring, mut entry) = run.reserve::<ExecEvent>(effect::EXEC)?;
@@ -101,7 +101,7 @@ pub fn sched_process_fork(ctx: BtfTracePointContext) -> i32 {
 /// *child)`, run by the parent. Threads (child pid != child tgid) are not
 /// processes and are skipped.
 fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Option<()> {
-    let run = captured_run()?;
+    let run = captured_run_of(ctx)?;
     let cfg = run.cfg;
     let child: u64 = ctx.arg(1);
     let pid: u32 = read_kernel(child + cfg.task_pid as u64)?;
@@ -143,7 +143,7 @@ pub fn sched_process_exit(ctx: BtfTracePointContext) -> i32 {
 /// exits (`group_dead`, in recent kernels), or, without that argument, when the
 /// thread-group leader exits.
 fn try_sched_process_exit(ctx: &BtfTracePointContext) -> Option<()> {
-    let run = captured_run()?;
+    let run = captured_run_of(ctx)?;
     let cfg = run.cfg;
     if cfg.exit_group_dead != 0 {
         let group_dead: u64 = ctx.arg(1);

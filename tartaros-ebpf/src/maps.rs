@@ -3,16 +3,18 @@
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    EbpfContext as _,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid, bpf_probe_read_kernel,
         generated::{
-            bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id, bpf_get_current_task,
-            bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_ringbuf_output, bpf_ringbuf_query,
-            bpf_ringbuf_reserve, bpf_ringbuf_submit,
+            bpf_get_attach_cookie, bpf_get_current_ancestor_cgroup_id, bpf_get_current_cgroup_id,
+            bpf_get_current_task, bpf_ktime_get_ns, bpf_map_lookup_elem, bpf_ringbuf_output,
+            bpf_ringbuf_query, bpf_ringbuf_reserve, bpf_ringbuf_submit,
         },
     },
     macros::map,
     maps::{Array, HashMap, LruHashMap, PerCpuHashMap, RingBuf},
+    programs::BtfTracePointContext,
 };
 use tartaros_common::{
     ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAP_NO_PREALLOC, MAX_RUNS, SavedDst,
@@ -70,6 +72,17 @@ pub static RING: RingBuf = RingBuf::with_byte_size(4096, 0);
 /// knows it and walks one branch only.
 #[unsafe(no_mangle)]
 static RINGS_SHARED: u32 = 0;
+
+/// Non-zero in the pin cache's object, whose tracing programs every root
+/// run attaches itself with its run id as the link's BPF cookie: an
+/// invocation through another run's link is not this run's (or each of
+/// two runs would record the other's events too). Zero in a run's own
+/// object and the service's (attached once for every run). In the frozen
+/// `.rodata`, so the verifier walks one branch: an object with zero never
+/// calls `bpf_get_attach_cookie`, which tracing programs of a raw
+/// tracepoint only have since Linux 6.10.
+#[unsafe(no_mangle)]
+static ATTACH_COOKIES: u32 = 0;
 
 /// Failed reservations per run and effect kind: the kernel keeps no drop
 /// counter for ring buffers. Per-CPU slot arrays, so user space reads
@@ -141,6 +154,20 @@ impl Run {
 #[inline(always)]
 pub fn captured_run() -> Option<Run> {
     run().filter(|r| r.has(feature::CAPTURE))
+}
+
+/// [`captured_run`] for a tracing program: `None` also when it was invoked
+/// through the link of another run (see [`ATTACH_COOKIES`]).
+#[inline(always)]
+pub fn captured_run_of(ctx: &BtfTracePointContext) -> Option<Run> {
+    let run = captured_run()?;
+    // SAFETY: a plain u32 of the frozen `.rodata`.
+    let cookies = unsafe { core::ptr::read_volatile(&raw const ATTACH_COOKIES) };
+    // SAFETY: the helper only reads the link's cookie through the context.
+    if cookies != 0 && unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } != run.id {
+        return None;
+    }
+    Some(run)
 }
 
 /// The id of the current task's run: its ancestor cgroup at the runs'

@@ -33,7 +33,7 @@ use tartaros_common::capture::{
 };
 
 use crate::classify::classify;
-use crate::maps::{captured_run, count_lost, read_kernel};
+use crate::maps::{captured_run_of, count_lost, read_kernel};
 use crate::sysemit::emit;
 use crate::task_storage::TaskStorage;
 
@@ -246,7 +246,7 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
     if !nr::is_captured(id) {
         return None;
     }
-    let run = captured_run()?;
+    let run = captured_run_of(ctx)?;
     let cfg = run.cfg;
     if compat(cfg) {
         return None;
@@ -358,7 +358,7 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
     if !captured && ret != -EPERM {
         return None;
     }
-    let run = captured_run()?;
+    let run = captured_run_of(ctx)?;
     let cfg = run.cfg;
     let number = syscall_number(regs);
     // One `emit` for every case below: inlined twice, it doubled the

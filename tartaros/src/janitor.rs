@@ -60,6 +60,14 @@ impl Janitor {
         self.say("placeholder", path);
     }
 
+    /// Asks for the run's ring to be taken out of the pin cache's `EVENTS`
+    /// (and a spare put in) once the supervisor is gone, whether it ended
+    /// normally or not (`ebpf::CgroupPrograms::leave_ring`): the waits for
+    /// the grace periods are then nobody's.
+    pub fn ring(&mut self, left: &crate::ebpf::LeftRing) {
+        self.say(&format!("ring\t{}\t{}", left.key, left.bytes), &left.pin);
+    }
+
     /// The run ended normally and cleaned up itself: the janitor exits.
     pub fn done(mut self) {
         let _ = self.pipe.write_all(b"done\n");
@@ -91,10 +99,12 @@ fn serve(pipe: File) -> i32 {
     let mut cgroups = Vec::new();
     let mut v1 = Vec::new();
     let mut placeholders = Vec::new();
+    let mut rings = Vec::new();
     for line in BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
         use std::os::unix::ffi::OsStrExt;
         let Some(tab) = line.iter().position(|b| *b == b'\t') else {
             if line == b"done" {
+                remove_rings(&rings);
                 return 0;
             }
             continue;
@@ -104,10 +114,13 @@ fn serve(pipe: File) -> i32 {
             b"cgroup" => cgroups.push(path),
             b"v1" => v1.push(path),
             b"placeholder" => placeholders.push(path),
+            // "ring\t<key>\t<bytes>\t<pin>"
+            b"ring" => rings.extend(ring_line(&path)),
             _ => {}
         }
     }
     // The pipe closed without "done": the supervisor died.
+    remove_rings(&rings);
     let mut code = 0;
     for cgroup in &cgroups {
         if crate::cgroup::kill_and_remove(cgroup, crate::cgroup::TEARDOWN_TIMEOUT).is_err() {
@@ -119,6 +132,21 @@ fn serve(pipe: File) -> i32 {
     }
     crate::materialize::cleanup_placeholders(&placeholders);
     code
+}
+
+/// A ring left by the run, from what follows "ring\t" on its line.
+fn ring_line(rest: &Path) -> Option<crate::ebpf::LeftRing> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut parts = rest.as_os_str().as_bytes().splitn(3, |b| *b == b'\t');
+    let mut number = || std::str::from_utf8(parts.next()?).ok()?.parse::<u64>().ok();
+    let key = number()?;
+    let bytes = u32::try_from(number()?).ok()?;
+    let pin = PathBuf::from(std::ffi::OsStr::from_bytes(parts.next()?));
+    Some(crate::ebpf::LeftRing { pin, key, bytes })
+}
+
+fn remove_rings(rings: &[crate::ebpf::LeftRing]) {
+    rings.iter().for_each(crate::ebpf::retire_pinned_ring);
 }
 
 /// Leaves the process with `pipe` on [`PIPE_FD`], `/dev/null` on 0-2 and

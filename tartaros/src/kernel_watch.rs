@@ -163,6 +163,11 @@ impl KernelWatch {
         })
     }
 
+    /// See `CgroupPrograms::leave_ring`.
+    pub fn leave_ring(&mut self) -> Option<crate::ebpf::LeftRing> {
+        self.programs.leave_ring()
+    }
+
     /// With a `transparent_port`: the original-destination lookup to hand
     /// to `crate::egress::open` (the transparent proxy refuses connections
     /// it returns `None` for). `None` without transparent interception.

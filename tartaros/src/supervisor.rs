@@ -185,7 +185,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         }
     };
     let (effects, effects_rx) = crate::runlog::channel();
-    let watch = match start_watch(&mut run, undo.cgroup(), preload, &effects) {
+    let mut watch = match start_watch(&mut run, undo.cgroup(), preload, &effects) {
         Ok(watch) => watch,
         Err(refusal) => {
             // Killed and its cgroup join ended before the cgroups go.
@@ -194,6 +194,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
             return Err(refusal);
         }
     };
+    if let Some(watch) = watch.as_mut() {
+        undo.leave_ring(|| watch.leave_ring());
+    }
     let truth = match start_truth(
         &mut run,
         &request,

@@ -62,6 +62,18 @@ impl UndoStack {
         self.steps.push(step);
     }
 
+    /// Leaves the removal of a run's ring from the pin cache's `EVENTS` to
+    /// the janitor, after the run (`ebpf::CgroupPrograms::leave_ring`).
+    /// Without a janitor the run's handle removes it itself.
+    /// `take` is asked only when there is a janitor.
+    pub fn leave_ring(&mut self, take: impl FnOnce() -> Option<crate::ebpf::LeftRing>) {
+        if let Some(janitor) = self.janitor.as_mut()
+            && let Some(left) = take()
+        {
+            janitor.ring(&left);
+        }
+    }
+
     /// The log has its genesis: it stays, whatever happens next.
     pub fn keep_log(&mut self) {
         self.steps.retain(|s| !matches!(s, Undo::UnwrittenLog(_)));

@@ -44,6 +44,8 @@ pub(super) fn finish(
         attach_time: Duration::ZERO,
         skipped_at_start: tracing.as_deref().and_then(skipped),
         tracing,
+        events_pin: None,
+        ring_bytes: options.ring_bytes,
     };
     let id = programs.run.id;
     if options.transparent_port.is_some() {
@@ -75,10 +77,18 @@ pub(super) fn attach_prepared(
         pins,
     } = prepared;
     let (cgroup, cgroup_id) = open_cgroup(cgroup_dir)?;
-    if let Pins::Reused { .. } = pins {
+    let mut cookie = 0;
+    let mut loaded = loaded;
+    if let Pins::Reused { profile, .. } = pins {
         // Shared with other runs: its level was checked; entries of runs
         // whose cgroup is gone are removed.
-        pin_cache::sweep(&mut object, cgroup.as_fd());
+        pin_cache::sweep(&mut object, cgroup.as_fd(), profile);
+        if profile == pin_cache::Profile::Full {
+            // Every program is cached: this run attaches those of its
+            // parts, its tracing links marked as its own.
+            loaded = only(loaded, &program_names(options.features(), layout.as_ref()));
+            cookie = cgroup_id;
+        }
     } else {
         load::set_run_level(&mut object, level)?;
     }
@@ -87,7 +97,7 @@ pub(super) fn attach_prepared(
     // (which the programs would refuse until the run is registered) before
     // the late part of its plan, which comes after this (init.rs).
     let transparent = options.transparent_port.is_some();
-    let attached = link_programs(&loaded, (&cgroup, cgroup_dir), transparent)?;
+    let attached = link_programs(&loaded, (&cgroup, cgroup_dir), transparent, cookie)?;
     if let Pins::Populate { level } = pins {
         // Best effort: without a cache the next run loads afresh too.
         let _ = pin_cache::populate(&object, &loaded, level);
@@ -95,7 +105,16 @@ pub(super) fn attach_prepared(
     drop(loaded);
     // On a failure the links, dropped, detach the programs.
     let (run, ring) = register::register(&mut object, cgroup_id, options, layout.as_ref())?;
-    finish(object, run, ring, attached, cgroup_dir, options, started)
+    let mut programs = finish(object, run, ring, attached, cgroup_dir, options, started)?;
+    if let Pins::Reused {
+        profile: pin_cache::Profile::Full,
+        level,
+    } = pins
+    {
+        programs.events_pin = pin_cache::dir_of(pin_cache::Profile::Full, level, layout.as_ref())
+            .map(|dir| dir.join(format!("map_{}", tartaros_common::MAP_EVENTS)));
+    }
+    Ok(programs)
 }
 
 /// How often the kernel skipped any of `tracing` (`recursion_misses`);
@@ -194,7 +213,22 @@ pub(super) fn attach_programs(
     layout: Option<&kbtf::KernelLayout>,
 ) -> Result<Attached, EbpfError> {
     let loaded = verify_programs(object, features, layout)?;
-    link_programs(&loaded, cgroup, transparent)
+    link_programs(&loaded, cgroup, transparent, 0)
+}
+
+/// The programs of `loaded` named in `names` (the others are dropped).
+fn only(loaded: load::Loaded, names: &[&str]) -> load::Loaded {
+    let load::Loaded { cgroup, tracing } = loaded;
+    load::Loaded {
+        cgroup: cgroup
+            .into_iter()
+            .filter(|(p, _)| names.contains(&p.name))
+            .collect(),
+        tracing: tracing
+            .into_iter()
+            .filter(|(p, _)| names.contains(&p.spec.name))
+            .collect(),
+    }
 }
 
 /// Loads (and so verifies) the programs of the parts in `features`. Needs
@@ -265,11 +299,13 @@ pub(super) fn programs_for(
 }
 
 /// Attaches loaded programs to the cgroup and the tracepoints, in the
-/// order they were loaded in (see [`verify_programs`]).
+/// order they were loaded in (see [`verify_programs`]); the tracing links
+/// with `cookie` (0: none).
 pub(super) fn link_programs(
     loaded: &load::Loaded,
     (cgroup, cgroup_dir): (&std::fs::File, &Path),
     transparent: bool,
+    cookie: u64,
 ) -> Result<Attached, EbpfError> {
     let mut links = Vec::with_capacity(12);
     let mut tags = Vec::with_capacity(12);
@@ -292,11 +328,12 @@ pub(super) fn link_programs(
     }
     for (program, prog) in &loaded.tracing {
         let name = program.spec.name;
-        let link =
-            rawprog::open_tracepoint(name, prog).map_err(|source| EbpfError::AttachTracing {
+        let link = rawprog::open_tracepoint(name, prog, cookie).map_err(|source| {
+            EbpfError::AttachTracing {
                 program: name,
                 source,
-            })?;
+            }
+        })?;
         links.push((name, link));
         tags.extend(rawprog::tag(prog.as_fd()).map(|t| format!("{name}:{t}")));
     }

@@ -138,9 +138,11 @@ pub(super) fn place_spare(bytes: u32, outer: OwnedFd) -> Result<(u64, OwnedFd), 
     Ok((key, keep))
 }
 
-/// Takes a ring the service placed for this run (`ring`, under `key` in
-/// the `EVENTS` with map id `outer_id`), mapping its reader on a thread.
-pub(super) fn prepare_spare(bytes: u32, ring: OwnedFd, key: u64, outer_id: u32) {
+/// Takes a ring placed for this run ahead of it (`ring`, under `key` in
+/// the `EVENTS` with map id `outer_id`), mapping its reader on a thread:
+/// by the service, which then takes it out itself (`by_service`), or by
+/// an earlier run's janitor into the pin cache's `EVENTS`.
+pub(super) fn prepare_spare(bytes: u32, ring: OwnedFd, key: u64, outer_id: u32, by_service: bool) {
     let map = move || -> Option<Placed> {
         let inner = MapData::from_fd(ring).ok()?;
         let reader = RingBuf::try_from(Map::RingBuf(inner)).ok()?;
@@ -148,7 +150,7 @@ pub(super) fn prepare_spare(bytes: u32, ring: OwnedFd, key: u64, outer_id: u32) 
             reader,
             key,
             outer_id,
-            spare: true,
+            spare: by_service,
         })
     };
     let Ok(placed) = std::thread::Builder::new()

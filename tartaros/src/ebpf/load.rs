@@ -139,6 +139,9 @@ pub(super) fn short_name(name: &str) -> String {
 const RING: &str = "RING";
 /// The `.rodata` global that tells the programs which ring to use.
 const RINGS_SHARED: &str = "RINGS_SHARED";
+/// The `.rodata` global that tells the tracing programs to compare the
+/// link's cookie with the run.
+const ATTACH_COOKIES: &str = "ATTACH_COOKIES";
 
 /// The maps that `programs` reference. A run that loads some programs
 /// only needs their maps: creating the others (a preallocated 2.4 MB
@@ -157,16 +160,62 @@ pub(super) fn maps_used(programs: &[&str]) -> Result<BTreeSet<String>, EbpfError
     Ok(used.into_inner())
 }
 
+/// Whom an object's maps and programs serve.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Serves<'a> {
+    /// The one run of these options: its ring of `ring_bytes` (0: none) is
+    /// `RING`, taken from [`early_ring`] when it was prepared, and its maps
+    /// are sized to it ([`AttachOptions::own_map_entries`]).
+    Run(&'a AttachOptions),
+    /// Every run of the service, which attaches the programs once.
+    Service,
+    /// Every root run that takes it from the pin cache; each run attaches
+    /// the tracing programs itself, with its id as the links' cookie.
+    PinCache,
+}
+
+/// The `.rodata` globals the loader sets, by whom the object serves:
+/// `RINGS_SHARED` (rings in `EVENTS`) and `ATTACH_COOKIES`. Pure.
+pub(super) fn rodata_globals(serves: Serves<'_>) -> [(&'static str, u32); 2] {
+    let (shared, cookies) = match serves {
+        Serves::Run(_) => (0, 0),
+        Serves::Service => (1, 0),
+        Serves::PinCache => (1, 1),
+    };
+    [(RINGS_SHARED, shared), (ATTACH_COOKIES, cookies)]
+}
+
+/// The object's `.rodata` with the globals of [`rodata_globals`] set.
+pub(super) fn rodata_for(elf: &elf::Elf<'_>, serves: Serves<'_>) -> Result<Vec<u8>, EbpfError> {
+    let mut bytes = elf
+        .rodata()
+        .map_err(EbpfError::LoadObject)?
+        .map(<[u8]>::to_vec)
+        .unwrap_or_default();
+    for (global, value) in rodata_globals(serves) {
+        let at = elf
+            .rodata_offset(global)
+            .map_err(EbpfError::LoadObject)?
+            .ok_or_else(|| missing(format!("the global {global}")))?;
+        let slot = bytes
+            .get_mut(at..at + 4)
+            .ok_or_else(|| missing(format!("the global {global} in .rodata")))?;
+        slot.copy_from_slice(&value.to_le_bytes());
+    }
+    Ok(bytes)
+}
+
 /// Creates the maps the embedded object declares (only those in `only`,
-/// when given) and the frozen `.rodata`: for many runs (`own` is `None`,
-/// the service), whose rings go into `EVENTS` (a map of maps), or for the
-/// one run of `own`, whose ring of `ring_bytes` (0: none) is `RING`, taken
-/// from [`early_ring`] when it was prepared, and whose maps are sized to
-/// it ([`AttachOptions::own_map_entries`]).
+/// when given) and the frozen `.rodata`, for whom `serves` says: many
+/// runs' rings go into `EVENTS` (a map of maps), one run's is `RING`.
 pub(super) fn load_object(
-    own: Option<&AttachOptions>,
+    serves: Serves<'_>,
     only: Option<&BTreeSet<String>>,
 ) -> Result<Object, EbpfError> {
+    let own = match serves {
+        Serves::Run(options) => Some(options),
+        Serves::Service | Serves::PinCache => None,
+    };
     let shared = own.is_none();
     let ring_bytes = own.map_or(0, |o| o.ring_bytes);
     let elf = elf::Elf::parse(EBPF_OBJECT).map_err(EbpfError::LoadObject)?;
@@ -232,39 +281,24 @@ pub(super) fn load_object(
             map,
         });
     }
-    let mut rodata_bytes = elf
-        .rodata()
-        .map_err(EbpfError::LoadObject)?
-        .map(<[u8]>::to_vec);
-    if shared {
-        let at = elf
-            .rodata_offset(RINGS_SHARED)
-            .map_err(EbpfError::LoadObject)?
-            .ok_or_else(|| missing(format!("the global {RINGS_SHARED}")))?;
-        let slot = rodata_bytes
-            .as_mut()
-            .and_then(|b| b.get_mut(at..at + 4))
-            .ok_or_else(|| missing(format!("the global {RINGS_SHARED} in .rodata")))?;
-        slot.copy_from_slice(&1u32.to_le_bytes());
-    }
-    let rodata = match rodata_bytes.as_deref() {
-        Some(bytes) if !bytes.is_empty() => {
-            let value_size = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
-            let fd = rawprog::create_map(rawprog::MapSpec {
-                name: elf::RODATA,
-                map_type: MAP_TYPE_ARRAY,
-                key_size: 4,
-                value_size,
-                max_entries: 1,
-                flags: rawprog::MAP_F_RDONLY_PROG,
-                inner_map: None,
-            })
+    let rodata_bytes = rodata_for(&elf, serves)?;
+    let rodata = if rodata_bytes.is_empty() {
+        None
+    } else {
+        let value_size = u32::try_from(rodata_bytes.len()).unwrap_or(u32::MAX);
+        let fd = rawprog::create_map(rawprog::MapSpec {
+            name: elf::RODATA,
+            map_type: MAP_TYPE_ARRAY,
+            key_size: 4,
+            value_size,
+            max_entries: 1,
+            flags: rawprog::MAP_F_RDONLY_PROG,
+            inner_map: None,
+        })
+        .map_err(EbpfError::LoadObject)?;
+        rawprog::fill_and_freeze(elf::RODATA, fd.as_fd(), &rodata_bytes)
             .map_err(EbpfError::LoadObject)?;
-            rawprog::fill_and_freeze(elf::RODATA, fd.as_fd(), bytes)
-                .map_err(EbpfError::LoadObject)?;
-            Some(fd)
-        }
-        _ => None,
+        Some(fd)
     };
     Ok(Object {
         maps,

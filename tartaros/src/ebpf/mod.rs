@@ -45,6 +45,7 @@ mod load;
 mod original_dst;
 mod pin_cache;
 mod pin_checks;
+mod pin_full;
 mod pin_sys;
 pub use pin_cache::{PIN_LOCK, PIN_ROOT, PinCacheError, drop_cache};
 mod preload;
@@ -183,6 +184,21 @@ pub struct CgroupPrograms {
     /// them when the run started.
     tracing: Option<Vec<OwnedFd>>,
     skipped_at_start: Option<u64>,
+    /// The pin of the shared `EVENTS`, for a run of the pin cache's object
+    /// ([`CgroupPrograms::leave_ring`]).
+    events_pin: Option<PathBuf>,
+    /// The size of the run's ring (0: none).
+    ring_bytes: u32,
+}
+
+/// A run's ring left in the pin cache's `EVENTS` for its janitor
+/// ([`CgroupPrograms::leave_ring`], [`retire_pinned_ring`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftRing {
+    /// The pin of that `EVENTS`.
+    pub pin: PathBuf,
+    pub key: u64,
+    pub bytes: u32,
 }
 
 impl Drop for CgroupPrograms {
@@ -266,6 +282,24 @@ pub fn attach_preloaded(
     }
 }
 
+/// Takes the ring under `key` out of the pinned `EVENTS` at `pin`; waits
+/// for a grace period. A pin or key that is not there is no error.
+fn remove_pinned_ring(pin: &Path, key: u64) {
+    if let Ok(events) = pin_sys::get(pin) {
+        shared::remove_ring(&events, key);
+    }
+}
+
+/// After a run, in its janitor: takes the ring the run left out of the
+/// pin cache's `EVENTS` and puts a fresh spare of its size in for a run
+/// to come (`pin_full.rs`). Waits for two grace periods.
+pub fn retire_pinned_ring(left: &LeftRing) {
+    remove_pinned_ring(&left.pin, left.key);
+    if left.bytes != 0 {
+        pin_full::add_spare(&left.pin, left.bytes);
+    }
+}
+
 /// Starts making the capture's ring buffer of `bytes` ready on a thread,
 /// in the service's maps when this process adopted them. Optional; call
 /// it early in a `--log` run.
@@ -291,6 +325,20 @@ pub fn warm_up_capture() {
 }
 
 impl CgroupPrograms {
+    /// For a run of the pin cache's programs: the pin of their `EVENTS`
+    /// and the key of this run's ring in it, which this handle will then
+    /// not take out of it (that waits for an RCU grace period, 8-12 ms on
+    /// the 2-core VM, on the way out of every `--log` run): the caller has
+    /// the janitor do it once the run is over ([`remove_pinned_ring`]).
+    pub fn leave_ring(&mut self) -> Option<LeftRing> {
+        let pin = self.events_pin.clone()?;
+        Some(LeftRing {
+            pin,
+            key: self.run.leave_ring()?,
+            bytes: self.ring_bytes,
+        })
+    }
+
     /// The cgroup directory the programs are attached to.
     pub fn cgroup(&self) -> &Path {
         &self.cgroup

@@ -139,7 +139,7 @@ fn every_program_verifies_within_its_budget() {
         ring_bytes: 1 << 16,
         ..AttachOptions::default()
     };
-    let mut object = load::load_object(Some(&own), None).expect("object");
+    let mut object = load::load_object(load::Serves::Run(&own), None).expect("object");
     load::set_file_layout(&mut object, Some(&layout)).expect("layout");
     let kfuncs = load::kfuncs(Some(&layout));
     let (cgroup, tracing) = attach_steps::programs_for(u32::MAX, Some(&layout));

@@ -9,19 +9,70 @@ use sha2::Digest as _;
 use super::pin_sys::{self, MapShape};
 use super::{elf, load};
 
-/// The manifest's version and size (version, level, two program tags).
+/// The manifest's version: its value is the version, the level, then
+/// each cached program's tag.
 pub(super) const MANIFEST_VERSION: u32 = 1;
-pub(super) const MANIFEST_BYTES: usize = 24;
+
+/// What a cache directory holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Profile {
+    /// The two unix programs of a plain root run, from an object loaded
+    /// for that run (`RING` unused, maps of the run's size).
+    Unix,
+    /// Every program, from an object loaded for many runs (rings in
+    /// `EVENTS`, maps as declared), its tracing programs comparing the
+    /// link's cookie with their run: for every other root run.
+    Full,
+}
+
+/// `BPF_MAP_TYPE_HASH_OF_MAPS`.
+const MAP_TYPE_HASH_OF_MAPS: u32 = 13;
+
+/// Every part the [`Profile::Full`] cache holds the programs of.
+pub(super) const FULL_FEATURES: u32 = tartaros_common::capture::feature::FILTER
+    | tartaros_common::capture::feature::SOCK_OPS
+    | tartaros_common::capture::feature::UNIX
+    | tartaros_common::capture::feature::CAPTURE;
+
+/// First kernel whose raw tracepoint links take a BPF cookie (and whose
+/// `tp_btf` programs can read it), which [`Profile::Full`] needs.
+pub(super) const COOKIE_KERNEL: (u8, u8) = (6, 10);
+
+/// Which cache serves a run of `features` with a ring of `ring_bytes`:
+/// only root runs that load their own programs (not a service's worker);
+/// the unix programs alone for a plain run, else every program on a kernel
+/// with tracing link cookies (`cookies`, [`COOKIE_KERNEL`]). Pure.
+pub(super) fn profile_for(
+    features: u32,
+    ring_bytes: u32,
+    (root, adopted): (bool, bool),
+    cookies: bool,
+) -> Option<Profile> {
+    use tartaros_common::capture::feature;
+    if !root || adopted {
+        return None;
+    }
+    if features == feature::UNIX && ring_bytes == 0 {
+        return Some(Profile::Unix);
+    }
+    let fits = features & !FULL_FEATURES == 0 && features != 0;
+    (fits && cookies).then_some(Profile::Full)
+}
+
 /// The name of the cache directory: pure.
-pub(super) fn dir_name(kernel: &str, level: u32, object_digest: &str) -> String {
+pub(super) fn dir_name(profile: Profile, kernel: &str, level: u32, object_digest: &str) -> String {
+    let (domain, prefix) = match profile {
+        Profile::Unix => (b"tartaros-unix-pins-v1".as_slice(), "unix"),
+        Profile::Full => (b"tartaros-full-pins-v1".as_slice(), "full"),
+    };
     let mut hash = sha2::Sha256::new();
-    for part in [b"tartaros-unix-pins-v1".as_slice(), kernel.as_bytes()] {
+    for part in [domain, kernel.as_bytes()] {
         hash.update(part);
         hash.update([0]);
     }
     hash.update(level.to_le_bytes());
     hash.update(object_digest.as_bytes());
-    format!("unix_{}", &hex::encode(hash.finalize())[..24])
+    format!("{prefix}_{}", &hex::encode(hash.finalize())[..24])
 }
 
 /// What the pinned maps must be, from the embedded object.
@@ -31,17 +82,28 @@ pub(super) struct Expected {
     pub rodata: Vec<u8>,
 }
 
-/// A map as `load::load_object` creates it for a run of its own with no
-/// ring: `EVENTS` with one entry, the others as declared or sized by
-/// `own_entries`. Pure.
-pub(super) fn created_shape(def: &elf::MapDef, own_entries: Option<u32>) -> MapShape {
-    let max_entries = if def.name == tartaros_common::MAP_EVENTS {
-        1
-    } else {
-        own_entries.unwrap_or(def.max_entries)
+/// A map as `load::load_object` creates it for `profile`: for a run of
+/// its own with no ring ([`Profile::Unix`]), `EVENTS` with one entry and
+/// the others as declared or sized by `own_entries`; for many runs, as
+/// declared. Pure.
+pub(super) fn created_shape(
+    profile: Profile,
+    def: &elf::MapDef,
+    own_entries: Option<u32>,
+) -> MapShape {
+    // Many runs' `EVENTS` holds their rings: a map of maps, where the
+    // object declares a plain hash (of `u32` placeholders).
+    let map_type = match profile {
+        Profile::Full if def.name == tartaros_common::MAP_EVENTS => MAP_TYPE_HASH_OF_MAPS,
+        _ => def.map_type,
+    };
+    let max_entries = match profile {
+        Profile::Full => def.max_entries,
+        Profile::Unix if def.name == tartaros_common::MAP_EVENTS => 1,
+        Profile::Unix => own_entries.unwrap_or(def.max_entries),
     };
     MapShape {
-        map_type: def.map_type,
+        map_type,
         key_size: def.key_size,
         value_size: def.value_size,
         max_entries,
@@ -49,21 +111,36 @@ pub(super) fn created_shape(def: &elf::MapDef, own_entries: Option<u32>) -> MapS
     }
 }
 
-/// The manifest's value: version, level, then each unix program's tag.
-pub(super) fn manifest_bytes(level: u32, tags: &[[u8; 8]; 2]) -> [u8; MANIFEST_BYTES] {
-    let mut out = [0u8; MANIFEST_BYTES];
-    out[0..4].copy_from_slice(&MANIFEST_VERSION.to_le_bytes());
-    out[4..8].copy_from_slice(&level.to_le_bytes());
-    out[8..16].copy_from_slice(&tags[0]);
-    out[16..24].copy_from_slice(&tags[1]);
+/// The manifest's size for `programs` programs.
+pub(super) fn manifest_size(programs: usize) -> usize {
+    8 + 8 * programs
+}
+
+/// The manifest's value: version, level, then each program's tag.
+pub(super) fn manifest_bytes(level: u32, tags: &[[u8; 8]]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(manifest_size(tags.len()));
+    out.extend_from_slice(&MANIFEST_VERSION.to_le_bytes());
+    out.extend_from_slice(&level.to_le_bytes());
+    for tag in tags {
+        out.extend_from_slice(tag);
+    }
     out
 }
 
-/// The tags a manifest records, if it is one of this version for `level`.
+/// The tags a manifest records, if it is one of this version for `level`
+/// with `programs` tags.
 pub(super) fn manifest_tags(
-    bytes: &[u8; MANIFEST_BYTES],
+    bytes: &[u8],
     level: u32,
-) -> Result<[[u8; 8]; 2], String> {
+    programs: usize,
+) -> Result<Vec<[u8; 8]>, String> {
+    if bytes.len() != manifest_size(programs) {
+        return Err(format!(
+            "manifest of {} bytes (expected {})",
+            bytes.len(),
+            manifest_size(programs)
+        ));
+    }
     let word =
         |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     if word(0) != MANIFEST_VERSION {
@@ -78,10 +155,14 @@ pub(super) fn manifest_tags(
             word(4)
         ));
     }
-    let mut tags = [[0u8; 8]; 2];
-    tags[0].copy_from_slice(&bytes[8..16]);
-    tags[1].copy_from_slice(&bytes[16..24]);
-    Ok(tags)
+    Ok(bytes[8..]
+        .chunks_exact(8)
+        .map(|c| {
+            let mut tag = [0u8; 8];
+            tag.copy_from_slice(c);
+            tag
+        })
+        .collect())
 }
 
 /// Checks a pinned program against its expected type and recorded tag.

@@ -14,17 +14,21 @@ fn shape(map_type: u32, max_entries: u32) -> MapShape {
 }
 
 #[test]
-fn the_directory_name_changes_with_the_kernel_the_level_and_the_object() {
-    let base = dir_name("6.18\0#1", 3, "abc");
+fn the_directory_name_changes_with_the_profile_the_kernel_the_level_and_the_object() {
+    let base = dir_name(Profile::Unix, "6.18\0#1", 3, "abc");
     assert!(base.starts_with("unix_") && !base.contains('.'), "{base}");
-    assert_eq!(base, dir_name("6.18\0#1", 3, "abc"));
-    assert_ne!(base, dir_name("6.18\0#2", 3, "abc"));
-    assert_ne!(base, dir_name("6.18\0#1", 4, "abc"));
-    assert_ne!(base, dir_name("6.18\0#1", 3, "abd"));
+    assert_eq!(base, dir_name(Profile::Unix, "6.18\0#1", 3, "abc"));
+    assert_ne!(base, dir_name(Profile::Unix, "6.18\0#2", 3, "abc"));
+    assert_ne!(base, dir_name(Profile::Unix, "6.18\0#1", 4, "abc"));
+    assert_ne!(base, dir_name(Profile::Unix, "6.18\0#1", 3, "abd"));
+    let full = dir_name(Profile::Full, "6.18\0#1", 3, "abc");
+    assert!(full.starts_with("full_") && !full.contains('.'), "{full}");
+    assert_ne!(base[5..], full[5..]);
 }
 
 #[test]
-fn only_a_plain_root_runs_unix_policy_is_cached() {
+fn a_plain_root_run_takes_the_unix_programs_and_every_other_root_run_all() {
+    use tartaros_common::capture::feature;
     let unix_only = AttachOptions {
         filter: false,
         ring_bytes: 0,
@@ -32,33 +36,39 @@ fn only_a_plain_root_runs_unix_policy_is_cached() {
         ..AttachOptions::default()
     };
     let root = nix::unistd::geteuid().is_root();
-    assert_eq!(eligible(&unix_only), root);
-    let logged = AttachOptions {
-        capture: true,
-        ..unix_only.clone()
-    };
-    assert!(!eligible(&logged));
-    let with_ring = AttachOptions {
-        ring_bytes: 1 << 16,
-        ..unix_only.clone()
-    };
-    assert!(!eligible(&with_ring));
-    let filtered = AttachOptions {
-        filter: true,
-        ..unix_only
-    };
-    assert!(!eligible(&filtered));
+    assert_eq!(eligible(&unix_only), root.then_some(Profile::Unix));
+    let plain = |features, ring| profile_for(features, ring, (true, false), true);
+    assert_eq!(plain(feature::UNIX, 0), Some(Profile::Unix));
+    assert_eq!(plain(feature::UNIX, 1 << 16), Some(Profile::Full));
+    assert_eq!(plain(FULL_FEATURES, 8 << 20), Some(Profile::Full));
+    assert_eq!(
+        plain(feature::FILTER | feature::UNIX, 0),
+        Some(Profile::Full)
+    );
+    assert_eq!(plain(0, 0), None);
+    // Not root, a service's worker, or no tracing link cookies.
+    assert_eq!(profile_for(FULL_FEATURES, 0, (false, false), true), None);
+    assert_eq!(profile_for(feature::UNIX, 0, (true, true), true), None);
+    assert_eq!(profile_for(FULL_FEATURES, 0, (true, false), false), None);
+    assert_eq!(
+        profile_for(feature::UNIX, 0, (true, false), false),
+        Some(Profile::Unix)
+    );
+    // A part the cache has no programs for.
+    assert_eq!(plain(1 << 30, 0), None);
 }
 
 #[test]
-fn a_manifest_gives_its_tags_back_only_for_its_version_and_level() {
+fn a_manifest_gives_its_tags_back_only_for_its_version_level_and_count() {
     let tags = [[1u8; 8], [2u8; 8]];
     let bytes = manifest_bytes(5, &tags);
-    assert_eq!(manifest_tags(&bytes, 5).unwrap(), tags);
-    assert!(manifest_tags(&bytes, 6).unwrap_err().contains("level 5"));
+    assert_eq!(bytes.len(), 24);
+    assert_eq!(manifest_tags(&bytes, 5, 2).unwrap(), tags);
+    assert!(manifest_tags(&bytes, 6, 2).unwrap_err().contains("level 5"));
+    assert!(manifest_tags(&bytes, 5, 3).unwrap_err().contains("bytes"));
     let mut other = bytes;
     other[0] = 9;
-    assert!(manifest_tags(&other, 5).unwrap_err().contains("version"));
+    assert!(manifest_tags(&other, 5, 2).unwrap_err().contains("version"));
 }
 
 #[test]
@@ -137,9 +147,21 @@ fn events_is_made_with_one_entry_and_sizes_follow_the_run() {
         max_entries: 1024,
         flags: 0,
     };
-    assert_eq!(created_shape(&def("EVENTS"), None).max_entries, 1);
-    assert_eq!(created_shape(&def("RUNS"), None).max_entries, 1024);
-    assert_eq!(created_shape(&def("ALLOW"), Some(256)).max_entries, 256);
+    assert_eq!(
+        created_shape(Profile::Unix, &def("EVENTS"), None).max_entries,
+        1
+    );
+    assert_eq!(
+        created_shape(Profile::Unix, &def("RUNS"), None).max_entries,
+        1024
+    );
+    assert_eq!(
+        created_shape(Profile::Unix, &def("ALLOW"), Some(256)).max_entries,
+        256
+    );
+    // Many runs: as declared, `EVENTS` a map of maps.
+    let events = created_shape(Profile::Full, &def("EVENTS"), None);
+    assert_eq!((events.map_type, events.max_entries), (13, 1024));
 }
 
 #[test]

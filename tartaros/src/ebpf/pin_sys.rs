@@ -15,6 +15,8 @@ const BPF_OBJ_PIN: libc::c_long = 6;
 const BPF_OBJ_GET: libc::c_long = 7;
 /// `BPF_FS_MAGIC`, the bpffs `f_type`.
 const BPF_FS_MAGIC: libc::c_long = 0xcafe_4a11;
+/// `BPF_MAP_TYPE_HASH`.
+pub(super) const MAP_TYPE_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub(super) const MAP_TYPE_ARRAY: u32 = 2;
 /// `FILEID_KERNFS`: a kernfs node (a cgroup) by its 64-bit id.

@@ -7,7 +7,8 @@
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::pin_cache::{self, Pins};
+use super::pin_cache::{self, Pins, Profile};
+use super::pin_full;
 use super::{AttachOptions, EbpfError, attach_steps, kbtf, load, shared};
 
 /// Programs being loaded for a run of some [`AttachOptions`]
@@ -41,9 +42,7 @@ pub fn preload(options: &AttachOptions) -> Option<Preload> {
         .spawn(move || {
             // The cache is per level: the run's cgroup will be one below
             // ours (the attach checks, and starts afresh if not).
-            let level = pin_cache::eligible(&wanted)
-                .then(pin_cache::predicted_level)
-                .flatten();
+            let level = pin_cache::eligible(&wanted).and_then(|_| pin_cache::predicted_level());
             prepare(&wanted, level)
         })
         .ok()?;
@@ -76,22 +75,37 @@ pub(super) fn prepare(options: &AttachOptions, level: Option<u32>) -> Result<Pre
     let started = Instant::now();
     let layout = attach_steps::check(options)?;
     let mut pins = Pins::Off;
-    if let Some(level) = level.filter(|_| pin_cache::eligible(options)) {
-        let (cached, state) = pin_cache::take(options, level);
-        pins = state;
-        if let Some((object, loaded)) = cached {
-            return Ok(Prepared {
-                layout,
-                object,
-                loaded,
-                started,
-                pins,
-            });
+    let profile = level.and_then(|level| Some((level, pin_cache::eligible(options)?)));
+    let cached = match profile {
+        Some((level, Profile::Unix)) => {
+            let (cached, state) = pin_cache::take(Profile::Unix, options, level, layout.as_ref());
+            pins = state;
+            cached
         }
+        Some((level, Profile::Full)) => {
+            let cached = pin_full::take_or_make(options, level, layout.as_ref());
+            if cached.is_some() {
+                pins = Pins::Reused {
+                    level,
+                    profile: Profile::Full,
+                };
+            }
+            cached
+        }
+        None => None,
+    };
+    if let Some((object, loaded)) = cached {
+        return Ok(Prepared {
+            layout,
+            object,
+            loaded,
+            started,
+            pins,
+        });
     }
     let programs = attach_steps::program_names(options.features(), layout.as_ref());
     let maps = load::maps_used(&programs)?;
-    let mut object = load::load_object(Some(options), Some(&maps))?;
+    let mut object = load::load_object(load::Serves::Run(options), Some(&maps))?;
     if options.capture {
         load::set_file_layout(&mut object, layout.as_ref())?;
     }

@@ -316,11 +316,14 @@ pub fn link_cgroup(
 }
 
 /// `BPF_RAW_TRACEPOINT_OPEN` of a `tp_btf` program: attaches it to the
-/// BTF target it was loaded for (no name). The link lives as long as the
-/// returned fd.
-pub fn open_tracepoint(program: &str, prog: &OwnedFd) -> Result<OwnedFd, RawError> {
+/// BTF target it was loaded for (no name), with `cookie` as the link's BPF
+/// cookie when it is not 0 (Linux 6.10; an older kernel refuses the
+/// nonzero field). The link lives as long as the returned fd.
+pub fn open_tracepoint(program: &str, prog: &OwnedFd, cookie: u64) -> Result<OwnedFd, RawError> {
+    // struct { u64 name; u32 prog_fd; u32 :32; u64 cookie; } raw_tracepoint
     let mut attr = [0u8; ATTR_BYTES];
     put(&mut attr, 8, &(prog.as_raw_fd() as u32).to_le_bytes());
+    put(&mut attr, 16, &cookie.to_le_bytes());
     bpf(BPF_RAW_TRACEPOINT_OPEN, &mut attr)
         .map(owned)
         .map_err(|source| RawError::Link {

@@ -31,7 +31,21 @@ pub(super) struct Registered {
     /// the service placed it (it takes it out itself). An object of its
     /// own goes with its `EVENTS` and rings.
     pub shared: bool,
+    /// Taken out of `EVENTS` by someone else: the service (its spare) or
+    /// the run's janitor ([`Registered::leave_ring`]).
     spare_ring: bool,
+}
+
+impl Registered {
+    /// The key of the run's ring in a shared `EVENTS`, which the run will
+    /// not take out itself (the caller has it done after the run).
+    pub(super) fn leave_ring(&mut self) -> Option<u64> {
+        if !self.shared || self.spare_ring || self.config.ring == 0 {
+            return None;
+        }
+        self.spare_ring = true;
+        Some(self.config.ring)
+    }
 }
 
 /// Registers run `id` with `options` in `object`, with a ring buffer of

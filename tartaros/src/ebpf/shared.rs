@@ -137,7 +137,7 @@ impl SharedPrograms {
                 Err(e) => drop_part(&mut wanted, e, &mut warnings)?,
             }
         };
-        let mut object = load::load_object(None, None)?;
+        let mut object = load::load_object(load::Serves::Service, None)?;
         load::set_run_level(&mut object, level + 1)?;
         load::set_file_layout(&mut object, layout.as_ref())?;
         let attached = loop {
@@ -322,14 +322,21 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
 
 /// Starts making the run's ring of `bytes` ready: the service's spare if
 /// it is of that size, else one placed into the adopted `EVENTS`, else
-/// (no service) one of the run's own object.
+/// (no service) one placed into the pin cache's `EVENTS`, else one of the
+/// run's own object.
 pub(super) fn prepare_ring(bytes: u32) {
     let Ok(mut guard) = ADOPTED.lock() else {
         return;
     };
     let Some(adopted) = guard.as_mut() else {
         drop(guard);
-        return super::early_ring::prepare(bytes, None);
+        // A spare of the pin cache when there is one, else one put into
+        // its `EVENTS` (the run will most likely take its programs from
+        // there), else one for an object of the run's own.
+        if let Some((key, ring, outer_id)) = super::pin_full::take_spare(bytes) {
+            return super::early_ring::prepare_spare(bytes, ring, key, outer_id, false);
+        }
+        return super::early_ring::prepare(bytes, super::pin_full::events());
     };
     let Some(data) = load::map_data(&adopted.object, tartaros_common::MAP_EVENTS) else {
         return;
@@ -339,7 +346,7 @@ pub(super) fn prepare_ring(bytes: u32) {
     };
     match adopted.spare.take() {
         Some((key, ring, size)) if size == bytes => {
-            super::early_ring::prepare_spare(bytes, ring, key, outer_id);
+            super::early_ring::prepare_spare(bytes, ring, key, outer_id, true);
         }
         _ => {
             let events = std::os::fd::AsFd::as_fd(data.fd())

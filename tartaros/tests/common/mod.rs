@@ -362,6 +362,8 @@ pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
 
 pub mod logged;
 #[allow(dead_code)]
+pub mod pins;
+#[allow(dead_code)]
 pub mod proxied;
 
 /// Who launches a run whose agent plants files in its writable root.

@@ -1,0 +1,223 @@
+//! The pin cache of every program (`pin_checks::Profile::Full`): made by
+//! the first root run that needs more than the unix programs, before it
+//! attaches, from an object loaded as the service's is (rings in
+//! `EVENTS`, maps as declared) with the tracing programs comparing their
+//! link's cookie with their run. That run pays the whole verifier pass
+//! (~25 ms of CPU on the 2-core VM) once; every later one opens the pins.
+//!
+//! A run's ring goes into the cache's `EVENTS`, and every insert into or
+//! removal from a map of maps waits for an RCU grace period (8-12 ms on
+//! the VM): longer than the rest of a run's start. So a run's janitor,
+//! after the run, takes its ring out and puts a fresh one in as a spare
+//! (at most [`MAX_SPARES`] of a size, listed in the pinned [`SPARES_PIN`]),
+//! which the next run takes without a wait; both waits are nobody's.
+
+use std::os::fd::{AsFd as _, OwnedFd};
+use std::path::Path;
+
+use aya::maps::{HashMap, Map, MapData};
+
+use super::pin_cache::{self, PinCacheError, Profile};
+use super::pin_checks::FULL_FEATURES;
+use super::{AttachOptions, attach_steps, kbtf, load};
+
+/// The suffix of the directory that says the kernel refused the object of
+/// a cache that `make` tried to fill: no later run tries again (each
+/// would pay the verifier twice) until `tartaros cache drop`.
+const REFUSED: &str = "_refused";
+/// The pin of the cache's list of spare rings: key in `EVENTS` -> (map
+/// id, size).
+pub(super) const SPARES_PIN: &str = "spares";
+/// Spare rings of one size kept at most (each is its size of kernel
+/// memory until a run takes it, or `tartaros cache drop`).
+const MAX_SPARES: usize = 2;
+/// Entries of the list (spares of every size).
+const SPARES_ENTRIES: u32 = 16;
+
+/// The cache of every program for `level`: opened when it is there, else
+/// made (loaded, verified and pinned under the lock). `None` when it
+/// cannot be had (a run then loads its own programs); a kernel refusing
+/// the object is remembered.
+pub(super) fn take_or_make(
+    options: &AttachOptions,
+    level: u32,
+    layout: Option<&kbtf::KernelLayout>,
+) -> Option<(load::Object, load::Loaded)> {
+    let dir = pin_cache::dir_of(Profile::Full, level, layout)?;
+    if refused(&dir).exists() {
+        return None;
+    }
+    if let (Some(cached), _) = pin_cache::take(Profile::Full, options, level, layout) {
+        return Some(cached);
+    }
+    match make(options, level, layout, &dir) {
+        Ok(made) => Some(made),
+        Err(e) => {
+            crate::tt_warn!("{e}; loading the programs for this run alone");
+            None
+        }
+    }
+}
+
+fn refused(dir: &Path) -> std::path::PathBuf {
+    let mut name = dir.as_os_str().to_owned();
+    name.push(REFUSED);
+    name.into()
+}
+
+fn make(
+    options: &AttachOptions,
+    level: u32,
+    layout: Option<&kbtf::KernelLayout>,
+    dir: &Path,
+) -> Result<(load::Object, load::Loaded), PinCacheError> {
+    let _lock = pin_cache::lock()?;
+    pin_cache::mount_root()?;
+    if dir.exists() {
+        // Made by another run while this one waited for the lock.
+        return pin_cache::open_checked(Profile::Full, options, dir, level, layout);
+    }
+    let object = |e: super::EbpfError| PinCacheError::Object(e.to_string());
+    let loaded = load::load_object(load::Serves::PinCache, None)
+        .and_then(|mut object| {
+            load::set_run_level(&mut object, level)?;
+            load::set_file_layout(&mut object, layout)?;
+            let loaded = attach_steps::verify_programs(&object, FULL_FEATURES, layout)?;
+            Ok((object, loaded))
+        })
+        .map_err(object);
+    let (made, loaded) = match loaded {
+        Ok(made) => made,
+        Err(e) => {
+            // Remembered (an empty directory in the bpffs), so the next
+            // run does not verify everything again to be refused again.
+            let _ = std::fs::create_dir(refused(dir));
+            return Err(e);
+        }
+    };
+    // Best effort from here: the run has its verified programs either way.
+    if pin_cache::pin_into(&made, &loaded, level, dir).is_ok() {
+        let _ = pin_spares(dir);
+    }
+    Ok((made, loaded))
+}
+
+/// Pins the (empty) list of spare rings into the cache's directory.
+fn pin_spares(dir: &Path) -> Result<(), PinCacheError> {
+    let spares = super::rawprog::create_map(super::rawprog::MapSpec {
+        name: "SPARES",
+        map_type: super::pin_sys::MAP_TYPE_HASH,
+        key_size: 8,
+        value_size: 8,
+        max_entries: SPARES_ENTRIES,
+        flags: 0,
+        inner_map: None,
+    })
+    .map_err(|e| PinCacheError::Object(e.to_string()))?;
+    let path = dir.join(SPARES_PIN);
+    super::pin_sys::pin(spares.as_fd(), &path).map_err(|source| PinCacheError::Io {
+        what: "pin",
+        path,
+        source,
+    })
+}
+
+/// The list of spares next to the `EVENTS` pinned at `events_pin`.
+fn spares_at(events_pin: &Path) -> Option<HashMap<MapData, u64, [u32; 2]>> {
+    let fd = super::pin_sys::get(&events_pin.parent()?.join(SPARES_PIN)).ok()?;
+    let data = MapData::from_fd(fd).ok()?;
+    HashMap::try_from(Map::HashMap(data)).ok()
+}
+
+/// The `EVENTS` pin of the cache of every program a run to come would use.
+fn events_pin() -> Option<std::path::PathBuf> {
+    if !load::kernel_layout_ready() {
+        return None;
+    }
+    let layout = load::kernel_layout().ok()?;
+    let level = pin_cache::predicted_level()?;
+    let dir = pin_cache::dir_of(Profile::Full, level, Some(&layout))?;
+    Some(dir.join(format!("map_{}", tartaros_common::MAP_EVENTS)))
+}
+
+/// A spare ring of `bytes` for a run to come, taken off the list: its key
+/// in `EVENTS`, its descriptor and the map id of that `EVENTS`.
+pub(super) fn take_spare(bytes: u32) -> Option<(u64, OwnedFd, u32)> {
+    let events_pin = events_pin()?;
+    let events = MapData::from_fd(super::pin_sys::get(&events_pin).ok()?).ok()?;
+    let outer_id = events.info().ok()?.id();
+    let _lock = pin_cache::lock().ok()?;
+    let mut spares = spares_at(&events_pin)?;
+    let keys: Vec<u64> = spares.keys().filter_map(Result::ok).collect();
+    for key in keys {
+        let Ok([id, size]) = spares.get(&key, 0) else {
+            continue;
+        };
+        if size != bytes {
+            continue;
+        }
+        // Off the list first: a spare is never handed to two runs.
+        spares.remove(&key).ok()?;
+        let ring = MapData::from_id(id).ok()?;
+        let info = ring.info().ok()?;
+        let is_ring = info.map_type().ok() == Some(aya::maps::MapType::RingBuf)
+            && info.max_entries() == bytes;
+        if !is_ring {
+            continue;
+        }
+        let fd = ring.fd().as_fd().try_clone_to_owned().ok()?;
+        return Some((key, fd, outer_id));
+    }
+    None
+}
+
+/// After a run (in its janitor): a fresh spare ring of `bytes` put into
+/// the `EVENTS` pinned at `events_pin` and listed, unless there are
+/// [`MAX_SPARES`] of that size already. Waits for a grace period.
+pub fn add_spare(events_pin: &Path, bytes: u32) {
+    let Some(spares) = spares_at(events_pin) else {
+        return;
+    };
+    let of_size = spares
+        .iter()
+        .filter_map(Result::ok)
+        .filter(|(_, [_, size])| *size == bytes)
+        .count();
+    if of_size >= MAX_SPARES {
+        return;
+    }
+    let Ok(events) = super::pin_sys::get(events_pin) else {
+        return;
+    };
+    let Ok((key, ring)) = super::early_ring::place_spare(bytes, events) else {
+        return;
+    };
+    let Some(id) = MapData::from_fd(ring).ok().and_then(|r| r.info().ok()).map(|i| i.id()) else {
+        super::retire_pinned_ring(&super::LeftRing {
+            pin: events_pin.to_path_buf(),
+            key,
+            bytes: 0,
+        });
+        return;
+    };
+    let listed = pin_cache::lock().ok().and_then(|_lock| {
+        let mut spares = spares_at(events_pin)?;
+        spares.insert(key, [id, bytes], 0).ok()
+    });
+    if listed.is_none() {
+        // Full, or the cache was dropped meanwhile: not left unlisted.
+        super::retire_pinned_ring(&super::LeftRing {
+            pin: events_pin.to_path_buf(),
+            key,
+            bytes: 0,
+        });
+    }
+}
+
+/// `EVENTS` of the cache of every program for a run to come (`None` when
+/// there is no such cache yet, or the kernel layout is not read yet): the
+/// run's ring is put into it on a thread while the run is set up.
+pub(super) fn events() -> Option<OwnedFd> {
+    let fd = super::pin_sys::get(&events_pin()?).ok()?;
+    (super::pin_sys::kind(fd.as_fd()) == super::pin_sys::Kind::Map).then_some(fd)
+}
