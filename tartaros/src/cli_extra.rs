@@ -22,7 +22,7 @@ pub struct DoctorArgs {
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum CacheCommand {
-    /// Unmount and remove the verified unix programs pinned in /run/tartaros/bpf.
+    /// Unmount and remove the verified programs (and spare rings) pinned in /run/tartaros/bpf.
     Drop,
 }
 

@@ -175,3 +175,22 @@ fn keep_only(pipe: File) -> File {
         File::from_raw_fd(fd)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_line_gives_back_what_the_supervisor_said() {
+        let left = crate::ebpf::LeftRing {
+            pin: PathBuf::from("/run/tartaros/bpf/full_ab/map_EVENTS"),
+            key: 0x1234_5678_9abc,
+            bytes: 8 << 20,
+        };
+        let said = format!("{}\t{}\t{}", left.key, left.bytes, left.pin.display());
+        assert_eq!(ring_line(Path::new(&said)), Some(left));
+        for bad in ["x\t1\t/p", "1\tx\t/p", "1\t4294967296\t/p", "1\t2", ""] {
+            assert_eq!(ring_line(Path::new(bad)), None, "{bad:?}");
+        }
+    }
+}

@@ -122,17 +122,6 @@ impl Drop for Fill {
     }
 }
 
-/// The value size of map `map`.
-fn value_size(map: &OwnedFd) -> usize {
-    let mut info = [0u8; 16];
-    let mut attr = [0u8; 128];
-    attr[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_le_bytes());
-    attr[4..8].copy_from_slice(&16u32.to_le_bytes());
-    attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(15, &mut attr).expect("map info");
-    u32::from_le_bytes(info[12..16].try_into().unwrap()) as usize
-}
-
 #[test]
 fn plain_runs_reuse_checked_pins_and_leave_nothing_after_cache_drop() {
     if !can_run("unix_pin_cache") {

@@ -192,7 +192,11 @@ pub fn add_spare(events_pin: &Path, bytes: u32) {
     let Ok((key, ring)) = super::early_ring::place_spare(bytes, events) else {
         return;
     };
-    let Some(id) = MapData::from_fd(ring).ok().and_then(|r| r.info().ok()).map(|i| i.id()) else {
+    let Some(id) = MapData::from_fd(ring)
+        .ok()
+        .and_then(|r| r.info().ok())
+        .map(|i| i.id())
+    else {
         super::retire_pinned_ring(&super::LeftRing {
             pin: events_pin.to_path_buf(),
             key,

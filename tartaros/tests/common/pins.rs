@@ -42,15 +42,27 @@ pub fn obj_pin(fd: &OwnedFd, path: &Path) {
     bpf(6, &mut attr).unwrap_or_else(|e| panic!("pin {}: {e}", path.display()));
 }
 
-/// The id of the program or map behind `fd` (both infos have it at 4).
-pub fn obj_id(fd: &OwnedFd) -> u32 {
-    let mut info = [0u8; 8];
+/// The first `N` bytes of the kernel's info of the object behind `fd`
+/// (`BPF_OBJ_GET_INFO_BY_FD`), if it gives them.
+pub fn obj_info<const N: usize>(fd: &OwnedFd) -> Option<[u8; N]> {
+    let mut info = [0u8; N];
     let mut attr = [0u8; 128];
     attr[0..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_le_bytes());
-    attr[4..8].copy_from_slice(&8u32.to_le_bytes());
+    attr[4..8].copy_from_slice(&(N as u32).to_le_bytes());
     attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_le_bytes());
-    bpf(15, &mut attr).expect("object info");
+    bpf(15, &mut attr).ok().map(|_| info)
+}
+
+/// The id of the program or map behind `fd` (both infos have it at 4).
+pub fn obj_id(fd: &OwnedFd) -> u32 {
+    let info: [u8; 8] = obj_info(fd).expect("object info");
     u32::from_le_bytes(info[4..8].try_into().unwrap())
+}
+
+/// The value size of map `map`.
+pub fn value_size(map: &OwnedFd) -> usize {
+    let info: [u8; 16] = obj_info(map).expect("map info");
+    u32::from_le_bytes(info[12..16].try_into().unwrap()) as usize
 }
 
 /// The keys (run ids) of the pinned hash map `map`.
@@ -156,14 +168,8 @@ pub fn links_of(prog_id: u32) -> usize {
         // SAFETY: a new descriptor the kernel returned, owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
         // struct bpf_link_info: u32 type, u32 id, u32 prog_id.
-        let mut info = [0u8; 16];
-        let mut attr = [0u8; 128];
-        attr[0..4].copy_from_slice(&(fd.as_raw_fd() as u32).to_le_bytes());
-        attr[4..8].copy_from_slice(&16u32.to_le_bytes());
-        attr[8..16].copy_from_slice(&(info.as_mut_ptr() as u64).to_le_bytes());
-        if bpf(15, &mut attr).is_ok()
-            && u32::from_le_bytes(info[8..12].try_into().unwrap()) == prog_id
-        {
+        let info: Option<[u8; 12]> = obj_info(&fd);
+        if info.is_some_and(|i| u32::from_le_bytes(i[8..12].try_into().unwrap()) == prog_id) {
             count += 1;
         }
     }
