@@ -367,6 +367,11 @@ impl Join {
                     } else if !allowed && r.kind == "exec" {
                         // A refused exec reads its file as a refused open does.
                         super::links::mark(&mut r);
+                    } else if allowed && r.kind == "setflags" && kernel_named(&r).is_none() {
+                        // `file_setattr(2)` by name follows a symlink, and
+                        // no notification names what it changed: the name
+                        // stays the agent's claim (round 15).
+                        r = unproven(r);
                     }
                     out.push(r);
                 }

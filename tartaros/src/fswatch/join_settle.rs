@@ -5,9 +5,9 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{HOLD_NS, Join, ORPHAN_NS, Task, bit, wanted};
+use super::{HOLD_NS, Join, ORPHAN_NS, Task, wanted};
 use crate::effectlog::{Decision, Record};
-use crate::fswatch::claims::{Pick, unproven};
+use crate::fswatch::claims::{Pick, one_each, unproven};
 use crate::fswatch::pairing::{apply, fits_by_position, kernel_named, main_key, notice_main};
 
 impl Join {
@@ -37,11 +37,17 @@ impl Join {
                 out.push(r);
                 continue;
             }
-            // A modify notification comes from every write of the thread
-            // too: a truncate whose string is not the kernel's name (a
-            // symlink, `..`) is never paired by position, or it took the
-            // last written file's; it stays the agent's claim, and the
-            // truncated file's own notification is a kernel-named `write`.
+            // Only a name change (create, delete, rename) is paired by
+            // position: only calls of its kind make its notifications, so
+            // the first fresh one is the call's. A metadata change or
+            // modify also comes from other calls (every write, an unlink's
+            // link count), and the kernel merges a file's while queued (a
+            // `chmod` and `utime` through one link are one notification):
+            // such a record whose string is not the kernel's name (a
+            // symlink, `..` after one) took the next file's, and every
+            // later record of the thread drifted one file ahead (round 15).
+            // It is paired by name only, or stays the agent's claim; the
+            // file's own notification is then a kernel-named record.
             let agent = r
                 .target
                 .get(main_key(r.kind))
@@ -50,15 +56,20 @@ impl Join {
             // Nor a refused call (a failed bind that made its socket file):
             // when its name was not read it may have made nothing, and a
             // notification by position would name it after another call's.
-            let by_name_only = want == bit::MODIFY || r.decision != Decision::Allowed;
+            let allowed = r.decision == Decision::Allowed;
+            let by_name_only = !one_each(want) || !allowed;
             if self.racy.contains(&tid) {
                 out.push(unproven(r));
                 continue;
             }
             let agent = agent.filter(|a| !a.is_empty());
             let shared = r.target.get("name_shared").is_some();
+            // A name change of a name nobody could rewrite is proven as a
+            // shared one is: by position, unless a create-and-delete of
+            // another name merged into one notification breaks the order.
+            let proven = shared || (allowed && one_each(want));
             let picked = match &agent {
-                Some(agent) if shared => {
+                Some(agent) if proven => {
                     self.pick_at_settle(tid, &mut r, (want, dir), start_ns, agent)
                 }
                 _ => None,
@@ -90,9 +101,13 @@ impl Join {
                     self.claim_exchange_twin(tid, &r);
                     self.claim_removal(tid, &r);
                 }
+                // A metadata change or truncate no notification of its
+                // name confirms: the kernel changed some file, not
+                // provably the one the string names.
+                None if allowed && want != 0 && !one_each(want) => r = unproven(r),
                 None => {
                     r.target.insert("path_source", "agent");
-                    if r.decision != Decision::Allowed {
+                    if !allowed {
                         crate::fswatch::links::mark(&mut r);
                     }
                 }
