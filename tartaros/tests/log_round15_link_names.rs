@@ -105,11 +105,11 @@ fn calls_through_links_never_name_another_file_as_the_kernels() {
     std::fs::create_dir_all(w.join("a/b")).unwrap();
     std::os::unix::fs::symlink("a/b", w.join("dl")).unwrap();
     let mut truth: BTreeMap<String, Truth> = BTreeMap::new();
-    for i in 0..6 {
+    for (i, mode) in MODES.into_iter().enumerate() {
         std::fs::write(w.join(format!("r{i}")), format!("{i}\n")).unwrap();
         std::os::unix::fs::symlink(format!("r{i}"), w.join(format!("l{i}"))).unwrap();
         std::fs::write(w.join(format!("a/g{i}")), format!("{i}\n")).unwrap();
-        let mode = Some(MODES[i]);
+        let mode = Some(mode);
         let t = |real: String, mtime: i64| Truth {
             real,
             mode,

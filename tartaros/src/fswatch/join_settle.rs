@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 
 use serde_json::Value;
 
-use super::{HOLD_NS, Join, ORPHAN_NS, Task, wanted};
+use super::{HOLD_NS, Join, ORPHAN_NS, Task, bit, wanted};
 use crate::effectlog::{Decision, Record};
 use crate::fswatch::claims::{Pick, one_each, unproven};
 use crate::fswatch::pairing::{apply, fits_by_position, kernel_named, main_key, notice_main};
@@ -57,7 +57,11 @@ impl Join {
             // when its name was not read it may have made nothing, and a
             // notification by position would name it after another call's.
             let allowed = r.decision == Decision::Allowed;
-            let by_name_only = !one_each(want) || !allowed;
+            // An unread name (a page the capture could not read) claims
+            // nothing to compare: it is still paired by position, or its
+            // record would name no file at all.
+            let read = agent.as_deref().is_some_and(|a| !a.is_empty());
+            let by_name_only = want == bit::MODIFY || !allowed || (read && !one_each(want));
             if self.racy.contains(&tid) {
                 out.push(unproven(r));
                 continue;
@@ -104,7 +108,7 @@ impl Join {
                 // A metadata change or truncate no notification of its
                 // name confirms: the kernel changed some file, not
                 // provably the one the string names.
-                None if allowed && want != 0 && !one_each(want) => r = unproven(r),
+                None if allowed && read && want != 0 && !one_each(want) => r = unproven(r),
                 None => {
                     r.target.insert("path_source", "agent");
                     if !allowed {
