@@ -85,7 +85,9 @@ pub struct FileChange {
     pub change: &'static str,
     /// What was done, in order: `create`, `append`, `overwrite`, `write`,
     /// `truncate`, `chmod 0755`, `chown`, `mkdir`, `symlink`, `link`,
-    /// `delete`, `rename` (deduplicated).
+    /// `delete`, `rename` (deduplicated); `claimed chmod 0755` where no
+    /// notification proved the agent's name (the kernel may have changed
+    /// another file: a symlink's target).
     pub actions: Vec<String>,
     pub renamed_from: Option<String>,
     pub size: Option<u64>,

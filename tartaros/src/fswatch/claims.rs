@@ -112,7 +112,7 @@ pub(super) enum Pick {
 /// changes), so the thread's first fresh one queued before the call ended
 /// is the call's, if it made one. (An `open(O_CREAT)` of a file that
 /// exists makes none: a notification queued after it ended is not its.)
-fn one_each(want: u64) -> bool {
+pub(super) fn one_each(want: u64) -> bool {
     want & (bit::CREATE | bit::DELETE | bit::RENAME) != 0
 }
 

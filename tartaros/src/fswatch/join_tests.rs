@@ -537,3 +537,55 @@ fn a_name_another_thread_could_rewrite_is_proven_or_left_a_claim() {
     let out = j.join(vec![record("chmod", 10, 10, "/w/B")], 30);
     assert_eq!(s(&out[0], "path_source"), Some("kernel"));
 }
+
+#[test]
+fn a_metadata_change_through_a_link_takes_no_other_file_s_notification() {
+    // `chmod l0; utime l0; chmod l1` with `l0 -> r0`, `l1 -> r1`: the
+    // kernel merged the utime into the chmod's notification of r0. By
+    // position the utime took r1's, and the chmod of l1 the next one
+    // (round 15). Each stays the agent's claim; r0 and r1 are named by
+    // the kernel's own records.
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    j.notice(notice(10, bit::ATTRIB, "/w/r0", 5), T);
+    j.notice(notice(10, bit::ATTRIB, "/w/r1", 5), T);
+    let calls = vec![
+        record("chmod", 10, 2, "/w/l0"),
+        record("utime", 10, 3, "/w/l0"),
+        record("chmod", 10, 4, "/w/l1"),
+    ];
+    let mut out = j.join(calls, 6);
+    out.extend(j.finish(7));
+    for r in out.iter().filter(|r| r.kind != "attrib") {
+        assert_eq!(s(r, "path_source"), Some("agent"), "{out:#?}");
+        assert_eq!(r.target.get("claim_unproven"), Some(&Value::from(true)));
+    }
+    let named: Vec<_> = out
+        .iter()
+        .filter(|r| r.kind == "attrib" && s(r, "path_source") == Some("kernel"))
+        .filter_map(|r| s(r, "path"))
+        .collect();
+    assert_eq!(named, ["/w/r0", "/w/r1"], "{out:#?}");
+}
+
+#[test]
+fn a_metadata_change_through_a_link_is_named_by_a_notification_of_its_name_only() {
+    // The claim fits a notification (a plain name after one through a
+    // link): that one is the call's file; the link's stays a claim.
+    let mut j = Join::new(0);
+    j.add_task(10, T);
+    j.notice(notice(10, bit::ATTRIB, "/w/r0", 5), T);
+    j.notice(notice(10, bit::ATTRIB, "/w/b", 5), T);
+    let calls = vec![
+        record("chmod", 10, 2, "/w/l0"),
+        record("chmod", 10, 3, "/w/b"),
+    ];
+    let mut out = j.join(calls, 6);
+    out.extend(j.finish(7));
+    let b = out.iter().find(|r| s(r, "path") == Some("/w/b")).unwrap();
+    assert_eq!((b.kind, s(b, "path_source")), ("chmod", Some("kernel")));
+    let l0 = out.iter().find(|r| s(r, "path") == Some("/w/l0")).unwrap();
+    assert_eq!(s(l0, "path_source"), Some("agent"), "{out:#?}");
+    let r0 = out.iter().find(|r| s(r, "path") == Some("/w/r0")).unwrap();
+    assert_eq!((r0.kind, s(r0, "path_source")), ("attrib", Some("kernel")));
+}

@@ -106,6 +106,14 @@ impl Files {
             "rename" | "link" => return self.moved(kind, t),
             _ => return,
         };
+        // A name no notification proved (through a link, `..` after one,
+        // a name another thread could rewrite): the kernel changed some
+        // file, maybe another; the action says so (round 15).
+        let action = if flag(t, "claim_unproven") {
+            format!("claimed {action}")
+        } else {
+            action
+        };
         let Some(path) = path else {
             return;
         };

@@ -510,6 +510,36 @@ fn a_write_with_forgotten_links_does_not_bring_a_name_back() {
     assert_eq!(file(&s, x).change, "deleted", "{:#?}", s.files);
 }
 
+#[test]
+fn an_unproven_claim_is_listed_as_claimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    let (l, r) = ("/work/l", "/work/r");
+    let claim = json!({"path": l, "mode": 0o777, "path_source": "agent", "claim_unproven": true});
+    let attrib = json!({"path": r, "path_source": "kernel", "uncaptured": true});
+    for mut e in [
+        effect("chmod", 10, 1, 1, claim, None),
+        effect("attrib", 10, 1, 2, attrib, None),
+    ] {
+        w.record(&mut e).unwrap();
+    }
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    assert_eq!(
+        file(&s, l).actions,
+        ["claimed chmod 0777"],
+        "{:#?}",
+        s.files
+    );
+    assert_eq!(file(&s, r).actions, ["attrib"], "{:#?}", s.files);
+}
+
 /// 10,000 distinct refused writes outside the roots fill the table of
 /// refusals; a refused read of a denied secret after them was counted in
 /// `refusals_more` with no line. It is kept, and listed first.
