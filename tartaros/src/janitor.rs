@@ -115,7 +115,16 @@ fn serve(pipe: File) -> i32 {
             b"v1" => v1.push(path),
             b"placeholder" => placeholders.push(path),
             // "ring\t<key>\t<bytes>\t<pin>"
-            b"ring" => rings.extend(ring_line(&path)),
+            // (Told again at registration: once is enough.)
+            b"ring" => {
+                if let Some(left) = ring_line(&path)
+                    && !rings
+                        .iter()
+                        .any(|r: &crate::ebpf::LeftRing| r.key == left.key)
+                {
+                    rings.push(left);
+                }
+            }
             _ => {}
         }
     }

@@ -76,7 +76,15 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         crate::ebpf::warm_up_capture();
         if request.log.is_some() {
             // And creates the capture's ring buffer on another.
-            crate::ebpf::prepare_ring(request.log_buffer);
+            // A ring in the pin cache's `EVENTS` is the janitor's to take
+            // out after the run, from the moment it is this run's.
+            let bytes = request.log_buffer;
+            let janitor = &mut request.janitor;
+            crate::ebpf::prepare_ring(bytes, &mut |left| {
+                if let Some(janitor) = janitor.as_mut() {
+                    janitor.ring(left);
+                }
+            });
         }
         // Loading and verifying the programs needs no cgroup: on a thread,
         // while the run is decided, the host objects made and the init

@@ -6,7 +6,7 @@
 //! also recorded the other's effects, and every effect twice); the links
 //! are gone after the runs; the runs' rings are taken out of the pinned
 //! `EVENTS` after them (by their janitors, which leave at most two fresh
-//! spares for the runs to come), also after a SIGKILL; a
+//! spares for the runs to come), also after a SIGKILL or a refusal; a
 //! tampered cache is detected, warned about and replaced; `tartaros cache
 //! drop` leaves nothing.
 //!
@@ -180,7 +180,21 @@ fn logged_runs_share_checked_pins_and_record_only_their_own_effects() {
         "the stale entries were not removed"
     );
 
-    // 4. A changed map (the level) is detected: warned, replaced, and the
+    // 4. A run refused after it took a spare (an unknown --user): its
+    // janitor takes the ring out (it was announced before it was taken).
+    let refused = Command::new(bin())
+        .args(["run", "--log"])
+        .arg(logs.join("refused.jsonl"))
+        .args(["--user", "tartaros-no-such-user", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(78), "{}", stderr(&refused));
+    assert!(
+        eventually(10, || rings_in_use(&dir).is_empty()),
+        "the refused run's ring stayed in EVENTS"
+    );
+
+    // 5. A changed map (the level) is detected: warned, replaced, and the
     // run still logs everything.
     set_u32(&obj_get(&dir.join("map_RUN_LEVEL")), 77);
     let work = Dir::new();
@@ -194,7 +208,7 @@ fn logged_runs_share_checked_pins_and_record_only_their_own_effects() {
     let dir = cache_dir_of("full_").expect("pinned again");
     assert_ne!(obj_id(&obj_get(&dir.join("prog_sys_enter"))), sys_enter);
 
-    // 5. `cache drop` leaves nothing mounted and nothing behind.
+    // 6. `cache drop` leaves nothing mounted and nothing behind.
     drop_cache();
     assert!(!mounted(), "the bpffs is still mounted");
     assert!(!Path::new(PIN_ROOT).exists() && !Path::new(PIN_LOCK).exists());

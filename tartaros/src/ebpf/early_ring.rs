@@ -60,14 +60,16 @@ static PENDING: Mutex<Option<Pending>> = Mutex::new(None);
 /// else for the run's own object. Optional: without it, or when it fails,
 /// the attach makes the ring itself.
 pub fn prepare(bytes: u32, shared_events: Option<OwnedFd>) {
+    prepare_keyed(bytes, shared_events.map(|events| (events, unique_key())));
+}
+
+/// [`prepare`], the ring put into the shared `EVENTS` under the key given
+/// with it (told to whoever takes it out after the run before it is in).
+pub fn prepare_keyed(bytes: u32, shared_events: Option<(OwnedFd, u64)>) {
     let made = match shared_events {
-        Some(events) => std::thread::Builder::new()
+        Some((events, key)) => std::thread::Builder::new()
             .name("ebpf-ring".into())
-            .spawn(move || {
-                create(bytes)
-                    .and_then(|r| place(r, events, unique_key()))
-                    .ok()
-            })
+            .spawn(move || create(bytes).and_then(|r| place(r, events, key)).ok())
             .map(Made::Placed),
         None => {
             let (sender, receiver) = sync_channel(1);

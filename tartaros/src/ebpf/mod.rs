@@ -302,9 +302,12 @@ pub fn retire_pinned_ring(left: &LeftRing) {
 
 /// Starts making the capture's ring buffer of `bytes` ready on a thread,
 /// in the service's maps when this process adopted them. Optional; call
-/// it early in a `--log` run.
-pub fn prepare_ring(bytes: u32) {
-    shared::prepare_ring(bytes);
+/// it early in a `--log` run. A ring put into the pin cache's `EVENTS` is
+/// given to `announce` first: the caller has it taken out after the run
+/// ([`retire_pinned_ring`], the janitor), also when the run never gets
+/// to use it.
+pub fn prepare_ring(bytes: u32, announce: &mut dyn FnMut(&LeftRing)) {
+    shared::prepare_ring(bytes, announce);
 }
 
 /// Starts reading the structure offsets and tracepoint ids that capture

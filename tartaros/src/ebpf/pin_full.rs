@@ -9,7 +9,7 @@
 //! removal from a map of maps waits for an RCU grace period (8-12 ms on
 //! the VM): longer than the rest of a run's start. So a run's janitor,
 //! after the run, takes its ring out and puts a fresh one in as a spare
-//! (at most [`MAX_SPARES`] of a size, listed in the pinned [`SPARES_PIN`]),
+//! (at most [`MAX_SPARES`], listed in the pinned [`SPARES_PIN`]),
 //! which the next run takes without a wait; both waits are nobody's.
 
 use std::os::fd::{AsFd as _, OwnedFd};
@@ -28,9 +28,13 @@ const REFUSED: &str = "_refused";
 /// The pin of the cache's list of spare rings: key in `EVENTS` -> (map
 /// id, size).
 pub(super) const SPARES_PIN: &str = "spares";
-/// Spare rings of one size kept at most (each is its size of kernel
+/// Spare rings kept at most, of any size (each is its size of kernel
 /// memory until a run takes it, or `tartaros cache drop`).
 const MAX_SPARES: usize = 2;
+/// The largest ring kept as a spare (twice the default): a run with a
+/// larger `--log-buffer` leaves none, and the next such run waits for its
+/// insert.
+const MAX_SPARE_BYTES: u32 = 2 * super::DEFAULT_RING_BYTES;
 /// Entries of the list (spares of every size).
 const SPARES_ENTRIES: u32 = 16;
 
@@ -130,7 +134,7 @@ fn spares_at(events_pin: &Path) -> Option<HashMap<MapData, u64, [u32; 2]>> {
 }
 
 /// The `EVENTS` pin of the cache of every program a run to come would use.
-fn events_pin() -> Option<std::path::PathBuf> {
+pub(super) fn events_pin() -> Option<std::path::PathBuf> {
     if !load::kernel_layout_ready() {
         return None;
     }
@@ -140,14 +144,24 @@ fn events_pin() -> Option<std::path::PathBuf> {
     Some(dir.join(format!("map_{}", tartaros_common::MAP_EVENTS)))
 }
 
-/// A spare ring of `bytes` for a run to come, taken off the list: its key
-/// in `EVENTS`, its descriptor and the map id of that `EVENTS`.
-pub(super) fn take_spare(bytes: u32) -> Option<(u64, OwnedFd, u32)> {
-    let events_pin = events_pin()?;
-    let events = MapData::from_fd(super::pin_sys::get(&events_pin).ok()?).ok()?;
-    let outer_id = events.info().ok()?.id();
+/// A spare ring of `bytes` for a run to come, taken off the list of the
+/// cache whose `EVENTS` is pinned at `events_pin` (given to `announce`
+/// first): its key in `EVENTS`, its descriptor and the map id of that
+/// `EVENTS`. A listed spare that is not the ring under its key in
+/// `EVENTS` (gone, or another map) is dropped from the list.
+pub(super) fn take_spare(
+    bytes: u32,
+    events_pin: &Path,
+    announce: &mut dyn FnMut(&super::LeftRing),
+) -> Option<(u64, OwnedFd, u32)> {
+    let events = super::pin_sys::get(events_pin).ok()?;
+    let outer_id = MapData::from_fd(events.try_clone().ok()?)
+        .ok()?
+        .info()
+        .ok()?
+        .id();
     let _lock = pin_cache::lock().ok()?;
-    let mut spares = spares_at(&events_pin)?;
+    let mut spares = spares_at(events_pin)?;
     let keys: Vec<u64> = spares.keys().filter_map(Result::ok).collect();
     for key in keys {
         let Ok([id, size]) = spares.get(&key, 0) else {
@@ -156,56 +170,58 @@ pub(super) fn take_spare(bytes: u32) -> Option<(u64, OwnedFd, u32)> {
         if size != bytes {
             continue;
         }
-        // Off the list first: a spare is never handed to two runs.
+        // Announced before it is off the list, and off the list before it
+        // is used: a spare is never lost, nor handed to two runs.
+        announce(&super::LeftRing {
+            pin: events_pin.to_path_buf(),
+            key,
+            bytes,
+        });
         spares.remove(&key).ok()?;
-        let ring = MapData::from_id(id).ok()?;
-        let info = ring.info().ok()?;
-        let is_ring = info.map_type().ok() == Some(aya::maps::MapType::RingBuf)
-            && info.max_entries() == bytes;
-        if !is_ring {
+        if super::pin_sys::inner_map_id(events.as_fd(), key) != Some(id) {
             continue;
         }
-        let fd = ring.fd().as_fd().try_clone_to_owned().ok()?;
-        return Some((key, fd, outer_id));
+        let Ok(ring) = MapData::from_id(id) else {
+            continue;
+        };
+        let is_ring = ring.info().is_ok_and(|info| {
+            info.map_type().ok() == Some(aya::maps::MapType::RingBuf) && info.max_entries() == bytes
+        });
+        if let (true, Ok(fd)) = (is_ring, ring.fd().as_fd().try_clone_to_owned()) {
+            return Some((key, fd, outer_id));
+        }
     }
     None
 }
 
 /// After a run (in its janitor): a fresh spare ring of `bytes` put into
-/// the `EVENTS` pinned at `events_pin` and listed, unless there are
-/// [`MAX_SPARES`] of that size already. Waits for a grace period.
+/// the `EVENTS` pinned at `events_pin` and listed, unless the list holds
+/// [`MAX_SPARES`] already or `bytes` is over [`MAX_SPARE_BYTES`]: what
+/// the host keeps for runs to come stays bounded. Waits for a grace
+/// period (two when the list filled meanwhile).
 pub fn add_spare(events_pin: &Path, bytes: u32) {
-    let Some(spares) = spares_at(events_pin) else {
-        return;
-    };
-    let of_size = spares
-        .iter()
-        .filter_map(Result::ok)
-        .filter(|(_, [_, size])| *size == bytes)
-        .count();
-    if of_size >= MAX_SPARES {
+    let full = |spares: &HashMap<MapData, u64, [u32; 2]>| spares.keys().count() >= MAX_SPARES;
+    if bytes > MAX_SPARE_BYTES || spares_at(events_pin).is_none_or(|s| full(&s)) {
         return;
     }
     let Ok(events) = super::pin_sys::get(events_pin) else {
         return;
     };
+    // Made without the lock (the insert waits for a grace period), so
+    // the list is counted again under it.
     let Ok((key, ring)) = super::early_ring::place_spare(bytes, events) else {
         return;
     };
-    let Some(id) = MapData::from_fd(ring)
+    let id = MapData::from_fd(ring)
         .ok()
         .and_then(|r| r.info().ok())
-        .map(|i| i.id())
-    else {
-        super::retire_pinned_ring(&super::LeftRing {
-            pin: events_pin.to_path_buf(),
-            key,
-            bytes: 0,
-        });
-        return;
-    };
-    let listed = pin_cache::lock().ok().and_then(|_lock| {
+        .map(|i| i.id());
+    let listed = id.and_then(|id| {
+        let _lock = pin_cache::lock().ok()?;
         let mut spares = spares_at(events_pin)?;
+        if full(&spares) {
+            return None;
+        }
         spares.insert(key, [id, bytes], 0).ok()
     });
     if listed.is_none() {
@@ -216,12 +232,4 @@ pub fn add_spare(events_pin: &Path, bytes: u32) {
             bytes: 0,
         });
     }
-}
-
-/// `EVENTS` of the cache of every program for a run to come (`None` when
-/// there is no such cache yet, or the kernel layout is not read yet): the
-/// run's ring is put into it on a thread while the run is set up.
-pub(super) fn events() -> Option<OwnedFd> {
-    let fd = super::pin_sys::get(&events_pin()?).ok()?;
-    (super::pin_sys::kind(fd.as_fd()) == super::pin_sys::Kind::Map).then_some(fd)
 }

@@ -165,6 +165,26 @@ pub(super) fn array_value(map: BorrowedFd<'_>, key: u32, value: &mut [u8]) -> io
     bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).map(drop)
 }
 
+/// The id of the inner map under `key` in the map of maps `outer` (a
+/// lookup from user space gives the inner map's id); `None` when the key
+/// is not there.
+pub(super) fn inner_map_id(outer: BorrowedFd<'_>, key: u64) -> Option<u32> {
+    let mut id = 0u32;
+    let mut attr = [0u8; ATTR_BYTES];
+    put(&mut attr, 0, &(outer.as_raw_fd() as u32).to_le_bytes());
+    put(
+        &mut attr,
+        8,
+        &(std::ptr::from_ref(&key) as u64).to_le_bytes(),
+    );
+    put(
+        &mut attr,
+        16,
+        &(std::ptr::from_mut(&mut id) as u64).to_le_bytes(),
+    );
+    bpf(BPF_MAP_LOOKUP_ELEM, &mut attr).ok().map(|_| id)
+}
+
 /// Whether `path` is the root of a bpffs.
 pub(super) fn is_bpffs(path: &Path) -> bool {
     nix::sys::statfs::statfs(path)

@@ -324,7 +324,7 @@ pub fn adopt_from_env() -> Result<(), EbpfError> {
 /// it is of that size, else one placed into the adopted `EVENTS`, else
 /// (no service) one placed into the pin cache's `EVENTS`, else one of the
 /// run's own object.
-pub(super) fn prepare_ring(bytes: u32) {
+pub(super) fn prepare_ring(bytes: u32, announce: &mut dyn FnMut(&super::LeftRing)) {
     let Ok(mut guard) = ADOPTED.lock() else {
         return;
     };
@@ -332,11 +332,23 @@ pub(super) fn prepare_ring(bytes: u32) {
         drop(guard);
         // A spare of the pin cache when there is one, else one put into
         // its `EVENTS` (the run will most likely take its programs from
-        // there), else one for an object of the run's own.
-        if let Some((key, ring, outer_id)) = super::pin_full::take_spare(bytes) {
-            return super::early_ring::prepare_spare(bytes, ring, key, outer_id, false);
+        // there), else one for an object of the run's own. A ring in the
+        // cache's `EVENTS` is announced before it is this run's, so that
+        // it is taken out after the run whatever happens to the run
+        // before it registers (refused, killed, or loading its own
+        // programs after all).
+        if let Some(pin) = super::pin_full::events_pin() {
+            if let Some((key, ring, outer_id)) = super::pin_full::take_spare(bytes, &pin, announce)
+            {
+                return super::early_ring::prepare_spare(bytes, ring, key, outer_id, false);
+            }
+            if let Ok(events) = super::pin_sys::get(&pin) {
+                let key = super::early_ring::unique_key();
+                announce(&super::LeftRing { pin, key, bytes });
+                return super::early_ring::prepare_keyed(bytes, Some((events, key)));
+            }
         }
-        return super::early_ring::prepare(bytes, super::pin_full::events());
+        return super::early_ring::prepare(bytes, None);
     };
     let Some(data) = load::map_data(&adopted.object, tartaros_common::MAP_EVENTS) else {
         return;
