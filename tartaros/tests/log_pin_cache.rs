@@ -7,6 +7,7 @@
 //! are gone after the runs; the runs' rings are taken out of the pinned
 //! `EVENTS` after them (by their janitors, which leave at most two fresh
 //! spares for the runs to come), also after a SIGKILL or a refusal; a
+//! live run's ring listed as a spare is not handed to the next run; a
 //! tampered cache is detected, warned about and replaced; `tartaros cache
 //! drop` leaves nothing.
 //!
@@ -151,7 +152,37 @@ fn logged_runs_share_checked_pins_and_record_only_their_own_effects() {
         "the runs' rings stayed in EVENTS"
     );
 
-    // 3. A SIGKILLed supervisor: its janitor takes its ring out, the next
+    // 3. A live run's ring listed as a spare (root on the host writing the
+    // list) is not handed to the next run: each log stays its own.
+    let (b, c) = (Dir::new(), Dir::new());
+    let (log_b, log_c) = (logs.join("b2.jsonl"), logs.join("c2.jsonl"));
+    let go = logs.join("go2");
+    let run_b = agent(&b, &log_b, "b", Some(&go));
+    assert!(eventually(20, || b.join("ready").exists()), "no start");
+    let live = rings_in_use(&dir);
+    assert_eq!(live.len(), 1, "run b has a ring");
+    let mut id = [0u8; 4];
+    assert!(lookup(&obj_get(&dir.join("map_EVENTS")), live[0], &mut id));
+    let mut listed = id.to_vec();
+    listed.extend_from_slice(&(8u32 << 20).to_le_bytes());
+    let spares = obj_get(&dir.join("spares"));
+    let events = obj_get(&dir.join("map_EVENTS"));
+    // Only the live ring on the list: the real spares are taken out.
+    for key in keys(&spares) {
+        delete(&spares, key);
+        delete(&events, key);
+    }
+    update(&spares, live[0], &listed);
+    let run_c = agent(&c, &log_c, "c", None);
+    logged_exactly_its_own(run_c, &c, &log_c, "c");
+    std::fs::write(&go, "").unwrap();
+    logged_exactly_its_own(run_b, &b, &log_b, "b");
+    assert!(
+        eventually(10, || rings_in_use(&dir).is_empty()),
+        "the runs' rings stayed in EVENTS"
+    );
+
+    // 3b. A SIGKILLed supervisor: its janitor takes its ring out, the next
     // run removes its entries.
     let work = Dir::new();
     let never = work.join("never");

@@ -170,6 +170,15 @@ pub(super) fn take_spare(
         if size != bytes {
             continue;
         }
+        // Not a spare (gone, another map, or a registered run's ring: the
+        // list is only as good as whoever wrote it): dropped from the list,
+        // not announced, so no janitor takes a live run's ring out.
+        let spare = super::pin_sys::inner_map_id(events.as_fd(), key) == Some(id)
+            && !ring_in_use(events_pin, key);
+        if !spare {
+            let _ = spares.remove(&key);
+            continue;
+        }
         // Announced before it is off the list, and off the list before it
         // is used: a spare is never lost, nor handed to two runs.
         announce(&super::LeftRing {
@@ -178,9 +187,6 @@ pub(super) fn take_spare(
             bytes,
         });
         spares.remove(&key).ok()?;
-        if super::pin_sys::inner_map_id(events.as_fd(), key) != Some(id) {
-            continue;
-        }
         let Ok(ring) = MapData::from_id(id) else {
             continue;
         };
@@ -192,6 +198,25 @@ pub(super) fn take_spare(
         }
     }
     None
+}
+
+/// Whether a registered run's configuration names the ring under `key`
+/// (or `RUNS` cannot be read: then it is taken as used).
+fn ring_in_use(events_pin: &Path, key: u64) -> bool {
+    let runs = events_pin
+        .parent()
+        .map(|dir| dir.join(format!("map_{}", tartaros_common::MAP_RUNS)))
+        .and_then(|pin| super::pin_sys::get(&pin).ok())
+        .and_then(|fd| MapData::from_fd(fd).ok())
+        .and_then(|data| {
+            HashMap::<_, u64, tartaros_common::capture::RunConfig>::try_from(Map::HashMap(data))
+                .ok()
+        });
+    let Some(runs) = runs else {
+        return true;
+    };
+    runs.iter()
+        .any(|entry| entry.map_or(true, |(_, config)| config.ring == key))
 }
 
 /// After a run (in its janitor): a fresh spare ring of `bytes` put into

@@ -85,6 +85,33 @@ pub fn keys(map: &OwnedFd) -> Vec<u64> {
     }
 }
 
+/// `BPF_MAP_LOOKUP_ELEM` of the u64 `key` in `map` into `value` (a map of
+/// maps gives the inner map's id); false when the key is not there.
+pub fn lookup(map: &OwnedFd, key: u64, value: &mut [u8]) -> bool {
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_le_bytes());
+    attr[8..16].copy_from_slice(&(std::ptr::from_ref(&key) as u64).to_le_bytes());
+    attr[16..24].copy_from_slice(&(value.as_mut_ptr() as u64).to_le_bytes());
+    bpf(1, &mut attr).is_ok()
+}
+
+/// `BPF_MAP_UPDATE_ELEM` of the u64 `key` in `map` with `value`.
+pub fn update(map: &OwnedFd, key: u64, value: &[u8]) {
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_le_bytes());
+    attr[8..16].copy_from_slice(&(std::ptr::from_ref(&key) as u64).to_le_bytes());
+    attr[16..24].copy_from_slice(&(value.as_ptr() as u64).to_le_bytes());
+    bpf(2, &mut attr).expect("update the map");
+}
+
+/// `BPF_MAP_DELETE_ELEM` of the u64 `key` in `map`.
+pub fn delete(map: &OwnedFd, key: u64) {
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&(map.as_raw_fd() as u32).to_le_bytes());
+    attr[8..16].copy_from_slice(&(std::ptr::from_ref(&key) as u64).to_le_bytes());
+    bpf(3, &mut attr).expect("delete from the map");
+}
+
 /// Writes `value` at index 0 of the pinned array `map` of u32.
 pub fn set_u32(map: &OwnedFd, value: u32) {
     let key = 0u32;
