@@ -155,15 +155,19 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
         denies.push(MountOp::DenyWrite(path.clone()));
         pins.extend(ancestors_to_pin(policy, path));
     }
-    // The host's cgroup hierarchies show every other run (its name, its
-    // process count and CPU use: one user's agent watched another's runs
-    // under the service, adversarial round 13): covered like a read deny.
-    let cgroups = Path::new(CGROUP_ROOT);
-    if exists(cgroups) == Some(true)
-        && !held.iter().any(|(p, _)| p.starts_with(cgroups))
-        && !policy.read_denies.iter().any(|d| cgroups.starts_with(d))
-    {
-        denies.push(MountOp::DenyReadDir(cgroups.to_path_buf()));
+    // Covered like read denies: the host's cgroup hierarchies show every
+    // other run (its name, its process count and CPU use: one user's
+    // agent watched another's runs under the service, adversarial round
+    // 13); tartaros's own state (the pin cache's lock, the kernel layout
+    // cache) is files an agent run as uid 0 owns, whose lock or lease
+    // stalled every later run's start (round 17).
+    for dir in HOST_ONLY.map(Path::new) {
+        if exists(dir) == Some(true)
+            && !held.iter().any(|(p, _)| p.starts_with(dir))
+            && !policy.read_denies.iter().any(|d| dir.starts_with(d))
+        {
+            denies.push(MountOp::DenyReadDir(dir.to_path_buf()));
+        }
     }
     pins.sort();
     pins.dedup();
@@ -174,6 +178,11 @@ pub fn plan(policy: &Policy, cwd: &Path, exists: &dyn Fn(&Path) -> Option<bool>)
 
 /// Where the host mounts its cgroup hierarchies.
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+/// Where tartaros keeps its state on the host (`ebpf::PIN_ROOT`, its
+/// lock, the kernel layout cache, the placeholder registry).
+const STATE_DIR: &str = "/run/tartaros";
+/// The host's directories no sandbox shows.
+const HOST_ONLY: [&str; 2] = [CGROUP_ROOT, STATE_DIR];
 
 /// Whether the sandbox shows the host's object at `path`: nothing under its
 /// private /dev and /tmp but the held trees.

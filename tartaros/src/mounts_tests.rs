@@ -106,7 +106,7 @@ fn a_private_tmp_keeps_roots_writable_and_everything_else_read_only() {
     assert!(
         !ops.iter().any(
             |op| matches!(op, MountOp::DenyReadDir(p) | MountOp::DenyReadFile(p)
-            if p != Path::new(CGROUP_ROOT))
+            if !HOST_ONLY.iter().any(|h| p == Path::new(h)))
         ),
         "nothing of the host to hide in the private /tmp and /dev: {ops:?}"
     );
@@ -223,19 +223,21 @@ fn read_denies_pick_file_or_dir_and_skip_absent() {
 }
 
 #[test]
-fn the_host_s_cgroup_hierarchies_are_covered_once() {
-    let cover = MountOp::DenyReadDir(CGROUP_ROOT.into());
-    let count = |ops: &[MountOp]| ops.iter().filter(|op| **op == cover).count();
-    let policy = Policy {
-        writable_roots: vec!["/w".into()],
-        ..Default::default()
-    };
-    assert_eq!(count(&plan(&policy, Path::new("/w"), &dirs_only)), 1);
-    // Denied by the policy already, or absent: nothing more.
-    let denied = Policy {
-        read_denies: vec!["/sys".into()],
-        ..policy.clone()
-    };
-    assert_eq!(count(&plan(&denied, Path::new("/w"), &dirs_only)), 0);
-    assert_eq!(count(&plan(&policy, Path::new("/w"), &|_| None)), 0);
+fn the_host_s_cgroup_hierarchies_and_tartaros_s_state_are_covered_once() {
+    for (dir, parent) in [(CGROUP_ROOT, "/sys"), (STATE_DIR, "/run")] {
+        let cover = MountOp::DenyReadDir(dir.into());
+        let count = |ops: &[MountOp]| ops.iter().filter(|op| **op == cover).count();
+        let policy = Policy {
+            writable_roots: vec!["/w".into()],
+            ..Default::default()
+        };
+        assert_eq!(count(&plan(&policy, Path::new("/w"), &dirs_only)), 1);
+        // Denied by the policy already, or absent: nothing more.
+        let denied = Policy {
+            read_denies: vec![parent.into()],
+            ..policy.clone()
+        };
+        assert_eq!(count(&plan(&denied, Path::new("/w"), &dirs_only)), 0);
+        assert_eq!(count(&plan(&policy, Path::new("/w"), &|_| None)), 0);
+    }
 }
