@@ -35,14 +35,7 @@ fn attached_unix_connect(cgroup: &Path) -> Vec<u32> {
 
 /// The one cache directory.
 fn cache_dir() -> Option<PathBuf> {
-    std::fs::read_dir(PIN_ROOT)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("unix_"))
-        })
+    cache_dir_of("unix_")
 }
 
 /// The agent: connects to the host socket (which it must not reach) and
