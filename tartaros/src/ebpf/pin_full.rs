@@ -251,10 +251,6 @@ pub fn add_spare(events_pin: &Path, bytes: u32) {
     });
     if listed.is_none() {
         // Full, or the cache was dropped meanwhile: not left unlisted.
-        super::retire_pinned_ring(&super::LeftRing {
-            pin: events_pin.to_path_buf(),
-            key,
-            bytes: 0,
-        });
+        super::remove_pinned_ring(events_pin, key);
     }
 }
