@@ -8,7 +8,9 @@
 //! - [`Unnamed::Lost`]: the record names no file at all, and the log is
 //!   `incomplete`. The agent's string could not be read (a page the kernel
 //!   faults in and the capture cannot) or was cut at 255 bytes, so a
-//!   refused read of a secret reads as a refused read of nothing; or a
+//!   refused read of a secret reads as a refused read of nothing (an
+//!   open that failed with `ENXIO`, past every check, is a claim
+//!   instead: [`failed_past_every_check`]); or a
 //!   call on a descriptor of a shared fd table (`path_unverified`) that no
 //!   notification names instead (a refused call, an inode-flag call).
 //! - [`Unnamed::Claimed`]: a refused attempt whose relative string was
@@ -68,6 +70,10 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     let mut claimed = false;
     for key in agents {
         if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
+            if failed_past_every_check(m) {
+                claimed = true;
+                continue;
+            }
             return Some(Unnamed::Lost(format!(
                 "`{key}` unreadable or cut at 255 bytes"
             )));
@@ -92,6 +98,24 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     claimed.then_some(Unnamed::Claimed)
 }
 
+/// `ENXIO` (include/uapi/asm-generic/errno-base.h).
+const ENXIO: u64 = 6;
+
+/// An open that failed with `ENXIO`: the kernel gives it only after the
+/// open passed every check the sandbox makes (the mount's, the
+/// permission walk, Landlock's `file_open` hook), from the file's own
+/// `open` (a FIFO without a reader under `O_NONBLOCK`, a socket, a
+/// device without a driver, `/dev/tty` without a controlling terminal),
+/// and nothing was opened. So its name hides no refusal and no change:
+/// bash opens `/dev/tty` from a `.rodata` page not yet faulted in at
+/// every start without a terminal, and each such run was `incomplete`.
+/// The record still says the name is unreadable.
+fn failed_past_every_check(m: &Map<String, Value>) -> bool {
+    let kind = m.get("kind").and_then(Value::as_str);
+    matches!(kind, Some("open" | "create" | "truncate"))
+        && m.get("errno").and_then(Value::as_u64) == Some(ENXIO)
+}
+
 /// Whether the writer's `record` is one [`classify`] calls lost. The
 /// writer counts them so that `tartaros run` exits as `verify` will judge
 /// the log: it exited 0 on logs `verify` called incomplete. Only a record
@@ -110,6 +134,7 @@ pub(super) fn names_no_file(r: &Record) -> bool {
     let mut m = Map::new();
     m.insert("kind".into(), r.kind.into());
     m.insert("decision".into(), r.decision.as_str().into());
+    m.insert("errno".into(), r.errno.into());
     m.insert("target".into(), Value::Object(r.target.to_map()));
     matches!(classify(&m), Some(Unnamed::Lost(_)))
 }
@@ -192,5 +217,30 @@ mod tests {
         assert!(!names_no_file(&effect("exec", 2, 1, 0, t, None)));
         let t = json!({"path": "/w/x", "path_source": "kernel", "path_unreadable": true});
         assert!(!names_no_file(&effect("open", 2, 1, 0, t, Some(13))));
+        let t = json!({"path": "", "path_source": "agent", "path_unreadable": true});
+        assert!(!names_no_file(&effect("open", 2, 1, 0, t, Some(6))));
+    }
+
+    #[test]
+    fn an_open_that_failed_past_every_check_is_a_claim_not_a_lost_name() {
+        use serde_json::json;
+        let open = |kind: &str, errno: u64| {
+            let m = json!({"kind": kind, "decision": "denied", "errno": errno,
+                "target": {"path": "", "path_source": "agent", "path_unreadable": true}});
+            classify(m.as_object().unwrap())
+        };
+        assert_eq!(open("open", 6), Some(Unnamed::Claimed), "bash's /dev/tty");
+        assert_eq!(
+            open("create", 6),
+            Some(Unnamed::Claimed),
+            "a FIFO, no reader"
+        );
+        for refused in [1, 2, 13, 26, 30, 40] {
+            assert!(
+                matches!(open("open", refused), Some(Unnamed::Lost(_))),
+                "errno {refused} can be the sandbox's refusal"
+            );
+        }
+        assert!(matches!(open("unlink", 6), Some(Unnamed::Lost(_))));
     }
 }
