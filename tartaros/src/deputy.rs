@@ -197,6 +197,9 @@ pub struct CreatedFile {
     name: OsString,
     dev: u64,
     ino: u64,
+    /// The file itself: an effect log is append-only while it lives
+    /// (`append_only.rs`), which refuses its unlink until cleared.
+    file: File,
 }
 
 /// Creates the file `path` exclusively (`O_CREAT | O_EXCL`: an existing
@@ -235,6 +238,7 @@ pub fn create_file(
         name: name.to_os_string(),
         dev: stat.st_dev,
         ino: stat.st_ino,
+        file: file.try_clone()?,
     };
     Ok((file, created))
 }
@@ -253,6 +257,7 @@ impl CreatedFile {
         );
         match now {
             Ok(stat) if stat.st_dev == self.dev && stat.st_ino == self.ino => {
+                let _ = crate::append_only::set(&self.file, false);
                 nix::unistd::unlinkat(
                     Some(self.dir.as_raw_fd()),
                     self.name.as_os_str(),

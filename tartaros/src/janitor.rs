@@ -68,6 +68,13 @@ impl Janitor {
         self.say(&format!("ring\t{}\t{}", left.key, left.bytes), &left.pin);
     }
 
+    /// Asks for the live log (descriptor `fd` of the supervisor) to be let
+    /// go of its append-only flag should the supervisor die before the
+    /// seal, which clears it itself (`append_only.rs`).
+    pub fn log(&mut self, fd: std::os::fd::RawFd) {
+        self.say("log", Path::new(&fd.to_string()));
+    }
+
     /// The run ended normally and cleaned up itself: the janitor exits.
     pub fn done(mut self) {
         let _ = self.pipe.write_all(b"done\n");
@@ -80,6 +87,17 @@ impl Janitor {
         line.push(b'\n');
         let _ = self.pipe.write_all(&line);
     }
+}
+
+/// The supervisor's descriptor `fd` (a decimal string), opened anew
+/// through `/proc` while the supervisor, our parent, lives.
+fn reopen_parents(fd: &Path) -> Option<File> {
+    let fd: u32 = fd.to_str()?.parse().ok()?;
+    let parent = nix::unistd::getppid();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .open(format!("/proc/{parent}/fd/{fd}"))
+        .ok()
 }
 
 /// The descriptor the janitor keeps its pipe on; every other one is closed
@@ -100,6 +118,7 @@ fn serve(pipe: File) -> i32 {
     let mut v1 = Vec::new();
     let mut placeholders = Vec::new();
     let mut rings = Vec::new();
+    let mut logs = Vec::new();
     for line in BufReader::new(pipe).split(b'\n').map_while(Result::ok) {
         use std::os::unix::ffi::OsStrExt;
         let Some(tab) = line.iter().position(|b| *b == b'\t') else {
@@ -114,6 +133,9 @@ fn serve(pipe: File) -> i32 {
             b"cgroup" => cgroups.push(path),
             b"v1" => v1.push(path),
             b"placeholder" => placeholders.push(path),
+            // Reopened at once, while the supervisor holds it: after its
+            // death no name can be trusted to lead to the same file.
+            b"log" => logs.extend(reopen_parents(&path)),
             // "ring\t<key>\t<bytes>\t<pin>"
             // (Told again at registration: once is enough.)
             b"ring" => {
@@ -130,6 +152,9 @@ fn serve(pipe: File) -> i32 {
     }
     // The pipe closed without "done": the supervisor died.
     remove_rings(&rings);
+    for log in &logs {
+        let _ = crate::append_only::set(log, false);
+    }
     let mut code = 0;
     for cgroup in &cgroups {
         if crate::cgroup::kill_and_remove(cgroup, crate::cgroup::TEARDOWN_TIMEOUT).is_err() {

@@ -4,6 +4,7 @@
 //! mount plan) as pure functions, and one module per kernel mechanism applies
 //! them. The binary in `main.rs` is a thin CLI over it.
 
+pub(crate) mod append_only;
 pub mod broker;
 pub mod caller;
 pub mod cgroup;

@@ -399,6 +399,18 @@ fn create_on_host(
         Some(path) => {
             let (mut writer, created) = as_caller(|| LogWriter::create_undoable(path))
                 .map_err(|e| Refusal::new(exit::REFUSED, e))?;
+            // As the supervisor: the caller lacks CAP_LINUX_IMMUTABLE. An
+            // ordinary user's own run (no service) cannot either.
+            match writer.hold_append_only() {
+                Ok(()) => undo.announce_log(writer.raw_fd()),
+                Err(_) if run.init.user_namespace => {}
+                Err(e) => {
+                    let cause = std::error::Error::source(&e)
+                        .map(|s| format!(": {s}"))
+                        .unwrap_or_default();
+                    crate::tt_warn!("{e}{cause}");
+                }
+            }
             writer.set_batch_bytes(crate::runlog::BATCH_BYTES);
             undo.push(Undo::UnwrittenLog(created));
             Some(writer)

@@ -45,6 +45,13 @@ impl UndoStack {
         }
     }
 
+    /// Tells the janitor of the live log, append-only until its seal.
+    pub fn announce_log(&mut self, fd: std::os::fd::RawFd) {
+        if let Some(janitor) = self.janitor.as_mut() {
+            janitor.log(fd);
+        }
+    }
+
     pub fn push(&mut self, step: Undo) {
         if let Some(janitor) = self.janitor.as_mut() {
             match &step {

@@ -67,6 +67,12 @@ pub enum LogError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to make effect log {} append-only for the run (another process that can write its directory could replace it); put the log on a local filesystem with inode flags (ext4, xfs, btrfs, tmpfs)", path.display())]
+    AppendOnly {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("failed to write effect log record {seq} to {}", path.display())]
     Write {
         seq: u64,

@@ -83,6 +83,8 @@ pub struct LogWriter {
     kept_free: u64,
     // Extra seal fields (the kernel-sourced `files` list).
     seal_extra: Map<String, Value>,
+    /// The inode is append-only until the seal (`append_only.rs`).
+    append_only: bool,
 }
 
 impl LogWriter {
@@ -130,6 +132,7 @@ impl LogWriter {
             size_limit: u64::MAX,
             kept_free: 0,
             seal_extra: Map::new(),
+            append_only: false,
         };
         writer.size_limit = space::size_limit(&writer.file);
         writer.kept_free = space::kept_free(&writer.file);
@@ -455,8 +458,10 @@ impl LogWriter {
         self.emit("seal", m)?;
         self.state = State::Sealed;
         self.sync()?;
-        // The log is complete: give the reserve back (a truncation to
-        // the same size frees the blocks past the end).
+        // The log is complete: its owner may remove it from now on, and
+        // the reserve goes back (a truncation to the same size frees the
+        // blocks past the end; an append-only inode refuses it).
+        self.release_append_only();
         if let Ok(meta) = self.file.metadata() {
             let _ = self.file.set_len(meta.len());
         }
@@ -559,10 +564,12 @@ impl Drop for LogWriter {
         if self.state != State::Poisoned {
             let _ = self.flush();
         }
+        self.release_append_only();
     }
 }
 
 #[cfg(test)]
 mod tests;
 
+mod held;
 mod space;
