@@ -51,6 +51,13 @@ pub(super) const OWN_SIGNALS: &str = "signal handling of the caller";
 pub(super) const SHARED_MAPPING: &str =
     "a shared writable mapping of an fd whose open for writing is recorded";
 pub(super) const FD_STATE: &str = "changes the lock or state of an open fd only";
+/// Locks stay (tools in the roots need them; they end with the run), the
+/// commands that leave or hold state on the inode are refused by the
+/// default filter for their `cmd` and recorded (`refused_sometimes`).
+pub(super) const FCNTL: &str = "changes the lock or state of an open fd; the inode-state commands \
+    (F_SETLEASE, F_SET_RW_HINT, F_SET_FILE_RW_HINT) are refused by seccomp, their attempts recorded";
+pub(super) const FADVISE: &str = "page-cache advice for an open fd; POSIX_FADV_DONTNEED, which drops \
+    the cache of a host file the agent can read, is refused by seccomp, its attempts recorded";
 pub(super) const OWN_PROCESSES: &str =
     "only the agent's own processes (Landlock scopes tracing to them)";
 

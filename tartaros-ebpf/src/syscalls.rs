@@ -403,11 +403,14 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
                 return None;
             }
             // Another ABI's registers mean other arguments: none are kept.
-            // openat's mode, the argument the filter tests, is its fourth:
-            // it takes the path pointer's place, which no record reads.
+            // openat's mode and fadvise64's advice, the arguments the
+            // filter tests, are their fourth: they take the second's place
+            // (a path pointer, an offset), which no record reads.
             let args = if abi != 0 {
                 [0; 3]
-            } else if number == u64::from(nr::OPENAT) {
+            } else if number == u64::from(nr::OPENAT)
+                || number == u64::from(refused_sometimes::FADVISE64)
+            {
                 [a[0], a[2], a[3]]
             } else {
                 [a[0], a[1], a[2]]

@@ -7,14 +7,10 @@
 //! never kill, so an agent gets an error it can report instead of dying.
 //! `docs/seccomp.md` gives the reason for every entry.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 
-use seccompiler::{
-    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch, sock_filter,
-};
+use seccompiler::BackendError;
 
 /// Which filter to build. The default filter applies to every run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -160,6 +156,8 @@ named! {
     PER_LINUX = 0; PERSONALITY_QUERY = 0xffff_ffff;
     MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
     S_ISUID = 0o4000; S_ISGID = 0o2000;
+    F_SETLEASE = 1024; F_SET_RW_HINT = 1036; F_SET_FILE_RW_HINT = 1038;
+    POSIX_FADV_DONTNEED = 4;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
 /// refuses other bits) before using the type, so the filter looks at the
@@ -180,16 +178,20 @@ const NS_FLAGS: [Named; 8] = [
 /// `BPF_MAXINSNS`: the longest program the kernel accepts.
 pub const MAX_INSNS: usize = 4096;
 
+#[path = "seccomp_compile.rs"]
+mod compile;
 #[path = "seccomp_prologue.rs"]
 mod prologue;
 #[path = "seccomp_tables.rs"]
 mod tables;
-use prologue::prologue;
+use compile::{arch, syscall_nr};
+pub use compile::{build_program, install};
 #[cfg(test)]
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
-    DEFAULT_ALWAYS, REFUSED_IOCTLS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE, WHY_FAMILY, WHY_NETLINK,
-    WHY_NS, WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
+    DEFAULT_ALWAYS, REFUSED_FCNTLS, REFUSED_IOCTLS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE,
+    WHY_DONTNEED, WHY_FAMILY, WHY_NETLINK, WHY_NS, WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID,
+    WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -272,6 +274,14 @@ fn default_rules() -> Vec<Rule> {
     for (cmd, why) in REFUSED_IOCTLS {
         r.push(deny("ioctl", vec![arg(1, "cmd", Eq(cmd))], D, why));
     }
+    // State a sandbox process could leave on, or hold over, a host inode
+    // it owns or only reads: the owner is checked, the mount is not
+    // (docs/seccomp.md, "Leases and locks").
+    for (cmd, why) in REFUSED_FCNTLS {
+        r.push(deny("fcntl", vec![arg(1, "cmd", Eq(cmd))], D, why));
+    }
+    let dontneed = vec![arg(3, "advice", Eq(POSIX_FADV_DONTNEED))];
+    r.push(deny("fadvise64", dontneed, D, WHY_DONTNEED));
     let families = vec![AF_UNIX, AF_INET, AF_INET6, AF_NETLINK];
     r.push(deny("socket", vec![arg(0, "domain", NotIn(families))], D, WHY_FAMILY));
     for family in [AF_INET, AF_INET6] {
@@ -350,85 +360,6 @@ fn strict_rules() -> Vec<Rule> {
     r
 }
 
-/// The audit architecture and x32 bit for the running architecture, or
-/// `None` where no filter can be built.
-fn arch() -> Option<(TargetArch, u32, Option<u32>)> {
-    if cfg!(target_arch = "x86_64") {
-        Some((TargetArch::x86_64, 0xc000_003e, Some(0x4000_0000)))
-    } else if cfg!(target_arch = "aarch64") {
-        Some((TargetArch::aarch64, 0xc000_00b7, None))
-    } else {
-        None
-    }
-}
-
-/// The number of `name` on the running architecture.
-fn syscall_nr(name: &str) -> Option<i64> {
-    // Each `SYS_x` constant answers for the name `x`.
-    macro_rules! table {
-        ($($id:ident)*) => {
-            $(if name == &stringify!($id)[4..] {
-                return Some(libc::$id);
-            })*
-        };
-    }
-    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    table! {
-        SYS_ptrace SYS_process_vm_readv SYS_process_vm_writev SYS_process_madvise
-        SYS_pidfd_getfd SYS_bpf SYS_perf_event_open SYS_kexec_load SYS_kexec_file_load
-        SYS_init_module SYS_finit_module SYS_delete_module SYS_mount SYS_umount2
-        SYS_pivot_root SYS_move_mount SYS_open_tree SYS_fsopen SYS_fsmount SYS_fsconfig
-        SYS_fspick SYS_mount_setattr SYS_setns SYS_unshare SYS_clone SYS_clone3 SYS_keyctl
-        SYS_add_key SYS_request_key SYS_userfaultfd SYS_ioctl SYS_io_setup SYS_io_submit SYS_io_uring_setup
-        SYS_io_uring_enter SYS_io_uring_register SYS_socket SYS_socketpair SYS_acct
-        SYS_swapon SYS_swapoff SYS_reboot SYS_syslog SYS_quotactl SYS_quotactl_fd
-        SYS_open_by_handle_at SYS_name_to_handle_at SYS_lookup_dcookie SYS_personality
-        SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
-        SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
-        SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
-        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2
-    }
-    #[cfg(target_arch = "x86_64")]
-    table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod }
-    match name {
-        // Linux 6.15, one number on every architecture, not yet in `libc`.
-        "open_tree_attr" if arch().is_some() => Some(467),
-        // Linux 6.6, one number on every architecture; `libc` lacks it on aarch64.
-        "fchmodat2" if arch().is_some() => Some(452),
-        _ => None,
-    }
-}
-
-fn condition(c: &ArgCond) -> Vec<(SeccompCmpArgLen, SeccompCmpOp, u64)> {
-    // Dword: compare the low 32 bits only (see `ArgTest`); a pointer all 64.
-    let low = |op, value: u32| (SeccompCmpArgLen::Dword, op, u64::from(value));
-    match &c.test {
-        ArgTest::Eq(v) => vec![low(SeccompCmpOp::Eq, v.value)],
-        ArgTest::Ne(v) => vec![low(SeccompCmpOp::Ne, v.value)],
-        ArgTest::HasBits(v) => vec![low(SeccompCmpOp::MaskedEq(v.value.into()), v.value)],
-        ArgTest::MaskedEq { mask, value } => {
-            vec![low(SeccompCmpOp::MaskedEq((*mask).into()), value.value)]
-        }
-        ArgTest::NotIn(vs) => vs.iter().map(|v| low(SeccompCmpOp::Ne, v.value)).collect(),
-        ArgTest::NotNull => vec![(SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)],
-    }
-}
-
-fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
-    let err = |source| SeccompError::Rule {
-        syscall: rule.syscall,
-        source,
-    };
-    let mut conds = Vec::new();
-    for c in &rule.when {
-        for (len, op, value) in condition(c) {
-            let cond = SeccompCondition::new(c.index, len, op, value).map_err(err)?;
-            conds.push(cond);
-        }
-    }
-    SeccompRule::new(conds).map_err(err)
-}
-
 /// The rule of any tier that refuses `syscall` with these arguments (by
 /// index; a rule testing one past the end does not hold), if one does: how the capture tells the filter's EPERM from
 /// the kernel's own for a call refused for its arguments or in some runs
@@ -457,101 +388,6 @@ pub fn refusing_rule(syscall: &str, args: &[u64]) -> Option<Rule> {
     };
     all.into_iter()
         .find(|r| r.syscall == syscall && r.when.iter().all(holds))
-}
-
-/// Compile the filter for `opts` for the running architecture. Pure: no
-/// syscalls, so the sandbox init can build it early and install it last.
-pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
-    let (target, audit_arch, x32_bit) =
-        arch().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
-    // Per syscall: `None` = denied unconditionally, `Some(rules)` = denied
-    // when any of the rules matches.
-    let mut table: BTreeMap<i64, Option<Vec<SeccompRule>>> = BTreeMap::new();
-    let mut early = Vec::new();
-    for rule in rules(opts) {
-        let nr = syscall_nr(rule.syscall).ok_or(SeccompError::UnknownSyscall(rule.syscall))?;
-        if rule.errno != libc::EPERM {
-            if !rule.when.is_empty() {
-                return Err(SeccompError::UnsupportedRule {
-                    syscall: rule.syscall,
-                    errno: rule.errno,
-                });
-            }
-            early.push((nr, rule.errno));
-            continue;
-        }
-        let slot = table.entry(nr).or_insert_with(|| Some(Vec::new()));
-        if rule.when.is_empty() {
-            *slot = None;
-        } else if let Some(list) = slot {
-            list.push(seccomp_rule(&rule)?);
-        }
-    }
-    // seccompiler's empty chain means "always match".
-    let map = table
-        .into_iter()
-        .map(|(nr, r)| (nr, r.unwrap_or_default()))
-        .collect();
-    let filter = SeccompFilter::new(
-        map,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        target,
-    )
-    .map_err(SeccompError::Compile)?;
-    let body: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
-    let mut program = prologue(audit_arch, x32_bit, &early);
-    program.extend(body);
-    if program.len() > MAX_INSNS {
-        return Err(SeccompError::BadLength(program.len()));
-    }
-    Ok(program)
-}
-
-// seccompiler's `sock_filter` is a `repr(C)` copy of the kernel's; `install`
-// hands it to the kernel as `libc::sock_filter`.
-const _: () = assert!(
-    std::mem::size_of::<sock_filter>() == std::mem::size_of::<libc::sock_filter>()
-        && std::mem::align_of::<sock_filter>() == std::mem::align_of::<libc::sock_filter>()
-);
-
-/// Install `program` on the calling thread. Only syscalls, no allocation: it
-/// may run between `fork` and `execve`. The caller must have set
-/// `no_new_privs` (refused otherwise, even as root: without it a setuid
-/// binary could run with the filter's protection but raised privileges). No
-/// TSYNC: the sandbox init is single-threaded and filters are inherited.
-pub fn install(program: &BpfProgram) -> Result<(), SeccompError> {
-    let len = match u16::try_from(program.len()) {
-        Ok(n) if n > 0 && program.len() <= MAX_INSNS => n,
-        _ => return Err(SeccompError::BadLength(program.len())),
-    };
-    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointers and only reads a flag.
-    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) };
-    if nnp < 0 {
-        return Err(SeccompError::QueryNoNewPrivs(io::Error::last_os_error()));
-    }
-    if nnp != 1 {
-        return Err(SeccompError::NoNewPrivs);
-    }
-    let fprog = libc::sock_fprog {
-        len,
-        // The kernel only reads the program (copy_from_user).
-        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
-    };
-    // SAFETY: `fprog` points to `len` initialized instructions of identical
-    // layout (asserted above) that outlive the call; the kernel copies them.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::c_ulong::from(libc::SECCOMP_SET_MODE_FILTER),
-            0 as libc::c_ulong,
-            &fprog as *const libc::sock_fprog,
-        )
-    };
-    if rc != 0 {
-        return Err(SeccompError::Install(io::Error::last_os_error()));
-    }
-    Ok(())
 }
 
 fn errno_name(errno: i32) -> String {

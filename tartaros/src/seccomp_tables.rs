@@ -132,5 +132,24 @@ const WHY_FSCRYPT_POLICY: &str = "persistent fscrypt state through a read-only d
     encryption policy, the superblock's salt (written by the first query)";
 const WHY_VERITY: &str = "makes a file permanently read-only (fs-verity) through a read-only \
     descriptor; not undone by any later chmod or write";
+/// The fcntl commands refused on every run (`cmd`, an `unsigned int`),
+/// and why. They act on the inode, not on the descriptor: the kernel
+/// asks only that the caller own the file (or, for a lease, hold
+/// `CAP_LEASE`), whatever the mount, so a read-only descriptor of a host
+/// file the agent's uid owns reaches them.
+pub(super) const REFUSED_FCNTLS: [(super::Named, &str); 3] = [
+    (
+        super::F_SETLEASE,
+        "a lease held on a host file makes the host's writers (and, for a write lease, readers and \
+         execs) wait up to the lease-break time (45 s) each, or until the run ends",
+    ),
+    (super::F_SET_RW_HINT, WHY_RW_HINT),
+    (super::F_SET_FILE_RW_HINT, WHY_RW_HINT),
+];
+const WHY_RW_HINT: &str = "a write-life hint is stored in the inode: set on a host file the agent's uid \
+    owns, it stays after the run and steers where the host's filesystem places its writes";
+pub(super) const WHY_DONTNEED: &str = "drops the page cache of any file the agent can read, a host \
+    file included (the host's binaries, libraries, databases): the host rereads them from disk, a \
+    timing side channel and a slowdown the agent controls; other advice stays";
 pub(super) const WHY_WINSZ: &str = "the launcher's terminal: a new window size outlives the run and SIGWINCH \
     reaches the launcher's job on the host";

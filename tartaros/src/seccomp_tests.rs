@@ -15,7 +15,7 @@ fn has(rules: &[Rule], text: &str) -> bool {
 #[test]
 fn constants_match_libc() {
     use libc as c;
-    let pairs: [(Named, i64); 25] = [
+    let pairs: [(Named, i64); 27] = [
         (CLONE_NEWTIME, c::CLONE_NEWTIME.into()),
         (CLONE_NEWNS, c::CLONE_NEWNS.into()),
         (CLONE_NEWCGROUP, c::CLONE_NEWCGROUP.into()),
@@ -41,6 +41,8 @@ fn constants_match_libc() {
         (PR_SET_MM, c::PR_SET_MM.into()),
         (S_ISUID, c::S_ISUID.into()),
         (S_ISGID, c::S_ISGID.into()),
+        (F_SETLEASE, c::F_SETLEASE.into()),
+        (POSIX_FADV_DONTNEED, c::POSIX_FADV_DONTNEED.into()),
     ];
     for (named, libc_value) in pairs {
         assert_eq!(i64::from(named.value), libc_value, "{}", named.name);
@@ -51,6 +53,10 @@ fn constants_match_libc() {
         0
     );
     assert_eq!(MAX_INSNS, c::BPF_MAXINSNS as usize);
+    // linux/fcntl.h: F_LINUX_SPECIFIC_BASE (1024) + 12 and + 14; `libc`
+    // lacks them.
+    assert_eq!(F_SET_RW_HINT.value, c::F_SETLEASE as u32 + 12);
+    assert_eq!(F_SET_FILE_RW_HINT.value, c::F_SETLEASE as u32 + 14);
 }
 
 #[test]
@@ -381,4 +387,36 @@ fn the_capture_names_every_refused_ioctl_as_the_filter_does() {
         assert_eq!(ioctl::refused_name(cmd | 0x7_0000_0000), Some(name));
     }
     assert_eq!(ioctl::refused_name(ioctl::FS_IOC_SETFLAGS), None);
+}
+
+#[test]
+fn host_inode_state_is_refused_and_ordinary_fcntl_and_advice_allowed() {
+    let rules = rules(&SeccompOptions::default());
+    for text in [
+        "fcntl if cmd == F_SETLEASE -> EPERM",
+        "fcntl if cmd == F_SET_RW_HINT -> EPERM",
+        "fcntl if cmd == F_SET_FILE_RW_HINT -> EPERM",
+        "fadvise64 if advice == POSIX_FADV_DONTNEED -> EPERM",
+    ] {
+        let rule = rules.iter().find(|r| r.to_string() == text).expect(text);
+        assert_eq!(rule.tier, Tier::Default, "{text}");
+    }
+    for cmd in [1024, 1036, 1038, 0xffff_ffff_0000_0400] {
+        let rule = refusing_rule("fcntl", &[3, cmd, 0]).expect("refused");
+        assert_eq!(rule.tier, Tier::Default);
+    }
+    // F_GETFL, F_SETFD, F_SETLK, F_SETLKW, F_OFD_SETLK, F_GETLEASE,
+    // F_GET_RW_HINT, F_SETPIPE_SZ, F_ADD_SEALS.
+    for cmd in [3, 2, 6, 7, 37, 1025, 1035, 1031, 1033] {
+        assert!(refusing_rule("fcntl", &[3, cmd, 0]).is_none(), "{cmd}");
+    }
+    // The advice is the fourth argument (fd, offset, len, advice).
+    assert!(refusing_rule("fadvise64", &[3, 0, 0, 4]).is_some());
+    for advice in [0, 1, 2, 3, 5] {
+        assert!(refusing_rule("fadvise64", &[3, 0, 0, advice]).is_none());
+    }
+    assert!(
+        refusing_rule("fadvise64", &[3, 0, 4]).is_none(),
+        "no fourth register kept: no proof"
+    );
 }

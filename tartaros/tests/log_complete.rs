@@ -9,6 +9,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
+use common::lease::HostLease;
 use common::*;
 use serde_json::Value;
 
@@ -568,27 +569,15 @@ print('proxy', p.recv(12))"
     );
 }
 
-/// The agent's lease-holding child keeps a write open blocked in the kernel
+/// The host's lease keeps the agent's write open blocked in the kernel
 /// while a second thread rewrites what the open was given: the path
-/// (openat) to another file. The records have what the kernel was asked,
+/// (openat) to another file (the sandbox refuses `F_SETLEASE`). The records have what the kernel was asked,
 /// read at entry. (openat2, whose `open_how` flags could be flipped the
 /// same way, is refused with ENOSYS: docs/seccomp.md.)
 const FLIP_WHILE_BLOCKED: &str = r#"
-import struct, fcntl, threading, time, signal
+import threading, time
 W = sys.argv[1]
 def leased(name, call, flip):
-    open(W + '/' + name, 'w').close()
-    r, w = os.pipe()
-    holder = os.fork()
-    if holder == 0:
-        signal.signal(signal.SIGIO, lambda *a: None)
-        fd = os.open(W + '/' + name, os.O_RDONLY)
-        fcntl.fcntl(fd, 1024, fcntl.F_RDLCK)  # F_SETLEASE
-        os.write(w, b'1')
-        time.sleep(1.5)
-        fcntl.fcntl(fd, 1024, fcntl.F_UNLCK)
-        os._exit(0)
-    os.read(r, 1)
     result = {}
     def run():
         result['tid'] = threading.get_native_id()
@@ -611,7 +600,6 @@ def leased(name, call, flip):
     print(name, 'blocked', time.time() - started > 0.2, 'opened', fd >= 0)
     os.write(fd, b'written by ' + name.encode())
     os.close(fd)
-    os.waitpid(holder, 0)
 leased('leased', lambda: libc.syscall(257, -100, (W + '/leased').encode(), os.O_WRONLY, 0),
        lambda: None)
 hook = W + '/pre-commit'
@@ -628,6 +616,8 @@ fn arguments_rewritten_while_an_open_blocks_are_recorded_as_asked() {
     let logs = Dir::new();
     let log = logs.join("effects.jsonl");
     let w = work.path().to_str().unwrap();
+    let files = [work.file("leased", ""), work.file("pre-commit", "")];
+    let lease = HostLease::take(&[&files[0], &files[1]]);
     let out = tartaros(
         &[
             "run",
@@ -644,6 +634,7 @@ fn arguments_rewritten_while_an_open_blocks_are_recorded_as_asked() {
         work.path(),
     );
     eprintln!("{}\n{}", stdout(&out), stderr(&out));
+    assert_eq!(lease.released(), 2, "each open broke its lease");
     expect(&out, "leased blocked True opened", "True");
     expect(&out, "pre-commit blocked True opened", "True");
     assert_eq!(

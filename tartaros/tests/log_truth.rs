@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::process::Command;
 
+use common::lease::{HostLease, lease_waiter_is};
 use common::logged::*;
 use common::*;
 use serde_json::Value;
@@ -199,14 +200,15 @@ fn racing_creates_are_logged_under_their_real_names() {
     assert_eq!(sealed, on_disk, "the seal lists every created file");
 }
 
+/// The agent: opens the target for writing, which the host's lease holds
+/// blocked in the kernel, while a thread rewrites the path buffer to the
+/// decoy.
 const LEASE: &str = r#"
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 static char buf[4096];
@@ -222,25 +224,6 @@ static void *rewrite(void *arg) {
 int main(int argc, char **argv) {
     const char *target = argv[1];
     decoy = argv[2];
-    int p[2];
-    if (pipe(p)) return 4;
-    pid_t holder = fork();
-    if (holder == 0) {
-        /* Holds a read lease: an open for writing blocks until it goes. */
-        signal(SIGIO, SIG_IGN);
-        int fd = open(target, O_RDONLY);
-        char ok = fcntl(fd, F_SETLEASE, F_RDLCK) == 0 ? 'k' : 'e';
-        if (ok != 'k') perror("F_SETLEASE");
-        if (write(p[1], &ok, 1) != 1) _exit(1);
-        usleep(500000);
-        fcntl(fd, F_SETLEASE, F_UNLCK);
-        _exit(0);
-    }
-    char ok = 0;
-    if (read(p[0], &ok, 1) != 1 || ok != 'k') {
-        printf("no lease\n");
-        return 2;
-    }
     strcpy(buf, target);
     pthread_t t;
     pthread_create(&t, NULL, rewrite, NULL);
@@ -249,7 +232,6 @@ int main(int argc, char **argv) {
     if (write(fd, "evil\n", 5) != 5) return 5;
     close(fd);
     pthread_join(t, NULL);
-    waitpid(holder, NULL, 0);
     printf("buffer now %s\n", buf);
     return 0;
 }
@@ -265,15 +247,26 @@ fn a_blocked_open_whose_path_is_rewritten_names_the_real_file() {
     let hook = root.file(".git/hooks/pre-commit", "#!/bin/sh\n");
     let notes = root.file("src/notes.txt", "notes\n");
     chown_tree(root.path());
-    let (out, records) = run_logged(
-        &root,
-        &logs,
-        &[
-            exe.to_str().unwrap(),
-            hook.to_str().unwrap(),
-            notes.to_str().unwrap(),
-        ],
-    );
+    // The lease is the host's, taken before the run starts: the sandbox
+    // refuses F_SETLEASE.
+    let lease = HostLease::take(&[&hook]);
+    let argv = [
+        exe.to_str().unwrap(),
+        hook.to_str().unwrap(),
+        notes.to_str().unwrap(),
+    ];
+    let ((out, records), blocked) = std::thread::scope(|s| {
+        let run = s.spawn(|| run_logged(&root, &logs, &argv));
+        // Seen from the host: the agent's open waits on the lease.
+        let mut seen = false;
+        eventually(30, || {
+            seen = lease_waiter_is("lease");
+            seen || run.is_finished()
+        });
+        (run.join().unwrap(), seen)
+    });
+    assert_eq!(lease.released(), 1, "the agent's open broke the lease");
+    assert!(blocked, "the agent's open never waited on the host's lease");
     assert!(
         stdout(&out).contains("buffer now"),
         "{}{}",

@@ -192,6 +192,11 @@ fn everyday_calls_are_allowed_under_every_option() {
         (SYS_prctl, [PR_SET_NAME as u64, 0, 0, 0, 0, 0]),
         (SYS_seccomp, [0; 6]),
         (SYS_landlock_restrict_self, [0; 6]),
+        // Locks and queries; DONTNEED's value in the length, not the advice.
+        (SYS_fcntl, [3, F_SETLKW as u64, 0, 0, 0, 0]),
+        (SYS_fcntl, [3, F_GETLEASE as u64, 0, 0, 0, 0]),
+        (SYS_fadvise64, [3, 0, 0, POSIX_FADV_SEQUENTIAL as u64, 0, 0]),
+        (SYS_fadvise64, [3, 0, 4, 0, 0, 0]),
     ];
     for opts in all_options() {
         let prog = build_program(&opts).expect("program");
@@ -287,7 +292,7 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_settimeofday SYS_clock_settime SYS_clock_adjtime SYS_adjtimex SYS_sethostname
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64 SYS_getpid
-        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2
+        SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl SYS_fadvise64
     };
     #[cfg(target_arch = "x86_64")]
     v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod });

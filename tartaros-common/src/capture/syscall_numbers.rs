@@ -188,13 +188,16 @@ pub mod nr {
 /// The kernel runs no tracepoint before seccomp, so `sys_exit` records
 /// every EPERM of these from their registers, and the decoder keeps those
 /// the filter's own rules refuse (`seccomp::refusing_rule`): a user
-/// namespace, a raw socket, a core-size limit, a `ptrace` tried and
-/// refused is an attempt a reviewer must see. A test in the tartaros crate
+/// namespace, a raw socket, a core-size limit, a lease or a write-life
+/// hint on a host file, a `ptrace` tried and refused is an attempt a
+/// reviewer must see. `fadvise64`'s tested argument (the advice) is its
+/// fourth, kept in the record like `openat`'s mode. A test in the tartaros crate
 /// holds this list and the rules together.
 pub mod refused_sometimes {
     pub const OPEN: u32 = 2;
     pub const SOCKET: u32 = 41;
     pub const CLONE: u32 = 56;
+    pub const FCNTL: u32 = 72;
     pub const CREAT: u32 = 85;
     pub const MKNOD: u32 = 133;
     pub const OPENAT: u32 = 257;
@@ -210,13 +213,14 @@ pub mod refused_sometimes {
     pub const UNSHARE: u32 = 272;
     pub const FCHMODAT: u32 = 268;
     pub const MOVE_PAGES: u32 = 279;
+    pub const FADVISE64: u32 = 221;
     pub const FANOTIFY_INIT: u32 = 300;
     pub const PRLIMIT64: u32 = 302;
     pub const KCMP: u32 = 312;
     pub const MEMFD_CREATE: u32 = 319;
     pub const FCHMODAT2: u32 = 452;
 
-    const ALL: [u32; 23] = [
+    const ALL: [u32; 25] = [
         OPEN,
         CREAT,
         MKNOD,
@@ -224,6 +228,8 @@ pub mod refused_sometimes {
         MKNODAT,
         SOCKET,
         CLONE,
+        FCNTL,
+        FADVISE64,
         CHMOD,
         FCHMOD,
         PTRACE,

@@ -110,10 +110,11 @@ pub(super) fn put_more(t: &mut Target, s: &SysEvent) {
 /// A refused call's arguments by the filter's index. The exit record keeps
 /// three registers; openat's are its dirfd, flags and mode (the mode, its
 /// fourth argument, is what the filter tests), so its path pointer, which
-/// no rule reads, is left 0.
+/// no rule reads, is left 0; fadvise64's the same way its fd, length and
+/// advice (its offset left 0).
 pub(super) fn filtered_args(s: &SysEvent) -> Vec<u64> {
     let [a0, a1, a2] = s.args;
-    if s.nr == nr::OPENAT {
+    if s.nr == nr::OPENAT || s.nr == refused_sometimes::FADVISE64 {
         vec![a0, 0, a1, a2]
     } else {
         vec![a0, a1, a2]

@@ -360,6 +360,7 @@ pub fn open_fds(pid: i32) -> Vec<(i32, String)> {
     fds
 }
 
+pub mod lease;
 pub mod logged;
 #[allow(dead_code)]
 pub mod pins;
