@@ -58,6 +58,9 @@ pub(super) const FCNTL: &str = "changes the lock or state of an open fd; the ino
     (F_SETLEASE, F_SET_RW_HINT, F_SET_FILE_RW_HINT) are refused by seccomp, their attempts recorded";
 pub(super) const FADVISE: &str = "page-cache advice for an open fd; POSIX_FADV_DONTNEED, which drops \
     the cache of a host file the agent can read, is refused by seccomp, its attempts recorded";
+pub(super) const MADVISE: &str = "advice on the process's own mappings; MADV_COLD and MADV_PAGEOUT, \
+    which reclaim the host's cache of a file the agent owns, are refused by seccomp, their attempts \
+    recorded";
 pub(super) const OWN_PROCESSES: &str =
     "only the agent's own processes (Landlock scopes tracing to them)";
 

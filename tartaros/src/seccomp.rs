@@ -157,7 +157,7 @@ named! {
     MFD_EXEC = 0x10; PR_SET_MM = 35; RLIMIT_CORE = 4;
     S_ISUID = 0o4000; S_ISGID = 0o2000;
     F_SETLEASE = 1024; F_SET_RW_HINT = 1036; F_SET_FILE_RW_HINT = 1038;
-    POSIX_FADV_DONTNEED = 4;
+    POSIX_FADV_DONTNEED = 4; MADV_COLD = 20; MADV_PAGEOUT = 21;
 }
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
 /// refuses other bits) before using the type, so the filter looks at the
@@ -190,8 +190,8 @@ pub use compile::{build_program, install};
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
     DEFAULT_ALWAYS, REFUSED_FCNTLS, REFUSED_IOCTLS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE,
-    WHY_DONTNEED, WHY_FAMILY, WHY_NETLINK, WHY_NS, WHY_OPENAT2, WHY_SETGID_CREATE, WHY_SETID,
-    WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
+    WHY_DONTNEED, WHY_FAMILY, WHY_NETLINK, WHY_NS, WHY_OPENAT2, WHY_PAGEOUT, WHY_SETGID_CREATE,
+    WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -282,6 +282,9 @@ fn default_rules() -> Vec<Rule> {
     }
     let dontneed = vec![arg(3, "advice", Eq(POSIX_FADV_DONTNEED))];
     r.push(deny("fadvise64", dontneed, D, WHY_DONTNEED));
+    for advice in [MADV_COLD, MADV_PAGEOUT] {
+        r.push(deny("madvise", vec![arg(2, "advice", Eq(advice))], D, WHY_PAGEOUT));
+    }
     let families = vec![AF_UNIX, AF_INET, AF_INET6, AF_NETLINK];
     r.push(deny("socket", vec![arg(0, "domain", NotIn(families))], D, WHY_FAMILY));
     for family in [AF_INET, AF_INET6] {

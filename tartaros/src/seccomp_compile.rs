@@ -50,6 +50,7 @@ pub(super) fn syscall_nr(name: &str) -> Option<i64> {
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64
         SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl SYS_fadvise64
+        SYS_madvise
     }
     #[cfg(target_arch = "x86_64")]
     table! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod }

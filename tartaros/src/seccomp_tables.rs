@@ -151,5 +151,8 @@ const WHY_RW_HINT: &str = "a write-life hint is stored in the inode: set on a ho
 pub(super) const WHY_DONTNEED: &str = "drops the page cache of any file the agent can read, a host \
     file included (the host's binaries, libraries, databases): the host rereads them from disk, a \
     timing side channel and a slowdown the agent controls; other advice stays";
+pub(super) const WHY_PAGEOUT: &str = "reclaims the pages of a mapping: of a host file the agent's uid \
+    owns (every root-owned file under --user root), the host's own cache of it, as DONTNEED does; \
+    other advice stays";
 pub(super) const WHY_WINSZ: &str = "the launcher's terminal: a new window size outlives the run and SIGWINCH \
     reaches the launcher's job on the host";

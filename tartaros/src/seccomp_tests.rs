@@ -397,6 +397,8 @@ fn host_inode_state_is_refused_and_ordinary_fcntl_and_advice_allowed() {
         "fcntl if cmd == F_SET_RW_HINT -> EPERM",
         "fcntl if cmd == F_SET_FILE_RW_HINT -> EPERM",
         "fadvise64 if advice == POSIX_FADV_DONTNEED -> EPERM",
+        "madvise if advice == MADV_COLD -> EPERM",
+        "madvise if advice == MADV_PAGEOUT -> EPERM",
     ] {
         let rule = rules.iter().find(|r| r.to_string() == text).expect(text);
         assert_eq!(rule.tier, Tier::Default, "{text}");
@@ -419,4 +421,15 @@ fn host_inode_state_is_refused_and_ordinary_fcntl_and_advice_allowed() {
         refusing_rule("fadvise64", &[3, 0, 4]).is_none(),
         "no fourth register kept: no proof"
     );
+    // madvise(addr, len, advice): the allocators' advice stays (DONTNEED,
+    // FREE, HUGEPAGE, WILLNEED...).
+    for advice in [20, 21] {
+        assert!(refusing_rule("madvise", &[0x7000, 4096, advice]).is_some());
+    }
+    for advice in [0, 1, 2, 3, 4, 8, 9, 14, 15, 22, 23] {
+        assert!(
+            refusing_rule("madvise", &[0x7000, 4096, advice]).is_none(),
+            "{advice}"
+        );
+    }
 }

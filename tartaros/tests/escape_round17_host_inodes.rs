@@ -3,9 +3,11 @@
 //! for page-cache advice), never the mount, so a read-only descriptor of
 //! a host file of the agent's uid reached `F_SET_RW_HINT` (a write-life
 //! hint stored in the inode, left after the run), `F_SETLEASE` (the
-//! host's writers wait up to 45 s each) and `posix_fadvise(DONTNEED)`
-//! (drops the host's page cache of any readable file). The filter refuses
-//! the three commands and that advice with EPERM, and the log has each
+//! host's writers wait up to 45 s each), `posix_fadvise(DONTNEED)`
+//! (drops the host's page cache of any readable file) and
+//! `madvise(MADV_COLD / MADV_PAGEOUT)` on a mapping of it (reclaims the
+//! host's cache of an owned file; session 28). The filter refuses the
+//! three commands and that advice with EPERM, and the log has each
 //! attempt. Asserted from the host: the inode's hint, a non-blocking write
 //! open (which fails at once on a leased file), the file's pages in the
 //! page cache (`mincore`), `/proc/locks`, and the log's records. Ordinary
@@ -27,6 +29,8 @@ const F_SET_RW_HINT: u64 = 1036;
 const F_SET_FILE_RW_HINT: u64 = 1038;
 const F_SETLEASE: u64 = 1024;
 const POSIX_FADV_DONTNEED: u64 = 4;
+const MADV_COLD: u64 = 20;
+const MADV_PAGEOUT: u64 = 21;
 /// Big enough that "resident" is many pages, not one.
 const VICTIM_LEN: usize = 1 << 20;
 
@@ -37,6 +41,7 @@ const AGENT: &str = r#"
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -58,10 +63,21 @@ int main(int argc, char **argv) {
     tried("file_rw_hint", syscall(SYS_fcntl, fd, 1038, &hint));
     tried("lease", syscall(SYS_fcntl, fd, F_SETLEASE, F_RDLCK));
     tried("dontneed", syscall(SYS_fadvise64, fd, 0, 0, POSIX_FADV_DONTNEED));
+    /* Reclaim advice works on the pages mapped here: touch them all. */
+    long len = 1 << 20;
+    char *m = mmap(0, len, PROT_READ, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED) return 14;
+    volatile char sum = 0;
+    for (long i = 0; i < len; i += 4096) sum += m[i];
+    tried("cold", syscall(SYS_madvise, m, len, 20));
+    tried("pageout", syscall(SYS_madvise, m, len, 21));
     /* Controls: every one must work. */
     if (syscall(SYS_fcntl, fd, F_GETFL) < 0) return 10;
     if (syscall(SYS_fcntl, fd, F_SETFD, FD_CLOEXEC) != 0) return 11;
     if (syscall(SYS_fadvise64, fd, 0, 0, POSIX_FADV_SEQUENTIAL) != 0) return 12;
+    if (syscall(SYS_madvise, m, len, MADV_WILLNEED) != 0) return 15;
+    char *a = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a == MAP_FAILED || syscall(SYS_madvise, a, 4096, MADV_DONTNEED) != 0) return 16;
     snprintf(path, sizeof path, "%s/lockme", work);
     int lk = open(path, O_RDWR | O_CREAT, 0644);
     struct flock l = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
@@ -213,6 +229,8 @@ fn an_agent_owning_a_host_file_leaves_no_hint_lease_or_dropped_cache() {
         ("fcntl", "cmd", F_SET_FILE_RW_HINT),
         ("fcntl", "cmd", F_SETLEASE),
         ("fadvise64", "advice", POSIX_FADV_DONTNEED),
+        ("madvise", "advice", MADV_COLD),
+        ("madvise", "advice", MADV_PAGEOUT),
     ] {
         let found = refused(&records, name, key, value);
         assert_eq!(found.len(), 1, "{name} {key}={value}: {found:#?}");
@@ -225,9 +243,14 @@ fn an_agent_owning_a_host_file_leaves_no_hint_lease_or_dropped_cache() {
     let others: Vec<_> = records
         .iter()
         .filter(|r| r["kind"] == "syscall")
-        .filter(|r| matches!(r["target"]["syscall"].as_str(), Some("fcntl" | "fadvise64")))
+        .filter(|r| {
+            matches!(
+                r["target"]["syscall"].as_str(),
+                Some("fcntl" | "fadvise64" | "madvise")
+            )
+        })
         .collect();
-    assert_eq!(others.len(), 4, "{others:#?}");
+    assert_eq!(others.len(), 6, "{others:#?}");
     let verify = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
     assert_eq!(verify.status.code(), Some(0), "{}", stdout(&verify));
 }

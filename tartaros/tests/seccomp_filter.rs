@@ -197,6 +197,10 @@ fn everyday_calls_are_allowed_under_every_option() {
         (SYS_fcntl, [3, F_GETLEASE as u64, 0, 0, 0, 0]),
         (SYS_fadvise64, [3, 0, 0, POSIX_FADV_SEQUENTIAL as u64, 0, 0]),
         (SYS_fadvise64, [3, 0, 4, 0, 0, 0]),
+        // The allocators' advice; PAGEOUT's value in the length.
+        (SYS_madvise, [0x7000, 4096, MADV_DONTNEED as u64, 0, 0, 0]),
+        (SYS_madvise, [0x7000, 4096, MADV_FREE as u64, 0, 0, 0]),
+        (SYS_madvise, [0x7000, 21, MADV_HUGEPAGE as u64, 0, 0, 0]),
     ];
     for opts in all_options() {
         let prog = build_program(&opts).expect("program");
@@ -293,6 +297,7 @@ fn probe_numbers() -> Vec<(&'static str, i64)> {
         SYS_setdomainname SYS_chroot SYS_memfd_create SYS_prctl SYS_fanotify_init SYS_kcmp
         SYS_migrate_pages SYS_move_pages SYS_setrlimit SYS_prlimit64 SYS_getpid
         SYS_fchmod SYS_fchmodat SYS_openat SYS_mknodat SYS_openat2 SYS_fcntl SYS_fadvise64
+        SYS_madvise
     };
     #[cfg(target_arch = "x86_64")]
     v.extend(numbers! { SYS_iopl SYS_ioperm SYS_modify_ldt SYS_uselib SYS_chmod SYS_open SYS_creat SYS_mknod });

@@ -214,13 +214,14 @@ pub mod refused_sometimes {
     pub const FCHMODAT: u32 = 268;
     pub const MOVE_PAGES: u32 = 279;
     pub const FADVISE64: u32 = 221;
+    pub const MADVISE: u32 = 28;
     pub const FANOTIFY_INIT: u32 = 300;
     pub const PRLIMIT64: u32 = 302;
     pub const KCMP: u32 = 312;
     pub const MEMFD_CREATE: u32 = 319;
     pub const FCHMODAT2: u32 = 452;
 
-    const ALL: [u32; 25] = [
+    const ALL: [u32; 26] = [
         OPEN,
         CREAT,
         MKNOD,
@@ -230,6 +231,7 @@ pub mod refused_sometimes {
         CLONE,
         FCNTL,
         FADVISE64,
+        MADVISE,
         CHMOD,
         FCHMOD,
         PTRACE,

@@ -36,7 +36,7 @@ pub const TABLE: &[(u32, &str, Class)] = &[
     (25, "mremap", Inert(OWN_MEMORY)),
     (26, "msync", Inert(OWN_MEMORY)),
     (27, "mincore", Inert(READS)),
-    (28, "madvise", Inert(OWN_MEMORY)),
+    (28, "madvise", Inert(MADVISE)),
     (29, "shmget", Inert(OWN_IPC)),
     (30, "shmat", Inert(OWN_IPC)),
     (31, "shmctl", Inert(OWN_IPC)),
