@@ -13,6 +13,16 @@ use std::path::{Path, PathBuf};
 /// At most this many changed files are remembered (~100 bytes each);
 /// later ones are only counted.
 const MAX_TOUCHED: usize = 1_000_000;
+/// And at most this many bytes of names, for the files and the renames
+/// together (each name counted with [`ENTRY_BYTES`] of its set's own):
+/// the count alone let names of 4 KiB grow a root supervisor (or a
+/// service worker, outside the run's cgroup) by 2.3 GB in 30 s of an
+/// agent creating and removing files deep in a tree (adversarial round
+/// 19); past it, files are counted as not hashed, as past the count.
+const MAX_NAME_BYTES: usize = 64 << 20;
+/// What one remembered name costs beyond its bytes (a B-tree or hash
+/// entry, a `Vec` header), roughly.
+const ENTRY_BYTES: usize = 64;
 /// At most this many renames are remembered for [`Touched::settle`].
 const MAX_RENAMES: usize = 200_000;
 /// At most this many names one file touched by a record is followed to,
@@ -26,6 +36,8 @@ const MAX_SETTLE_STEPS: usize = 1 << 22;
 #[derive(Debug, Default)]
 pub(super) struct Touched {
     paths: BTreeSet<Vec<u8>>,
+    /// Bytes of the names remembered in every set (see [`MAX_NAME_BYTES`]).
+    name_bytes: usize,
     /// Changed files not remembered (over MAX_TOUCHED).
     untracked: u64,
     /// Every rename of the run, old name to new names, files and
@@ -57,7 +69,7 @@ pub(super) struct Touched {
 
 impl Touched {
     pub fn touch(&mut self, path: &Path) {
-        if !insert_bounded(&mut self.paths, path) {
+        if !insert_bounded(&mut self.paths, path, &mut self.name_bytes) {
             self.untracked += 1;
         }
     }
@@ -69,7 +81,7 @@ impl Touched {
     /// every rename of the run from it.
     pub fn touch_by_record(&mut self, path: &Path) {
         self.touch(path);
-        if !insert_bounded(&mut self.by_record, path) {
+        if !insert_bounded(&mut self.by_record, path, &mut self.name_bytes) {
             self.untracked += 1;
         }
     }
@@ -137,11 +149,13 @@ impl Touched {
     }
 
     fn remember_rename(&mut self, from: &Path, to: &Path, dir: bool) {
-        if self.renames >= MAX_RENAMES {
+        let cost = from.as_os_str().len() + to.as_os_str().len() + 2 * ENTRY_BYTES;
+        if self.renames >= MAX_RENAMES || self.name_bytes + cost > MAX_NAME_BYTES {
             self.renames_dropped = true;
             return;
         }
         self.renames += 1;
+        self.name_bytes += cost;
         let index = if dir {
             &mut self.renamed_dirs
         } else {
@@ -259,7 +273,7 @@ impl Touched {
             self.touch(to);
             return;
         }
-        if !insert_bounded(&mut self.renamed_into, to) {
+        if !insert_bounded(&mut self.renamed_into, to, &mut self.name_bytes) {
             self.untracked += 1;
         }
         let from = from.as_os_str().as_bytes();
@@ -274,14 +288,16 @@ impl Touched {
 }
 
 /// Adds `path` to `set` unless it is there; false when the set is full.
-fn insert_bounded(set: &mut BTreeSet<Vec<u8>>, path: &Path) -> bool {
+fn insert_bounded(set: &mut BTreeSet<Vec<u8>>, path: &Path, bytes: &mut usize) -> bool {
     let key = path.as_os_str().as_bytes();
     if set.contains(key) {
         return true;
     }
-    if set.len() >= MAX_TOUCHED {
+    let cost = key.len() + ENTRY_BYTES;
+    if set.len() >= MAX_TOUCHED || *bytes + cost > MAX_NAME_BYTES {
         return false;
     }
+    *bytes += cost;
     set.insert(key.to_vec());
     true
 }
@@ -289,6 +305,25 @@ fn insert_bounded(set: &mut BTreeSet<Vec<u8>>, path: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_names_are_bounded_by_their_bytes_not_only_their_count() {
+        let mut t = Touched::default();
+        let deep = format!("/w/{}", "d".repeat(4000));
+        let n = MAX_NAME_BYTES / 4000 + 100;
+        for i in 0..n {
+            t.touch(Path::new(&format!("{deep}/{i}")));
+        }
+        assert!(t.name_bytes <= MAX_NAME_BYTES);
+        let kept = t.paths.iter().map(|p| p.len()).sum::<usize>();
+        assert!(kept <= MAX_NAME_BYTES, "{kept}");
+        assert_eq!(t.paths.len() as u64 + t.untracked, n as u64);
+        assert!(t.untracked >= 100, "{}", t.untracked);
+        // A name already remembered costs nothing more.
+        let before = t.untracked;
+        t.touch(Path::new(&format!("{deep}/0")));
+        assert_eq!(t.untracked, before);
+    }
 
     #[test]
     fn a_renamed_directory_adds_its_descendants_and_nothing_else() {

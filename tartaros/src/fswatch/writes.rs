@@ -39,10 +39,14 @@ pub(super) struct WriteCounts {
     /// removal (open, unlink, write) is a write to a removed file, and
     /// only another file's write or counts end the mark.
     removed: HashMap<String, Option<Handle>>,
+    /// Bytes of [`Self::removed`]'s names (see [`NAME_BYTES`]).
+    removed_bytes: usize,
     /// The names renames of a file (by its handle) gave it or took from
     /// it: where a written file may be when the name its counts reached
     /// holds no file (see [`Self::names_of`]).
     names: HashMap<Handle, Vec<String>>,
+    /// Bytes of [`Self::names`]' names.
+    names_bytes: usize,
     /// Per thread, its last directory rename: the directory's handle and
     /// the names of counts it moved (see [`Self::renamed_dir`]).
     last_dir_move: HashMap<u32, (String, Handle, BTreeSet<String>)>,
@@ -58,6 +62,12 @@ const NAMES_PER_FILE: usize = 16;
 /// counts are then `not_found`, as without it).
 const REMOVED: usize = 65_536;
 
+/// Bound of the names [`WriteCounts::removed`] and [`WriteCounts::names`]
+/// each hold, in bytes (a name counted with 64 bytes of its entry's own):
+/// their counts alone let names of 4 KiB hold 250 MB of a root process
+/// (adversarial round 19). Reached, the map is forgotten, as at its count.
+const NAME_BYTES: usize = 16 << 20;
+
 impl WriteCounts {
     pub fn count(&mut self, path: &str, task: Task, ns: u64, fid: Option<&Handle>) {
         if self
@@ -65,7 +75,7 @@ impl WriteCounts {
             .get(path)
             .is_some_and(|gone| gone.is_none() || gone.as_ref() != fid)
         {
-            self.removed.remove(path);
+            self.forget_removed(path);
         }
         let entries = self.by_path.entry(path.to_string()).or_default();
         // One entry per process and file: a name can hold another file
@@ -103,12 +113,26 @@ impl WriteCounts {
     pub fn removed(&mut self, path: &str, fid: Option<&Handle>) -> Vec<Writes> {
         let done = self.flush(path, None);
         if done.is_empty() || fid.is_some() {
-            if self.removed.len() >= REMOVED {
+            let cost = path.len() + 64;
+            if self.removed.len() >= REMOVED || self.removed_bytes + cost > NAME_BYTES {
                 self.removed.clear();
+                self.removed_bytes = 0;
             }
-            self.removed.insert(path.to_string(), fid.cloned());
+            if self
+                .removed
+                .insert(path.to_string(), fid.cloned())
+                .is_none()
+            {
+                self.removed_bytes += cost;
+            }
         }
         done
+    }
+
+    fn forget_removed(&mut self, path: &str) {
+        if self.removed.remove(path).is_some() {
+            self.removed_bytes = self.removed_bytes.saturating_sub(path.len() + 64);
+        }
     }
 
     /// Whether `path` was removed (see [`Self::removed`]) and no other
@@ -235,15 +259,27 @@ impl WriteCounts {
 
     /// Remembers that the file `fid` had the name `path`.
     fn named(&mut self, fid: &Handle, path: &str) {
-        if self.names.len() >= NAMED_FILES && !self.names.contains_key(fid) {
+        let cost = |n: &str| n.len() + 64;
+        if (self.names.len() >= NAMED_FILES && !self.names.contains_key(fid))
+            || self.names_bytes + cost(path) > NAME_BYTES
+        {
             self.names.clear();
+            self.names_bytes = 0;
         }
         let names = self.names.entry(fid.clone()).or_default();
-        names.retain(|n| n != path);
+        let mut freed = 0;
+        names.retain(|n| {
+            let keep = n != path;
+            if !keep {
+                freed += cost(n);
+            }
+            keep
+        });
         if names.len() >= NAMES_PER_FILE {
-            names.remove(0);
+            freed += cost(&names.remove(0));
         }
         names.push(path.to_string());
+        self.names_bytes = (self.names_bytes + cost(path)).saturating_sub(freed);
     }
 
     /// The names renames gave or took from the file `fid`, newest last.
@@ -271,7 +307,7 @@ impl WriteCounts {
         if let Some(Some(gone)) = self.removed.get(to)
             && entries.iter().any(|w| w.fid.as_ref() != Some(gone))
         {
-            self.removed.remove(to);
+            self.forget_removed(to);
         }
         for w in &entries {
             if let Some(files) = self.by_process.get_mut(&w.task.tgid) {
@@ -345,6 +381,19 @@ mod tests {
         ppid: 1,
         uid: 0,
     };
+
+    #[test]
+    fn removed_names_are_bounded_by_their_bytes() {
+        let mut w = WriteCounts::default();
+        let deep = format!("/w/{}", "d".repeat(4000));
+        for i in 0..(NAME_BYTES / 4000 + 100) {
+            w.removed(&format!("{deep}/{i}"), None);
+            assert!(w.removed_bytes <= NAME_BYTES);
+            let held: usize = w.removed.keys().map(|k| k.len() + 64).sum();
+            assert_eq!(held, w.removed_bytes);
+        }
+        assert!(w.removed.len() < NAME_BYTES / 4000, "forgotten once full");
+    }
 
     #[test]
     fn counts_moved_by_a_directory_rename_keep_the_name_they_were_written_at() {
