@@ -50,6 +50,13 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     {
         return Some(Unnamed::Lost("on a shared descriptor, unverified".into()));
     }
+    if flag("name_unproven") {
+        // The kernel changed some attribute of the file that no record
+        // names (round 18, `fswatch/join_arguments.rs`).
+        return Some(Unnamed::Lost(
+            "`name`: the attribute set or removed is not the one the file shows".into(),
+        ));
+    }
     if flag("links_forgotten") {
         return Some(Unnamed::Lost(
             "`path` removed, and the links that may keep its file were forgotten".into(),
@@ -67,7 +74,9 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         .into_iter()
         .filter(|(key, named)| !named && t.contains_key(*key))
         .map(|(key, _)| key);
-    let mut claimed = false;
+    // A symlink gone, or a file replaced, before its contents or flags
+    // could be read back: the record says which value is the agent's.
+    let mut claimed = flag("target_unproven") || flag("flags_unproven");
     for key in agents {
         if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
             if failed_past_every_check(m) {
@@ -123,6 +132,7 @@ fn failed_past_every_check(m: &Map<String, Value>) -> bool {
 pub(super) fn names_no_file(r: &Record) -> bool {
     let flagged = r.target.keys().any(|k| {
         k == "path_unverified"
+            || k == "name_unproven"
             || k == "links_forgotten"
             || k == "not_found"
             || k.ends_with("_unreadable")

@@ -416,6 +416,14 @@ impl FidProbe {
         }
     }
 
+    /// A symlink's contents read through its own handle (a rename or a
+    /// new link at its name cannot change which inode is read); `None`
+    /// when it is gone or that cannot be told.
+    pub fn readlink(&self, handle: &Handle) -> Option<std::ffi::OsString> {
+        let (_, mount) = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
+        nix::fcntl::readlinkat(Some(open_handle(mount, handle).ok()?.as_raw_fd()), "").ok()
+    }
+
     /// The file's `(st_dev, st_ino)` while it has a link; `None` when it
     /// is gone or that cannot be told.
     pub fn linked_inode(&self, handle: &Handle) -> Option<(u64, u64)> {
