@@ -52,7 +52,10 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     }
     if flag("name_unproven") {
         // The kernel changed some attribute of the file that no record
-        // names (round 18, `fswatch/join_arguments.rs`).
+        // names (round 18, `fswatch/join_arguments.rs`). Not so a symlink
+        // gone, or a file replaced, before its contents or flags could be
+        // read back (`target_unproven`, `flags_unproven`): the record
+        // says the value is the agent's, and nothing else was changed.
         return Some(Unnamed::Lost(
             "`name`: the attribute set or removed is not the one the file shows".into(),
         ));
@@ -74,9 +77,7 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         .into_iter()
         .filter(|(key, named)| !named && t.contains_key(*key))
         .map(|(key, _)| key);
-    // A symlink gone, or a file replaced, before its contents or flags
-    // could be read back: the record says which value is the agent's.
-    let mut claimed = flag("target_unproven") || flag("flags_unproven");
+    let mut claimed = false;
     for key in agents {
         if flag(&format!("{key}_unreadable")) || flag(&format!("{key}_truncated")) {
             if failed_past_every_check(m) {
@@ -188,6 +189,18 @@ mod tests {
         assert!(fd("setflags", "allowed"), "no notification names it");
         assert!(fd("chmod", "denied"), "a refused call changed nothing");
         assert!(!fd("chmod", "allowed"), "its attrib record names the file");
+    }
+
+    #[test]
+    fn an_attribute_the_file_does_not_show_is_lost() {
+        use crate::effectlog::testutil::effect;
+        use serde_json::json;
+        let t = json!({"path": "/w/x", "path_source": "kernel", "name": "user.A",
+            "op": "set", "name_source": "agent", "name_unproven": true});
+        assert!(names_no_file(&effect("xattr", 2, 1, 0, t, None)));
+        let t = json!({"path": "/w/l", "path_source": "kernel", "target": "/a",
+            "target_source": "agent", "target_unproven": true});
+        assert!(!names_no_file(&effect("symlink", 2, 1, 0, t, None)));
     }
 
     #[test]

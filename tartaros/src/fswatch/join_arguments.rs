@@ -85,13 +85,15 @@ impl Join {
             r.target.insert("target_source", "agent");
             return;
         };
-        let read = match &handle {
-            Some(fid) => self.probe.readlink(fid),
-            // No handle reported (an older kernel): by the kernel's name.
-            None => std::fs::read_link(names::on_disk(&path))
-                .ok()
-                .map(|p| p.into_os_string()),
-        };
+        // No handle reported (an older kernel), or of a filesystem the
+        // probe cannot open handles on: by the kernel's name.
+        let read = handle
+            .and_then(|fid| self.probe.readlink(&fid))
+            .unwrap_or_else(|| {
+                std::fs::read_link(names::on_disk(&path))
+                    .ok()
+                    .map(|p| p.into_os_string())
+            });
         let Some(contents) = read else {
             r.target.insert("target_source", "agent");
             r.target.insert("target_unproven", true);

@@ -417,11 +417,13 @@ impl FidProbe {
     }
 
     /// A symlink's contents read through its own handle (a rename or a
-    /// new link at its name cannot change which inode is read); `None`
-    /// when it is gone or that cannot be told.
-    pub fn readlink(&self, handle: &Handle) -> Option<std::ffi::OsString> {
+    /// new link at its name cannot change which inode is read): inner
+    /// `None` when it is gone; `None` when the handle is of no filesystem
+    /// the probe can open handles on.
+    pub fn readlink(&self, handle: &Handle) -> Option<Option<std::ffi::OsString>> {
         let (_, mount) = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
-        nix::fcntl::readlinkat(Some(open_handle(mount, handle).ok()?.as_raw_fd()), "").ok()
+        let fd = open_handle(mount, handle).ok();
+        Some(fd.and_then(|fd| nix::fcntl::readlinkat(Some(fd.as_raw_fd()), "").ok()))
     }
 
     /// The file's `(st_dev, st_ino)` while it has a link; `None` when it
