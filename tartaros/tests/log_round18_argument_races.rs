@@ -308,6 +308,15 @@ fn arguments_the_log_presents_as_true_are_the_kernels() {
         by_kind("socket"),
         wrong[0]
     );
+    // An attribute name the file does not show is no plain `ok`.
+    let unshown = calls(&records, "xattr")
+        .iter()
+        .filter(|r| flag(r, "name_unproven"))
+        .count();
+    assert!(
+        unshown == 0 || code == Some(3),
+        "{unshown} xattr names unproven, verify {code:?}: {line}"
+    );
     // A refused bind whose name another task could rewrite says so.
     let denied: Vec<_> = records
         .iter()

@@ -83,6 +83,10 @@ pub(super) struct Join {
     /// The handles of symlinks the records named, by thread and record
     /// time, until their contents are read (`join_arguments.rs`).
     link_handles: HashMap<(u32, u64), super::notify::Handle>,
+    /// Xattr records whose name their file does not show, with when that
+    /// was seen; and the last record's time per (file, attribute).
+    unshown_xattrs: Vec<(Record, u64)>,
+    xattrs_seen: HashMap<(String, String), u64>,
 }
 
 /// A thread id of a record (`tid` when it is not the process leader).
@@ -390,7 +394,7 @@ impl Join {
             }
         }
         self.settle(now_ns, false, &mut out);
-        self.prove_arguments(&mut out);
+        self.prove_arguments(&mut out, now_ns, false);
         out
     }
 
@@ -398,7 +402,7 @@ impl Join {
     pub fn finish(&mut self, now_ns: u64) -> Vec<Record> {
         let mut out = Vec::new();
         self.settle(now_ns, true, &mut out);
-        self.prove_arguments(&mut out);
+        self.prove_arguments(&mut out, now_ns, true);
         out
     }
 

@@ -29,7 +29,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::{Join, Notice, tid_of};
+use super::{HOLD_NS, Join, Notice, tid_of};
 use crate::effectlog::{Decision, Record, names};
 use crate::fswatch::notify::Handle;
 use crate::fswatch::pairing::kernel_named;
@@ -40,6 +40,9 @@ const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
 /// `FS_IOC_SETFLAGS` may change; the others are the filesystem's own
 /// (`EXTENTS`, ...), which it reports whatever the caller passed.
 const USER_MODIFIABLE: u64 = 0x0003_80ff;
+/// The most (file, attribute) pairs remembered with their last record's
+/// time, for a record held back behind a later call on its name.
+const MAX_SEEN: usize = 4096;
 
 /// The handle of the notification `n` that named the symlink record `r`.
 pub(super) fn link_handle(r: &Record, n: &Notice) -> Option<Handle> {
@@ -60,18 +63,64 @@ impl Join {
     }
 
     /// Checks the arguments of the records about to be written against
-    /// the kernel's objects (see the module doc).
-    pub(super) fn prove_arguments(&mut self, out: &mut [Record]) {
-        for i in 0..out.len() {
-            let (done, later) = out.split_at_mut(i + 1);
-            let r = &mut done[i];
+    /// the kernel's objects (see the module doc). An xattr record whose
+    /// name the file does not show waits up to [`HOLD_NS`] for a later
+    /// call on that name (its record may be read after the check), then
+    /// goes out ahead of the batch; with `all`, nothing waits.
+    pub(super) fn prove_arguments(&mut self, out: &mut Vec<Record>, now_ns: u64, all: bool) {
+        let batch = std::mem::take(out);
+        let mut kept = Vec::with_capacity(batch.len());
+        let mut unshown: Vec<(Record, u64)> = std::mem::take(&mut self.unshown_xattrs);
+        for mut r in batch {
+            if r.kind == "xattr" && !prove_name(&mut r) {
+                unshown.push((r, now_ns));
+                continue;
+            }
             match r.kind {
-                "symlink" => self.prove_target(r),
-                "setflags" => prove_flags(r),
-                "xattr" => prove_name(r, later),
+                "symlink" => self.prove_target(&mut r),
+                "setflags" => prove_flags(&mut r),
                 _ => {}
             }
+            kept.push(r);
         }
+        let keys: Vec<_> = unshown
+            .iter()
+            .map(|(r, _)| (xattr_key(r), r.mono_ns))
+            .collect();
+        let mut ready = Vec::new();
+        for (i, (mut r, at)) in unshown.into_iter().enumerate() {
+            let Some(key) = &keys[i].0 else {
+                ready.push(r);
+                continue;
+            };
+            let later = |l: &Record| l.mono_ns > r.mono_ns && xattr_key(l).as_ref() == Some(key);
+            let changed_later = kept.iter().any(later)
+                || keys
+                    .iter()
+                    .any(|(k, ns)| *ns > r.mono_ns && k.as_ref() == Some(key))
+                || self.xattrs_seen.get(key).is_some_and(|&ns| ns > r.mono_ns);
+            if changed_later {
+                // `setfattr -n x; setfattr -x x`: the later call explains it.
+                ready.push(r);
+            } else if all || now_ns.saturating_sub(at) > HOLD_NS {
+                // The call changed another attribute than the record names.
+                r.target.insert("name_unproven", true);
+                ready.push(r);
+            } else {
+                self.unshown_xattrs.push((r, at));
+            }
+        }
+        if self.xattrs_seen.len() > MAX_SEEN {
+            self.xattrs_seen.clear();
+        }
+        ready.extend(kept);
+        for r in &ready {
+            if let Some(key) = xattr_key(r) {
+                let ns = self.xattrs_seen.entry(key).or_default();
+                *ns = (*ns).max(r.mono_ns);
+            }
+        }
+        *out = ready;
     }
 
     fn prove_target(&mut self, r: &mut Record) {
@@ -168,22 +217,21 @@ fn inode_flags(path: &Path, inode: Option<(u64, u64)>) -> Option<u64> {
     (rc == 0).then_some(flags as u64 & 0xffff_ffff)
 }
 
-/// An xattr record's name against the kernel's file: present after a
-/// set, absent after a removal.
-fn prove_name(r: &mut Record, later: &[Record]) {
-    if r.decision != Decision::Allowed {
-        return;
+/// The file and attribute an allowed xattr record names from the kernel.
+fn xattr_key(r: &Record) -> Option<(String, String)> {
+    if r.kind != "xattr" || r.decision != Decision::Allowed {
+        return None;
     }
-    let Some(path) = kernel_named(r) else {
-        return;
-    };
-    let Some(name) = r
-        .target
-        .get("name")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
-        return;
+    let name = r.target.get("name").and_then(Value::as_str)?;
+    Some((kernel_named(r)?, name.to_string()))
+}
+
+/// An xattr record's name against the kernel's file: present after a
+/// set, absent after a removal. `false` when the file shows otherwise
+/// (the record is marked `name_source: "agent"` and waits).
+fn prove_name(r: &mut Record) -> bool {
+    let Some((path, name)) = xattr_key(r) else {
+        return true;
     };
     let set = r.target.get("op").and_then(Value::as_str) == Some("set");
     let size = value_size(&names::on_disk(&path), &name);
@@ -193,7 +241,7 @@ fn prove_name(r: &mut Record, later: &[Record]) {
         // Not a file this host can ask (gone, unsupported): unchecked.
         Err(_) => {
             r.target.insert("name_source", "agent");
-            return;
+            return true;
         }
     };
     if holds == set {
@@ -204,19 +252,13 @@ fn prove_name(r: &mut Record, later: &[Record]) {
             r.target.insert("size", size);
             r.target.insert("size_source", "kernel");
         }
-        return;
+        return true;
     }
     r.target.insert("name_source", "agent");
-    // A later call of the batch on that name explains it (`setfattr -n
-    // x; setfattr -x x`); otherwise the call changed another attribute.
-    let changed_later = later.iter().any(|l| {
-        l.kind == "xattr"
-            && l.target.get("name").and_then(Value::as_str) == Some(name.as_str())
-            && kernel_named(l).as_deref() == Some(path.as_str())
-    });
-    if !changed_later {
-        r.target.insert("name_unproven", true);
-    }
+    // Only a `user.` or `trusted.` attribute is stored as it was set: a
+    // POSIX ACL equal to the file's mode is not stored at all (only the
+    // mode changes), and `security.` names belong to the modules.
+    !(name.starts_with("user.") || name.starts_with("trusted."))
 }
 
 /// The size of the attribute `name`'s value on `path` (no link followed).
