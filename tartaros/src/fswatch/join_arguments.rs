@@ -17,9 +17,10 @@
 //!   and compared on the bits a caller may set (`flags_source`,
 //!   `claimed_flags`, `flags_unproven`);
 //! - an attribute set must exist on the kernel's file, a removed one must
-//!   not (`name_source`); when neither holds and no later record in the
-//!   batch changed that name, the record names an attribute the call did
-//!   not change (`name_unproven`, which `verify` calls incomplete).
+//!   not (`name_source`); when neither holds and no record of a later
+//!   call on that name came within [`HOLD_NS`], the record names an
+//!   attribute the call did not change (`name_unproven`, which `verify`
+//!   calls incomplete).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
