@@ -315,6 +315,12 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
             }
             record::SYS_ADDR => {
                 let mut flags = 0;
+                // A unix `bind`'s name creates a file, as a path-named
+                // call's does: the join needs to know whether another task
+                // could rewrite it before the kernel copied it (round 18).
+                if crate::fdpath::memory_shared() {
+                    flags |= flag::NAME_SHARED;
+                }
                 let want: u32 = if c.len > ADDR_BYTES as u32 {
                     flags |= flag::ADDR_TRUNCATED;
                     ADDR_BYTES as u32

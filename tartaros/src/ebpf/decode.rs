@@ -450,6 +450,11 @@ impl Decoder {
             }
             effect::CONNECT | effect::SENDTO | effect::BIND => {
                 errno = self.put_net(&mut t, s, addr, errno)?;
+                // A bind's name makes a file and no hook reports the
+                // kernel's copy: the join proves it as a path (round 18).
+                if h.effect == effect::BIND && flags & flag::NAME_SHARED != 0 {
+                    t.insert("name_shared", true);
+                }
             }
             effect::SIGNAL => self.put_signal(&mut t, s),
             _ => super::targets::put_more(&mut t, s),

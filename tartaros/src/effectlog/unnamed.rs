@@ -50,6 +50,16 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
     {
         return Some(Unnamed::Lost("on a shared descriptor, unverified".into()));
     }
+    if flag("name_unproven") {
+        // The kernel changed some attribute of the file that no record
+        // names (round 18, `fswatch/join_arguments.rs`). Not so a symlink
+        // gone, or a file replaced, before its contents or flags could be
+        // read back (`target_unproven`, `flags_unproven`): the record
+        // says the value is the agent's, and nothing else was changed.
+        return Some(Unnamed::Lost(
+            "`name`: the attribute set or removed is not the one the file shows".into(),
+        ));
+    }
     if flag("links_forgotten") {
         return Some(Unnamed::Lost(
             "`path` removed, and the links that may keep its file were forgotten".into(),
@@ -123,6 +133,7 @@ fn failed_past_every_check(m: &Map<String, Value>) -> bool {
 pub(super) fn names_no_file(r: &Record) -> bool {
     let flagged = r.target.keys().any(|k| {
         k == "path_unverified"
+            || k == "name_unproven"
             || k == "links_forgotten"
             || k == "not_found"
             || k.ends_with("_unreadable")
@@ -178,6 +189,18 @@ mod tests {
         assert!(fd("setflags", "allowed"), "no notification names it");
         assert!(fd("chmod", "denied"), "a refused call changed nothing");
         assert!(!fd("chmod", "allowed"), "its attrib record names the file");
+    }
+
+    #[test]
+    fn an_attribute_the_file_does_not_show_is_lost() {
+        use crate::effectlog::testutil::effect;
+        use serde_json::json;
+        let t = json!({"path": "/w/x", "path_source": "kernel", "name": "user.A",
+            "op": "set", "name_source": "agent", "name_unproven": true});
+        assert!(names_no_file(&effect("xattr", 2, 1, 0, t, None)));
+        let t = json!({"path": "/w/l", "path_source": "kernel", "target": "/a",
+            "target_source": "agent", "target_unproven": true});
+        assert!(!names_no_file(&effect("symlink", 2, 1, 0, t, None)));
     }
 
     #[test]

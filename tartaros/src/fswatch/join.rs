@@ -21,7 +21,9 @@ use super::claims::{Call, Claim, Pick, unproven};
 use super::exec_opens::ExecOpens;
 use super::notify::FidProbe;
 pub(super) use super::pairing::{Notice, Task, bit, wanted};
-use super::pairing::{apply, is_file_kind, kernel_named, made_and_removed, main_key, named_pairs};
+use super::pairing::{
+    apply, is_file_kind, kernel_named, made_and_removed, main_key, named_pairs, wanted_of,
+};
 use super::queue::Queue;
 use super::relinked::{Place, Relinked};
 use super::tmpfile_links::TmpfileLinks;
@@ -78,6 +80,13 @@ pub(super) struct Join {
     wall_offset: i128,
     /// Whether a written file's handle still has a name.
     pub(super) probe: FidProbe,
+    /// The handles of symlinks the records named, by thread and record
+    /// time, until their contents are read (`join_arguments.rs`).
+    link_handles: HashMap<(u32, u64), super::notify::Handle>,
+    /// Xattr records whose name their file does not show, with when that
+    /// was seen; and the last record's time per (file, attribute).
+    unshown_xattrs: Vec<(Record, u64)>,
+    xattrs_seen: HashMap<(String, String), u64>,
 }
 
 /// A thread id of a record (`tid` when it is not the process leader).
@@ -293,7 +302,7 @@ impl Join {
                 out.push(r);
                 continue;
             }
-            match wanted(r.kind) {
+            match wanted_of(&r) {
                 Some((want, dir)) if allowed || made_and_removed(&r) => {
                     // An empty name is one the capture could not read.
                     let agent = r
@@ -341,6 +350,8 @@ impl Join {
                     match picked {
                         Some((_, Some(n))) => {
                             apply(&mut r, n);
+                            let fid = arguments::link_handle(&r, n);
+                            self.keep_link_handle(&r, fid);
                             self.note_link(&r);
                             self.claim_exchange_twin(tid, &r);
                             self.claim_removal(tid, &r);
@@ -363,6 +374,11 @@ impl Join {
                         r.target.insert("path_source", "agent");
                         if !allowed {
                             super::links::mark(&mut r);
+                        } else if r.target.get("name_shared").is_some() {
+                            // An abstract bind whose name another task could
+                            // rewrite: what the kernel bound is not known
+                            // (a file it made is a record of its own).
+                            r = unproven(r);
                         }
                     } else if !allowed && r.kind == "exec" {
                         // A refused exec reads its file as a refused open does.
@@ -378,6 +394,7 @@ impl Join {
             }
         }
         self.settle(now_ns, false, &mut out);
+        self.prove_arguments(&mut out, now_ns, false);
         out
     }
 
@@ -385,6 +402,7 @@ impl Join {
     pub fn finish(&mut self, now_ns: u64) -> Vec<Record> {
         let mut out = Vec::new();
         self.settle(now_ns, true, &mut out);
+        self.prove_arguments(&mut out, now_ns, true);
         out
     }
 
@@ -432,6 +450,9 @@ mod claims;
 
 #[path = "join_settle.rs"]
 mod settle;
+
+#[path = "join_arguments.rs"]
+mod arguments;
 
 #[cfg(test)]
 #[path = "join_tests.rs"]

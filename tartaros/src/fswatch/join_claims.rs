@@ -114,6 +114,8 @@ impl Join {
         let (pick, notice) = self.pending.get_mut(&tid)?.pick(&call);
         if let Some(n) = notice {
             apply(r, n);
+            let fid = super::arguments::link_handle(r, n);
+            self.keep_link_handle(r, fid);
         }
         if matches!(pick, Pick::Fresh(_) | Pick::Merged(_)) {
             self.note_link(r);

@@ -25,7 +25,7 @@ impl Join {
                 self.held.push((tid, r, start_ns));
                 continue;
             }
-            let (want, dir) = wanted(r.kind).unwrap_or((0, None));
+            let (want, dir) = crate::fswatch::pairing::wanted_of(&r).unwrap_or((0, None));
             // A notification queued after the record's syscall ended
             // belongs to a later call of the thread.
             let ended = r.mono_ns;
@@ -101,6 +101,8 @@ impl Join {
             match found {
                 Some(n) => {
                     apply(&mut r, n);
+                    let fid = super::arguments::link_handle(&r, n);
+                    self.keep_link_handle(&r, fid);
                     self.note_link(&r);
                     self.claim_exchange_twin(tid, &r);
                     self.claim_removal(tid, &r);

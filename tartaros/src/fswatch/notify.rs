@@ -416,6 +416,16 @@ impl FidProbe {
         }
     }
 
+    /// A symlink's contents read through its own handle (a rename or a
+    /// new link at its name cannot change which inode is read): inner
+    /// `None` when it is gone; `None` when the handle is of no filesystem
+    /// the probe can open handles on.
+    pub fn readlink(&self, handle: &Handle) -> Option<Option<std::ffi::OsString>> {
+        let (_, mount) = self.mounts.iter().find(|(id, _)| *id == handle.fsid)?;
+        let fd = open_handle(mount, handle).ok();
+        Some(fd.and_then(|fd| nix::fcntl::readlinkat(Some(fd.as_raw_fd()), "").ok()))
+    }
+
     /// The file's `(st_dev, st_ino)` while it has a link; `None` when it
     /// is gone or that cannot be told.
     pub fn linked_inode(&self, handle: &Handle) -> Option<(u64, u64)> {

@@ -87,6 +87,21 @@ pub(super) fn wanted(kind: &str) -> Option<(u64, Option<bool>)> {
     })
 }
 
+/// [`wanted`] for the record `r`: a `bind` makes a file only with a unix
+/// pathname. An abstract name (or an inet address) makes none, and such a
+/// record took a later bind's create notification by position, naming
+/// that socket file after the abstract name and leaving the later bind's
+/// file in no record (round 18). An unreadable name is still paired.
+pub(super) fn wanted_of(r: &Record) -> Option<(u64, Option<bool>)> {
+    let family = r.target.get("family").and_then(Value::as_str);
+    if r.kind == "bind"
+        && (r.target.get("abstract").is_some() || family.is_some_and(|f| f != "unix"))
+    {
+        return None;
+    }
+    wanted(r.kind)
+}
+
 /// Whether a refused record still made (and removed) its file: a unix
 /// `bind` that failed with `EINVAL` (the socket was bound already) or
 /// `EINTR` creates the socket file before it finds that out and removes it
