@@ -55,6 +55,19 @@ pub(crate) fn set(caller: Caller) {
     let _ = CALLER.set(caller);
 }
 
+/// The caller's process attributes (caller_attrs.rs), read from the kernel.
+static ATTRIBUTES: OnceLock<crate::caller_attrs::Attributes> = OnceLock::new();
+
+/// The service caller's process attributes, which its agent takes on;
+/// `None` outside a service worker (a direct run's agent inherits them).
+pub fn attributes() -> Option<&'static crate::caller_attrs::Attributes> {
+    ATTRIBUTES.get()
+}
+
+pub(crate) fn set_attributes(attributes: crate::caller_attrs::Attributes) {
+    let _ = ATTRIBUTES.set(attributes);
+}
+
 /// The caller's environment, as the request carried it: the agent's
 /// (`launcher_env`), never the root worker's own (see [`UNSAFE_FOR_ROOT`]).
 static ENVIRONMENT: OnceLock<Vec<(String, String)>> = OnceLock::new();

@@ -310,6 +310,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             .user_counts
             .filter(|_| user_namespace)
             .map(crate::user_counts::of),
+        caller_attributes: None,
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

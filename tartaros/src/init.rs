@@ -246,6 +246,15 @@ fn become_agent(
     if let Err(e) = crate::sched_reset::reset_priorities() {
         return failure(exit::START_FAILURE, e);
     }
+    // A service caller's limits, umask, nice value and CPUs, where lower
+    // (a direct run's agent inherited them by fork): after the reset, whose
+    // limits of 0 stay, and as root, so that the uid change below counts
+    // the caller's processes against the caller's RLIMIT_NPROC.
+    if let Some(attributes) = &plan.caller_attributes
+        && let Err(e) = crate::caller_attrs::take_on(attributes)
+    {
+        return failure(exit::START_FAILURE, e);
+    }
     if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }
@@ -346,6 +355,16 @@ fn become_agent(
     }
     let errno = exec_on_agent_path(program, &argv, &env, &plan.env);
     let name = &plan.argv[0];
+    if let Some(why) = plan
+        .caller_attributes
+        .as_ref()
+        .and_then(|a| crate::caller_attrs::exec_failure(a, errno))
+    {
+        return failure(
+            exit::CANNOT_EXECUTE,
+            format!("{name}: cannot execute: {}: {why}", errno.desc()),
+        );
+    }
     match errno {
         nix::errno::Errno::ENOENT => failure(
             exit::NOT_FOUND,

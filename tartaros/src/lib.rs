@@ -7,6 +7,7 @@
 pub(crate) mod append_only;
 pub mod broker;
 pub mod caller;
+pub mod caller_attrs;
 pub mod cgroup;
 pub mod cli;
 pub mod cli_extra;

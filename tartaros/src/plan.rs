@@ -75,6 +75,10 @@ pub struct Plan {
     /// (`user_counts.rs`).
     #[serde(default)]
     pub user_counts: Option<crate::user_counts::UserCounts>,
+    /// A service caller's resource limits, umask, nice value and CPUs,
+    /// which the agent takes on where they are lower (caller_attrs.rs).
+    #[serde(default)]
+    pub caller_attributes: Option<crate::caller_attrs::Attributes>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -194,6 +198,7 @@ mod tests {
             max_tasks: None,
             ipc: Default::default(),
             user_counts: None,
+            caller_attributes: None,
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let late = Late {

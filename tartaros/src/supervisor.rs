@@ -183,6 +183,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     if let Some(cgroup) = undo.cgroup() {
         run.init.limit_cgroups = cgroup.v1_paths().to_vec();
     }
+    run.init.caller_attributes = crate::caller::attributes().cloned();
     let init_pid = crate::runlog::InitPid::default();
     let zygote = request.zygote.take();
     let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid, zygote) {

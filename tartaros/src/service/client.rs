@@ -98,7 +98,10 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
     // gives it back at the end; a worker that dies (killed, the service
     // restarted) cannot, and this process outlives it.
     let terminal = nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok();
-    forward_signals(conn);
+    if let Err(e) = forward_signals(conn) {
+        // Our end closes: the worker's relay ends the run.
+        return fail(e);
+    }
     let mut reader = conn;
     loop {
         match frame::read::<Message>(&mut reader) {
@@ -138,7 +141,7 @@ fn refused(args: &[OsString], code: i32, message: &str) -> i32 {
 
 /// Passes SIGINT, SIGTERM, SIGHUP and SIGQUIT to the service's worker,
 /// which forwards them to the agent as a direct run would.
-fn forward_signals(conn: &UnixStream) {
+fn forward_signals(conn: &UnixStream) -> Result<(), String> {
     let mut set = SigSet::empty();
     for sig in [
         Signal::SIGINT,
@@ -149,12 +152,12 @@ fn forward_signals(conn: &UnixStream) {
         set.add(sig);
     }
     if set.thread_block().is_err() {
-        return;
+        return Ok(());
     }
     let Ok(writer) = conn.try_clone() else {
-        return;
+        return Ok(());
     };
-    std::thread::spawn(move || {
+    let spawned = std::thread::Builder::new().spawn(move || {
         while let Ok(sig) = set.wait() {
             let Ok(bytes) = frame::encode(&Message::Signal(sig as i32)) else {
                 continue;
@@ -164,4 +167,12 @@ fn forward_signals(conn: &UnixStream) {
             }
         }
     });
+    // A thread counts against RLIMIT_NPROC like a process: at the limit,
+    // say so in one line rather than panic.
+    spawned.map(drop).map_err(|e| match e.raw_os_error() {
+        Some(libc::EAGAIN) => format!(
+            "failed to start a thread: your process limit (RLIMIT_NPROC, ulimit -u) is reached: {e}"
+        ),
+        _ => format!("failed to start a thread: {e}"),
+    })
 }

@@ -24,6 +24,9 @@ pub struct Facts {
     pub own_user_ns: Option<String>,
     /// `/proc/<pid>/cgroup`.
     pub cgroup: Option<String>,
+    /// Its resource limits, umask, nice value and CPUs (caller_attrs.rs),
+    /// or why they could not be read.
+    pub attributes: Result<crate::caller_attrs::Attributes, String>,
 }
 
 /// Why the caller is refused, if it is: pure, over the facts.
@@ -53,7 +56,12 @@ pub fn refusal(facts: &Facts) -> Option<&'static str> {
 /// The facts of the peer of `conn` (pid `pid` per `SO_PEERCRED`), or
 /// `None` when its process is gone (or its pid was reused meanwhile).
 pub fn facts_of(conn: &UnixStream, pid: i32) -> Option<Facts> {
-    let pidfd = peer_pidfd(conn);
+    if pid <= 0 {
+        return None;
+    }
+    // Without SO_PEERPIDFD (before Linux 6.5), a pidfd opened now: the
+    // reads then hold the process that had the pid when it was opened.
+    let pidfd = peer_pidfd(conn).or_else(|| pidfd_open(pid));
     let read = |what: &str| -> Option<String> {
         std::fs::read_link(format!("/proc/{pid}/{what}"))
             .ok()
@@ -65,6 +73,7 @@ pub fn facts_of(conn: &UnixStream, pid: i32) -> Option<Facts> {
             .ok()
             .map(|p| p.to_string_lossy().into_owned()),
         cgroup: std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok(),
+        attributes: crate::caller_attrs::read(pid).map_err(|e| e.to_string()),
     };
     // Read while the caller lived: the pid named it, not a newer process.
     match pidfd {
@@ -90,6 +99,13 @@ fn peer_pidfd(conn: &UnixStream) -> Option<OwnedFd> {
     (rc == 0 && fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes no pointers; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: on success `fd` is a new descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+}
+
 fn alive(pidfd: &OwnedFd) -> bool {
     // SAFETY: signal 0 only checks that the process exists.
     let rc = unsafe {
@@ -113,6 +129,7 @@ mod tests {
             user_ns: Some(ns.into()),
             own_user_ns: Some("user:[4026531837]".into()),
             cgroup: Some(cgroup.into()),
+            attributes: Err("not read".into()),
         }
     }
 

@@ -289,6 +289,8 @@ fn peer(conn: &UnixStream) -> Result<Caller, Refusal> {
     if let Some(why) = super::sandboxed::refusal(&facts) {
         return Err(refuse(why));
     }
+    // Its limits, umask, nice value and CPUs, for the agent to take on.
+    crate::caller::set_attributes(facts.attributes.map_err(refuse)?);
     let mut groups = vec![0 as libc::gid_t; crate::caller::MAX_GROUPS];
     let mut len = (groups.len() * std::mem::size_of::<libc::gid_t>()) as libc::socklen_t;
     // SAFETY: a valid socket, buffer and length.
