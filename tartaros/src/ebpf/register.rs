@@ -225,20 +225,17 @@ pub(super) fn registered_ids(object: &mut Object) -> Vec<u64> {
     }
 }
 
-/// The ids of every run with an entry in `RUNS` or `UNIX_ALLOW` (a run
-/// killed while registering may have one alone). Not those with an entry
-/// in `EVENTS_LOST` alone: that is a run that has ended and unregistered
-/// and is reading its last loss counters, after its cgroup was removed
-/// (supervisor.rs: the teardown, then the drain). A second run's start-up
-/// sweep took that entry away under it, and the log ended `incomplete`
-/// with `loss-counters-unreadable` (1 of 30 runs, two runs at a time;
-/// session 28). The run removes the entry itself when done; one whose
-/// supervisor is killed in those milliseconds leaves it until `cache
-/// drop`.
+/// The ids of every run with an entry in `RUNS`, `UNIX_ALLOW` or
+/// `EVENTS_LOST` (a run killed while registering may have some alone).
 pub(super) fn entry_ids(object: &mut Object) -> std::collections::BTreeSet<u64> {
     let mut ids: std::collections::BTreeSet<u64> = registered_ids(object).into_iter().collect();
     if let Ok(unix) = hash::<UnixAllow>(object, tartaros_common::MAP_UNIX_ALLOW) {
         ids.extend(unix.keys().filter_map(Result::ok));
+    }
+    if let Some(map) = object.map_mut(tartaros_common::MAP_EVENTS_LOST)
+        && let Ok(lost) = PerCpuHashMap::<_, u64, [u64; LOST_SLOTS]>::try_from(map)
+    {
+        ids.extend(lost.keys().filter_map(Result::ok));
     }
     ids
 }
