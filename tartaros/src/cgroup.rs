@@ -355,6 +355,12 @@ impl RunCgroup {
         result
     }
 
+    /// Kills everything left and waits until the cgroup is empty, leaving
+    /// it in place (see [`kill_and_wait`]).
+    pub fn kill_and_wait(&self, timeout: Duration) -> Result<(), CgroupError> {
+        kill_and_wait(&self.path, timeout)
+    }
+
     /// The v1 limit cgroups, for the janitor.
     pub fn v1_paths(&self) -> &[PathBuf] {
         &self.v1
@@ -448,6 +454,30 @@ pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(20));
     }
+}
+
+/// Kills every process in the cgroup at `path` and below and waits until
+/// it is empty, without removing it: the run's cgroup is its liveness to
+/// the pin cache's start-up sweep (`ebpf/pin_cache.rs`), which removes a
+/// run's shared entries once its cgroup is gone. Removed before the run's
+/// last drain had read its loss counters, a second run's sweep took them
+/// away in between, and the log ended `incomplete`
+/// (`loss-counters-unreadable`, 3 of 120 short runs three at a time).
+pub fn kill_and_wait(path: &Path, timeout: Duration) -> Result<(), CgroupError> {
+    let start = Instant::now();
+    let mut delay = Duration::from_micros(100);
+    while is_populated(path) {
+        kill_all(path);
+        if start.elapsed() >= timeout {
+            return Err(CgroupError::NotEmpty {
+                path: path.to_path_buf(),
+                waited_ms: start.elapsed().as_millis(),
+            });
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// Kills every process in the cgroup at `path` and below, now

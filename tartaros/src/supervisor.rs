@@ -283,12 +283,13 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     };
 
     // Without a cgroup, the end of the init (PID 1 of the namespace) has
-    // already ended every process of the sandbox.
-    let teardown = undo.unwind();
+    // already ended every process of the sandbox. The emptied cgroup is
+    // removed only after the drain (`cgroup::kill_and_wait`).
+    let emptied = undo.empty_cgroup();
     terminals.restore();
     // Only once the sandbox is empty: a process left behind (teardown
     // failed) keeps being watched until the log is sealed.
-    if let Some(marks) = marks.filter(|_| teardown.is_ok()) {
+    if let Some(marks) = marks.filter(|_| emptied.is_ok()) {
         marks.remove();
     }
     if let Some(relay) = relay {
@@ -299,6 +300,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         Some(watch) => Some(watch.finish().await.1),
         None => None,
     };
+    let teardown = emptied.and(undo.unwind());
     if let Err(e) = &teardown {
         crate::warn::say(format_args!("{e}"));
     }

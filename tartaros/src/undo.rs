@@ -93,6 +93,15 @@ impl UndoStack {
         })
     }
 
+    /// Empties the run's cgroup (kills what is left, waits), leaving it in
+    /// place until [`Self::unwind`]; `Ok` when there is none.
+    pub fn empty_cgroup(&self) -> Result<(), CgroupError> {
+        match self.cgroup() {
+            Some(cgroup) => cgroup.kill_and_wait(TEARDOWN_TIMEOUT),
+            None => Ok(()),
+        }
+    }
+
     /// Undoes every step, newest first. Returns the cgroup's teardown
     /// result (`Ok` when there was none). The janitor is released only when
     /// everything was undone.
