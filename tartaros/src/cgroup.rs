@@ -424,32 +424,23 @@ pub fn kill_and_remove(path: &Path, timeout: Duration) -> Result<(), CgroupError
     let start = Instant::now();
     let mut delay = Duration::from_micros(100);
     loop {
-        if !is_populated(path) {
-            // Cgroups below it first, deepest first (a service's runs under
-            // its parent, when their own janitors died too).
-            for below in walk(path).into_iter().skip(1).rev() {
-                let _ = std::fs::remove_dir(below);
-            }
-            match std::fs::remove_dir(path) {
-                Ok(()) => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                // Exiting tasks can keep the cgroup busy for a moment.
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < timeout => {}
-                Err(source) => {
-                    return Err(CgroupError::Remove {
-                        path: path.to_path_buf(),
-                        source,
-                    });
-                }
-            }
-        } else if std::fs::write(path.join("cgroup.kill"), "1").is_err() {
-            kill_each(path);
+        kill_and_wait(path, timeout.saturating_sub(start.elapsed()))?;
+        // Cgroups below it first, deepest first (a service's runs under
+        // its parent, when their own janitors died too).
+        for below in walk(path).into_iter().skip(1).rev() {
+            let _ = std::fs::remove_dir(below);
         }
-        if start.elapsed() >= timeout {
-            return Err(CgroupError::NotEmpty {
-                path: path.to_path_buf(),
-                waited_ms: start.elapsed().as_millis(),
-            });
+        match std::fs::remove_dir(path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            // Exiting tasks can keep the cgroup busy for a moment.
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && start.elapsed() < timeout => {}
+            Err(source) => {
+                return Err(CgroupError::Remove {
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
         }
         std::thread::sleep(delay);
         delay = (delay * 2).min(Duration::from_millis(20));
