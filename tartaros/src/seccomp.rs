@@ -10,8 +10,6 @@
 use std::fmt;
 use std::io;
 
-use seccompiler::BackendError;
-
 /// Which filter to build. The default filter applies to every run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SeccompOptions {
@@ -103,14 +101,10 @@ pub enum SeccompError {
         "failed to build the seccomp filter: the rule for {syscall} returns errno {errno} under a condition, which only EPERM rules may"
     )]
     UnsupportedRule { syscall: &'static str, errno: i32 },
-    #[error("failed to build the seccomp rule for {syscall}")]
-    Rule {
-        syscall: &'static str,
-        #[source]
-        source: BackendError,
-    },
-    #[error("failed to compile the seccomp filter")]
-    Compile(#[source] BackendError),
+    #[error(
+        "failed to build the seccomp filter's dispatch over {0} syscalls: a rule is too long for a jump over it"
+    )]
+    Dispatch(usize),
     #[error(
         "failed to load the seccomp filter: it has {0} instructions, the kernel accepts 1 to {MAX_INSNS}"
     )]
@@ -180,6 +174,8 @@ pub const MAX_INSNS: usize = 4096;
 
 #[path = "seccomp_compile.rs"]
 mod compile;
+#[path = "seccomp_emit.rs"]
+mod emit;
 #[path = "seccomp_prologue.rs"]
 mod prologue;
 #[path = "seccomp_tables.rs"]
@@ -432,3 +428,7 @@ impl fmt::Display for Rule {
 #[cfg(test)]
 #[path = "seccomp_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "seccomp_emit_tests.rs"]
+mod emit_tests;

@@ -5,13 +5,11 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch, sock_filter,
-};
+use seccompiler::{BpfProgram, TargetArch, sock_filter};
 
+use super::emit::{Syscall, dispatch};
 use super::prologue::prologue;
-use super::{ArgCond, ArgTest, MAX_INSNS, Rule, SeccompError, SeccompOptions, rules};
+use super::{ArgCond, MAX_INSNS, SeccompError, SeccompOptions, rules};
 
 /// The audit architecture and x32 bit for the running architecture, or
 /// `None` where no filter can be built.
@@ -63,46 +61,26 @@ pub(super) fn syscall_nr(name: &str) -> Option<i64> {
     }
 }
 
-fn condition(c: &ArgCond) -> Vec<(SeccompCmpArgLen, SeccompCmpOp, u64)> {
-    // Dword: compare the low 32 bits only (see `ArgTest`); a pointer all 64.
-    let low = |op, value: u32| (SeccompCmpArgLen::Dword, op, u64::from(value));
-    match &c.test {
-        ArgTest::Eq(v) => vec![low(SeccompCmpOp::Eq, v.value)],
-        ArgTest::Ne(v) => vec![low(SeccompCmpOp::Ne, v.value)],
-        ArgTest::HasBits(v) => vec![low(SeccompCmpOp::MaskedEq(v.value.into()), v.value)],
-        ArgTest::MaskedEq { mask, value } => {
-            vec![low(SeccompCmpOp::MaskedEq((*mask).into()), value.value)]
-        }
-        ArgTest::NotIn(vs) => vs.iter().map(|v| low(SeccompCmpOp::Ne, v.value)).collect(),
-        ArgTest::NotNull => vec![(SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)],
-    }
-}
-
-fn seccomp_rule(rule: &Rule) -> Result<SeccompRule, SeccompError> {
-    let err = |source| SeccompError::Rule {
-        syscall: rule.syscall,
-        source,
-    };
-    let mut conds = Vec::new();
-    for c in &rule.when {
-        for (len, op, value) in condition(c) {
-            let cond = SeccompCondition::new(c.index, len, op, value).map_err(err)?;
-            conds.push(cond);
-        }
-    }
-    SeccompRule::new(conds).map_err(err)
-}
-
 /// Compile the filter for `opts` for the running architecture. Pure: no
 /// syscalls, so the sandbox init can build it early and install it last.
 pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
-    let (target, audit_arch, x32_bit) =
+    let [head, tree] = parts(opts)?;
+    let program: BpfProgram = head.into_iter().chain(tree).collect();
+    if program.len() > MAX_INSNS {
+        return Err(SeccompError::BadLength(program.len()));
+    }
+    Ok(program)
+}
+
+/// The program's two parts: the prologue and the dispatch with the rules.
+pub(super) fn parts(opts: &SeccompOptions) -> Result<[BpfProgram; 2], SeccompError> {
+    let (_, audit_arch, x32_bit) =
         arch().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
-    // Per syscall: `None` = denied unconditionally, `Some(rules)` = denied
-    // when any of the rules matches.
-    let mut table: BTreeMap<i64, Option<Vec<SeccompRule>>> = BTreeMap::new();
+    let decided = rules(opts);
+    // Per syscall number, its EPERM rules' conditions (none: always).
+    let mut table: BTreeMap<u32, Vec<&[ArgCond]>> = BTreeMap::new();
     let mut early = Vec::new();
-    for rule in rules(opts) {
+    for rule in &decided {
         let nr = syscall_nr(rule.syscall).ok_or(SeccompError::UnknownSyscall(rule.syscall))?;
         if rule.errno != libc::EPERM {
             if !rule.when.is_empty() {
@@ -114,32 +92,15 @@ pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> 
             early.push((nr, rule.errno));
             continue;
         }
-        let slot = table.entry(nr).or_insert_with(|| Some(Vec::new()));
-        if rule.when.is_empty() {
-            *slot = None;
-        } else if let Some(list) = slot {
-            list.push(seccomp_rule(&rule)?);
-        }
+        let nr = u32::try_from(nr).map_err(|_| SeccompError::UnknownSyscall(rule.syscall))?;
+        table.entry(nr).or_default().push(&rule.when);
     }
-    // seccompiler's empty chain means "always match".
-    let map = table
+    let syscalls: Vec<Syscall<'_>> = table
         .into_iter()
-        .map(|(nr, r)| (nr, r.unwrap_or_default()))
+        .map(|(nr, rules)| Syscall { nr, rules })
         .collect();
-    let filter = SeccompFilter::new(
-        map,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        target,
-    )
-    .map_err(SeccompError::Compile)?;
-    let body: BpfProgram = filter.try_into().map_err(SeccompError::Compile)?;
-    let mut program = prologue(audit_arch, x32_bit, &early);
-    program.extend(body);
-    if program.len() > MAX_INSNS {
-        return Err(SeccompError::BadLength(program.len()));
-    }
-    Ok(program)
+    let tree = dispatch(&syscalls).ok_or(SeccompError::Dispatch(syscalls.len()))?;
+    Ok([prologue(audit_arch, x32_bit, &early), tree])
 }
 
 // seccompiler's `sock_filter` is a `repr(C)` copy of the kernel's; `install`

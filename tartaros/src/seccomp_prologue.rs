@@ -1,6 +1,5 @@
-//! The head of the seccomp program that seccompiler cannot write: the
-//! architecture and x32 checks and the unconditional non-EPERM answers,
-//! in classic BPF.
+//! The head of the seccomp program: the architecture and x32 checks and
+//! the unconditional non-EPERM answers, in classic BPF.
 
 use seccompiler::sock_filter;
 
@@ -8,8 +7,9 @@ use seccompiler::sock_filter;
 // linux/seccomp.h).
 pub(super) const BPF_LD_W_ABS: u16 = 0x20;
 pub(super) const BPF_JMP_JEQ_K: u16 = 0x15;
-const BPF_JMP_JGE_K: u16 = 0x35;
-const BPF_RET_K: u16 = 0x06;
+pub(super) const BPF_JMP_JGE_K: u16 = 0x35;
+pub(super) const BPF_JMP_JA: u16 = 0x05;
+pub(super) const BPF_RET_K: u16 = 0x06;
 const DATA_NR: u32 = 0;
 pub(super) const DATA_ARCH: u32 = 4;
 
@@ -34,15 +34,14 @@ pub(super) fn ret_errno(errno: i32) -> sock_filter {
     )
 }
 
-/// Our own head of the program, run before seccompiler's:
-/// 1. any other audit arch (32-bit compat entry, e.g. `int 0x80`) -> EPERM,
-///    where seccompiler would kill the process;
+/// The head of the program:
+/// 1. any other audit arch (32-bit compat entry, e.g. `int 0x80`) -> EPERM
+///    (the library's filters kill the process there);
 /// 2. on x86_64 any number >= the x32 bit (x32 ABI, and bogus numbers) -> EPERM;
-/// 3. the unconditional non-EPERM rules (`clone3` -> ENOSYS), which
-///    seccompiler cannot express next to its single match action.
+/// 3. the unconditional non-EPERM rules (`clone3` -> ENOSYS).
 ///
-/// Classic BPF jumps are relative and only go forward, so seccompiler's
-/// program runs unchanged after it; its own arch check then always passes.
+/// It leaves the syscall number in the accumulator for the dispatch
+/// (`seccomp_emit.rs`).
 pub(super) fn prologue(
     audit_arch: u32,
     x32_bit: Option<u32>,
