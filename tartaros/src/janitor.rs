@@ -10,6 +10,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
+use nix::unistd::Pid;
+
 #[derive(Debug, thiserror::Error)]
 pub enum JanitorError {
     #[error("failed to start the janitor: {0}")]
@@ -27,12 +29,13 @@ impl Janitor {
     pub fn fork() -> Result<Self, JanitorError> {
         let (read, write) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(JanitorError::Fork)?;
+        let supervisor = nix::unistd::getpid();
         // SAFETY: the process is single-threaded here (documented contract,
         // called from the CLI before the runtime is built).
         match unsafe { nix::unistd::fork() }.map_err(JanitorError::Fork)? {
             nix::unistd::ForkResult::Child => {
                 drop(write);
-                let code = serve(File::from(read));
+                let code = serve(File::from(read), supervisor);
                 // SAFETY: leave without running the parent's atexit state.
                 unsafe { libc::_exit(code) }
             }
@@ -90,14 +93,18 @@ impl Janitor {
 }
 
 /// The supervisor's descriptor `fd` (a decimal string), opened anew
-/// through `/proc` while the supervisor, our parent, lives.
-fn reopen_parents(fd: &Path) -> Option<File> {
+/// through `/proc` while the supervisor lives. `getppid()` would name our
+/// new parent (a reaper) once the supervisor died, and its descriptor `fd`
+/// is another file; the supervisor's pid cannot be reused while we are
+/// still its child (we are re-parented before it is released), so it is
+/// checked after the open.
+fn reopen_supervisors(fd: &Path, supervisor: Pid) -> Option<File> {
     let fd: u32 = fd.to_str()?.parse().ok()?;
-    let parent = nix::unistd::getppid();
-    std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .read(true)
-        .open(format!("/proc/{parent}/fd/{fd}"))
-        .ok()
+        .open(format!("/proc/{supervisor}/fd/{fd}"))
+        .ok()?;
+    (nix::unistd::getppid() == supervisor).then_some(file)
 }
 
 /// The descriptor the janitor keeps its pipe on; every other one is closed
@@ -105,7 +112,7 @@ fn reopen_parents(fd: &Path) -> Option<File> {
 const PIPE_FD: i32 = 3;
 
 /// The janitor's life: detach from the terminal, wait, clean up.
-fn serve(pipe: File) -> i32 {
+fn serve(pipe: File, supervisor: Pid) -> i32 {
     let _ = nix::unistd::setsid();
     // Hold nothing of the launcher's: its working directory (often the
     // writable root) kept the user's filesystem busy after the run
@@ -135,7 +142,7 @@ fn serve(pipe: File) -> i32 {
             b"placeholder" => placeholders.push(path),
             // Reopened at once, while the supervisor holds it: after its
             // death no name can be trusted to lead to the same file.
-            b"log" => logs.extend(reopen_parents(&path)),
+            b"log" => logs.extend(reopen_supervisors(&path, supervisor)),
             // "ring\t<key>\t<bytes>\t<pin>"
             // (Told again at registration: once is enough.)
             b"ring" => {
@@ -213,6 +220,19 @@ fn keep_only(pipe: File) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_is_reopened_only_through_the_process_that_is_still_our_parent() {
+        let file = tempfile::tempfile().unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&file).to_string();
+        // Our own descriptor opens, but we are not our own parent: a dead
+        // supervisor's pid, or a reaper's descriptor of that number, is
+        // never taken for the log.
+        let own = nix::unistd::getpid();
+        assert!(std::fs::File::open(format!("/proc/{own}/fd/{fd}")).is_ok());
+        assert!(reopen_supervisors(Path::new(&fd), own).is_none());
+        assert!(reopen_supervisors(Path::new("x"), nix::unistd::getppid()).is_none());
+    }
 
     #[test]
     fn a_ring_line_gives_back_what_the_supervisor_said() {
