@@ -104,6 +104,7 @@ pub fn spawn(
     let namespaces = crate::spawn::Namespaces {
         network: true,
         user: run.init.user_namespace,
+        premade: false,
     };
     let fds = || crate::spawn::InitFds {
         plan: &plan_read,

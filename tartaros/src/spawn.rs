@@ -35,6 +35,9 @@ pub struct Namespaces {
     /// A user namespace, for runs started by an ordinary user: the init is
     /// root inside it, mapped to that user outside.
     pub user: bool,
+    /// The cloning process made fresh network, IPC and UTS namespaces of
+    /// its own already (the zygote's): the init inherits them.
+    pub premade: bool,
 }
 
 /// The init as seen from the supervisor.
@@ -182,18 +185,17 @@ pub(crate) unsafe fn clone_init(
     extra: u64,
     pidfd: &mut RawFd,
 ) -> libc::c_long {
-    let mut flags = (libc::CLONE_NEWPID
-        | libc::CLONE_NEWNS
-        | libc::CLONE_NEWIPC
-        | libc::CLONE_NEWUTS
-        | libc::CLONE_NEWCGROUP
-        | libc::CLONE_PIDFD) as u64
-        | extra;
+    let mut flags =
+        (libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWCGROUP | libc::CLONE_PIDFD) as u64
+            | extra;
     if cgroup_fd.is_some() {
         flags |= CLONE_INTO_CGROUP;
     }
-    if namespaces.network {
-        flags |= libc::CLONE_NEWNET as u64;
+    if !namespaces.premade {
+        flags |= (libc::CLONE_NEWIPC | libc::CLONE_NEWUTS) as u64;
+        if namespaces.network {
+            flags |= libc::CLONE_NEWNET as u64;
+        }
     }
     if namespaces.user {
         flags |= libc::CLONE_NEWUSER as u64;
