@@ -5,7 +5,14 @@
 use super::record::Target;
 use serde_json::{Map, Value};
 
-pub(crate) const REDACTED: &[u8] = b"[REDACTED]";
+/// What a secret becomes: `[REDACTED <16 hex digits>]`, the digits drawn
+/// at random for each writer (run). A fixed marker could be forged: an
+/// agent that knows the broker token (it is handed one) made a file named
+/// `note-[REDACTED].txt` and one named with the token; both became the same
+/// name in the log, and the records of the second named the first. The
+/// agent cannot read its run's log while the run lasts, so it cannot learn
+/// the digits in time to name a file after them.
+const MARKER_PREFIX: &[u8] = b"[REDACTED ";
 
 /// Overwrites `buf` with zeros in a way the optimizer may not elide (a plain
 /// fill right before a free is a dead store it is allowed to drop).
@@ -29,10 +36,47 @@ pub(crate) fn zeroize_vec(mut buf: Vec<u8>) {
 #[derive(Default)]
 pub(crate) struct Secrets {
     forms: Vec<Vec<u8>>,
+    marker: Vec<u8>,
+}
+
+/// A fresh marker; the digits come from the kernel's random source.
+fn fresh_marker() -> Vec<u8> {
+    use std::io::Read;
+    let mut digits = [0u8; 8];
+    let drawn = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut digits));
+    if drawn.is_err() {
+        // Still unknown to the agent: the hasher's keys are drawn from the
+        // OS at our start, and the clock's nanoseconds are ours.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0),
+        );
+        digits = h.finish().to_le_bytes();
+    }
+    let mut marker = MARKER_PREFIX.to_vec();
+    for b in digits {
+        marker.extend_from_slice(format!("{b:02x}").as_bytes());
+    }
+    marker.push(b']');
+    marker
 }
 
 impl Secrets {
     pub(crate) fn new(secrets: Vec<Vec<u8>>) -> Self {
+        Self::with_marker(secrets, fresh_marker())
+    }
+
+    /// The marker this set writes in place of a secret.
+    #[cfg(test)]
+    pub(crate) fn marker(&self) -> &[u8] {
+        &self.marker
+    }
+
+    pub(crate) fn with_marker(secrets: Vec<Vec<u8>>, marker: Vec<u8>) -> Self {
         let mut forms = Vec::new();
         for s in secrets {
             // An empty secret would "occur" everywhere.
@@ -58,7 +102,7 @@ impl Secrets {
             }
             forms.push(s);
         }
-        Self { forms }
+        Self { forms, marker }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -126,7 +170,7 @@ impl Secrets {
             if find(s.as_bytes(), secret).is_none() {
                 continue;
             }
-            let (out, k) = replace_all(s.as_bytes(), secret);
+            let (out, k) = replace_all(s.as_bytes(), secret, &self.marker);
             if k > 0 {
                 n += k;
                 // A secret may split a multi-byte character; the remnants
@@ -150,7 +194,7 @@ impl Secrets {
             if find(line, secret).is_none() {
                 continue;
             }
-            let (out, k) = replace_all(line, secret);
+            let (out, k) = replace_all(line, secret, &self.marker);
             n += k;
             let old = std::mem::replace(line, out);
             zeroize_vec(old);
@@ -175,14 +219,14 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     (0..=hay.len() - needle.len()).find(|&i| hay[i] == first && hay[i..].starts_with(needle))
 }
 
-/// Non-overlapping, left-to-right replacement of `needle` with REDACTED.
-fn replace_all(hay: &[u8], needle: &[u8]) -> (Vec<u8>, usize) {
+/// Non-overlapping, left-to-right replacement of `needle` with `marker`.
+fn replace_all(hay: &[u8], needle: &[u8], marker: &[u8]) -> (Vec<u8>, usize) {
     let mut out = Vec::with_capacity(hay.len());
     let mut n = 0;
     let mut i = 0;
     while i < hay.len() {
         if hay[i..].starts_with(needle) {
-            out.extend_from_slice(REDACTED);
+            out.extend_from_slice(marker);
             i += needle.len();
             n += 1;
         } else {
@@ -198,9 +242,30 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn fixed(secrets: Vec<Vec<u8>>) -> Secrets {
+        Secrets::with_marker(secrets, b"[REDACTED]".to_vec())
+    }
+
+    #[test]
+    fn each_set_draws_its_own_marker() {
+        let a = Secrets::new(vec![b"tok".to_vec()]);
+        let b = Secrets::new(vec![b"tok".to_vec()]);
+        assert_ne!(a.marker(), b.marker());
+        let text = String::from_utf8(a.marker().to_vec()).unwrap();
+        let digits = text
+            .strip_prefix("[REDACTED ")
+            .and_then(|t| t.strip_suffix(']'))
+            .unwrap();
+        assert_eq!(digits.len(), 16);
+        assert!(digits.bytes().all(|c| c.is_ascii_hexdigit()));
+        let mut m = json!({"p": "note-tok.txt"}).as_object().cloned().unwrap();
+        a.redact_map(&mut m);
+        assert_eq!(m["p"], json!(format!("note-{text}.txt")));
+    }
+
     #[test]
     fn redacts_strings_keys_and_nested_values() {
-        let s = Secrets::new(vec![b"tok-123".to_vec()]);
+        let s = fixed(vec![b"tok-123".to_vec()]);
         let mut m = json!({
             "a": "Bearer tok-123!",
             "tok-123": 1,
@@ -224,7 +289,7 @@ mod tests {
 
     #[test]
     fn escaped_form_is_caught_on_the_line() {
-        let s = Secrets::new(vec![b"a\"b".to_vec()]);
+        let s = fixed(vec![b"a\"b".to_vec()]);
         let mut line = br#"{"x":"za\"bz"}"#.to_vec();
         assert_eq!(s.guard_line(&mut line), 1);
         assert_eq!(line, br#"{"x":"z[REDACTED]z"}"#.to_vec());
@@ -232,7 +297,7 @@ mod tests {
 
     #[test]
     fn non_utf8_secret_and_empty_secret() {
-        let s = Secrets::new(vec![vec![0xff, 0xfe], Vec::new()]);
+        let s = fixed(vec![vec![0xff, 0xfe], Vec::new()]);
         let mut line = b"ab\xff\xfecd".to_vec();
         assert_eq!(s.guard_line(&mut line), 1);
         assert_eq!(line, b"ab[REDACTED]cd".to_vec());
@@ -243,7 +308,7 @@ mod tests {
     #[test]
     fn split_multibyte_character_stays_valid_utf8() {
         // "é" is C3 A9; a secret ending in C3 cuts it.
-        let s = Secrets::new(vec![b"x\xc3".to_vec()]);
+        let s = fixed(vec![b"x\xc3".to_vec()]);
         let mut m = json!({"p": "xé"}).as_object().cloned().unwrap();
         assert_eq!(s.redact_map(&mut m), 1);
         assert_eq!(m["p"], json!("[REDACTED]\u{fffd}"));

@@ -212,6 +212,12 @@ impl LogWriter {
         self.run = Some(json!({ "id": id, "label": label }));
     }
 
+    /// The marker a secret becomes in this log.
+    #[cfg(test)]
+    pub(crate) fn redaction_marker(&self) -> String {
+        String::from_utf8_lossy(self.secrets.marker()).into_owned()
+    }
+
     /// How many secret occurrences were redacted so far (should stay 0; a
     /// non-zero value means some component put a secret in a record).
     pub fn redactions(&self) -> u64 {
@@ -439,6 +445,19 @@ impl LogWriter {
         if let Some(files) = files {
             m.insert("files".into(), Value::Array(files));
         }
+        // Before the digest: redacted after it, a file named with a secret
+        // made a genuine log `tampered` while the run reported it complete.
+        let redacted = self.secrets.redact_map(&mut m);
+        if redacted > 0
+            && let Some(Value::Array(files)) = m.get_mut("files")
+        {
+            // A redacted name sorts elsewhere than the name it hides.
+            files.sort_by(|a, b| {
+                let path = |v: &Value| v.get("path").and_then(Value::as_str).map(str::to_owned);
+                path(a).cmp(&path(b))
+            });
+        }
+        self.redactions += redacted as u64;
         self.fit_seal_files(&mut m);
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());

@@ -183,7 +183,7 @@ fn secrets_are_redacted_everywhere_and_the_log_still_verifies() {
     let text = String::from_utf8(raw).unwrap();
     assert!(!text.contains("brk_9f8e7d6c5b4a"), "{text}");
     assert!(!text.contains("sk-live"), "{text}");
-    assert!(text.contains("[REDACTED]"));
+    assert!(text.contains(&w.redaction_marker()));
     assert_eq!(w.redactions(), 3);
     assert_eq!(
         verify_file(&path).code,
@@ -315,7 +315,7 @@ fn a_typed_record_is_written_as_its_map_would_be_with_secrets_redacted() {
     m.insert("seq".into(), 1.into());
     m.insert("prev".into(), sha256_hex(lines(&path)[0].as_bytes()).into());
     m.insert("kind".into(), "create".into());
-    m["target"]["path"] = "/w/[REDACTED]/out".into();
+    m["target"]["path"] = format!("/w/{}/out", w.redaction_marker()).into();
     assert_eq!(line, to_canonical(&Value::Object(m)).unwrap());
 
     let mut allowed_with_errno = record.clone();
@@ -347,4 +347,41 @@ fn a_writer_whose_filesystem_fills_drops_counts_and_still_seals() {
     let v = verify_file(&path);
     assert_eq!(v.code, crate::effectlog::VERDICT_INCOMPLETE, "{v:?}");
     assert!(v.message.contains("1 events lost"), "{v:?}");
+}
+
+#[test]
+fn a_secret_in_a_sealed_file_name_is_redacted_before_the_digest_and_stays_distinct() {
+    // Round 20: the agent named one file with the broker token and another
+    // `note-[REDACTED].txt`; the seal was digested before its redaction
+    // (verify: tampered, run: complete), and both names read the same.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.set_secrets(vec![b"tok4242xyz".to_vec()]);
+    w.genesis(genesis()).unwrap();
+    let sha = "ab".repeat(32);
+    let file = |name: &str| json!({"path": name, "size": 7, "sha256": sha});
+    let files = vec![
+        file("/w/note-[REDACTED].txt"),
+        file("/w/note-tok4242xyz.txt"),
+    ];
+    w.seal_with_files(
+        Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        },
+        Some(files),
+    )
+    .unwrap();
+    assert_eq!(
+        verify_file(&path).code,
+        VERDICT_OK,
+        "{:?}",
+        verify_file(&path)
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(!text.contains("tok4242xyz"), "{text}");
+    let marker = w.redaction_marker();
+    assert!(text.contains(&format!("/w/note-{marker}.txt")), "{text}");
+    assert!(text.contains("/w/note-[REDACTED].txt"), "{text}");
 }
