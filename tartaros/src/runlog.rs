@@ -28,7 +28,7 @@ const FLUSH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20)
 
 fn flush(writer: &mut LogWriter) {
     if let Err(e) = writer.flush() {
-        eprintln!("tartaros: {e}");
+        crate::warn::say(format_args!("{e}"));
     }
 }
 
@@ -38,7 +38,7 @@ fn append(writer: &mut LogWriter, record: &mut Record) -> u64 {
         // Counted by the writer, reported once by `drain`.
         Ok(_) | Err(LogError::Full { .. }) => 0,
         Err(e) => {
-            eprintln!("tartaros: failed to log a {} record: {e}", record.kind);
+            crate::warn::say(format_args!("failed to log a {} record: {e}", record.kind));
             1
         }
     }

@@ -354,7 +354,7 @@ fn carry_out(
                     policy.timeout.unwrap_or_default()
                 ),
             };
-            eprintln!("tartaros: {why}; killing every process of the run");
+            crate::warn::say(format_args!("{why}; killing every process of the run"));
             if let Some(cgroup) = cgroup {
                 crate::cgroup::kill_all(cgroup);
             }

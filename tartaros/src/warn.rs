@@ -26,7 +26,21 @@ pub fn emit(message: std::fmt::Arguments<'_>) {
 /// reads must not abort a run in the middle of its teardown.
 pub fn say(message: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "tartaros: {message}");
+    let _ = writeln!(std::io::stderr(), "{}tartaros: {message}", terminal_reset());
+}
+
+/// At a terminal, the display state the agent's output may have left
+/// (round 20: `ESC[8;30;40m`, concealed black on black, hid the real
+/// `effect log sealed` and `incomplete` lines after a forged one): every
+/// attribute and colour off, and the ASCII character set back in G0.
+/// Nothing else: no clearing, no cursor movement.
+fn terminal_reset() -> &'static str {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        "\x1b[0m\x1b(B"
+    } else {
+        ""
+    }
 }
 
 /// Prints a TartarOS warning (see [`emit`]).

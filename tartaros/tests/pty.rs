@@ -307,3 +307,29 @@ fn tty_forces_a_pty_for_piped_input_and_output_stays_plain_without_it() {
     assert_eq!(plain.status.code(), Some(4));
     assert_eq!(stdout(&plain), "NOTTY\ngot-abc\n");
 }
+
+#[test]
+fn the_agents_display_state_does_not_hide_tartaros_s_own_lines() {
+    if !can_run("pty_display_reset") {
+        return;
+    }
+    // Round 20: the agent left concealed black-on-black text behind, and
+    // the real `effect log sealed` line that followed was invisible.
+    let work = Dir::new();
+    let log = work.join("effects.jsonl");
+    let log = log.to_str().unwrap();
+    let term = Terminal::start(
+        &["run", "--log", log, "--", "printf", "\\033[8;30;40mhidden"],
+        24,
+        80,
+    );
+    let (code, shown) = term.wait();
+    assert_eq!(code, Some(0), "{shown}");
+    let sealed = shown
+        .find("tartaros: effect log sealed")
+        .unwrap_or_else(|| panic!("no seal line: {shown:?}"));
+    assert!(
+        shown[..sealed].ends_with("\u{1b}[0m\u{1b}(B"),
+        "the line is not preceded by a reset: {shown:?}"
+    );
+}

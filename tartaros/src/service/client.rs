@@ -41,7 +41,7 @@ pub fn delegate(args: &[OsString]) -> Option<i32> {
 
 fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
     let fail = |message: String| {
-        eprintln!("tartaros: {message}");
+        crate::warn::say(format_args!("{message}"));
         exit::START_FAILURE
     };
     let mut run_args = Vec::new();
@@ -130,7 +130,7 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
 /// one `refused` or `failed` line instead of an end of file.
 fn refused(args: &[OsString], code: i32, message: &str) -> i32 {
     let message = frame::one_line(message);
-    eprintln!("tartaros: {message}");
+    crate::warn::say(format_args!("{message}"));
     if let Some(fd) = crate::cli_extra::status_fd_in(args)
         && let Ok(channel) = crate::status::StatusChannel::adopt(fd)
     {
