@@ -71,11 +71,24 @@ impl Janitor {
         self.say(&format!("ring\t{}\t{}", left.key, left.bytes), &left.pin);
     }
 
-    /// Asks for the live log (descriptor `fd` of the supervisor) to be let
-    /// go of its append-only flag should the supervisor die before the
-    /// seal, which clears it itself (`append_only.rs`).
-    pub fn log(&mut self, fd: std::os::fd::RawFd) {
-        self.say("log", Path::new(&fd.to_string()));
+    /// Asks for the live log (descriptor `fd` of the supervisor, named
+    /// `path`) to be let go of its append-only flag should the supervisor
+    /// die before the seal, which clears it itself (`append_only.rs`).
+    /// Told before the flag is set: a supervisor killed in between leaves
+    /// nothing to undo, and clearing an unset flag changes nothing.
+    pub fn log(&mut self, fd: std::os::fd::RawFd, path: &Path) {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(st) = nix::sys::stat::fstat(fd) else {
+            return;
+        };
+        let hex: String = path
+            .as_os_str()
+            .as_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let line = format!("{fd}\t{}\t{}\t{hex}", st.st_dev, st.st_ino);
+        self.say("log", Path::new(&line));
     }
 
     /// The run ended normally and cleaned up itself: the janitor exits.
@@ -89,6 +102,56 @@ impl Janitor {
         line.extend_from_slice(path.as_os_str().as_bytes());
         line.push(b'\n');
         let _ = self.pipe.write_all(&line);
+    }
+}
+
+/// A live log the janitor was told of: the supervisor's descriptor
+/// reopened while it lived, or else its name and inode, to be found again
+/// when the supervisor is gone (it died before the janitor read the line:
+/// round 20 found a log left append-only that way, 1 of 30 random kills).
+struct LiveLog {
+    reopened: Option<File>,
+    dev: u64,
+    ino: u64,
+    path: PathBuf,
+}
+
+impl LiveLog {
+    /// From what follows "log\t": `<fd>\t<dev>\t<ino>\t<path in hex>`.
+    fn parse(rest: &Path, supervisor: Pid) -> Option<Self> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut parts = rest.as_os_str().as_bytes().split(|b| *b == b'\t');
+        let mut field = || std::str::from_utf8(parts.next()?).ok();
+        let fd = field()?;
+        let dev = field()?.parse().ok()?;
+        let ino = field()?.parse().ok()?;
+        let hex = field()?.as_bytes();
+        let bytes = hex
+            .chunks(2)
+            .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+            .collect::<Option<Vec<u8>>>()?;
+        Some(Self {
+            reopened: reopen_supervisors(Path::new(fd), supervisor),
+            dev,
+            ino,
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(&bytes)),
+        })
+    }
+
+    /// The log's file: the reopened descriptor, or the name if it still
+    /// leads to the same inode (no link followed at the end).
+    fn file(self) -> Option<File> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        if let Some(file) = self.reopened {
+            return Some(file);
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(&self.path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.dev() == self.dev && meta.ino() == self.ino && meta.is_file()).then_some(file)
     }
 }
 
@@ -142,7 +205,7 @@ fn serve(pipe: File, supervisor: Pid) -> i32 {
             b"placeholder" => placeholders.push(path),
             // Reopened at once, while the supervisor holds it: after its
             // death no name can be trusted to lead to the same file.
-            b"log" => logs.extend(reopen_supervisors(&path, supervisor)),
+            b"log" => logs.extend(LiveLog::parse(&path, supervisor)),
             // "ring\t<key>\t<bytes>\t<pin>"
             // (Told again at registration: once is enough.)
             b"ring" => {
@@ -159,8 +222,8 @@ fn serve(pipe: File, supervisor: Pid) -> i32 {
     }
     // The pipe closed without "done": the supervisor died.
     remove_rings(&rings);
-    for log in &logs {
-        let _ = crate::append_only::set(log, false);
+    for log in logs.into_iter().filter_map(LiveLog::file) {
+        let _ = crate::append_only::set(&log, false);
     }
     let mut code = 0;
     for cgroup in &cgroups {
@@ -220,6 +283,33 @@ fn keep_only(pipe: File) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_log_told_after_the_supervisor_died_is_found_by_its_name_and_inode() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("effects\tlog\n.jsonl");
+        let file = std::fs::File::create(&path).unwrap();
+        let meta = file.metadata().unwrap();
+        let hex: String = path
+            .to_str()
+            .unwrap()
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        // Our own pid as the "supervisor": we are not its child, as after
+        // its death, so the descriptor is not reopened.
+        let own = nix::unistd::getpid();
+        let line = |ino: u64| format!("99\t{}\t{ino}\t{hex}", meta.dev());
+        let told = LiveLog::parse(Path::new(&line(meta.ino())), own).unwrap();
+        assert!(told.reopened.is_none());
+        let found = told.file().unwrap();
+        assert_eq!(found.metadata().unwrap().ino(), meta.ino());
+        // Another inode at the name is left alone.
+        let other = LiveLog::parse(Path::new(&line(meta.ino() + 1)), own).unwrap();
+        assert!(other.file().is_none());
+        assert!(LiveLog::parse(Path::new("99\t1\t2\tzz"), own).is_none());
+    }
 
     #[test]
     fn a_log_is_reopened_only_through_the_process_that_is_still_our_parent() {

@@ -402,10 +402,12 @@ fn create_on_host(
         Some(path) => {
             let (mut writer, created) = as_caller(|| LogWriter::create_undoable(path))
                 .map_err(|e| Refusal::new(exit::REFUSED, e))?;
+            // Before the flag: see `Janitor::log`.
+            undo.announce_log(writer.raw_fd(), path);
             // As the supervisor: the caller lacks CAP_LINUX_IMMUTABLE. An
             // ordinary user's own run (no service) cannot either.
             match writer.hold_append_only() {
-                Ok(()) => undo.announce_log(writer.raw_fd()),
+                Ok(()) => {}
                 Err(_) if run.init.user_namespace => {}
                 Err(e) => {
                     let cause = std::error::Error::source(&e)

@@ -46,9 +46,9 @@ impl UndoStack {
     }
 
     /// Tells the janitor of the live log, append-only until its seal.
-    pub fn announce_log(&mut self, fd: std::os::fd::RawFd) {
+    pub fn announce_log(&mut self, fd: std::os::fd::RawFd, path: &std::path::Path) {
         if let Some(janitor) = self.janitor.as_mut() {
-            janitor.log(fd);
+            janitor.log(fd, path);
         }
     }
 

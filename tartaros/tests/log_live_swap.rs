@@ -168,3 +168,62 @@ fn a_killed_supervisors_janitor_lets_the_log_go() {
     }
     std::fs::remove_file(&log).expect("remove the unsealed log");
 }
+
+/// Round 20: the janitor read the supervisor's "log" line only after the
+/// supervisor had died (a busy host: the janitor was not scheduled in
+/// time), could no longer reopen the log through `/proc/<supervisor>/fd`,
+/// and the unsealed log stayed append-only (1 of 30 random kills). The
+/// janitor is stopped here before it can read the line, so the line is
+/// read after the death every time; the log must still be let go.
+#[test]
+fn a_janitor_that_learns_of_the_log_after_the_death_still_lets_it_go() {
+    if !can_run("log_live_swap") {
+        return;
+    }
+    let tree = Dir::new();
+    let t = tree.path().to_str().unwrap().to_string();
+    let log = tree.join("effects.jsonl");
+    let mut run = Command::new(bin())
+        .args(["run", "--write", &t, "--log", log.to_str().unwrap(), "--"])
+        .args(["sleep", "30"])
+        .current_dir(tree.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the run");
+    let supervisor = run.id();
+    // The janitor is the supervisor's first child.
+    let start = Instant::now();
+    let janitor = loop {
+        let children =
+            std::fs::read_to_string(format!("/proc/{supervisor}/task/{supervisor}/children"))
+                .unwrap_or_default();
+        if let Some(pid) = children.split_whitespace().next() {
+            break pid.parse::<i32>().unwrap();
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no janitor");
+        std::hint::spin_loop();
+    };
+    let janitor = nix::unistd::Pid::from_raw(janitor);
+    nix::sys::signal::kill(janitor, nix::sys::signal::Signal::SIGSTOP).expect("stop the janitor");
+    let start = Instant::now();
+    while !(log.exists() && inode_flags(&log) & FS_APPEND_FL != 0) {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = nix::sys::signal::kill(janitor, nix::sys::signal::Signal::SIGCONT);
+            panic!("no append-only log");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    run.kill().expect("SIGKILL the supervisor");
+    run.wait().expect("reap the supervisor");
+    nix::sys::signal::kill(janitor, nix::sys::signal::Signal::SIGCONT).expect("continue");
+    let start = Instant::now();
+    while inode_flags(&log) & FS_APPEND_FL != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the janitor left the unsealed log append-only"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::remove_file(&log).expect("remove the unsealed log");
+}
