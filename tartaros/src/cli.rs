@@ -196,6 +196,14 @@ fn run_command(mut args: RunArgs) -> i32 {
         Ok(policy) => policy,
         Err(e) => return end(exit::REFUSED, e.to_string()),
     };
+    // Only now are the writable roots known (a config file may name them);
+    // a status file under one is the agent's to append to.
+    if let Some(Err(e)) = status
+        .as_deref()
+        .map(|s| s.check_outside_roots(&policy.writable_roots))
+    {
+        return end(exit::REFUSED, e.to_string());
+    }
     // Run by the service, what the policy names is looked up with the
     // caller's file access (so are the lookups in `build`): an answer must
     // not tell the caller what lies where it cannot look itself.

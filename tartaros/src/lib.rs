@@ -60,6 +60,7 @@ pub mod service;
 pub mod session_keyring;
 pub mod spawn;
 pub mod status;
+pub mod status_guard;
 pub mod stdio_own;
 pub mod stdio_relay;
 pub mod stdio_tty;

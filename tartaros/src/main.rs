@@ -17,6 +17,9 @@ fn main() {
             // Before any thread: a `> out.txt` of the launcher must not
             // reach the agent as a descriptor (stdio_relay.rs).
             if run == Some("run") {
+                // What the relay replaces: the status channel must not be
+                // a second open of one of these files (status_guard.rs).
+                tartaros::status_guard::remember_standard_streams();
                 tartaros::stdio_relay::relay_host_files(&args);
             }
             tartaros::cli_extra::quiet_broken_pipe();

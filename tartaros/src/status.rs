@@ -25,6 +25,18 @@ pub enum StatusError {
         "--status-fd {fd} is the same file as standard stream {stream}, which the agent writes too; give the status channel a pipe of its own"
     )]
     SharedStream { fd: RawFd, stream: RawFd },
+    #[error(
+        "--status-fd {fd} is {path}, inside the writable root {root}, where the agent could write status lines itself; put the status file outside the writable roots, or use a pipe"
+    )]
+    InRoot {
+        fd: RawFd,
+        path: String,
+        root: String,
+    },
+    #[error(
+        "--status-fd {fd} is a file tartaros cannot place outside the writable root {root} (another hard link, a mount under the root, or a name that no longer leads to it); put the status file outside the writable roots, or use a pipe"
+    )]
+    MaybeInRoot { fd: RawFd, root: String },
     #[error("failed to mark --status-fd {fd} close-on-exec: {source}")]
     Cloexec { fd: RawFd, source: nix::Error },
 }
@@ -75,6 +87,9 @@ impl Event {
 #[derive(Debug)]
 pub struct StatusChannel {
     file: Mutex<std::fs::File>,
+    /// What the harness opened: in a service worker the caller's file,
+    /// not the pipe that stands for it here.
+    origin: Option<crate::status_guard::Origin>,
 }
 
 impl StatusChannel {
@@ -101,7 +116,18 @@ impl StatusChannel {
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Self {
             file: Mutex::new(std::fs::File::from(owned)),
+            origin: crate::status_guard::caller_status()
+                .or_else(|| crate::status_guard::Origin::of(fd)),
         })
+    }
+
+    /// Refuses a status file the agent could write through one of
+    /// `roots`, the run's writable roots (status_guard.rs).
+    pub fn check_outside_roots(&self, roots: &[std::path::PathBuf]) -> Result<(), StatusError> {
+        match (&self.origin, self.raw()) {
+            (Some(origin), Some(fd)) => crate::status_guard::check_outside_roots(origin, fd, roots),
+            _ => Ok(()),
+        }
     }
 
     pub fn raw(&self) -> Option<RawFd> {
@@ -118,28 +144,26 @@ impl StatusChannel {
 }
 
 /// Refuses a status descriptor that is the same file (pipe, socket,
-/// terminal, regular file) as one of the standard streams, which the agent
-/// inherits: `3>&1`, or through the service `--status-fd 1` (a number the
-/// worker renumbers), let the agent print `{"event":"exited",...}` lines
-/// that the harness read as ours. The null device is no channel to forge.
+/// terminal, regular file, FIFO) as one of the standard streams, which the
+/// agent inherits: `3>&1`, or through the service `--status-fd 1` (a number
+/// the worker renumbers), let the agent print `{"event":"exited",...}`
+/// lines that the harness read as ours. The streams are compared as they
+/// are and as `main` found them: the relay (stdio_relay.rs) puts pipes in
+/// place of files, and `>> out.txt 3>> out.txt` is two opens of one file.
+/// The null device is no channel to forge.
 pub fn check_own_file(fd: RawFd) -> Result<(), StatusError> {
-    let id = |fd: RawFd| {
-        nix::sys::stat::fstat(fd)
-            .ok()
-            .filter(|st| !is_null_device(st))
-            .map(|st| (st.st_dev, st.st_ino))
-    };
-    let Some(ours) = id(fd) else {
+    use crate::status_guard::{id_of, original_streams};
+    let Some(ours) = id_of(fd) else {
         return Ok(());
     };
-    match (0..=2).find(|stream| id(*stream) == Some(ours)) {
+    let originals = original_streams();
+    let shared = |stream: &RawFd| {
+        id_of(*stream) == Some(ours) || originals.get(*stream as usize) == Some(&Some(ours))
+    };
+    match (0..=2).find(shared) {
         Some(stream) => Err(StatusError::SharedStream { fd, stream }),
         None => Ok(()),
     }
-}
-
-fn is_null_device(st: &libc::stat) -> bool {
-    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
 }
 
 /// Sends `event` when there is a channel.

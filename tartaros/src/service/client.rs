@@ -77,6 +77,13 @@ fn run(conn: &UnixStream, args: &[OsString]) -> i32 {
     // `--status-fd` descriptor when there is one (the worker renumbers it).
     let mut fds = vec![0, 1, 2];
     if let Some(status) = crate::cli_extra::status_fd_in(args) {
+        // Here, not in the worker: our streams are the relay's pipes by
+        // now, and only this process recorded the files they replaced
+        // (`>> out.txt 9>> out.txt`).
+        if let Err(e) = crate::status::check_own_file(status) {
+            eprintln!("tartaros: {e}");
+            return exit::REFUSED;
+        }
         fds.push(status);
     }
     let rights = [ControlMessage::ScmRights(&fds)];

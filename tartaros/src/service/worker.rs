@@ -165,6 +165,9 @@ fn status_fd_renumbered(args: &[String], status: Option<OwnedFd>) -> Result<Vec<
         // Before the pipe hides it: the caller's file must not be one the
         // agent writes as well.
         crate::status::check_own_file(fd.as_raw_fd()).map_err(refuse)?;
+        // And what it is, for the check against the writable roots once
+        // the policy is known (cli.rs).
+        crate::status_guard::remember_caller_status(fd.as_raw_fd());
         let fd = status_through_caller(fd)?;
         // SAFETY: F_DUPFD_CLOEXEC returns a new descriptor we then own; the
         // status channel takes it over for the whole run.

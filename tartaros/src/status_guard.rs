@@ -1,0 +1,240 @@
+//! Where the `--status-fd` descriptor leads, checked against the files the
+//! agent can write, so that no agent can add lines the harness reads as
+//! ours (adversarial round 20).
+//!
+//! Two records outlive the moment they can be taken: what the standard
+//! streams were before the relay (stdio_relay.rs) put pipes in their place
+//! (a second open of the file behind `>> out.txt`, `9>> out.txt`, is the
+//! same file as stdout, yet after the relay only this record says so), and,
+//! in a service worker, what the caller's status descriptor was before a
+//! pipe to a copying process took its place.
+
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::status::StatusError;
+
+/// A file's identity: `(st_dev, st_ino)`.
+pub type FileId = (u64, u64);
+
+static ORIGINAL_STREAMS: OnceLock<[Option<FileId>; 3]> = OnceLock::new();
+static CALLER_STATUS: OnceLock<Origin> = OnceLock::new();
+
+/// Remembers stdin, stdout and stderr as they are now; called first in
+/// `main`, before the relay replaces any of them.
+pub fn remember_standard_streams() {
+    let _ = ORIGINAL_STREAMS.set([0, 1, 2].map(id_of));
+}
+
+/// The standard streams as `main` found them (none where not recorded).
+pub fn original_streams() -> [Option<FileId>; 3] {
+    ORIGINAL_STREAMS.get().copied().unwrap_or([None; 3])
+}
+
+/// The identity of the file behind `fd`; none for the null device, which
+/// is no channel to forge, and for a closed descriptor.
+pub fn id_of(fd: RawFd) -> Option<FileId> {
+    nix::sys::stat::fstat(fd)
+        .ok()
+        .filter(|st| !is_null_device(st))
+        .map(|st| (st.st_dev, st.st_ino))
+}
+
+fn is_null_device(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(1, 3)
+}
+
+fn id_of_path(path: &Path) -> Option<FileId> {
+    nix::sys::stat::stat(path)
+        .ok()
+        .map(|st| (st.st_dev, st.st_ino))
+}
+
+/// What the status descriptor is on the host: enough to tell whether a
+/// writable root holds a name of it.
+#[derive(Debug, Clone)]
+pub struct Origin {
+    id: FileId,
+    links: u64,
+    /// A regular file or a named FIFO: something with a name the agent
+    /// could open. Anonymous pipes, sockets and devices have none.
+    named: bool,
+    /// The name `/proc/self/fd/N` gives, when it still leads to this file.
+    path: Option<PathBuf>,
+}
+
+impl Origin {
+    pub fn of(fd: RawFd) -> Option<Self> {
+        let st = nix::sys::stat::fstat(fd).ok()?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
+        let id = (st.st_dev, st.st_ino);
+        let kind = st.st_mode & libc::S_IFMT;
+        let anonymous = link
+            .as_ref()
+            .is_none_or(|l| l.to_string_lossy().starts_with("pipe:"));
+        let named = kind == libc::S_IFREG || (kind == libc::S_IFIFO && !anonymous);
+        // A renamed or deleted file, or one opened in another mount
+        // namespace, has no name here that still leads to it.
+        let path = link.filter(|p| p.is_absolute() && id_of_path(p) == Some(id));
+        Some(Self {
+            id,
+            links: st.st_nlink,
+            named,
+            path,
+        })
+    }
+}
+
+/// Remembers the service caller's status descriptor before a pipe hides
+/// it (service/worker.rs); the status channel then checks this one.
+pub fn remember_caller_status(fd: RawFd) {
+    if let Some(origin) = Origin::of(fd) {
+        let _ = CALLER_STATUS.set(origin);
+    }
+}
+
+/// The caller's status descriptor, in a service worker.
+pub fn caller_status() -> Option<Origin> {
+    CALLER_STATUS.get().cloned()
+}
+
+/// Refuses a status file or FIFO the agent could open for writing: one
+/// with a name under a writable root, or one tartaros cannot place
+/// outside them (fails closed): its name no longer leads to it, it has
+/// other hard links, or a mount under a root shows its filesystem, and a
+/// root shares that filesystem.
+pub fn check_outside_roots(
+    origin: &Origin,
+    fd: RawFd,
+    roots: &[PathBuf],
+) -> Result<(), StatusError> {
+    if !origin.named || origin.links == 0 || roots.is_empty() {
+        return Ok(());
+    }
+    let roots: Vec<(PathBuf, Option<FileId>)> = roots
+        .iter()
+        .map(|r| {
+            let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
+            let id = id_of_path(&r);
+            (r, id)
+        })
+        .collect();
+    let unsure = |root: &Path| StatusError::MaybeInRoot {
+        fd,
+        root: root.display().to_string(),
+    };
+    let mounted = mounts_under(&roots, origin.id.0);
+    let same_fs = roots
+        .iter()
+        .find(|(_, id)| id.is_some_and(|(dev, _)| dev == origin.id.0))
+        .map(|(r, _)| r.as_path())
+        .or(mounted.as_deref());
+    let Some(path) = &origin.path else {
+        return same_fs.map_or(Ok(()), |root| Err(unsure(root)));
+    };
+    // By name, and by inode: a bind mount shows a root's directory at a
+    // second path too.
+    for dir in path.ancestors().skip(1) {
+        let id = id_of_path(dir);
+        if let Some((root, _)) = roots
+            .iter()
+            .find(|(r, rid)| dir == r || (rid.is_some() && *rid == id))
+        {
+            return Err(StatusError::InRoot {
+                fd,
+                path: path.display().to_string(),
+                root: root.display().to_string(),
+            });
+        }
+    }
+    match (same_fs, &mounted) {
+        (_, Some(root)) => Err(unsure(root)),
+        (Some(root), None) if origin.links > 1 => Err(unsure(root)),
+        _ => Ok(()),
+    }
+}
+
+/// A root under which the mount table shows a mount of the filesystem
+/// `dev`: through it the agent may reach a file that has no name under
+/// the root on the host.
+fn mounts_under(roots: &[(PathBuf, Option<FileId>)], dev: u64) -> Option<PathBuf> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let wanted = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    table.lines().find_map(|line| {
+        let mut fields = line.split(' ');
+        let device = fields.nth(2)?;
+        let point = unescape(fields.nth(1)?);
+        if device != wanted {
+            return None;
+        }
+        roots
+            .iter()
+            .find(|(r, _)| point.starts_with(r) && point != *r)
+            .map(|(r, _)| r.clone())
+    })
+}
+
+/// A mount point as the table writes it: space, tab, newline and
+/// backslash as `\ooo`.
+fn unescape(field: &str) -> PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
+            let text = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(text, 8).ok()
+        });
+        match (bytes[i], octal) {
+            (b'\\', Some(byte)) => {
+                out.push(byte);
+                i += 4;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn mount_points_are_unescaped() {
+        assert_eq!(unescape(r"/mnt/a\040b"), PathBuf::from("/mnt/a b"));
+        assert_eq!(unescape(r"/x\\y"), PathBuf::from(r"/x\\y"));
+        assert_eq!(unescape(r"/x\134y"), PathBuf::from(r"/x\y"));
+    }
+
+    #[test]
+    fn a_file_under_a_root_is_refused_beside_it_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let inside = std::fs::File::create(root.join("sub/status")).unwrap();
+        let beside = std::fs::File::create(dir.path().join("status")).unwrap();
+        let roots = [root.clone()];
+        let check = |f: &std::fs::File| {
+            let origin = Origin::of(f.as_raw_fd()).unwrap();
+            check_outside_roots(&origin, f.as_raw_fd(), &roots)
+        };
+        assert!(matches!(check(&inside), Err(StatusError::InRoot { .. })));
+        assert!(check(&beside).is_ok());
+        // A second name of the outside file: it may be one under the root.
+        std::fs::hard_link(dir.path().join("status"), dir.path().join("again")).unwrap();
+        assert!(matches!(
+            check(&beside),
+            Err(StatusError::MaybeInRoot { .. })
+        ));
+        // A pipe has no name to open.
+        let (r, _w) = nix::unistd::pipe().unwrap();
+        let origin = Origin::of(r.as_raw_fd()).unwrap();
+        assert!(check_outside_roots(&origin, r.as_raw_fd(), &roots).is_ok());
+    }
+}
