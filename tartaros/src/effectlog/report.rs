@@ -33,6 +33,48 @@ const MAX_ROWS: usize = 20_000;
 /// first). Keeping only the first rows let an agent that made 20,000 files
 /// first push every later refusal, and its hook's write, off the page.
 const MAX_NOTABLE_ROWS: usize = 20_000;
+/// Allowed network connections kept past [`MAX_ROWS`], with a bound of
+/// their own so that they cannot crowd refusals off the page either: a
+/// `--port` relay that carried data after 20,000 file records was on no
+/// row (adversarial round 20).
+const MAX_NET_ROWS: usize = 10_000;
+
+/// What a row past [`MAX_ROWS`] may be kept as.
+#[derive(Clone, Copy, PartialEq)]
+enum Keep {
+    /// Only within [`MAX_ROWS`].
+    Ordinary,
+    /// Refusals, gaps, the seal, what git runs: [`MAX_NOTABLE_ROWS`].
+    Notable,
+    /// An allowed connection: [`MAX_NET_ROWS`].
+    Connection,
+}
+
+/// Rows kept past [`MAX_ROWS`], by bound.
+#[derive(Default)]
+struct PastCut {
+    notable: usize,
+    connections: usize,
+}
+
+impl PastCut {
+    /// Whether one more row fits, counting it when it does.
+    fn take(&mut self, rows: usize, keep: Keep) -> bool {
+        if rows < MAX_ROWS {
+            return true;
+        }
+        let (n, max) = match keep {
+            Keep::Ordinary => return false,
+            Keep::Notable => (&mut self.notable, MAX_NOTABLE_ROWS),
+            Keep::Connection => (&mut self.connections, MAX_NET_ROWS),
+        };
+        if *n >= max {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+}
 
 /// Whether a file record names a file that git runs or obeys on the host.
 fn names_what_git_runs(rec: &serde_json::Map<String, Value>) -> bool {
@@ -43,12 +85,6 @@ fn names_what_git_runs(rec: &serde_json::Map<String, Value>) -> bool {
         .iter()
         .filter_map(|k| target.get(*k).and_then(Value::as_str))
         .any(runs_on_host)
-}
-
-/// Whether one more row fits: any row within [`MAX_ROWS`], a notable one
-/// within the second bound.
-fn row_fits(rows: usize, notable_past_cut: usize, notable: bool) -> bool {
-    rows < MAX_ROWS || (notable && notable_past_cut < MAX_NOTABLE_ROWS)
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +159,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
     let read_err = |source| file.read_err(source);
     let mut lines = Lines::new(file.pass()?);
     let mut rows: Vec<(i128, u64, String)> = Vec::new();
-    let mut past_cut = 0usize;
+    let mut past_cut = PastCut::default();
     let mut total = 0u64;
     let mut tree = Tree::default();
     let mut base: Option<i128> = None;
@@ -134,8 +170,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         let rec = match line {
             Line::Record(rec) => rec,
             Line::Unreadable(why) => {
-                if row_fits(rows.len(), past_cut, true) {
-                    past_cut += usize::from(rows.len() >= MAX_ROWS);
+                if past_cut.take(rows.len(), Keep::Notable) {
                     let row = format!(
                         "<tr data-kind=\"unreadable\" data-group=\"log\" data-outcome=\"\" data-pid=\"\"><td></td><td></td><td>line {lineno}</td><td>(not a readable record: {why})</td><td></td></tr>"
                     );
@@ -162,13 +197,20 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
         } else {
             outcome
         };
-        let notable = outcome == "refused"
+        let keep = if outcome == "refused"
             || matches!(kind, "seal" | "gap")
-            || (FILE_KINDS.contains(&kind) && names_what_git_runs(&rec));
-        if !row_fits(rows.len(), past_cut, notable) {
+            || (FILE_KINDS.contains(&kind) && names_what_git_runs(&rec))
+        {
+            Keep::Notable
+        } else if outcome == "allowed" && matches!(kind, "connect" | "sendto" | "proxy" | "broker")
+        {
+            Keep::Connection
+        } else {
+            Keep::Ordinary
+        };
+        if !past_cut.take(rows.len(), keep) {
             continue;
         }
-        past_cut += usize::from(rows.len() >= MAX_ROWS);
         let start = render::start_ns(&rec).map(i128::from);
         let rel = start.zip(base).map(|(m, b)| m - b);
         let pid = rec
@@ -316,7 +358,7 @@ fn page(
     if total > rows.len() as u64 {
         let _ = writeln!(
             h,
-            "<p class=\"bad\" id=\"cut\">The timeline shows {} of {total} lines: the first {MAX_ROWS}, then only refusals, gaps, changes to git hooks and configs, and the seal (up to {MAX_NOTABLE_ROWS} more); run <code>tartaros log show</code> for all.</p>",
+            "<p class=\"bad\" id=\"cut\">The timeline shows {} of {total} lines: the first {MAX_ROWS}, then only refusals, gaps, changes to git hooks and configs, and the seal (up to {MAX_NOTABLE_ROWS} more) and allowed network connections (up to {MAX_NET_ROWS} more); run <code>tartaros log show</code> for all.</p>",
             rows.len()
         );
     }

@@ -8,6 +8,7 @@
 
 mod files;
 mod print;
+mod rank;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -26,9 +27,13 @@ use super::show::tree::{SANDBOX_INIT, Tree};
 use super::source::{LogFile, PassDigest, settle};
 use super::{LogError, Verdict};
 use files::Files;
+use rank::Programs;
 
 /// Distinct entries kept per table; more are counted in `*_more`.
 const MAX_DESTINATIONS: usize = 10_000;
+/// Destinations reached or that moved bytes, kept past
+/// [`MAX_DESTINATIONS`]: refused decoys first filled the table.
+const MAX_REACHED_PAST: usize = 1_000;
 const MAX_REFUSALS: usize = 10_000;
 /// Refusals by a deny rule of the policy kept past [`MAX_REFUSALS`].
 const MAX_DENIED_PAST: usize = 1_000;
@@ -43,7 +48,8 @@ pub struct Summary {
     pub run: Run,
     /// Whether the seal lists the changed files with their hashes.
     pub seal_has_files: bool,
-    /// Changed files, sorted by path.
+    /// Changed files: what git runs, then the tree's own files the run
+    /// changed, then the uncertain, then those it created; by path within.
     pub files: Vec<FileChange>,
     pub files_more: u64,
     pub destinations: Vec<Destination>,
@@ -131,8 +137,11 @@ pub struct Processes {
     pub processes: u64,
     pub execs: u64,
     pub max_depth: u64,
-    /// Programs run, most frequent first (at most 10).
+    /// Programs run: those outside the system's directories first (fewest
+    /// runs first), then the system's tools, most run first.
     pub programs: Vec<(String, u64)>,
+    /// Programs left out of `programs`, and execs of programs not tracked.
+    pub programs_more: u64,
     /// The first process's command line.
     pub first: Option<String>,
 }
@@ -193,7 +202,7 @@ struct Collector {
     refusal_order: Vec<RefusalKey>,
     refusals_more: u64,
     failures: BTreeMap<String, u64>,
-    programs: HashMap<String, u64>,
+    programs: Programs,
     execs: u64,
     counts: BTreeMap<String, u64>,
     unreadable: u64,
@@ -231,7 +240,7 @@ impl Collector {
             refusal_order: Vec::new(),
             refusals_more: 0,
             failures: BTreeMap::new(),
-            programs: HashMap::new(),
+            programs: Programs::default(),
             execs: 0,
             counts: BTreeMap::new(),
             unreadable: 0,
@@ -262,13 +271,18 @@ impl Collector {
                 && !init
             {
                 // The name run, and what the kernel ran where that differs.
-                let p = match target.and_then(|t| render::ran_other_than(t, p, 256)) {
+                let name = match target.and_then(|t| render::ran_other_than(t, p, 256)) {
                     Some(ran) => format!("{} -> {ran}", render::argument(p, 256)),
                     None => render::argument(p, 256),
                 };
-                if self.programs.len() < 10_000 || self.programs.contains_key(&p) {
-                    *self.programs.entry(p).or_insert(0) += 1;
-                }
+                // A common tool by name and by what the kernel ran (a
+                // link in /usr/bin to the agent's file is not one).
+                let at = |k: &str| target.and_then(|t| t.get(k));
+                let binary = at("binary").or(at("binary_tail")).and_then(Value::as_str);
+                let common = rank::common_tool(p)
+                    && at("binary_deleted").is_none()
+                    && binary.is_none_or(rank::common_tool);
+                self.programs.add(name, common);
             }
         }
         let Some(t) = target else {
@@ -363,7 +377,13 @@ impl Collector {
         };
         let key = (via, text(&dest, 256));
         if !self.dests.contains_key(&key) {
-            if self.dests.len() >= MAX_DESTINATIONS {
+            let bytes = num("bytes_up").unwrap_or(0) + num("bytes_down").unwrap_or(0);
+            let room = if rank::reached(outcome == Outcome::Allowed, bytes) {
+                MAX_DESTINATIONS + MAX_REACHED_PAST
+            } else {
+                MAX_DESTINATIONS
+            };
+            if self.dests.len() >= room {
                 self.dests_more += 1;
                 return;
             }
@@ -470,13 +490,7 @@ impl Collector {
             .files
             .finish(self.seal_files.take().unwrap_or_default());
         let mut destinations: Vec<Destination> = self.dests.into_values().collect();
-        destinations.sort_by(|a, b| {
-            (b.refused, b.allowed + b.failed, &a.dest).cmp(&(
-                a.refused,
-                a.allowed + a.failed,
-                &b.dest,
-            ))
-        });
+        rank::sort_destinations(&mut destinations);
         let mut refusals: Vec<Refusal> = Vec::new();
         for key in &self.refusal_order {
             if let Some(r) = self.refusals.remove(key) {
@@ -489,15 +503,14 @@ impl Collector {
                 .position(|m| m.as_str() == r.mechanism);
             (mechanism, refusal_rank(r.why.as_deref()))
         });
-        let mut programs: Vec<(String, u64)> = self.programs.into_iter().collect();
-        programs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        programs.truncate(10);
+        let (programs, programs_more) = self.programs.finish();
         let nodes = self.tree.nodes();
         let processes = Processes {
             processes: nodes.len() as u64,
             execs: self.execs,
             max_depth: self.tree.depths().into_iter().max().unwrap_or(0) as u64,
             programs,
+            programs_more,
             first: nodes
                 .iter()
                 .filter_map(|n| n.program.as_deref())
@@ -541,3 +554,5 @@ fn refusal_rank(why: Option<&str>) -> u8 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_r20;

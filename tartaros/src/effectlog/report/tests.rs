@@ -87,9 +87,57 @@ fn the_policy_pins_the_pages_own_style_and_script() {
 
 #[test]
 fn past_the_cut_only_notable_rows_fit_up_to_their_bound() {
-    assert!(row_fits(MAX_ROWS - 1, 0, false));
-    assert!(!row_fits(MAX_ROWS, 0, false));
-    assert!(row_fits(MAX_ROWS, 0, true));
-    assert!(row_fits(MAX_ROWS + 5, MAX_NOTABLE_ROWS - 1, true));
-    assert!(!row_fits(MAX_ROWS + 5, MAX_NOTABLE_ROWS, true));
+    let mut p = PastCut::default();
+    assert!(p.take(MAX_ROWS - 1, Keep::Ordinary));
+    assert!(!p.take(MAX_ROWS, Keep::Ordinary));
+    for _ in 0..MAX_NOTABLE_ROWS {
+        assert!(p.take(MAX_ROWS + 5, Keep::Notable));
+    }
+    assert!(!p.take(MAX_ROWS + 5, Keep::Notable));
+    // Connections have a bound of their own: a full notable bound leaves
+    // them room, and they leave refusals theirs.
+    let mut p = PastCut::default();
+    for _ in 0..MAX_NET_ROWS {
+        assert!(p.take(MAX_ROWS, Keep::Connection));
+    }
+    assert!(!p.take(MAX_ROWS, Keep::Connection));
+    assert!(p.take(MAX_ROWS, Keep::Notable));
+}
+
+/// 20,001 file records, then an allowed `--port` relay that carried data:
+/// the timeline kept only refusals past its cut, so the connection was on
+/// no row (adversarial round 20).
+#[test]
+fn an_allowed_connection_after_the_cut_is_on_the_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&log).unwrap();
+    w.set_batch_bytes(1 << 20);
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        ..genesis()
+    })
+    .unwrap();
+    for i in 0..MAX_ROWS {
+        let t = json!({"path": format!("/w/f{i}"), "flags": 0o301});
+        w.record(&mut effect("create", 5, 1, 1, t, None)).unwrap();
+    }
+    let relay = json!({"dest": "127.0.0.1:8765", "via": "port-forward", "bytes_up": 31, "bytes_down": 1710});
+    w.record(&mut effect("connect", 5, 1, 2, relay, None))
+        .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    drop(w);
+    let html_path = dir.path().join("r.html");
+    report(&log, &html_path).unwrap();
+    let html = std::fs::read_to_string(&html_path).unwrap();
+    assert!(html.contains("id=\"cut\""), "the report was not cut");
+    assert!(
+        html.lines()
+            .any(|l| l.starts_with("<tr") && l.contains("127.0.0.1:8765")),
+        "the relay is on no timeline row"
+    );
 }

@@ -78,6 +78,17 @@ impl PolicyView {
                 return rule;
             }
         }
+        // With no name, no rule can be matched, and guessing file
+        // permissions told the reviewer a refusal was harmless (round 20).
+        let unreadable = ["path", "from", "to", "interpreter"].iter().any(|k| {
+            target
+                .get(&format!("{k}_unreadable"))
+                .and_then(Value::as_bool)
+                == Some(true)
+        });
+        if unreadable {
+            return "name unreadable: no rule can be matched".to_string();
+        }
         const EACCES: u64 = 13;
         match errno {
             EROFS => "the read-only base mount".to_string(),

@@ -16,6 +16,9 @@ const MAX_FILES: usize = 100_000;
 /// Files git runs on the host (hooks, configs) tracked past MAX_FILES: a
 /// full table hid a hook written after 100,000 other files.
 const MAX_GIT_RUNS: usize = 10_000;
+/// Files the tree had before the run, tracked past MAX_FILES: a full
+/// table of created decoys hid a rewritten `Makefile`.
+const MAX_EXISTING: usize = 10_000;
 
 #[derive(Default)]
 struct FileState {
@@ -31,6 +34,9 @@ struct FileState {
     /// Named only by an `O_TMPFILE` open (the kernel's `#<inode>`) and
     /// its writes: a file of no name, which a link's `written_as` folds.
     nameless: bool,
+    /// The kernel said the first open with `O_CREAT` created nothing
+    /// (the record names the opened file's `ino`): the tree had it.
+    existed: bool,
 }
 
 /// `__O_TMPFILE`: an open that makes a file with no name.
@@ -66,11 +72,18 @@ impl Files {
     }
 
     fn file(&mut self, path: &str) -> Option<&mut FileState> {
+        self.file_of(path, false)
+    }
+
+    /// The entry of `path`; `existing` when the effect shows the tree had
+    /// the file (it changes, not creates), which has room past MAX_FILES.
+    fn file_of(&mut self, path: &str, existing: bool) -> Option<&mut FileState> {
         if is_pseudo(path, &self.roots) {
             return None;
         }
         if !self.files.contains_key(path) {
-            if !room(self.files.len(), path) {
+            let extra = existing && self.files.len() < MAX_FILES + MAX_EXISTING;
+            if !room(self.files.len(), path) && !extra {
                 self.more += 1;
                 return None;
             }
@@ -102,6 +115,15 @@ impl Files {
                 None => ("chmod".to_string(), false, false),
             },
             "mkdir" | "symlink" | "mknod" => (kind.to_string(), true, false),
+            // A pathname unix socket's `bind` makes its file, as mknod
+            // makes a FIFO's; an abstract one (`@name`) makes none.
+            "bind"
+                if t.get("family").and_then(Value::as_str) == Some("unix")
+                    && !flag(t, "abstract")
+                    && path.is_some_and(|p| p.starts_with('/')) =>
+            {
+                ("bind".to_string(), true, false)
+            }
             "unlink" | "rmdir" => ("delete".to_string(), false, true),
             "rename" | "link" => return self.moved(kind, t),
             _ => return,
@@ -127,11 +149,25 @@ impl Files {
             .flatten()
             .filter(|w| self.files.get(*w).is_some_and(|f| f.nameless))
             .and_then(|w| self.files.remove(w));
-        let Some(f) = self.file(path) else {
-            return;
-        };
         let tmpfile =
             matches!(kind, "open" | "create") && flags.is_some_and(|f| f & O_TMPFILE != 0);
+        // The capture names an open's file by the kernel's `ino` only when
+        // the open did not create it (`FMODE_CREATED` unset; docs/ebpf.md,
+        // "Opens for writing").
+        let opened_existing = matches!(kind, "open" | "create")
+            && !tmpfile
+            && !flag(t, "deleted")
+            && t.get("ino").is_some()
+            && t.get("path_source").and_then(Value::as_str) == Some("kernel");
+        // An open with `O_CREAT` and no `ino` may have made its file.
+        let existing = opened_existing || (!creates && !matches!(kind, "open" | "create"));
+        let Some(f) = self.file_of(path, existing) else {
+            return;
+        };
+        let fresh = f.actions.is_empty() && !f.created && !f.maybe_created && !f.deleted;
+        if opened_existing && fresh {
+            f.existed = true;
+        }
         if tmpfile {
             f.nameless = f.nameless || f.actions.is_empty();
         } else if kind != "write" {
@@ -146,7 +182,8 @@ impl Files {
             f.created = true;
             f.deleted = false;
         }
-        if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) {
+        if matches!(kind, "open" | "create") && flags.is_some_and(|f| f & 0o100 != 0) && !f.existed
+        {
             f.maybe_created = true;
         }
         // Links forgotten: the name holds nothing, and where the file
@@ -330,8 +367,14 @@ impl Files {
         }
     }
 
-    /// The changes sorted by path, with the seal's sizes and hashes, and
-    /// the count of paths that did not fit.
+    /// The changes with the seal's sizes and hashes, and the count of
+    /// paths that did not fit. Ordered by what a reviewer must see first,
+    /// then by path: what git runs on the host; files the tree had before
+    /// the run (modified, truncated, chmod'ed, renamed, deleted: those an
+    /// agent hid behind created decoys); `written` ones (created or
+    /// changed, the record cannot tell) and `seal-only` ones; files the
+    /// run created. Alphabetical alone put 31 created `.a10`… before a
+    /// rewritten `Makefile` (adversarial round 20).
     pub(super) fn finish(mut self, seal_files: Vec<Value>) -> (Vec<FileChange>, u64) {
         let mut sealed: BTreeMap<String, Sealed> = BTreeMap::new();
         for f in seal_files {
@@ -345,7 +388,7 @@ impl Files {
                 sealed.insert(path.to_string(), entry);
             }
         }
-        let mut files: Vec<FileChange> = Vec::new();
+        let mut files: Vec<(u8, FileChange)> = Vec::new();
         let mut seen = BTreeSet::new();
         let mut entries: Vec<(String, FileState)> = self.files.drain().collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
@@ -365,30 +408,48 @@ impl Files {
             };
             let s = sealed.get(&path).cloned().unwrap_or_default();
             seen.insert(path.clone());
-            files.push(FileChange {
-                path: text(&path, MAX_STRING),
-                change,
-                actions: f.actions,
-                renamed_from: f.renamed_from.map(|p| text(&p, MAX_STRING)),
-                size: s.size,
-                sha256: s.sha256,
-                skipped: s.skipped,
-            });
-        }
-        for (path, s) in sealed {
-            if !seen.contains(&path) && room(files.len(), &path) {
-                files.push(FileChange {
+            let rank = if runs_on_host(&path) {
+                0
+            } else if !f.created && !f.maybe_created {
+                // Not made by the run: the tree's own file changed.
+                1
+            } else if f.created {
+                3
+            } else {
+                2
+            };
+            files.push((
+                rank,
+                FileChange {
                     path: text(&path, MAX_STRING),
-                    change: "seal-only",
-                    actions: Vec::new(),
-                    renamed_from: None,
+                    change,
+                    actions: f.actions,
+                    renamed_from: f.renamed_from.map(|p| text(&p, MAX_STRING)),
                     size: s.size,
                     sha256: s.sha256,
                     skipped: s.skipped,
-                });
+                },
+            ));
+        }
+        for (path, s) in sealed {
+            if !seen.contains(&path) && room(files.len(), &path) {
+                let rank = if runs_on_host(&path) { 0 } else { 2 };
+                files.push((
+                    rank,
+                    FileChange {
+                        path: text(&path, MAX_STRING),
+                        change: "seal-only",
+                        actions: Vec::new(),
+                        renamed_from: None,
+                        size: s.size,
+                        sha256: s.sha256,
+                        skipped: s.skipped,
+                    },
+                ));
             }
         }
-        files.sort_by(|a, b| a.path.cmp(&b.path));
+        files.sort_by(|a, b| (a.0, &a.1.path).cmp(&(b.0, &b.1.path)));
+        let files = files.into_iter().map(|(_, f)| f).collect();
         (files, self.more)
     }
 }

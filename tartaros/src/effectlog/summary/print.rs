@@ -10,6 +10,7 @@ use crate::effectlog::show::tree::SANDBOX_INIT;
 const FILES_SHOWN: usize = 20;
 const DESTINATIONS_SHOWN: usize = 12;
 const REFUSALS_SHOWN: usize = 6;
+const PROGRAMS_SHOWN: usize = 10;
 
 /// `1234 B`, `56.7 KiB`, `8.0 MiB`.
 fn size(n: u64) -> String {
@@ -171,19 +172,10 @@ fn files_section(s: &Summary, o: &mut String) {
         let _ = writeln!(o, "  none");
         return;
     }
-    // The work tree first: a clone or commit changes hundreds of files
-    // inside .git, which one line can stand for.
-    let order = [
-        "created",
-        "written",
-        "modified",
-        "renamed",
-        "exchanged",
-        "deleted",
-        "seal-only",
-    ];
-    // A change not in the order still shows, last.
-    let rank = |c: &str| order.iter().position(|o| *o == c).unwrap_or(order.len());
+    // In the summary's order (files.rs `finish`): the tree's own files
+    // the run changed before those it created, so decoys cannot push a
+    // rewritten Makefile off the screen. Files inside .git are one line:
+    // a clone or commit changes hundreds of them.
     let mut shown = 0;
     let mut in_git = 0u64;
     // First, and not behind the work tree's 20 lines.
@@ -194,17 +186,12 @@ fn files_section(s: &Summary, o: &mut String) {
             control += 1;
         }
     }
-    for r in 0..=order.len() {
-        for f in s.files.iter().filter(|f| rank(f.change) == r) {
-            if runs_on_host(&f.path) {
-                continue;
-            }
-            if inside_git(&f.path) {
-                in_git += 1;
-            } else if shown < FILES_SHOWN {
-                let _ = writeln!(o, "{}", file_line(f));
-                shown += 1;
-            }
+    for f in s.files.iter().filter(|f| !runs_on_host(&f.path)) {
+        if inside_git(&f.path) {
+            in_git += 1;
+        } else if shown < FILES_SHOWN {
+            let _ = writeln!(o, "{}", file_line(f));
+            shown += 1;
         }
     }
     if in_git > 0 {
@@ -246,9 +233,17 @@ fn network_section(s: &Summary, o: &mut String) {
             counts.join(", ")
         );
     }
+    // The list is reached-first (rank.rs): what was cut says how many of
+    // it were refused, so a cut never hides a destination reached.
     let rest = total.saturating_sub(DESTINATIONS_SHOWN as u64);
     if rest > 0 {
-        let _ = writeln!(o, "  … and {rest} more");
+        let refused = s
+            .destinations
+            .iter()
+            .skip(DESTINATIONS_SHOWN)
+            .filter(|d| d.allowed == 0 && d.bytes_up == 0 && d.bytes_down == 0 && d.refused > 0)
+            .count();
+        let _ = writeln!(o, "  … and {rest} more ({refused} only refused)");
     }
 }
 
@@ -330,9 +325,17 @@ fn processes_section(s: &Summary, o: &mut String) {
         let list: Vec<String> = p
             .programs
             .iter()
+            .take(PROGRAMS_SHOWN)
             .map(|(prog, n)| format!("{prog} ×{n}"))
             .collect();
         let _ = writeln!(o, "  ran: {}", list.join(", "));
+        // Counted like every other cut list: ten programs and silence hid
+        // what an agent ran once behind twelve copies of `true`.
+        let rest = (p.programs.len().saturating_sub(PROGRAMS_SHOWN) as u64)
+            .saturating_add(p.programs_more);
+        if rest > 0 {
+            let _ = writeln!(o, "  … and {rest} more (log summary --json lists them)");
+        }
     }
     let records: u64 = s.counts.values().sum();
     let mut counts: Vec<_> = s.counts.iter().collect();
