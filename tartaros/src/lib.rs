@@ -48,6 +48,7 @@ pub mod path_checks;
 pub mod plan;
 pub mod policy;
 pub mod port_relay;
+pub(crate) mod proc_title;
 pub mod proxy;
 pub mod pty;
 pub mod pty_helper;

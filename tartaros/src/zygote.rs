@@ -208,7 +208,7 @@ fn serve(sock: OwnedFd, supervisor: Pid) -> ! {
         CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWIPC | CloneFlags::CLONE_NEWUTS,
     )
     .is_ok();
-    if !scrub_command_line_and_environment() {
+    if !crate::proc_title::retitle(b"tartaros-init\0") {
         // Unscrubbed, the init would show them: no template, so the
         // supervisor's request fails and it execs the init instead.
         // SAFETY: leave without running the parent's atexit state.
@@ -286,49 +286,6 @@ fn fresh_namespaces(bits: u64, premade: bool) -> Namespaces {
         user,
         premade: premade && !user,
     }
-}
-
-/// Overwrites our copy of the supervisor's command line and initial
-/// environment, which the init inherits: `/proc/<pid>/cmdline` is
-/// world-readable, and the exec path's init showed neither (its argv was
-/// fixed, its environment empty). The title becomes `tartaros-init`.
-/// False when the areas cannot be found.
-fn scrub_command_line_and_environment() -> bool {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return false;
-    };
-    // After the command name (which may hold spaces), fields 3 on; the
-    // argument and environment areas are fields 48 to 51.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return false;
-    };
-    let field = |n: usize| {
-        rest.split_whitespace()
-            .nth(n - 3)
-            .and_then(|v| v.parse::<usize>().ok())
-    };
-    let (Some(arg_start), Some(arg_end), Some(env_start), Some(env_end)) =
-        (field(48), field(49), field(50), field(51))
-    else {
-        return false;
-    };
-    const TITLE: &[u8] = b"tartaros-init\0";
-    // SAFETY: the kernel's bounds of this process's own argument and
-    // environment strings on its stack, which are writable and which
-    // nothing of this single-threaded process reads again (the init gets
-    // everything from its plan).
-    unsafe {
-        if arg_end > arg_start {
-            let len = arg_end - arg_start;
-            std::ptr::write_bytes(arg_start as *mut u8, 0, len);
-            let title = TITLE.len().min(len);
-            std::ptr::copy_nonoverlapping(TITLE.as_ptr(), arg_start as *mut u8, title);
-        }
-        if env_end > env_start {
-            std::ptr::write_bytes(env_start as *mut u8, 0, env_end - env_start);
-        }
-    }
-    true
 }
 
 /// The init's first steps, those the exec path's child takes before its

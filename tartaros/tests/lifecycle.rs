@@ -408,6 +408,21 @@ fn the_init_and_the_agent_hold_only_their_own_descriptors() {
         .filter_map(|p| p.parse().ok())
         .collect();
     assert!(children.contains(&init), "children {children:?}");
+    // The janitor, which may outlive us by a grace period or two, shows
+    // neither either: after `run` returns it must not pass for the agent.
+    for janitor in children.iter().filter(|c| **c != init) {
+        let cmdline = std::fs::read(format!("/proc/{janitor}/cmdline")).unwrap();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        assert!(
+            cmdline.starts_with("tartaros-janitor") && !cmdline.contains(&m),
+            "janitor's command line: {cmdline:?}"
+        );
+        let environ = std::fs::read(format!("/proc/{janitor}/environ")).unwrap();
+        assert!(
+            !String::from_utf8_lossy(&environ).contains("PATH="),
+            "janitor's environment"
+        );
+    }
     assert!(
         children.len() <= 2,
         "the supervisor has more children than its janitor and init (a template left?): {children:?}"
