@@ -153,6 +153,11 @@ pub mod flag {
     /// name between this read and the kernel's copy, so the name is the
     /// agent's claim until a notification proves it.
     pub const NAME_SHARED: u32 = 1 << 15;
+    /// The (first) path was unreadable at `sys_enter` (a page not yet
+    /// faulted in) and was read at `sys_exit` of a call that failed, after
+    /// the kernel's own copy had faulted it in: the agent's claim, read
+    /// after the call.
+    pub const PATH_READ_AFTER: u32 = 1 << 16;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).

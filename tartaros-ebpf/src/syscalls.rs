@@ -4,9 +4,10 @@
 //!   `struct open_how`, `struct msghdr`, xattr name) from the caller's
 //!   memory *once*, into a per-task entry of `PENDING`;
 //! - `sys_exit` (`tp_btf`) adds the kernel's return value, the verdict,
-//!   and writes the record. It never reads the caller's memory: a second
-//!   thread that rewrites a buffer while the call blocks changes nothing
-//!   in the record.
+//!   and writes the record. It does not read the caller's memory again: a
+//!   second thread that rewrites a buffer while the call blocks changes
+//!   nothing in the record. (One exception: a name unreadable at entry of
+//!   a call that failed, below.)
 //!
 //! Both run for every syscall of every task on the host, so the cheapest
 //! test comes first: the syscall number, then the cgroup. A call the
@@ -15,9 +16,14 @@
 //! syscalls (`nr::is_refused`) are recorded there from their registers.
 //!
 //! A path read at entry can fail on a page not yet faulted in (the kernel
-//! would fault it in): the record then says the path is unreadable. The
-//! kernel's own path of a successful effect comes from elsewhere
-//! (docs/ebpf.md); what is read here is the agent's claim.
+//! would fault it in). When the call then fails (a refusal), the kernel's
+//! copy has faulted the page in, and `sys_exit` reads the name once
+//! (`PATH_READ_AFTER`): a refused read of a literal on an untouched
+//! `.rodata` page named nothing, and made the log `incomplete` (round 20).
+//! Read after the call or before it, a refused call's name is the agent's
+//! claim either way: another thread can rewrite it in both windows. A call
+//! that succeeded keeps the path unreadable: the kernel's own path of a
+//! successful effect comes from elsewhere (docs/ebpf.md).
 
 use core::ffi::c_void;
 
@@ -377,6 +383,25 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
             if (*p).nr != number || !wanted((*p).call.when, ret) {
                 (*p).nr = DONE;
                 return None;
+            }
+            if ret < 0 && (*p).call.flags & flag::PATH_UNREADABLE != 0 {
+                // Without `read_path`'s test of the byte at the limit (230
+                // more instructions to verify): a full buffer counts as cut.
+                let n = generated::bpf_probe_read_user_str(
+                    (&raw mut (*p).path).cast::<c_void>(),
+                    PATH_BYTES as u32,
+                    (*p).call.ptr as *const c_void,
+                ) as i32;
+                if n > 0 {
+                    let cut = if n as usize >= PATH_BYTES {
+                        flag::PATH_TRUNCATED
+                    } else {
+                        0
+                    };
+                    (*p).len = n;
+                    (*p).call.flags =
+                        ((*p).call.flags & !flag::PATH_UNREADABLE) | cut | flag::PATH_READ_AFTER;
+                }
             }
             (p as *const Pending, true)
         },

@@ -6,9 +6,10 @@
 //! `incomplete` and `tartaros run` exited non-zero (3 of 3 before the
 //! fix). `ENXIO` comes from the file's own `open`, after every check of
 //! the sandbox passed, and nothing was opened: the record is the agent's
-//! claim, not a lost name (`effectlog/unnamed.rs`). A refused write-open
-//! of a name the capture cannot read stays `incomplete`
-//! (`log_adversarial.rs`). Needs root and bash.
+//! claim, not a lost name (`effectlog/unnamed.rs`). Since round 22 a
+//! failed call's name unreadable at entry is read at exit
+//! (`path_read_after`, `log_adversarial.rs`), so the ENXIO rule is left
+//! for a name that cannot be read then either. Needs root and bash.
 
 mod common;
 

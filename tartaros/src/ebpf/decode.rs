@@ -394,6 +394,9 @@ impl Decoder {
         if flags & flag::NAME_SHARED != 0 && (path.is_some() || path2.is_some()) {
             t.insert("name_shared", true);
         }
+        if flags & flag::PATH_READ_AFTER != 0 && path.is_some() {
+            t.insert("path_read_after", true);
+        }
         // A `SYS_FILE` record names its file from the kernel (`decode_file.rs`).
         let fd_target = path.is_none()
             && addr.is_none()

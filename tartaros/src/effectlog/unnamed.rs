@@ -19,7 +19,9 @@
 //!   the chdir did not confirm (`cwd_unverified`), or nothing at all (the
 //!   process was gone: `path_relative`), or through a link followed after
 //!   the call (`path_via_link`: a symlink or a `/proc` magic link,
-//!   `fswatch/links.rs`). The record carries those flags,
+//!   `fswatch/links.rs`), or read only when the call had failed
+//!   (`path_read_after`: unreadable at entry, a page the kernel's own copy
+//!   then faulted in). The record carries those flags,
 //!   so a reader sees the name is the agent's claim; `verify` counts them
 //!   in its `ok` line. Making them `incomplete` would make every `grep -r`
 //!   or `find` that walks into a read-denied directory an incomplete log
@@ -102,6 +104,7 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         let resolved = t.get(&from).and_then(Value::as_str);
         claimed |= flag(&format!("{key}_relative"))
             || flag(&format!("{key}_via_link"))
+            || flag(&format!("{key}_read_after"))
             || resolved == Some("dirfd")
             || (resolved == Some("cwd") && flag("cwd_unverified"));
     }
@@ -189,6 +192,12 @@ mod tests {
         assert!(fd("setflags", "allowed"), "no notification names it");
         assert!(fd("chmod", "denied"), "a refused call changed nothing");
         assert!(!fd("chmod", "allowed"), "its attrib record names the file");
+    }
+
+    #[test]
+    fn a_refused_name_read_after_the_call_is_a_claim() {
+        let after = serde_json::json!({"path": "/etc/shadow", "path_source": "agent", "path_read_after": true});
+        assert_eq!(denied(after), Some(Unnamed::Claimed));
     }
 
     #[test]
