@@ -296,7 +296,7 @@ fn become_agent(
             } else {
                 exit::START_FAILURE
             },
-            e,
+            cannot_install(crate::guarantee::Guarantee::LandlockFilesystem, e),
         );
     }
     if let Err(e) = nix::unistd::chdir(&plan.cwd) {
@@ -350,7 +350,7 @@ fn become_agent(
             } else {
                 exit::START_FAILURE
             },
-            e,
+            cannot_install(crate::guarantee::Guarantee::Seccomp, e),
         );
     }
     let errno = exec_on_agent_path(program, &argv, &env, &plan.env);
@@ -475,4 +475,15 @@ fn exec_on_agent_path(
 fn set_cloexec(fd: i32) {
     // SAFETY: F_SETFD on a descriptor we own only changes its flags.
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+}
+
+/// A guarantee the plan had that the agent's last steps could not install
+/// (the probe saw the mechanism, yet the call was refused: a filter or
+/// policy of whatever runs tartaros). Named as the supervisor's own
+/// refusals are, so the status channel's `field` names it.
+fn cannot_install(g: crate::guarantee::Guarantee, e: impl std::fmt::Display) -> String {
+    format!(
+        "cannot install {}: {e}; is tartaros itself confined (a seccomp filter or security module that refuses it)? run it outside that confinement",
+        g.name()
+    )
 }

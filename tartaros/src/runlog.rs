@@ -161,7 +161,7 @@ pub async fn drain_with(
         if refused > 0 {
             let _ = writer.gap(refused, "refused-record");
         }
-        writer.set_seal_files(seal);
+        writer.set_seal_fields(seal);
         // Closing the group waits for the kernel to free its marks (see
         // `fswatch::Marks`): not in the way of the seal.
         let _ = std::thread::Builder::new()
@@ -239,12 +239,19 @@ impl LogOutcome {
 /// (`capture_degraded`: the genesis lists it), the same conditions under
 /// which `tartaros log verify` says `ok`.
 pub fn finish(
-    writer: LogWriter,
+    mut writer: LogWriter,
     code: i32,
     signal: Option<i32>,
     cgroup_empty: bool,
     capture_degraded: bool,
+    not_started: Option<&str>,
 ) -> LogOutcome {
+    // The genesis lists what the run planned to install; a run whose
+    // init could not install it (seccomp refused by an outer filter) ended
+    // before the agent, and the seal says why (adversarial round 22).
+    if let Some(why) = not_started {
+        writer.set_seal_fields(serde_json::json!({ "not_started": why }));
+    }
     let full = writer.full().map(str::to_owned);
     let lost = writer.lost() + writer.dropped();
     let nameless = writer.nameless();

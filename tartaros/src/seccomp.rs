@@ -113,7 +113,7 @@ pub enum SeccompError {
     NoNewPrivs,
     #[error("failed to install the seccomp filter: cannot read no_new_privs")]
     QueryNoNewPrivs(#[source] io::Error),
-    #[error("failed to install the seccomp filter")]
+    #[error("failed to install the seccomp filter: {0}")]
     Install(#[source] io::Error),
 }
 

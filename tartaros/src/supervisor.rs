@@ -328,7 +328,15 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                     .names(false)
                     .iter()
                     .any(|g| g == Guarantee::EbpfCapture.name());
-                crate::runlog::finish(writer, code, signal, teardown.is_ok(), degraded)
+                let not_started = outcome.as_ref().err().map(|r| r.message.as_str());
+                crate::runlog::finish(
+                    writer,
+                    code,
+                    signal,
+                    teardown.is_ok(),
+                    degraded,
+                    not_started,
+                )
             }
             Err(e) => crate::runlog::LogOutcome {
                 head: None,

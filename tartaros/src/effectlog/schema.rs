@@ -48,8 +48,10 @@ pub(crate) const SEAL_KEYS: &[&str] = &[
 ];
 
 /// Seal fields present only in some logs: the kernel-sourced `files`
-/// list (sorted by path) and how many files it left out.
-pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted"];
+/// list (sorted by path) and how many files it left out, and why the
+/// agent never started (`not_started`: the genesis lists the guarantees
+/// the run planned, and one of them failed to install).
+pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted", "not_started"];
 
 /// The first record: what ran, on what, under which policy and guarantees.
 #[derive(Debug, Clone, PartialEq)]
@@ -254,6 +256,9 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
 /// `files`: objects with a string `path` in increasing order, a
 /// `size`, and a hex `sha256` or null with a `skipped` reason.
 fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
+    if m.get("not_started").is_some_and(|v| !v.is_string()) {
+        return Err("`not_started` is not a string".into());
+    }
     if let Some(omitted) = m.get("files_omitted")
         && omitted.as_u64().is_none()
     {

@@ -169,6 +169,8 @@ struct Chain {
     /// Refused attempts named only by the agent's string, resolved after
     /// the call (see [`unnamed`]).
     claimed: u64,
+    /// The seal's `not_started`: the agent never ran, and why.
+    not_started: Option<String>,
 }
 
 impl Chain {
@@ -278,6 +280,10 @@ impl Chain {
         });
         let omitted = m.get("files_omitted").and_then(Value::as_u64).unwrap_or(0);
         self.unhashed = (skipped as u64).saturating_add(omitted);
+        self.not_started = m
+            .get("not_started")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         self.sealed_at = Some(lineno);
         Ok(())
     }
@@ -376,10 +382,18 @@ impl Chain {
         } else {
             String::new()
         };
+        // The genesis lists guarantees the run only planned: say first
+        // that none of them held an agent.
+        let not_started = self.not_started.as_deref().map_or(String::new(), |why| {
+            format!(
+                "; the agent never started: {}",
+                super::escape::terminal_capped(why, 300)
+            )
+        });
         Verdict::new(
             VERDICT_OK,
             format!(
-                "ok: {lines} records, sealed on line {sealed_at}, head {}{unhashed}{claimed}",
+                "ok: {lines} records, sealed on line {sealed_at}, head {}{not_started}{unhashed}{claimed}",
                 hex::encode(self.prev)
             ),
         )

@@ -487,9 +487,10 @@ impl LogWriter {
         Ok(self.head())
     }
 
-    /// Adds `files` (and `files_omitted`) to the seal: the fields of
-    /// `extra` other than those ([`crate::fswatch`] builds them).
-    pub fn set_seal_files(&mut self, extra: Value) {
+    /// Adds the seal's optional fields of `extra` (`files`,
+    /// `files_omitted`, `not_started`); the others are ignored
+    /// ([`crate::fswatch`] builds the files list with more).
+    pub fn set_seal_fields(&mut self, extra: Value) {
         if let Value::Object(extra) = extra {
             for (k, v) in extra {
                 if schema::SEAL_OPTIONAL.contains(&k.as_str()) {

@@ -333,7 +333,7 @@ mod tests {
         let mut w = LogWriter::create(&path).unwrap();
         w.genesis(Genesis::new(json!({}), vec![], vec![], vec![]))
             .unwrap();
-        w.set_seal_files(json!({"files": files, "ignored": 1}));
+        w.set_seal_fields(json!({"files": files, "ignored": 1}));
         w.seal(Seal {
             exit_status: ExitStatus::Code(0),
             cgroup_empty: true,
