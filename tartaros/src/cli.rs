@@ -197,10 +197,11 @@ fn run_command(mut args: RunArgs) -> i32 {
         Err(e) => return end(exit::REFUSED, e.to_string()),
     };
     // Only now are the writable roots known (a config file may name them);
-    // a status file under one is the agent's to append to.
+    // a status file under one is the agent's to append to, and so is a
+    // socket whose peer is bound there or listens on a `--port`.
     if let Some(Err(e)) = status
         .as_deref()
-        .map(|s| s.check_outside_roots(&policy.writable_roots))
+        .map(|s| s.check_outside_roots(&policy.writable_roots, &policy.local_ports))
     {
         return end(exit::REFUSED, e.to_string());
     }

@@ -62,6 +62,7 @@ pub mod session_keyring;
 pub mod spawn;
 pub mod status;
 pub mod status_guard;
+pub mod status_socket;
 pub mod stdio_own;
 pub mod stdio_relay;
 pub mod stdio_tty;

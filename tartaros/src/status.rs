@@ -37,6 +37,32 @@ pub enum StatusError {
         "--status-fd {fd} is a file tartaros cannot place outside the writable root {root} (another hard link, a mount under the root, or a name that no longer leads to it); put the status file outside the writable roots, or use a pipe"
     )]
     MaybeInRoot { fd: RawFd, root: String },
+    #[error(
+        "--status-fd {fd} is a unix socket whose {side} {path} is inside the writable root {root}, where the agent could connect or send to it and forge status lines; bind the reader's socket outside the writable roots, or use a pipe or a socketpair"
+    )]
+    SocketInRoot {
+        fd: RawFd,
+        side: &'static str,
+        path: String,
+        root: String,
+    },
+    #[error(
+        "--status-fd {fd} is a unix socket whose {side} {path} tartaros cannot place outside the writable roots ({why}); bind the reader's socket at an absolute path outside the writable roots, or use a pipe or a socketpair"
+    )]
+    SocketUnplaced {
+        fd: RawFd,
+        side: &'static str,
+        path: String,
+        why: String,
+    },
+    #[error(
+        "--status-fd {fd} is a TCP socket whose {side} has port {port}, which --port {port} relays the agent's connections to; give the reader a port the run does not relay, or use a pipe or a socketpair"
+    )]
+    SocketRelayed {
+        fd: RawFd,
+        side: &'static str,
+        port: u16,
+    },
     #[error("failed to mark --status-fd {fd} close-on-exec: {source}")]
     Cloexec { fd: RawFd, source: nix::Error },
 }
@@ -121,11 +147,18 @@ impl StatusChannel {
         })
     }
 
-    /// Refuses a status file the agent could write through one of
-    /// `roots`, the run's writable roots (status_guard.rs).
-    pub fn check_outside_roots(&self, roots: &[std::path::PathBuf]) -> Result<(), StatusError> {
+    /// Refuses a status file or socket the agent could write through one
+    /// of `roots`, the run's writable roots, or through a `--port` relay
+    /// to one of `local_ports` (status_guard.rs).
+    pub fn check_outside_roots(
+        &self,
+        roots: &[std::path::PathBuf],
+        local_ports: &[u16],
+    ) -> Result<(), StatusError> {
         match (&self.origin, self.raw()) {
-            (Some(origin), Some(fd)) => crate::status_guard::check_outside_roots(origin, fd, roots),
+            (Some(origin), Some(fd)) => {
+                crate::status_guard::check_outside_roots(origin, fd, roots, local_ports)
+            }
             _ => Ok(()),
         }
     }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use crate::status::StatusError;
+use crate::status_socket::{self, SocketFacts, UnixSocket};
 
 /// A file's identity: `(st_dev, st_ino)`.
 pub type FileId = (u64, u64);
@@ -62,6 +63,10 @@ pub struct Origin {
     named: bool,
     /// The name `/proc/self/fd/N` gives, when it still leads to this file.
     path: Option<PathBuf>,
+    /// A unix socket's own and peer names, or a TCP socket's ports
+    /// (status_socket.rs): a socket has no name to open, but the agent
+    /// may reach its peer by name, or through a `--port` relay.
+    socket: Option<SocketFacts>,
 }
 
 impl Origin {
@@ -77,11 +82,15 @@ impl Origin {
         // A renamed or deleted file, or one opened in another mount
         // namespace, has no name here that still leads to it.
         let path = link.filter(|p| p.is_absolute() && id_of_path(p) == Some(id));
+        let socket = (kind == libc::S_IFSOCK)
+            .then(|| crate::status_socket::socket_of(fd))
+            .flatten();
         Some(Self {
             id,
             links: st.st_nlink,
             named,
             path,
+            socket,
         })
     }
 }
@@ -103,16 +112,27 @@ pub fn caller_status() -> Option<Origin> {
 /// with a name under a writable root, or one tartaros cannot place
 /// outside them (fails closed): its name no longer leads to it, it has
 /// other hard links, or a mount under a root shows its filesystem, and a
-/// root shares that filesystem.
+/// root shares that filesystem. Refuses as well a unix socket whose own
+/// or peer name the agent can reach, and a TCP socket on a port that
+/// `--port` relays to (status_socket.rs).
 pub fn check_outside_roots(
     origin: &Origin,
     fd: RawFd,
     roots: &[PathBuf],
+    local_ports: &[u16],
 ) -> Result<(), StatusError> {
-    if !origin.named || origin.links == 0 || roots.is_empty() {
+    if let Some(SocketFacts::Tcp(ports)) = &origin.socket {
+        return status_socket::judge_tcp(*ports, local_ports).map_err(|r| r.into_error(fd));
+    }
+    let unix = match &origin.socket {
+        Some(SocketFacts::Unix(socket)) => Some(socket),
+        _ => None,
+    };
+    // Pipes (the usual channel) cost no look-up of the roots.
+    if roots.is_empty() || (unix.is_none() && (!origin.named || origin.links == 0)) {
         return Ok(());
     }
-    let roots: Vec<(PathBuf, Option<FileId>)> = roots
+    let resolved: Vec<(PathBuf, Option<FileId>)> = roots
         .iter()
         .map(|r| {
             let r = std::fs::canonicalize(r).unwrap_or_else(|_| r.clone());
@@ -120,26 +140,84 @@ pub fn check_outside_roots(
             (r, id)
         })
         .collect();
+    if let Some(socket) = unix {
+        return check_socket(socket, fd, roots, &resolved);
+    }
+    check_file(
+        origin.id,
+        origin.links,
+        origin.path.as_deref(),
+        fd,
+        &resolved,
+    )
+}
+
+/// The names of a unix socket, by name ([`status_socket::judge`]) and then
+/// by inode, as a status file.
+fn check_socket(
+    socket: &UnixSocket,
+    fd: RawFd,
+    roots: &[PathBuf],
+    resolved: &[(PathBuf, Option<FileId>)],
+) -> Result<(), StatusError> {
+    let spellings: Vec<PathBuf> = roots
+        .iter()
+        .cloned()
+        .chain(resolved.iter().map(|(r, _)| r.clone()))
+        .collect();
+    let names = status_socket::judge(socket, &spellings).map_err(|r| r.into_error(fd))?;
+    for (side, name) in names {
+        let (id, links, path) = status_socket::file_at(&name);
+        check_file(id, links, path.as_deref(), fd, resolved).map_err(|e| match e {
+            StatusError::InRoot { root, .. } => StatusError::SocketInRoot {
+                fd,
+                side: side.words(),
+                path: name.display().to_string(),
+                root,
+            },
+            StatusError::MaybeInRoot { root, .. } => StatusError::SocketUnplaced {
+                fd,
+                side: side.words(),
+                path: name.display().to_string(),
+                why: format!(
+                    "another hard link, a mount under the root {root}, or a name that no longer leads to it, on that root's filesystem"
+                ),
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// A file `id` with `links` names, one of them `path` when known, against
+/// the resolved roots.
+fn check_file(
+    id: FileId,
+    links: u64,
+    path: Option<&Path>,
+    fd: RawFd,
+    roots: &[(PathBuf, Option<FileId>)],
+) -> Result<(), StatusError> {
     let unsure = |root: &Path| StatusError::MaybeInRoot {
         fd,
         root: root.display().to_string(),
     };
-    let mounted = mounts_under(&roots, origin.id.0);
+    let mounted = mounts_under(roots, id.0);
     let same_fs = roots
         .iter()
-        .find(|(_, id)| id.is_some_and(|(dev, _)| dev == origin.id.0))
+        .find(|(_, rid)| rid.is_some_and(|(dev, _)| dev == id.0))
         .map(|(r, _)| r.as_path())
         .or(mounted.as_deref());
-    let Some(path) = &origin.path else {
+    let Some(path) = path else {
         return same_fs.map_or(Ok(()), |root| Err(unsure(root)));
     };
     // By name, and by inode: a bind mount shows a root's directory at a
     // second path too.
     for dir in path.ancestors().skip(1) {
-        let id = id_of_path(dir);
+        let dir_id = id_of_path(dir);
         if let Some((root, _)) = roots
             .iter()
-            .find(|(r, rid)| dir == r || (rid.is_some() && *rid == id))
+            .find(|(r, rid)| dir == r || (rid.is_some() && *rid == dir_id))
         {
             return Err(StatusError::InRoot {
                 fd,
@@ -150,7 +228,7 @@ pub fn check_outside_roots(
     }
     match (same_fs, &mounted) {
         (_, Some(root)) => Err(unsure(root)),
-        (Some(root), None) if origin.links > 1 => Err(unsure(root)),
+        (Some(root), None) if links > 1 => Err(unsure(root)),
         _ => Ok(()),
     }
 }
@@ -222,7 +300,7 @@ mod tests {
         let roots = [root.clone()];
         let check = |f: &std::fs::File| {
             let origin = Origin::of(f.as_raw_fd()).unwrap();
-            check_outside_roots(&origin, f.as_raw_fd(), &roots)
+            check_outside_roots(&origin, f.as_raw_fd(), &roots, &[])
         };
         assert!(matches!(check(&inside), Err(StatusError::InRoot { .. })));
         assert!(check(&beside).is_ok());
@@ -235,6 +313,35 @@ mod tests {
         // A pipe has no name to open.
         let (r, _w) = nix::unistd::pipe().unwrap();
         let origin = Origin::of(r.as_raw_fd()).unwrap();
-        assert!(check_outside_roots(&origin, r.as_raw_fd(), &roots).is_ok());
+        assert!(check_outside_roots(&origin, r.as_raw_fd(), &roots, &[]).is_ok());
+    }
+
+    #[test]
+    fn a_socket_whose_peer_is_under_a_root_is_refused_beside_it_accepted() {
+        use std::os::unix::net::UnixDatagram;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let roots = [root.clone()];
+        let check = |peer: &Path| {
+            let writer = UnixDatagram::unbound().unwrap();
+            writer.connect(peer).unwrap();
+            let origin = Origin::of(writer.as_raw_fd()).unwrap();
+            check_outside_roots(&origin, writer.as_raw_fd(), &roots, &[])
+        };
+        let _inside = UnixDatagram::bind(root.join("s.sock")).unwrap();
+        assert!(matches!(
+            check(&root.join("s.sock")),
+            Err(StatusError::SocketInRoot { .. })
+        ));
+        let beside = dir.path().join("s.sock");
+        let _reader = UnixDatagram::bind(&beside).unwrap();
+        assert!(check(&beside).is_ok());
+        // Another name of it, on the root's filesystem: maybe in the root.
+        std::fs::hard_link(&beside, dir.path().join("again.sock")).unwrap();
+        assert!(matches!(
+            check(&beside),
+            Err(StatusError::SocketUnplaced { .. })
+        ));
     }
 }
