@@ -22,6 +22,10 @@ pub enum StatusError {
     #[error("--status-fd {0} is one of stdin, stdout or stderr; pass a descriptor of 3 or more")]
     Stdio(RawFd),
     #[error(
+        "--status-fd {fd} is {how}, which no status line can be written to; open it for writing (e.g. `3>>status.jsonl`, or a pipe's write end)"
+    )]
+    NotWritable { fd: RawFd, how: &'static str },
+    #[error(
         "--status-fd {fd} is the same file as standard stream {stream}, which the agent writes too; give the status channel a pipe of its own"
     )]
     SharedStream { fd: RawFd, stream: RawFd },
@@ -176,6 +180,26 @@ impl StatusChannel {
     }
 }
 
+/// Refuses a status descriptor that cannot be written: an `O_PATH`
+/// descriptor, a directory, a read-only open, a pipe's read end. Accepted,
+/// each lost every line while the run exited 0, and a harness waited for
+/// an `exited` that never came (adversarial round 22).
+fn check_writable(fd: RawFd) -> Result<(), StatusError> {
+    // SAFETY: F_GETFL only reads the open file's status flags.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(StatusError::NotOpen(fd));
+    }
+    let how = if flags & libc::O_PATH != 0 {
+        "an O_PATH descriptor"
+    } else if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        "open for reading only"
+    } else {
+        return Ok(());
+    };
+    Err(StatusError::NotWritable { fd, how })
+}
+
 /// Refuses a status descriptor that is the same file (pipe, socket,
 /// terminal, regular file, FIFO) as one of the standard streams, which the
 /// agent inherits: `3>&1`, or through the service `--status-fd 1` (a number
@@ -186,6 +210,7 @@ impl StatusChannel {
 /// The null device is no channel to forge.
 pub fn check_own_file(fd: RawFd) -> Result<(), StatusError> {
     use crate::status_guard::{id_of, original_streams};
+    check_writable(fd)?;
     let Some(ours) = id_of(fd) else {
         return Ok(());
     };
@@ -362,5 +387,32 @@ mod tests {
             StatusChannel::adopt(987_654),
             Err(StatusError::NotOpen(_))
         ));
+    }
+
+    #[test]
+    fn descriptors_that_cannot_be_written_are_refused() {
+        use std::os::fd::AsRawFd;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("status");
+        std::fs::write(&file, "").unwrap();
+        let refused =
+            |fd: RawFd| matches!(check_writable(fd), Err(StatusError::NotWritable { .. }));
+        let read_only = std::fs::File::open(&file).unwrap();
+        assert!(refused(read_only.as_raw_fd()));
+        let path = nix::fcntl::open(
+            &file,
+            nix::fcntl::OFlag::O_PATH,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        assert!(refused(path.as_raw_fd()));
+        let (r, w) = nix::unistd::pipe().unwrap();
+        assert!(refused(r.as_raw_fd()), "a pipe's read end");
+        assert!(check_writable(w.as_raw_fd()).is_ok());
+        let append = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        assert!(check_writable(append.as_raw_fd()).is_ok());
     }
 }

@@ -212,8 +212,9 @@ fn check_file(
         return same_fs.map_or(Ok(()), |root| Err(unsure(root)));
     };
     // By name, and by inode: a bind mount shows a root's directory at a
-    // second path too.
-    for dir in path.ancestors().skip(1) {
+    // second path too. The file itself counts: a root may be a file
+    // (`--write status.jsonl`, adversarial round 22).
+    for dir in path.ancestors() {
         let dir_id = id_of_path(dir);
         if let Some((root, _)) = roots
             .iter()
@@ -304,6 +305,13 @@ mod tests {
         };
         assert!(matches!(check(&inside), Err(StatusError::InRoot { .. })));
         assert!(check(&beside).is_ok());
+        // A root that is the status file itself.
+        let file_root = [dir.path().join("status")];
+        let origin = Origin::of(beside.as_raw_fd()).unwrap();
+        assert!(matches!(
+            check_outside_roots(&origin, beside.as_raw_fd(), &file_root, &[]),
+            Err(StatusError::InRoot { .. })
+        ));
         // A second name of the outside file: it may be one under the root.
         std::fs::hard_link(dir.path().join("status"), dir.path().join("again")).unwrap();
         assert!(matches!(
