@@ -74,6 +74,10 @@ pub struct Run {
     pub installed: Vec<String>,
     pub degraded: Vec<String>,
     pub writable_roots: Vec<String>,
+    /// The run's own tmpfs mounts (the private `/tmp`, `--tmpfs`): what
+    /// was written there was discarded with the run (adversarial round
+    /// 22: their files showed as changes beside the roots' own).
+    pub discarded: Vec<String>,
     pub exit: Option<String>,
     pub duration_ms: Option<u64>,
     pub cgroup_empty: Option<bool>,
@@ -311,6 +315,17 @@ impl Collector {
         self.run.degraded = strings(g.and_then(|g| g.get("degraded")));
         let roots = rec.get("policy").and_then(|p| p.get("writable_roots"));
         self.run.writable_roots = strings(roots);
+        let policy = rec.get("policy");
+        if policy
+            .and_then(|p| p.get("private_tmp"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            self.run.discarded.push("/tmp".into());
+        }
+        self.run
+            .discarded
+            .extend(strings(policy.and_then(|p| p.get("tmpfs"))));
         self.files.set_roots(
             roots
                 .and_then(Value::as_array)

@@ -158,6 +158,13 @@ fn run_section(s: &Summary, o: &mut String) {
     if !r.writable_roots.is_empty() {
         let _ = writeln!(o, "     writable roots: {}", r.writable_roots.join(", "));
     }
+    if !r.discarded.is_empty() {
+        let _ = writeln!(
+            o,
+            "     private tmpfs (discarded with the run): {}",
+            r.discarded.join(", ")
+        );
+    }
 }
 
 fn files_section(s: &Summary, o: &mut String) {

@@ -190,3 +190,26 @@ fn a_socket_file_made_by_bind_is_listed_as_created() {
     assert_eq!(s.files[0].actions, ["bind"]);
     assert!(summary_text(&s).contains("  created   /work/planted.sock (bind)"));
 }
+
+/// Round 22: files written on the run's own tmpfs mounts were listed
+/// beside the roots' with nothing to say they were gone with the run; the
+/// header now names those mounts.
+#[test]
+fn the_private_tmpfs_mounts_are_named_as_discarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(Genesis {
+        degraded: Vec::new(),
+        policy: json!({"writable_roots": ["/work"], "private_tmp": true, "tmpfs": ["/scratch"]}),
+        ..genesis()
+    })
+    .unwrap();
+    w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    })
+    .unwrap();
+    let s = summarize(&path).unwrap();
+    assert_eq!(s.run.discarded, ["/tmp", "/scratch"]);
+}
