@@ -44,3 +44,40 @@ attempt('last', fetch)"
     expect(&out, "last", "OK");
     assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// `--write FILE` without `--deny-unix` starts (the unix policy's mirror
+/// skips a root that is a file), and the agent may write that file and
+/// nothing else beside it.
+#[test]
+fn a_writable_root_that_is_a_file_starts_and_grants_that_file_alone() {
+    if !can_run("a_writable_root_that_is_a_file_starts_and_grants_that_file_alone") {
+        return;
+    }
+    let work = Dir::open_to_all();
+    let notes = work.file("notes.txt", "before\n");
+    let other = work.file("other.txt", "untouched\n");
+    let (n, o, d) = (
+        notes.to_str().unwrap(),
+        other.to_str().unwrap(),
+        work.path().to_str().unwrap(),
+    );
+    let code = format!(
+        "{ATTEMPT}
+def write(path):
+    with open(path, 'w') as f:
+        f.write('after\\n')
+attempt('notes', lambda: write('{n}'))
+attempt('other', lambda: write('{o}'))
+attempt('new', lambda: write('{d}/new.txt'))
+attempt('remove', lambda: os.unlink('{n}'))"
+    );
+    let out = python(&["--write", n], work.path(), &code);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    expect(&out, "notes", "OK");
+    expect(&out, "other", "EROFS");
+    expect(&out, "new", "EROFS");
+    expect(&out, "remove", "EROFS");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "after\n");
+    assert_eq!(std::fs::read_to_string(&other).unwrap(), "untouched\n");
+    assert!(!work.path().join("new.txt").exists());
+}
