@@ -19,13 +19,14 @@ pub struct Announce {
 }
 
 /// Reads the init's reports as they arrive, sending `started` when the
-/// agent has been executed; the thread returns every report at EOF.
+/// agent has been executed; the thread returns every report at EOF. Fails
+/// when the thread cannot start (the process limit).
 pub fn read_reports(
     pipe: OwnedFd,
     announce: Announce,
     init_pid: i32,
-) -> std::thread::JoinHandle<Vec<Report>> {
-    std::thread::spawn(move || {
+) -> std::io::Result<std::thread::JoinHandle<Vec<Report>>> {
+    std::thread::Builder::new().spawn(move || {
         let mut reports = Vec::new();
         let reader = std::io::BufReader::new(std::fs::File::from(pipe));
         for line in reader.split(b'\n').map_while(Result::ok) {

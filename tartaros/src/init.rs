@@ -172,7 +172,10 @@ fn run(report: &mut File) -> Result<i32, Failure> {
         Err(e) => {
             return Err(failure(
                 exit::START_FAILURE,
-                format!("failed to fork the agent: {e}"),
+                format!(
+                    "failed to fork the agent: {e}{}",
+                    crate::process_limit::plain_hint(e)
+                ),
             ));
         }
         Ok(ForkResult::Child) => {

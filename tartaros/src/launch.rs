@@ -196,7 +196,16 @@ pub async fn start_and_wait(
             "failed to start: the init was already started",
         )
     })?;
-    let reports = crate::harness::read_reports(report_read, announce.clone(), spawned.init.pid);
+    let reports = crate::harness::read_reports(report_read, announce.clone(), spawned.init.pid)
+        .map_err(|e| {
+            Refusal::new(
+                exit::START_FAILURE,
+                format!(
+                    "failed to start the thread reading the init's reports: {e}{}",
+                    crate::process_limit::thread_hint(&e)
+                ),
+            )
+        })?;
     let sent = std::mem::replace(&mut spawned.sent, Ok(()));
     let plan_write = spawned.plan_write.take();
     let sent = sent.and_then(|()| {

@@ -49,6 +49,7 @@ pub mod plan;
 pub mod policy;
 pub mod port_relay;
 pub(crate) mod proc_title;
+pub mod process_limit;
 pub mod proxy;
 pub mod pty;
 pub mod pty_helper;

@@ -109,18 +109,24 @@ fn fixed_buffers(listener: &TcpListener) -> Result<(), nix::Error> {
     setsockopt(listener, sockopt::RcvBuf, &GATEWAY_SOCKET_BUFFER)
 }
 
-/// Sends the listeners over `channel` (a unix socket) in one message: a
-/// byte per spec (1 present, 0 skipped), the present ones as SCM_RIGHTS.
+/// Sends the listeners over `channel` (a unix seqpacket socket) in
+/// messages of [`PER_MESSAGE`] specs at most: a byte per spec (1 present,
+/// 0 skipped), the present ones as SCM_RIGHTS. Split because one message
+/// carries a bounded number of descriptors (the receiver's control buffer,
+/// the kernel's SCM_MAX_FD): two listeners a `--port`, 33 ports failed to
+/// start in one message (adversarial round 22).
 pub fn send_listeners(
     channel: RawFd,
     listeners: &[Option<TcpListener>],
 ) -> Result<(), NetworkError> {
-    let present: Vec<u8> = listeners.iter().map(|l| u8::from(l.is_some())).collect();
-    let fds: Vec<RawFd> = listeners.iter().flatten().map(AsRawFd::as_raw_fd).collect();
-    let iov = [std::io::IoSlice::new(&present)];
-    let rights = [ControlMessage::ScmRights(&fds)];
-    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
-    sendmsg::<()>(channel, &iov, cmsgs, MsgFlags::empty(), None).map_err(NetworkError::Pass)?;
+    for chunk in listeners.chunks(PER_MESSAGE) {
+        let present: Vec<u8> = chunk.iter().map(|l| u8::from(l.is_some())).collect();
+        let fds: Vec<RawFd> = chunk.iter().flatten().map(AsRawFd::as_raw_fd).collect();
+        let iov = [std::io::IoSlice::new(&present)];
+        let rights = [ControlMessage::ScmRights(&fds)];
+        let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
+        sendmsg::<()>(channel, &iov, cmsgs, MsgFlags::empty(), None).map_err(NetworkError::Pass)?;
+    }
     Ok(())
 }
 
@@ -130,8 +136,27 @@ pub fn receive_listeners(
     channel: RawFd,
     count: usize,
 ) -> Result<Vec<Option<TcpListener>>, NetworkError> {
-    let mut present = vec![0u8; count.max(1)];
-    let mut space = nix::cmsg_space!([RawFd; MAX_LISTENERS]);
+    let mut listeners = Vec::with_capacity(count);
+    while listeners.len() < count {
+        let expected = (count - listeners.len()).min(PER_MESSAGE);
+        listeners.extend(receive_message(channel, expected)?);
+    }
+    for listener in listeners.iter().flatten() {
+        listener
+            .set_nonblocking(true)
+            .map_err(NetworkError::Nonblocking)?;
+    }
+    Ok(listeners)
+}
+
+/// One message of [`send_listeners`], for `expected` specs.
+fn receive_message(
+    channel: RawFd,
+    expected: usize,
+) -> Result<Vec<Option<TcpListener>>, NetworkError> {
+    // One byte more than expected, so a longer message shows as one.
+    let mut present = vec![0u8; expected + 1];
+    let mut space = nix::cmsg_space!([RawFd; PER_MESSAGE]);
     let mut fds: Vec<OwnedFd> = Vec::new();
     let (received, truncated) = {
         let mut iov = [std::io::IoSliceMut::new(&mut present)];
@@ -151,13 +176,17 @@ pub fn receive_listeners(
                 );
             }
         }
-        (msg.bytes, msg.flags.contains(MsgFlags::MSG_CTRUNC))
+        let flags = msg.flags;
+        (
+            msg.bytes,
+            flags.intersects(MsgFlags::MSG_CTRUNC | MsgFlags::MSG_TRUNC),
+        )
     };
-    if received != count || truncated {
+    if received != expected || truncated {
         return Err(NetworkError::Malformed);
     }
     let mut fds = fds.into_iter();
-    let listeners: Vec<Option<TcpListener>> = present[..count]
+    let listeners: Vec<Option<TcpListener>> = present[..expected]
         .iter()
         .map(|p| match p {
             1 => fds
@@ -172,13 +201,9 @@ pub fn receive_listeners(
     if fds.next().is_some() {
         return Err(NetworkError::Malformed);
     }
-    for listener in listeners.iter().flatten() {
-        listener
-            .set_nonblocking(true)
-            .map_err(NetworkError::Nonblocking)?;
-    }
     Ok(listeners)
 }
 
-/// At most this many listeners pass from the init to the supervisor.
-pub const MAX_LISTENERS: usize = 64;
+/// At most this many listeners pass from the init to the supervisor in one
+/// message (well under the kernel's SCM_MAX_FD of 253).
+pub const PER_MESSAGE: usize = 32;

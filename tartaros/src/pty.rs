@@ -26,6 +26,11 @@ pub enum PtyError {
     Open(nix::Error),
     #[error("failed to pass the agent's pseudo-terminal to the supervisor: {0}; run with --no-tty")]
     Pass(nix::Error),
+    #[error(
+        "failed to start a thread relaying the agent's terminal: {0}{hint}",
+        hint = crate::process_limit::thread_hint(.0)
+    )]
+    Thread(std::io::Error),
     #[error("failed to make the pseudo-terminal the agent's terminal ({what}): {source}")]
     Attach {
         what: &'static str,
@@ -236,17 +241,31 @@ impl Relay {
                 // run without its helper copies with the caller's
                 // identity, never root's (`caller::become_for_good`).
                 let input = dup(&master)?;
-                std::thread::spawn(move || {
-                    if crate::caller::become_for_good() {
-                        relay_input(input, terminal_in);
+                // A thread that cannot start (the process limit) fails the
+                // start, with the launcher's terminal given back.
+                let restore = |e| {
+                    if let Some(saved) = &saved {
+                        let _ = termios::tcsetattr(stdin.as_fd(), SetArg::TCSADRAIN, saved);
                     }
-                });
+                    PtyError::Thread(e)
+                };
+                std::thread::Builder::new()
+                    .spawn(move || {
+                        if crate::caller::become_for_good() {
+                            relay_input(input, terminal_in);
+                        }
+                    })
+                    .map_err(restore)?;
                 let output_master = dup(&master)?;
-                Output::Thread(std::thread::spawn(move || {
-                    if crate::caller::become_for_good() {
-                        relay_output(output_master);
-                    }
-                }))
+                Output::Thread(
+                    std::thread::Builder::new()
+                        .spawn(move || {
+                            if crate::caller::become_for_good() {
+                                relay_output(output_master);
+                            }
+                        })
+                        .map_err(restore)?,
+                )
             }
         };
         let winch =

@@ -91,7 +91,9 @@ fn serve(socket: OwnedFd) {
         return;
     };
     let terminal_in = nix::sys::termios::tcgetattr(std::io::stdin()).is_ok();
-    std::thread::spawn(move || crate::pty::relay_input(input, terminal_in));
+    // Without a thread (the process limit) the agent still gets its
+    // output copied; its input is lost, which beats a panic.
+    let _ = std::thread::Builder::new().spawn(move || crate::pty::relay_input(input, terminal_in));
     crate::pty::relay_output(master);
 }
 

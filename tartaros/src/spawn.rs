@@ -16,7 +16,8 @@ pub enum SpawnError {
     #[error("failed to prepare the sandbox init's arguments: {0}")]
     Argument(#[from] std::ffi::NulError),
     #[error(
-        "failed to start the sandbox init (clone3): {0}; the kernel must be 5.7 or newer with cgroup v2"
+        "failed to start the sandbox init (clone3): {0}; {hint}",
+        hint = crate::process_limit::clone_hint(*.0)
     )]
     Clone(nix::Error),
     #[error("failed to duplicate a descriptor for the sandbox init: {0}")]

@@ -28,6 +28,29 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
 
+/// Why the relay could not start. Exits 125 with one line: the run
+/// cannot go on without it (the stream must not reach the agent), and
+/// refusing it later as a denied path (78) blamed the file for the
+/// launcher's process limit (adversarial round 22).
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error("failed to make a pipe to relay standard stream {fd}: {source}")]
+    Pipe { fd: RawFd, source: nix::Error },
+    #[error("failed to start the relay of the standard streams (fork): {0}{hint}", hint = crate::process_limit::hint(*.0))]
+    Fork(nix::Error),
+    #[error(
+        "failed to start a thread relaying the standard streams: {source}{hint}",
+        hint = crate::process_limit::thread_hint(source)
+    )]
+    Thread { source: std::io::Error },
+}
+
+/// Says why the relay failed and exits as a failed start.
+fn fail(error: RelayError) -> ! {
+    eprintln!("tartaros: {error}");
+    std::process::exit(crate::exit::START_FAILURE)
+}
+
 /// How long the outputs may still drain once the child is gone: a process
 /// that kept a copy of the pipe (none should) cannot hold the exit forever.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -181,8 +204,8 @@ fn path_flags(args: &[OsString]) -> PathFlags {
 /// would have relayed: a file under a deny, `--tmpfs` or `--bind` target
 /// given only in a config file, which the relay (running before the file
 /// is read) did not see. Passed on, its descriptor would reach the file
-/// through the host's mount, past that deny. (A stream the relay could not
-/// relay, its fork or pipe having failed, is refused here too.)
+/// through the host's mount, past that deny. (A relay whose fork, pipe or
+/// thread failed ended the run already, as a failed start.)
 pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String> {
     let paths = PathFlags {
         roots: policy.writable_roots.clone(),
@@ -218,8 +241,8 @@ fn same_file(a: RawFd, b: RawFd) -> bool {
     }
 }
 
-fn pipe() -> Option<(OwnedFd, OwnedFd)> {
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).ok()
+fn pipe() -> Result<(OwnedFd, OwnedFd), nix::Error> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
 }
 
 /// One stream to copy in the parent.
@@ -252,7 +275,7 @@ pub fn relay_host_files(args: &[OsString]) {
                 continue;
             }
         }
-        let Some((r, w)) = pipe() else { return };
+        let (r, w) = pipe().unwrap_or_else(|source| fail(RelayError::Pipe { fd, source }));
         if fd == 0 {
             ends.push((0, r));
             copies.push(Copy::In { from: 0, to: w });
@@ -265,11 +288,17 @@ pub fn relay_host_files(args: &[OsString]) {
         }
     }
     drop(shared_out);
+    // The child waits at this gate until the parent's copying threads
+    // exist: a thread that cannot start (the process limit) then ends the
+    // run before it began, not after the child reported a failure of its
+    // own on the status channel and the relay died of a panic.
+    let (gate, open_gate) =
+        pipe().unwrap_or_else(|source| fail(RelayError::Pipe { fd: 0, source }));
     let relay = nix::unistd::getpid();
     // SAFETY: single-threaded here (the caller's contract), so the child
     // may run Rust code.
     match unsafe { nix::unistd::fork() } {
-        Err(_) => {}
+        Err(e) => fail(RelayError::Fork(e)),
         Ok(nix::unistd::ForkResult::Child) => {
             // The launcher knows the relay's pid as the supervisor's: a
             // SIGKILL of it must end the run as it ends a supervisor's
@@ -280,6 +309,12 @@ pub fn relay_host_files(args: &[OsString]) {
                 // It died before the death signal was armed.
                 std::process::exit(128 + libc::SIGKILL);
             }
+            drop(open_gate);
+            let mut byte = [0u8; 1];
+            if !matches!(File::from(gate).read(&mut byte), Ok(1)) {
+                // The parent could not relay and said why.
+                std::process::exit(crate::exit::START_FAILURE);
+            }
             for (fd, end) in &ends {
                 // SAFETY: dup2 onto a standard stream number; `end` stays
                 // open until after the call.
@@ -289,14 +324,15 @@ pub fn relay_host_files(args: &[OsString]) {
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(ends);
-            std::process::exit(serve(child, copies))
+            drop(gate);
+            std::process::exit(serve(child, copies, open_gate))
         }
     }
 }
 
 /// The parent: copies, forwards signals, and returns the exit code (or
 /// re-raises the signal the child died of).
-fn serve(child: nix::unistd::Pid, copies: Vec<Copy>) -> i32 {
+fn serve(child: nix::unistd::Pid, copies: Vec<Copy>, open_gate: OwnedFd) -> i32 {
     let mut waited = nix::sys::signal::SigSet::empty();
     waited.add(nix::sys::signal::Signal::SIGCHLD);
     for sig in FORWARDED {
@@ -310,23 +346,29 @@ fn serve(child: nix::unistd::Pid, copies: Vec<Copy>) -> i32 {
     let (done, outputs_done) = mpsc::channel::<()>();
     let mut outputs = 0;
     for copy in copies {
-        match copy {
+        let spawned = match copy {
             Copy::Out { from, to } => {
                 outputs += 1;
                 let done = done.clone();
-                std::thread::spawn(move || {
+                std::thread::Builder::new().spawn(move || {
                     copy_out(from, to);
                     let _ = done.send(());
-                });
+                })
             }
-            Copy::In { from, to } => {
-                // Not waited for: it ends at the file's end, or at EPIPE
-                // once no process of the run reads.
-                std::thread::spawn(move || copy_in(from, to));
-            }
+            // Not waited for: it ends at the file's end, or at EPIPE once
+            // no process of the run reads.
+            Copy::In { from, to } => std::thread::Builder::new().spawn(move || copy_in(from, to)),
+        };
+        if let Err(source) = spawned {
+            // The child waits at the gate: closing it ends the child.
+            drop(open_gate);
+            let _ = nix::sys::wait::waitpid(child, None);
+            fail(RelayError::Thread { source });
         }
     }
     drop(done);
+    let _ = nix::unistd::write(&open_gate, &[1]);
+    drop(open_gate);
     let status = wait_forwarding(child, &waited);
     let deadline = std::time::Instant::now() + DRAIN;
     for _ in 0..outputs {

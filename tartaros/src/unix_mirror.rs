@@ -77,6 +77,13 @@ pub fn apply(dirs: &[PathBuf]) -> Result<(), MirrorError> {
     let table = parse_mountinfo(&text)?;
     for (slot, dir) in dirs.iter().enumerate() {
         let at = mount_tree::open_no_symlinks(dir).map_err(fail("open", dir))?;
+        // A root that is a file (`--write ./notes.txt`) has no name below
+        // it, so no socket to mirror: its slot stays the empty directory
+        // of the private /dev, where every rewritten name finds nothing.
+        // (A file cannot be mounted onto that directory: EINVAL.)
+        if !is_directory(&at).map_err(fail("inspect", dir))? {
+            continue;
+        }
         let top = mount_tree::mount_id(&at).map_err(fail("find the mount of", dir))?;
         let hidden = covers(&table, top, dir)?;
         // The root's own mount alone. Only a root init gets here (the
@@ -101,6 +108,12 @@ pub fn apply(dirs: &[PathBuf]) -> Result<(), MirrorError> {
         }
     }
     Ok(())
+}
+
+fn is_directory(at: &std::os::fd::OwnedFd) -> Result<bool, nix::Error> {
+    use std::os::fd::AsRawFd;
+    let st = nix::sys::stat::fstat(at.as_raw_fd())?;
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFDIR)
 }
 
 /// One line of the mount table, as far as the covers need it.

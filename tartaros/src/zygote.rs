@@ -28,12 +28,16 @@ use crate::spawn::{GATEWAY_FD, InitFds, InitProcess, Namespaces, PLAN_FD, REPORT
 
 #[derive(Debug, thiserror::Error)]
 pub enum ZygoteError {
-    #[error("failed to start the init's template process: {0}")]
+    #[error(
+        "failed to start the init's template process: {0}{hint}",
+        hint = crate::process_limit::hint(*.0)
+    )]
     Fork(nix::Error),
     #[error("failed to ask the init's template process for the init: {0}")]
     Request(nix::Error),
     #[error(
-        "failed to start the sandbox init (clone3): {0}; the kernel must be 5.7 or newer with cgroup v2"
+        "failed to start the sandbox init (clone3): {0}; {hint}",
+        hint = crate::process_limit::clone_hint(*.0)
     )]
     Clone(nix::Error),
 }
