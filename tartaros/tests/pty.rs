@@ -111,6 +111,14 @@ impl Terminal {
                 self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
             }
             if let Some(status) = self.child.try_wait().expect("try_wait") {
+                // What it wrote between our last read and its exit (the
+                // seal line, say) is still in the terminal: read it too.
+                while let Ok(n) = self.master.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
                 return (status.code(), std::mem::take(&mut self.seen));
             }
             if Instant::now() > deadline {
