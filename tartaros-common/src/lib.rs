@@ -59,9 +59,34 @@ pub const MAP_OWNER_COOKIE: &str = "OWNER_COOKIE";
 /// TransparentKey, u32>`, by the connection), which the gateways
 /// read to attribute their records.
 pub const MAP_OWNER_PORT: &str = "OWNER_PORT";
-/// Capacity of both transparent-interception maps (LRU: entries of
-/// connections that never reached the proxy age out).
+/// Name of the map of live gateway connections (`HashMap<u64,
+/// ConnOwner>`, by socket cookie): made by `sock_ops` when a connection's
+/// port-map entries are made, removed when the socket closes; it names the
+/// run and the user whose entries and slot the close gives back.
+pub const MAP_CONN_LIVE: &str = "CONN_LIVE";
+/// Name of the per-user count of live gateway connections (`HashMap<u32,
+/// i64>`, by the connecting task's uid on the host).
+pub const MAP_CONN_QUOTA: &str = "CONN_QUOTA";
+/// Capacity of the cookie maps (`TPROXY_COOKIE`, `OWNER_COOKIE`; LRU: an
+/// entry lives from the connect program to `sock_ops` in the same
+/// `connect` call, and one whose connect failed in between ages out).
 pub const TPROXY_MAX_ENTRIES: u32 = 4096;
+/// Capacity of the maps by connection (`TPROXY_PORT`, `OWNER_PORT`,
+/// `CONN_LIVE`): plain hashes, so no run's entry is ever evicted to make
+/// room for another's (adversarial round 22b: one user's flood evicted
+/// another user's entries from the service's shared LRU maps). Four users'
+/// quotas ([`CONN_QUOTA_PER_USER`]).
+pub const CONN_MAX_ENTRIES: u32 = 16384;
+/// Live gateway connections (each an entry in the maps by connection) one
+/// user may hold at once, over all its runs of one object: a quarter of
+/// [`CONN_MAX_ENTRIES`], as much as the whole LRU held before. A connection
+/// over it gets no entry (its proxy refuses it, its records are unnamed):
+/// only that user's connections suffer.
+pub const CONN_QUOTA_PER_USER: i64 = 4096;
+/// Capacity of [`MAP_CONN_QUOTA`]: one entry per user that ever connected
+/// through a gateway in this object's life (never removed: a count of
+/// zero costs one entry).
+pub const CONN_QUOTA_USERS: u32 = 65536;
 
 /// Capacity of the allow map (every run's grants).
 pub const ALLOW_MAX_ENTRIES: u32 = 16384;
@@ -213,8 +238,9 @@ pub struct TransparentKey {
     pub addr: [u8; 16],
 }
 
-/// Who opened a TCP connection, by socket cookie (`OWNER_COOKIE`), until
-/// `sock_ops` keys it by the connection.
+/// Who opened a TCP connection, by socket cookie: in `OWNER_COOKIE` until
+/// `sock_ops` keys it by the connection, then in `CONN_LIVE` until the
+/// socket closes.
 ///
 /// 16 bytes, alignment 8, no padding.
 #[repr(C)]
@@ -224,8 +250,8 @@ pub struct ConnOwner {
     pub run: u64,
     /// Its thread-group id.
     pub tgid: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// Its uid on the host: the key of its slot in `CONN_QUOTA`.
+    pub uid: u32,
 }
 
 /// Hook that produced an event ([`ConnectEvent::kind`]).

@@ -23,18 +23,18 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_uid_gid,
         generated::{bpf_get_current_cgroup_id, bpf_get_socket_cookie, bpf_ktime_get_ns},
     },
-    macros::{cgroup_sock, cgroup_sock_addr, sock_ops},
-    programs::{SockAddrContext, SockContext, SockOpsContext},
+    macros::{cgroup_sock, cgroup_sock_addr},
+    programs::{SockAddrContext, SockContext},
 };
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use tartaros_common::{
     AF_INET, AF_INET6, AF_NETLINK, AF_UNIX, AllowKey, ConnOwner, ConnectEvent, FILTER_MONITOR,
-    IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM, SavedDst, TransparentKey,
+    IPPROTO_TCP, IPPROTO_UDP, SOCK_DGRAM, SOCK_STREAM, SavedDst,
     capture::{effect, feature},
     kind, verdict,
 };
 
-use crate::maps::{ALLOW, OWNER_COOKIE, OWNER_PORT, Run, TPROXY_COOKIE, TPROXY_PORT, run};
+use crate::maps::{ALLOW, OWNER_COOKIE, Run, TPROXY_COOKIE, run};
 
 /// Return value of a cgroup program that lets the operation proceed.
 pub const PASS: i32 = 1;
@@ -119,7 +119,7 @@ fn decide(
         let owner = ConnOwner {
             run: run.id,
             tgid: ev.tgid,
-            _pad: 0,
+            uid: ev.uid,
         };
         let _ = OWNER_COOKIE.insert(&cookie, &owner, 0);
     }
@@ -348,142 +348,6 @@ fn redirect(
         write_volatile(addr_of_mut!((*sa).user_port), u32::from(port.to_be()));
     }
     Ok(verdict::REDIRECT)
-}
-
-// ---- sock_ops ----------------------------------------------------------
-
-/// `BPF_SOCK_OPS_TCP_CONNECT_CB`: called from `tcp_connect()`, after the
-/// local port is bound and before the SYN is sent (Linux 4.13; needs no
-/// `bpf_sock_ops_cb_flags_set`).
-const BPF_SOCK_OPS_TCP_CONNECT_CB: u32 = 3;
-/// `BPF_SOCK_OPS_STATE_CB`: a state change of a socket that asked for
-/// them (`BPF_SOCK_OPS_STATE_CB_FLAG`, Linux 4.16), called from
-/// `tcp_set_state()` before the change (the ports are still bound);
-/// `args[1]` is the new state.
-const BPF_SOCK_OPS_STATE_CB: u32 = 10;
-const BPF_SOCK_OPS_STATE_CB_FLAG: i32 = 1 << 2;
-/// `TCP_CLOSE` (include/net/tcp_states.h).
-const TCP_CLOSE: u32 = 7;
-/// Return value of a sock_ops program (ignored for this callback).
-const SOCK_OPS_OK: u32 = 1;
-
-/// Moves the saved destination of an intercepted connect from its socket
-/// cookie to its connection, where the gateway looks it up on accept.
-#[sock_ops]
-pub fn sock_ops(ctx: SockOpsContext) -> u32 {
-    let _ = try_sock_ops(&ctx);
-    SOCK_OPS_OK
-}
-
-/// `::ffff:a.b.c.d` (the words in network byte order, as sock_ops has
-/// them).
-#[inline(always)]
-fn v4_mapped(ip6: [u32; 4]) -> bool {
-    ip6[0] == 0 && ip6[1] == 0 && ip6[2] == 0x0000_ffff_u32.to_be()
-}
-
-/// The connection as the gateway sees it on accept (see
-/// [`TransparentKey`]): keyed by the family the gateway sees (an IPv6
-/// socket connected to an IPv4-mapped address reaches it as IPv4; keyed by
-/// the socket's own family instead, an older IPv4 entry answered for it),
-/// the client's address and port, and the gateway's port.
-#[inline(always)]
-fn connection_key(ctx: &SockOpsContext, run: u64) -> TransparentKey {
-    let v6 = ctx.family() == u32::from(AF_INET6) && !v4_mapped(ctx.remote_ip6());
-    let mut addr = [0u8; 16];
-    if v6 {
-        let ops = ctx.ops;
-        // SAFETY: `ops` is the context pointer the kernel passed in; one
-        // volatile 4-byte load per word at a constant offset, the access
-        // the verifier accepts (it refuses a load through a pointer the
-        // compiler computed from the context).
-        let words = unsafe {
-            [
-                read_volatile(addr_of!((*ops).local_ip6[0])),
-                read_volatile(addr_of!((*ops).local_ip6[1])),
-                read_volatile(addr_of!((*ops).local_ip6[2])),
-                read_volatile(addr_of!((*ops).local_ip6[3])),
-            ]
-        };
-        let mut i = 0;
-        while i < 16 {
-            addr[i] = words[i / 4].to_ne_bytes()[i % 4];
-            i += 1;
-        }
-    } else {
-        // Also for a mapped connection of an IPv6 socket: `tcp_v4_connect`
-        // has set the IPv4 source, the IPv6 one is set after this callback.
-        let ip = ctx.local_ip4().to_ne_bytes();
-        addr[0] = ip[0];
-        addr[1] = ip[1];
-        addr[2] = ip[2];
-        addr[3] = ip[3];
-    }
-    TransparentKey {
-        run,
-        family: if v6 { AF_INET6 } else { AF_INET },
-        // `local_port` is in host byte order; `remote_port` holds the
-        // network-order port in the high bytes of a network-order word.
-        port: ctx.local_port() as u16,
-        gateway_port: u32::from_be(ctx.remote_port()) as u16,
-        _pad: 0,
-        addr,
-    }
-}
-
-fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
-    let op = ctx.op();
-    // A state change matters only as the end of a client socket: the
-    // close of a gateway connection (reset, connect failed or timed out,
-    // or its end after the gateway's).
-    let closed = op == BPF_SOCK_OPS_STATE_CB && ctx.arg(1) == TCP_CLOSE;
-    if op != BPF_SOCK_OPS_TCP_CONNECT_CB && !closed {
-        return Ok(());
-    }
-    // SAFETY: the helper takes the context pointer the kernel passed in
-    // (`bpf_get_socket_cookie_sock_ops`, Linux 4.19).
-    let cookie = unsafe { bpf_get_socket_cookie(ctx.as_ptr()) };
-    // One key for all the maps (the run is set per map): computed once,
-    // the program stays within its verifier budget.
-    let mut key = connection_key(ctx, 0);
-    // SAFETY: copied out right away; written by the connect programs of
-    // the same socket, which run before this.
-    if let Some(owner) = unsafe { OWNER_COOKIE.get(&cookie) }.copied() {
-        key.run = owner.run;
-        if closed {
-            // The gateway removes the connection's entry on accept: what
-            // is left here is one it never accepted (its SYN dropped by a
-            // full backlog, then abandoned), which must not stay behind
-            // and evict a waiting one.
-            let _ = OWNER_COOKIE.remove(&cookie);
-            let _ = OWNER_PORT.remove(&key);
-            return Ok(());
-        }
-        // The cookie's entry stays until the socket closes: it names the
-        // run of the connection entry to remove then.
-        if OWNER_PORT.insert(&key, &owner.tgid, 0).is_ok() {
-            let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG);
-        } else {
-            let _ = OWNER_COOKIE.remove(&cookie);
-        }
-    }
-    if closed {
-        return Ok(());
-    }
-    // SAFETY: the value is copied out right away; entries are only written
-    // by the connect programs of the same socket, which run before this.
-    let saved = match unsafe { TPROXY_COOKIE.get(&cookie) } {
-        Some(s) => *s,
-        None => return Ok(()),
-    };
-    let _ = TPROXY_COOKIE.remove(&cookie);
-    // The listener's family is the family the gateway sees (`redirect`).
-    let key = TransparentKey {
-        run: saved.run,
-        family: saved.listener_family,
-        ..key
-    };
-    TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
 }
 
 /// Allowed if granted (a grant with port 0 covers every port of its

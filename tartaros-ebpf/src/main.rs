@@ -35,6 +35,10 @@
 //! `probe_*` programs are never attached: the supervisor loads them to find
 //! out which program types the host accepts (`tartaros doctor`).
 #![cfg_attr(target_arch = "bpf", no_std)]
+// `core::intrinsics::atomic_xadd` for the per-user slot counters
+// (slots.rs): the target has no `AtomicI64::fetch_add`.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 #[cfg(target_arch = "bpf")]
@@ -49,6 +53,10 @@ mod filter;
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod probes;
+#[cfg(target_arch = "bpf")]
+mod slots;
+#[cfg(target_arch = "bpf")]
+mod sockops;
 #[cfg(target_arch = "bpf")]
 mod syscalls;
 #[cfg(target_arch = "bpf")]

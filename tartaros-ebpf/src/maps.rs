@@ -17,8 +17,8 @@ use aya_ebpf::{
     programs::BtfTracePointContext,
 };
 use tartaros_common::{
-    ALLOW_MAX_ENTRIES, AllowKey, ConnOwner, MAP_NO_PREALLOC, MAX_RUNS, SavedDst,
-    TPROXY_MAX_ENTRIES, TransparentKey,
+    ALLOW_MAX_ENTRIES, AllowKey, CONN_MAX_ENTRIES, CONN_QUOTA_USERS, ConnOwner, MAP_NO_PREALLOC,
+    MAX_RUNS, SavedDst, TPROXY_MAX_ENTRIES, TransparentKey,
     capture::{EventHeader, LEVEL_UNKNOWN, LOST_SLOTS, RunConfig, UnixAllow, feature, flag},
 };
 
@@ -34,10 +34,14 @@ pub static TPROXY_COOKIE: LruHashMap<u64, SavedDst> =
     LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
 
 /// The same, by run and connection (`TransparentKey`; read and deleted by the
-/// proxy).
+/// proxy, deleted by `sock_ops` when the client socket closes). A plain
+/// hash, like every map by connection: in the service's object all runs
+/// share it, and an LRU let one user's flood evict another's entries
+/// (adversarial round 22b). What bounds it is the per-user quota
+/// ([`CONN_QUOTA`]).
 #[map(name = "TPROXY_PORT")]
-pub static TPROXY_PORT: LruHashMap<TransparentKey, SavedDst> =
-    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+pub static TPROXY_PORT: HashMap<TransparentKey, SavedDst> =
+    HashMap::with_max_entries(CONN_MAX_ENTRIES, MAP_NO_PREALLOC);
 
 /// Who opened each TCP connection the connect programs let through:
 /// socket cookie to run and thread-group id (written by `connect4` /
@@ -48,10 +52,25 @@ pub static OWNER_COOKIE: LruHashMap<u64, ConnOwner> =
 
 /// The same by run and connection (`TransparentKey`), which the
 /// relays, the proxy and the broker see as the peer of an accepted
-/// connection.
+/// connection (a plain hash, see [`TPROXY_PORT`]).
 #[map(name = "OWNER_PORT")]
-pub static OWNER_PORT: LruHashMap<TransparentKey, u32> =
-    LruHashMap::with_max_entries(TPROXY_MAX_ENTRIES, 0);
+pub static OWNER_PORT: HashMap<TransparentKey, u32> =
+    HashMap::with_max_entries(CONN_MAX_ENTRIES, MAP_NO_PREALLOC);
+
+/// Every live gateway connection that has entries in the maps by
+/// connection, by socket cookie: made by `sock_ops` with them, removed
+/// when the socket closes (its state callback), so every entry counted in
+/// [`CONN_QUOTA`] is given back exactly once, whatever evicts nothing.
+#[map(name = "CONN_LIVE")]
+pub static CONN_LIVE: HashMap<u64, ConnOwner> =
+    HashMap::with_max_entries(CONN_MAX_ENTRIES, MAP_NO_PREALLOC);
+
+/// Live gateway connections per user (uid on the host), added to and
+/// taken from atomically by `sock_ops`; a user at
+/// `CONN_QUOTA_PER_USER` gets no new entry.
+#[map(name = "CONN_QUOTA")]
+pub static CONN_QUOTA: HashMap<u32, i64> =
+    HashMap::with_max_entries(CONN_QUOTA_USERS, MAP_NO_PREALLOC);
 
 /// Every run's ring buffer (Linux 5.8), by `RunConfig::ring`. Declared as a hash map
 /// of `u32` because the toolchain has no map-in-map type: the loader

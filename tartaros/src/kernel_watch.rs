@@ -321,7 +321,8 @@ mod tests {
         };
         let relayed = options(&relayed, true, 1 << 20);
         assert!(relayed.attribution);
-        assert_eq!(relayed.own_map_entries(MAP_OWNER_PORT), None);
+        let own = Some(tartaros_common::TPROXY_MAX_ENTRIES);
+        assert_eq!(relayed.own_map_entries(MAP_OWNER_PORT), own);
         assert_eq!(relayed.own_map_entries(MAP_TPROXY_COOKIE), small);
         assert_ne!(logged.sizing(), relayed.sizing(), "not one object");
         let proxied = Policy {
@@ -330,7 +331,7 @@ mod tests {
         };
         let proxied = options(&proxied, true, 1 << 20);
         assert_eq!(proxied.own_map_entries(MAP_TPROXY_COOKIE), None);
-        assert_eq!(proxied.own_map_entries(MAP_OWNER_PORT), None);
+        assert_eq!(proxied.own_map_entries(MAP_OWNER_PORT), own);
         let unlogged = options(&Policy::default(), false, 1 << 20);
         assert!(!unlogged.attribution, "nothing to attribute without a log");
     }

@@ -17,8 +17,10 @@ const ALL_PROGRAMS: [&str; 14] = [
     "probe_raw_tp",
 ];
 
-const MAPS: [&str; 15] = [
+const MAPS: [&str; 17] = [
     "ALLOW",
+    "CONN_LIVE",
+    "CONN_QUOTA",
     "EVENTS",
     "EVENTS_LOST",
     "FILE_LAYOUT",

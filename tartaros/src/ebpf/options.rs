@@ -64,7 +64,8 @@ pub struct AttachOptions {
 /// Entries of a map a run's own object does not use (its programs
 /// reference it, nothing reads it): small. The programs ignore a failed
 /// insert into these maps, and an LRU map takes a free entry from another
-/// CPU's list before it fails.
+/// CPU's list before it fails; a full plain hash of connections leaves a
+/// connection without an entry, which nothing there asks for.
 pub const UNUSED_MAP_ENTRIES: u32 = 64;
 /// Entries of a run's own `ALLOW`: its grants (two, loopback) and what
 /// [`super::CgroupPrograms::allow`] adds.
@@ -100,13 +101,33 @@ impl AttachOptions {
     /// verifier could begin.
     pub fn own_map_entries(&self, name: &str) -> Option<u32> {
         use tartaros_common::{
-            MAP_ALLOW, MAP_OWNER_COOKIE, MAP_OWNER_PORT, MAP_TPROXY_COOKIE, MAP_TPROXY_PORT,
+            MAP_ALLOW, MAP_CONN_LIVE, MAP_CONN_QUOTA, MAP_OWNER_COOKIE, MAP_OWNER_PORT,
+            MAP_TPROXY_COOKIE, MAP_TPROXY_PORT, TPROXY_MAX_ENTRIES,
         };
         let unless = |used: bool| (!used).then_some(UNUSED_MAP_ENTRIES);
+        // The maps by connection are declared for every user of the
+        // service's object (`CONN_MAX_ENTRIES`); one run alone needs no
+        // more than a user's quota, as the LRU maps had before round 22b.
+        let own = |used: bool| {
+            Some(if used {
+                TPROXY_MAX_ENTRIES
+            } else {
+                UNUSED_MAP_ENTRIES
+            })
+        };
+        let transparent = self.transparent_port.is_some();
+        let owners = self.capture && self.attribution;
         match name {
             MAP_ALLOW => Some(OWN_ALLOW_ENTRIES.saturating_add(self.gateway_entries())),
-            MAP_TPROXY_COOKIE | MAP_TPROXY_PORT => unless(self.transparent_port.is_some()),
-            MAP_OWNER_COOKIE | MAP_OWNER_PORT => unless(self.capture && self.attribution),
+            MAP_TPROXY_COOKIE => unless(transparent),
+            MAP_TPROXY_PORT => own(transparent),
+            MAP_OWNER_PORT => own(owners),
+            // `sock_ops` makes an intercepted connection's entries from its
+            // owner (round 22b), whether or not anyone asks who it was.
+            MAP_OWNER_COOKIE => unless(transparent || owners),
+            MAP_CONN_LIVE => own(transparent || owners),
+            // One run's users: its agent's uid, a few at most.
+            MAP_CONN_QUOTA => Some(UNUSED_MAP_ENTRIES),
             _ => None,
         }
     }

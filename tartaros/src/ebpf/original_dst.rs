@@ -27,7 +27,7 @@ impl OriginalDstMap {
         })?;
         let id = data.info().map_err(err)?.id();
         let data = aya::maps::MapData::from_id(id).map_err(err)?;
-        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
+        let map = AyaHashMap::try_from(aya::maps::Map::HashMap(data)).map_err(err)?;
         Ok(Self {
             map: Mutex::new(map),
             run,
@@ -41,7 +41,8 @@ impl OriginalDstMap {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = map.get(&key, 0).ok()?;
         // A failed removal leaves a stale entry that the next connection
-        // with the same ends overwrites (and the LRU ages out).
+        // with the same ends overwrites (and `sock_ops` removes when the
+        // client socket closes).
         let _ = map.remove(&key);
         saved_destination(&saved)
     }
@@ -64,7 +65,7 @@ impl OwnerMap {
         })?;
         let id = data.info().map_err(err)?.id();
         let data = aya::maps::MapData::from_id(id).map_err(err)?;
-        let map = AyaHashMap::try_from(aya::maps::Map::LruHashMap(data)).map_err(err)?;
+        let map = AyaHashMap::try_from(aya::maps::Map::HashMap(data)).map_err(err)?;
         Ok(Self {
             map: Mutex::new(map),
             run,
@@ -83,7 +84,8 @@ impl OwnerMap {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let owner = map.get(&key, 0).ok()?;
         // A failed removal leaves an entry that the next connection with
-        // the same ends overwrites (and the LRU ages out).
+        // the same ends overwrites (and `sock_ops` removes when the client
+        // socket closes).
         let _ = map.remove(&key);
         Some(owner)
     }

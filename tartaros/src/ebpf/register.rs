@@ -195,11 +195,44 @@ pub(super) fn unregister(object: &mut Object, run: &Registered) {
     if let Ok(mut unix) = hash::<UnixAllow>(object, tartaros_common::MAP_UNIX_ALLOW) {
         let _ = unix.remove(&run.id);
     }
+    // Connections of the run that were established but never accepted
+    // (their client closed while they waited in a gateway's backlog)
+    // keep their entries for the gateway; at the run's end nothing will
+    // take them, and the maps by connection are plain hashes, shared by
+    // the service's runs: no LRU ages them out (round 22b).
+    if let Some(map) = object.map_mut(tartaros_common::MAP_TPROXY_PORT) {
+        remove_connections::<super::SavedDst>(map, run.id);
+    }
+    if let Some(map) = object.map_mut(tartaros_common::MAP_OWNER_PORT) {
+        remove_connections::<u32>(map, run.id);
+    }
     if let Some(map) = object.map_mut(tartaros_common::MAP_ALLOW)
         && let Ok(mut allow) = HashMap::<_, tartaros_common::AllowKey, u32>::try_from(map)
     {
         for key in &run.grants {
             let _ = allow.remove(key);
+        }
+    }
+}
+
+/// Removes every entry of run `run` from a map by connection (values of
+/// type `V`).
+fn remove_connections<V: aya::Pod>(map: &mut aya::maps::Map, run: u64) {
+    let keys: Vec<super::TransparentKey> =
+        match HashMap::<_, super::TransparentKey, V>::try_from(&*map) {
+            Ok(m) => m
+                .keys()
+                .filter_map(Result::ok)
+                .filter(|k| k.run == run)
+                .collect(),
+            Err(_) => return,
+        };
+    if keys.is_empty() {
+        return;
+    }
+    if let Ok(mut m) = HashMap::<_, super::TransparentKey, V>::try_from(map) {
+        for key in &keys {
+            let _ = m.remove(key);
         }
     }
 }
