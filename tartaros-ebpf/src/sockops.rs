@@ -154,8 +154,14 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
         release(owner.uid);
         return Ok(());
     }
-    // The close of this socket gives the slot back (`closed` above).
-    let _ = ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG);
+    // The close of this socket gives the slot back (`closed` above);
+    // without its state callbacks nothing would, and the slot would stay
+    // taken for the object's life: no entry then.
+    if ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG).is_err() {
+        let _ = CONN_LIVE.remove(&cookie);
+        release(owner.uid);
+        return Ok(());
+    }
     key.run = owner.run;
     let _ = OWNER_PORT.insert(&key, &owner.tgid, 0);
     let Some(saved) = saved else {

@@ -405,6 +405,8 @@ mod tests {
             nix::sys::stat::Mode::empty(),
         )
         .unwrap();
+        // SAFETY: a descriptor just opened, owned from here on.
+        let path = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(path) };
         assert!(refused(path.as_raw_fd()));
         let (r, w) = nix::unistd::pipe().unwrap();
         assert!(refused(r.as_raw_fd()), "a pipe's read end");

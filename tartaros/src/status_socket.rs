@@ -195,7 +195,7 @@ pub fn socket_of(fd: RawFd) -> Option<SocketFacts> {
     use nix::sys::socket::{AddressFamily, SockType, getsockopt, sockopt};
     let own = nix::sys::socket::getsockname::<SockaddrStorage>(fd).ok()?;
     match own.family()? {
-        AddressFamily::Unix => unix_socket_of(fd).map(SocketFacts::Unix),
+        AddressFamily::Unix => Some(SocketFacts::Unix(unix_socket_named(fd, &own))),
         AddressFamily::Inet | AddressFamily::Inet6 => {
             // SAFETY: `fd` is open for the whole call; the borrow ends
             // with it.
@@ -226,13 +226,18 @@ pub fn unix_socket_of(fd: RawFd) -> Option<UnixSocket> {
     if own.family() != Some(nix::sys::socket::AddressFamily::Unix) {
         return None;
     }
+    Some(unix_socket_named(fd, &own))
+}
+
+/// The unix socket `fd`, whose own address `getsockname` gave as `own`.
+fn unix_socket_named(fd: RawFd, own: &SockaddrStorage) -> UnixSocket {
     // ENOTCONN: an unconnected socket has no peer (nothing reads what the
     // agent could send to it, but its own name still counts).
     let peer = nix::sys::socket::getpeername::<SockaddrStorage>(fd).ok();
-    Some(UnixSocket {
-        own: name_of(&own),
+    UnixSocket {
+        own: name_of(own),
         peer: peer.as_ref().map(name_of),
-    })
+    }
 }
 
 fn name_of(addr: &SockaddrStorage) -> UnixName {

@@ -81,15 +81,9 @@ fn a_guarantee_refused_at_the_agents_last_step_is_named_and_the_seal_says_nothin
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: dup2 and prctl between fork and exec, async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::dup2(raw, 9) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            refuse_seccomp()
-        });
-    }
+    on_fd9(&mut command, raw);
+    // SAFETY: prctl between fork and exec, async-signal-safe.
+    unsafe { command.pre_exec(refuse_seccomp) };
     let out = command.output().unwrap();
     drop(command);
     drop(status_write);

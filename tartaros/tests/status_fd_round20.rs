@@ -12,7 +12,6 @@ mod harness;
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -299,15 +298,7 @@ fn with_status_pipe(args: &[&str], cwd: &Path) -> (Output, String) {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: dup2 is async-signal-safe; it clears CLOEXEC on fd 9 only.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::dup2(raw, 9) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    on_fd9(&mut command, raw);
     let child = command.spawn().expect("spawn");
     drop(write);
     let out = child.wait_with_output().expect("wait");

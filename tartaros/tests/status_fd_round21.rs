@@ -13,7 +13,6 @@ mod harness;
 use std::io::Read;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -61,21 +60,7 @@ fn with_fd9(mut command: Command, fd: RawFd) -> Output {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: dup2 and fcntl are async-signal-safe; they clear CLOEXEC on
-    // fd 9 only (dup2 of 9 onto itself leaves the flag, hence the fcntl).
-    unsafe {
-        command.pre_exec(move || {
-            let ok = if fd == 9 {
-                libc::fcntl(9, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(fd, 9)
-            };
-            if ok < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    on_fd9(&mut command, fd);
     command.output().expect("spawn")
 }
 

@@ -9,7 +9,6 @@
 mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use common::*;
@@ -17,7 +16,6 @@ use common::*;
 /// `tartaros run ARGS --status-fd 9 -- sh -c 'touch MARKER'`, with `fd`
 /// put on 9 in the launcher.
 fn run_with_status(fd: &OwnedFd, args: &[&str], marker: &std::path::Path) -> std::process::Output {
-    let raw = fd.as_raw_fd();
     let mut command = Command::new(bin());
     command
         .args(["run", "-q"])
@@ -28,17 +26,7 @@ fn run_with_status(fd: &OwnedFd, args: &[&str], marker: &std::path::Path) -> std
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: dup2 and fcntl between fork and exec, async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            if raw == 9 {
-                libc::fcntl(9, libc::F_SETFD, 0);
-            } else if libc::dup2(raw, 9) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    on_fd9(&mut command, fd.as_raw_fd());
     command.output().unwrap()
 }
 

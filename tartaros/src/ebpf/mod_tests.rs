@@ -158,7 +158,7 @@ fn every_program_verifies_within_its_budget() {
     // 14, six kernel reads) and every EPERM of a call the filter refuses
     // for its arguments is sent (adversarial round 4, one bitmap load): a
     // little headroom, still far below the regressions this catches (6,085
-    // for one `memmove`). `sock_ops` walks 581 (448 before round 22b took
+    // for one `memmove`). `sock_ops` walks 612 (448 before round 22b took
     // and gave back per-user slots and a live entry per connection): its owner key is the whole
     // connection (adversarial round 6: a local port alone let a second
     // process take the entry), computed once for both maps, and it removes

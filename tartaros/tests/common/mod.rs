@@ -436,3 +436,25 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(self.0.path()).status();
     }
 }
+
+/// Puts `fd` on descriptor 9 of `command`'s process (the tests' usual
+/// `--status-fd 9`), inheritable: `dup2`, or, when `fd` is 9 already, a
+/// clear of its close-on-exec flag (`dup2(9, 9)` leaves it set).
+#[allow(dead_code)]
+pub fn on_fd9(command: &mut Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: dup2 and fcntl between fork and exec, async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            let ok = if fd == 9 {
+                libc::fcntl(9, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 9)
+            };
+            if ok < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

@@ -212,4 +212,9 @@ fn the_private_tmpfs_mounts_are_named_as_discarded() {
     .unwrap();
     let s = summarize(&path).unwrap();
     assert_eq!(s.run.discarded, ["/tmp", "/scratch"]);
+    let text = summary_text(&s);
+    assert!(
+        text.contains("private tmpfs (discarded with the run): /tmp, /scratch"),
+        "{text}"
+    );
 }
