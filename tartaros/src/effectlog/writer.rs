@@ -501,17 +501,19 @@ impl LogWriter {
     }
 
     /// On a filesystem without room for the whole `files` list, cuts it
-    /// so that the seal still fits (what is left, or the reserve).
+    /// so that the seal still fits (see [`space::seal_files_budget`]).
     fn fit_seal_files(&self, m: &mut Map<String, Value>) {
         let Some(files) = m.get("files") else {
             return;
         };
-        let need = files.to_string().len();
-        let budget = crate::fswatch::FULL_SEAL_FILES_BYTES;
-        let free = nix::sys::statvfs::fstatvfs(&self.file)
-            .map(|st| st.blocks_available().saturating_mul(st.fragment_size()))
-            .unwrap_or(0);
-        if (need + budget) as u64 > free {
+        let budget = space::seal_files_budget(
+            files.to_string().len() as u64,
+            (self.reserved_end).saturating_sub(self.written + self.pending.len() as u64),
+            space::free_now(&self.file),
+            self.kept_free,
+            crate::fswatch::FULL_SEAL_FILES_BYTES as u64,
+        );
+        if let Some(budget) = budget {
             crate::fswatch::trim(m, budget);
         }
     }

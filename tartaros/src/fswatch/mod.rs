@@ -43,8 +43,9 @@ use place::{Facts, Member, Placement};
 
 pub use content::{MAX_FILE_BYTES, MAX_FILES, MAX_LIST_BYTES, MAX_TOTAL_BYTES, trim};
 
-/// The seal's `files` are cut to this many bytes when the log's
-/// filesystem has less room than they need (plus this much again).
+/// The most a cut seal `files` list keeps when the log's filesystem has
+/// no room for all of it (less when the log's reserve holds less; see
+/// `effectlog::writer::space::seal_files_budget`).
 pub const FULL_SEAL_FILES_BYTES: usize = 64 * 1024;
 
 /// Errors of the kernel-sourced path watch.

@@ -96,3 +96,54 @@ pub fn reserve(file: &File, offset: u64) -> Result<bool, std::io::Error> {
         _ => Ok(false),
     }
 }
+
+/// What the seal takes besides its `files` list (counts, head, digest):
+/// a few hundred bytes, and one line per record kind.
+const SEAL_MARGIN: u64 = 8 * 1024;
+
+/// How many bytes of the seal's `files` list (`need` in all) may be
+/// kept, or `None` when all of it fits. The room is what is left of the
+/// reserve past the end of the log and what the filesystem has free
+/// above the host's share; a cut list takes at most `most`. A fixed cut
+/// of 64 KiB was more than a reserve renewed every half reserve could
+/// still hold: the seal was cut mid-line on a filled tmpfs.
+pub fn seal_files_budget(
+    need: u64,
+    reserve_left: u64,
+    free: u64,
+    kept_free: u64,
+    most: u64,
+) -> Option<usize> {
+    let room = reserve_left.saturating_add(free.saturating_sub(kept_free));
+    if need.saturating_add(SEAL_MARGIN) <= room {
+        return None;
+    }
+    let keep = room.saturating_sub(SEAL_MARGIN).min(most);
+    Some(usize::try_from(keep).unwrap_or(usize::MAX))
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn a_list_that_fits_the_room_is_kept_whole() {
+        assert_eq!(seal_files_budget(1000, 0, 1 << 30, 1 << 20, 65536), None);
+        assert_eq!(seal_files_budget(1000, RESERVE, 0, 1 << 20, 65536), None);
+    }
+
+    #[test]
+    fn on_a_full_filesystem_the_list_is_cut_to_what_the_reserve_still_holds() {
+        // 40 KiB of reserve left, nothing free: less than the 64 KiB cap.
+        let cut = seal_files_budget(1 << 20, 40 * 1024, 0, 0, 65536);
+        assert_eq!(cut, Some(40 * 1024 - SEAL_MARGIN as usize));
+        // The host's share of the free space is not the log's room.
+        let cut = seal_files_budget(1 << 20, 0, 100 * 1024, 100 * 1024, 65536);
+        assert_eq!(cut, Some(0));
+        // Plenty of reserve: the cap applies.
+        assert_eq!(
+            seal_files_budget(1 << 20, RESERVE, 0, 0, 65536),
+            Some(65536)
+        );
+    }
+}

@@ -1,3 +1,5 @@
+use std::io::Write;
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 
 use serde_json::json;
@@ -384,4 +386,80 @@ fn a_secret_in_a_sealed_file_name_is_redacted_before_the_digest_and_stays_distin
     let marker = w.redaction_marker();
     assert!(text.contains(&format!("/w/note-{marker}.txt")), "{text}");
     assert!(text.contains("/w/note-[REDACTED].txt"), "{text}");
+}
+
+/// A 1 MiB tmpfs for one test, unmounted when dropped.
+struct SmallTmpfs(tempfile::TempDir);
+
+impl SmallTmpfs {
+    /// `None` (with the reason printed) where mounting needs root we lack;
+    /// under `CI=true` that fails the test instead.
+    fn mount() -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = nix::mount::mount(
+            Some("tmpfs"),
+            dir.path(),
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some("size=1m"),
+        );
+        match mounted {
+            Ok(()) => Some(Self(dir)),
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("skipped: cannot mount a tmpfs ({e}); run as root");
+                None
+            }
+            Err(e) => panic!("cannot mount a tmpfs: {e}"),
+        }
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount(self.0.path());
+    }
+}
+
+#[test]
+fn a_seal_on_a_full_filesystem_fits_what_is_left_of_the_reserve() {
+    // CI flake: the log became full with ~64 KiB of its reserve left,
+    // and a `files` list cut to a fixed 64 KiB ended the seal mid-line.
+    let Some(fs) = SmallTmpfs::mount() else {
+        return;
+    };
+    let path = fs.0.path().join("log");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    // Leave 40 KiB of the reserve allocated, then fill the filesystem.
+    let left = 40 * 1024;
+    let punch = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+    let from = (w.written + left) as i64;
+    let len = (w.reserved_end - w.written - left) as i64;
+    // SAFETY: fallocate on a file this test owns.
+    assert_eq!(
+        unsafe { libc::fallocate(w.file.as_raw_fd(), punch, from, len) },
+        0
+    );
+    w.reserved_end = w.written + left;
+    let fill = std::fs::File::create(fs.0.path().join("fill")).unwrap();
+    let chunk = vec![b'x'; 65536];
+    while (&fill).write_all(&chunk).is_ok() {}
+    w.full = Some("no room".into());
+    w.dropped = 1;
+    let sha = "ab".repeat(32);
+    let files: Vec<Value> = (0..4000)
+        .map(|i| json!({"path": format!("/w/f{i:04}"), "size": 0, "sha256": sha}))
+        .collect();
+    let sealed = w.seal_with_files(
+        Seal {
+            exit_status: ExitStatus::Code(0),
+            cgroup_empty: true,
+        },
+        Some(files),
+    );
+    assert!(sealed.is_ok(), "{sealed:?}");
+    let v = verify_file(&path);
+    assert_eq!(v.code, crate::effectlog::VERDICT_INCOMPLETE, "{v:?}");
+    let seal: Value = serde_json::from_str(lines(&path).last().unwrap()).unwrap();
+    assert!(seal["files_omitted"].as_u64().unwrap_or(0) > 0, "{seal}");
 }
