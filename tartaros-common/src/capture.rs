@@ -158,6 +158,12 @@ pub mod flag {
     /// the kernel's own copy had faulted it in: the agent's claim, read
     /// after the call.
     pub const PATH_READ_AFTER: u32 = 1 << 16;
+    /// An xattr call's attribute name was unreadable at `sys_enter` and
+    /// was read at `sys_exit`, after the kernel's copy had faulted its
+    /// page in (adversarial round 23: a name on a page the capture could
+    /// not fault in was logged as `""`). Proven against the file as any
+    /// name is.
+    pub const NAME_READ_AFTER: u32 = 1 << 17;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).

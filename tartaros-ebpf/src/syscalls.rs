@@ -403,6 +403,20 @@ fn try_sys_exit(ctx: &BtfTracePointContext) -> Option<()> {
                         ((*p).call.flags & !flag::PATH_UNREADABLE) | cut | flag::PATH_READ_AFTER;
                 }
             }
+            if (*p).call.effect == effect::XATTR && (*p).call.flags & flag::PATH2_UNREADABLE != 0 {
+                // An attribute's name (at most 255 bytes: never cut) on a
+                // page the kernel's copy has faulted in since (round 23).
+                let n = generated::bpf_probe_read_user_str(
+                    (&raw mut (*p).path2).cast::<c_void>(),
+                    PATH_BYTES as u32,
+                    (*p).call.ptr2 as *const c_void,
+                ) as i32;
+                if n > 0 {
+                    (*p).len2 = n;
+                    (*p).call.flags =
+                        ((*p).call.flags & !flag::PATH2_UNREADABLE) | flag::NAME_READ_AFTER;
+                }
+            }
             (p as *const Pending, true)
         },
         // No entry: the call was refused by seccomp before `sys_enter`, or

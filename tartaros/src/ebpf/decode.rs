@@ -331,6 +331,9 @@ impl Decoder {
                 flags & flag::PATH2_UNREADABLE != 0,
                 flags & flag::PATH2_TRUNCATED != 0,
             );
+            if flags & flag::NAME_READ_AFTER != 0 {
+                t.insert("name_read_after", true);
+            }
             (path.filter(|_| !xattr_fd), None)
         } else {
             (path, path2)

@@ -173,8 +173,10 @@ fn every_program_verifies_within_its_budget() {
     // is its fourth register, kept like openat's mode).
     // Round 22: `sys_exit` 3,640 (a failed call's name unreadable at entry
     // is read at exit; `read_path`'s truncation test there was 3,754).
+    // Round 23: `sys_exit` 3,745 (an xattr call's name unreadable at
+    // entry is read at exit, whatever the call returned).
     let budget = |name: &str| match name {
-        "sys_exit" => 3_650,
+        "sys_exit" => 3_760,
         "sys_enter" => 2_100,
         "connect6" => 1_100,
         "connect4" => 1_050,

@@ -62,6 +62,32 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
             "`name`: the attribute set or removed is not the one the file shows".into(),
         ));
     }
+    let setflags = t.get("cmd").and_then(Value::as_str) == Some("FS_IOC_SETFLAGS");
+    if allowed && setflags && flag("flags_unreadable") && !t.contains_key("flags") {
+        // Inode flags set from a page the capture could not read, on a
+        // file that could not be asked after the call either.
+        return Some(Unnamed::Lost(
+            "`flags`: the inode flags set could not be read".into(),
+        ));
+    }
+    if allowed && flag("name_unreadable") {
+        // An attribute set or removed whose name could be read neither
+        // when the call started nor after it (round 23: a POSIX ACL set
+        // from a page the capture could not fault in was `name: ""`).
+        return Some(Unnamed::Lost(
+            "`name`: the attribute set or removed could not be read".into(),
+        ));
+    }
+    if !allowed && flag("addr_unreadable") && m.get("kind").and_then(Value::as_str) == Some("bind")
+    {
+        // A refused bind to an address the capture could not read: which
+        // socket file it tried to make is unknown (round 23). (A connect
+        // or send has the kernel's destination, or none: a `send` on a
+        // connected socket names no address.)
+        return Some(Unnamed::Lost(
+            "`addr`: the refused bind's address could not be read".into(),
+        ));
+    }
     if flag("links_forgotten") {
         return Some(Unnamed::Lost(
             "`path` removed, and the links that may keep its file were forgotten".into(),
@@ -167,6 +193,30 @@ mod tests {
             Some(Unnamed::Lost(why)) => why.split('`').nth(1).map(str::to_owned).or(Some(why)),
             _ => None,
         }
+    }
+
+    #[test]
+    fn an_unread_attribute_name_or_refused_bind_address_is_lost() {
+        use serde_json::json;
+        let classify_kind = |kind: &str, decision: &str, target: serde_json::Value| {
+            let m = json!({"target": target, "kind": kind, "decision": decision});
+            classify(m.as_object().unwrap())
+        };
+        let cold = json!({"path": "/w/f", "path_source": "kernel", "name": "", "name_unreadable": true, "op": "set"});
+        assert_eq!(
+            lost(classify_kind("xattr", "allowed", cold)).as_deref(),
+            Some("name")
+        );
+        let after = json!({"path": "/w/f", "path_source": "kernel", "name": "user.a", "name_read_after": true, "op": "set"});
+        assert_eq!(classify_kind("xattr", "allowed", after), None);
+        let bind = json!({"family": "unknown", "addr_unreadable": true, "fd": 3});
+        assert_eq!(
+            lost(classify_kind("bind", "denied", bind.clone())).as_deref(),
+            Some("addr")
+        );
+        assert_eq!(classify_kind("bind", "allowed", bind.clone()), None);
+        // `send` on a connected socket: no address, nothing claimed.
+        assert_eq!(classify_kind("sendto", "denied", bind), None);
     }
 
     #[test]

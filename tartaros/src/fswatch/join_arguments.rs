@@ -166,19 +166,20 @@ fn prove_flags(r: &mut Record) {
     if r.decision != Decision::Allowed || cmd != Some("FS_IOC_SETFLAGS") {
         return;
     }
-    let Some(claimed) = r.target.get("flags").and_then(Value::as_u64) else {
-        return;
-    };
+    // Unreadable at entry (round 23: a page the capture could not fault
+    // in): the file's flags after the call are the record's.
+    let claimed = r.target.get("flags").and_then(Value::as_u64);
     let at = |k: &str| r.target.get(k).and_then(Value::as_u64);
     let inode = at("dev").zip(at("ino"));
     let kernel = kernel_named(r).and_then(|p| inode_flags(&names::on_disk(&p), inode));
-    match kernel {
-        Some(k) if (k ^ claimed) & USER_MODIFIABLE == 0 => {}
-        Some(k) => {
+    match (kernel, claimed) {
+        (Some(k), Some(claimed)) if (k ^ claimed) & USER_MODIFIABLE == 0 => {}
+        (Some(k), Some(claimed)) => {
             r.target.insert("claimed_flags", claimed);
             r.target.insert("flags", k);
         }
-        None => {
+        (Some(k), None) => r.target.insert("flags", k),
+        (None, _) => {
             r.target.insert("flags_source", "agent");
             r.target.insert("flags_unproven", true);
             return;

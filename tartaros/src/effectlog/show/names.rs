@@ -78,6 +78,9 @@ pub(crate) fn outcome(rec: &Map<String, Value>) -> Outcome {
     match errno {
         0 | EPERM | EACCES => Outcome::Refused(mechanism),
         EROFS if mechanism == Mechanism::Filesystem => Outcome::Refused(mechanism),
+        // A unix socket's name is a file: the read-only base mount refused
+        // to make it (round 23 counted it an ordinary failure).
+        EROFS if kind == "bind" => Outcome::Refused(Mechanism::Filesystem),
         _ => Outcome::Failed,
     }
 }
@@ -312,6 +315,8 @@ mod tests {
             assert_eq!(denied("mkdir", errno), Outcome::Failed, "{errno}");
         }
         assert_eq!(denied("connect", 111), Outcome::Failed);
+        // A unix socket's file outside the roots (round 23).
+        assert_eq!(denied("bind", 30), Outcome::Refused(Mechanism::Filesystem));
         let marked = rec(json!({"kind": "chmod", "decision": "denied", "errno": 1,
             "target": {"refused_by": "seccomp"}}));
         assert_eq!(outcome(&marked), Outcome::Refused(Mechanism::Syscall));
