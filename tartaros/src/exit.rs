@@ -10,12 +10,17 @@ pub const CANNOT_EXECUTE: i32 = 126;
 /// The agent command was not found.
 pub const NOT_FOUND: i32 = 127;
 
-/// A run that ended before or instead of the agent: the CLI prints
+/// A run that ended before or instead of the agent, or (`after_start`)
+/// whose init ended while the agent ran: the CLI prints
 /// `tartaros: <message>` and exits with `code`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Refusal {
     pub code: i32,
     pub message: String,
+    /// The init had reported the agent's start (the status channel said
+    /// `started`) before the run failed: the agent ran, so the log must
+    /// not say it never started (adversarial round 23b).
+    pub after_start: bool,
 }
 
 impl Refusal {
@@ -23,6 +28,15 @@ impl Refusal {
         Self {
             code,
             message: message.to_string(),
+            after_start: false,
+        }
+    }
+
+    /// A failure once the agent had started: its own end is unknown.
+    pub fn after_start(code: i32, message: impl std::fmt::Display) -> Self {
+        Self {
+            after_start: true,
+            ..Self::new(code, message)
         }
     }
 }

@@ -270,8 +270,12 @@ pub async fn start_and_wait(
     )
     .await;
     let reports = reports.join().unwrap_or_default();
+    let started = reports.contains(&Report::Started);
     for report in &reports {
         match report {
+            Report::Failed { code, message } if started => {
+                return Err(Refusal::after_start(*code, message));
+            }
             Report::Failed { code, message } => return Err(Refusal::new(*code, message)),
             Report::Exited { code, signal } => {
                 return Ok((
@@ -296,6 +300,19 @@ pub async fn start_and_wait(
                 timed_out: ended.timed_out,
             },
             relay,
+        ));
+    }
+    // Whatever ended it (the kernel's RLIMIT_CPU kill, the OOM killer, a
+    // host SIGKILL), the agent may have run: it must not read as never
+    // started (adversarial round 23b). Its own exit status is lost, so the
+    // run stays a tartaros failure (125).
+    if started {
+        return Err(Refusal::after_start(
+            exit::START_FAILURE,
+            format!(
+                "the sandbox init ended ({init_status}) while the agent ran; \
+                 how the agent ended is unknown"
+            ),
         ));
     }
     Err(Refusal::new(

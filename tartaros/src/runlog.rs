@@ -234,6 +234,17 @@ impl LogOutcome {
     }
 }
 
+/// Why a sealed run has no status of its agent's own.
+#[derive(Debug, Clone, Copy)]
+pub enum NoAgentEnd<'a> {
+    /// The agent never started (`not_started`): a guarantee the genesis
+    /// lists could not be installed, say.
+    NotStarted(&'a str),
+    /// The agent started, but the init ended without reporting how the
+    /// agent ended (`end_unknown`; adversarial round 23b).
+    Unknown(&'a str),
+}
+
 /// Seals the run's log and says whether it is complete: sealed, nothing
 /// lost or dropped, the cgroup emptied, and capture not degraded
 /// (`capture_degraded`: the genesis lists it), the same conditions under
@@ -244,13 +255,21 @@ pub fn finish(
     signal: Option<i32>,
     cgroup_empty: bool,
     capture_degraded: bool,
-    not_started: Option<&str>,
+    no_end: Option<NoAgentEnd<'_>>,
 ) -> LogOutcome {
     // The genesis lists what the run planned to install; a run whose
     // init could not install it (seccomp refused by an outer filter) ended
-    // before the agent, and the seal says why (adversarial round 22).
-    if let Some(why) = not_started {
-        writer.set_seal_fields(serde_json::json!({ "not_started": why }));
+    // before the agent, and the seal says why (adversarial round 22). An
+    // init that ended after the start leaves the agent's end unknown,
+    // which is not the same (round 23b).
+    match no_end {
+        Some(NoAgentEnd::NotStarted(why)) => {
+            writer.set_seal_fields(serde_json::json!({ "not_started": why }));
+        }
+        Some(NoAgentEnd::Unknown(why)) => {
+            writer.set_seal_fields(serde_json::json!({ "end_unknown": why }));
+        }
+        None => {}
     }
     let full = writer.full().map(str::to_owned);
     let lost = writer.lost() + writer.dropped();

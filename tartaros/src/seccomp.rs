@@ -153,6 +153,12 @@ named! {
     F_SETLEASE = 1024; F_SET_RW_HINT = 1036; F_SET_FILE_RW_HINT = 1038;
     POSIX_FADV_DONTNEED = 4; MADV_COLD = 20; MADV_PAGEOUT = 21;
 }
+/// `prlimit64`'s pid for the caller itself, what glibc's `setrlimit` and
+/// `getrlimit` pass.
+const PID_SELF: Named = Named {
+    value: 0,
+    name: "0",
+};
 /// `SOCK_TYPE_MASK`: the kernel strips `SOCK_NONBLOCK | SOCK_CLOEXEC` (and
 /// refuses other bits) before using the type, so the filter looks at the
 /// same four bits.
@@ -186,8 +192,8 @@ pub use compile::{build_program, install};
 use prologue::{BPF_JMP_JEQ_K, BPF_LD_W_ABS, DATA_ARCH, jump, ret_errno, stmt};
 use tables::{
     DEFAULT_ALWAYS, REFUSED_FCNTLS, REFUSED_IOCTLS, STRICT_ALWAYS, WHY_CLONE3, WHY_CORE,
-    WHY_DONTNEED, WHY_FAMILY, WHY_NETLINK, WHY_NS, WHY_OPENAT2, WHY_PAGEOUT, WHY_SETGID_CREATE,
-    WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
+    WHY_DONTNEED, WHY_FAMILY, WHY_NETLINK, WHY_NS, WHY_OPENAT2, WHY_PAGEOUT, WHY_PRLIMIT,
+    WHY_SETGID_CREATE, WHY_SETID, WHY_SETUID_CREATE, WHY_UNIX, WHY_WINSZ,
 };
 
 fn deny(syscall: &'static str, when: Vec<ArgCond>, tier: Tier, reason: &'static str) -> Rule {
@@ -309,6 +315,12 @@ fn default_rules() -> Vec<Rule> {
     r.push(deny("setrlimit", vec![core()], D, WHY_CORE));
     let core = arg(1, "resource", Eq(RLIMIT_CORE));
     r.push(deny("prlimit64", vec![core, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_CORE));
+    // Another process's limits: the kernel asks only for the same uid, and
+    // under --user root or in a user namespace the init has the agent's
+    // (RLIMIT_CPU 0 killed it; adversarial round 23b). Limits are
+    // per-process, so no thread needs a tid here; reads stay allowed.
+    let other = arg(0, "pid", Ne(PID_SELF));
+    r.push(deny("prlimit64", vec![other, arg(2, "new_limit", ArgTest::NotNull)], D, WHY_PRLIMIT));
     r.extend(privilege_bit_rules());
     r
 }

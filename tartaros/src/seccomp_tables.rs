@@ -68,6 +68,8 @@ pub(super) const WHY_SETID: &str = "a setuid or setgid file left in a root runs 
     any local user after the run, outside every sandbox";
 pub(super) const WHY_CORE: &str = "RLIMIT_CORE stays 1, the kernel's marker that refuses a core_pattern pipe: \
     at 0 a crash would run the host's root core handler (apport, systemd-coredump) outside the sandbox";
+pub(super) const WHY_PRLIMIT: &str = "sets another process's limits: the kernel asks only for the same uid, \
+    which the init shares under --user root or in a user namespace (RLIMIT_CPU 0 killed it mid-run)";
 pub(super) const WHY_SETGID_CREATE: &str = "a setgid creation mode survives writes while group-execute is off, and a \
     POSIX ACL then adds group-execute without chmod: a file setgid to the agent's group for any local user";
 pub(super) const WHY_SETUID_CREATE: &str = "a setuid creation mode stays on a file nothing writes, and keeps \

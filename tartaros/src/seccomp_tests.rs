@@ -263,6 +263,17 @@ fn refusing_rule_tells_the_filter_s_refusals_from_the_kernel_s() {
         refusing_rule("prlimit64", &[0, 7, 0x7fff_0000_0000]).is_none(),
         "NOFILE"
     );
+    // Another process's limit (round 23b: RLIMIT_CPU 0 on the init); the
+    // caller's own (0, what glibc passes) and reads stay allowed.
+    let other = refusing_rule("prlimit64", &[1, 0, 0x7fff_0000_0000]).expect("pid 1");
+    assert_eq!(other.tier, Tier::Default, "proof the filter refused");
+    let text = "prlimit64 if pid != 0 and new_limit != NULL -> EPERM";
+    assert!(has(&rules(&SeccompOptions::default()), text), "{text}");
+    assert!(refusing_rule("prlimit64", &[1, 0, 0]).is_none(), "a read");
+    assert!(
+        refusing_rule("prlimit64", &[0x1_0000_0000, 0, 0x7fff_0000_0000]).is_none(),
+        "the kernel's pid_t is the low half: 0, the caller"
+    );
     assert!(
         refusing_rule("personality", &[0xffff_ffff, 0, 0]).is_none(),
         "the query"

@@ -328,15 +328,16 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
                     .names(false)
                     .iter()
                     .any(|g| g == Guarantee::EbpfCapture.name());
-                let not_started = outcome.as_ref().err().map(|r| r.message.as_str());
-                crate::runlog::finish(
-                    writer,
-                    code,
-                    signal,
-                    teardown.is_ok(),
-                    degraded,
-                    not_started,
-                )
+                // A failure after the init reported the start is no
+                // "never started": the agent ran (adversarial round 23b).
+                let no_end = outcome.as_ref().err().map(|r| {
+                    if r.after_start {
+                        crate::runlog::NoAgentEnd::Unknown(&r.message)
+                    } else {
+                        crate::runlog::NoAgentEnd::NotStarted(&r.message)
+                    }
+                });
+                crate::runlog::finish(writer, code, signal, teardown.is_ok(), degraded, no_end)
             }
             Err(e) => crate::runlog::LogOutcome {
                 head: None,

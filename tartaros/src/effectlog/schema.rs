@@ -50,8 +50,10 @@ pub(crate) const SEAL_KEYS: &[&str] = &[
 /// Seal fields present only in some logs: the kernel-sourced `files`
 /// list (sorted by path) and how many files it left out, and why the
 /// agent never started (`not_started`: the genesis lists the guarantees
-/// the run planned, and one of them failed to install).
-pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted", "not_started"];
+/// the run planned, and one of them failed to install), or why its end is
+/// unknown (`end_unknown`: the init ended after the agent started without
+/// reporting it; adversarial round 23b).
+pub(crate) const SEAL_OPTIONAL: &[&str] = &["files", "files_omitted", "not_started", "end_unknown"];
 
 /// The first record: what ran, on what, under which policy and guarantees.
 #[derive(Debug, Clone, PartialEq)]
@@ -256,8 +258,13 @@ pub(crate) fn check_seal_shape(m: &Map<String, Value>) -> Result<(), String> {
 /// `files`: objects with a string `path` in increasing order, a
 /// `size`, and a hex `sha256` or null with a `skipped` reason.
 fn check_seal_files(m: &Map<String, Value>) -> Result<(), String> {
-    if m.get("not_started").is_some_and(|v| !v.is_string()) {
-        return Err("`not_started` is not a string".into());
+    for key in ["not_started", "end_unknown"] {
+        if m.get(key).is_some_and(|v| !v.is_string()) {
+            return Err(format!("`{key}` is not a string"));
+        }
+    }
+    if m.get("not_started").is_some() && m.get("end_unknown").is_some() {
+        return Err("`not_started` and `end_unknown` both".into());
     }
     if let Some(omitted) = m.get("files_omitted")
         && omitted.as_u64().is_none()

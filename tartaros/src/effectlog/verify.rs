@@ -171,6 +171,8 @@ struct Chain {
     claimed: u64,
     /// The seal's `not_started`: the agent never ran, and why.
     not_started: Option<String>,
+    /// The seal's `end_unknown`: the agent ran, but how it ended is lost.
+    end_unknown: Option<String>,
 }
 
 impl Chain {
@@ -280,10 +282,9 @@ impl Chain {
         });
         let omitted = m.get("files_omitted").and_then(Value::as_u64).unwrap_or(0);
         self.unhashed = (skipped as u64).saturating_add(omitted);
-        self.not_started = m
-            .get("not_started")
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        let text = |key: &str| m.get(key).and_then(Value::as_str).map(str::to_owned);
+        self.not_started = text("not_started");
+        self.end_unknown = text("end_unknown");
         self.sealed_at = Some(lineno);
         Ok(())
     }
@@ -384,12 +385,19 @@ impl Chain {
         };
         // The genesis lists guarantees the run only planned: say first
         // that none of them held an agent.
-        let not_started = self.not_started.as_deref().map_or(String::new(), |why| {
-            format!(
+        // An agent that ran but whose end is lost (its init was killed) is
+        // said so, never "never started" (adversarial round 23b).
+        let not_started = match (&self.not_started, &self.end_unknown) {
+            (Some(why), _) => format!(
                 "; the agent never started: {}",
                 super::escape::terminal_capped(why, 300)
-            )
-        });
+            ),
+            (None, Some(why)) => format!(
+                "; the agent started, its end is unknown: {}",
+                super::escape::terminal_capped(why, 300)
+            ),
+            (None, None) => String::new(),
+        };
         Verdict::new(
             VERDICT_OK,
             format!(
@@ -474,6 +482,30 @@ mod tests {
         })
         .unwrap();
         verify_file(path)
+    }
+
+    /// Round 23b: an agent that started and whose init was killed is no
+    /// agent that never started.
+    #[test]
+    fn an_unknown_end_is_ok_and_never_read_as_never_started() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a");
+        let mut w = LogWriter::create(&path).unwrap();
+        w.genesis(genesis()).unwrap();
+        let why = "the sandbox init ended (killed by signal 9) while the agent ran";
+        w.set_seal_fields(serde_json::json!({ "end_unknown": why }));
+        w.seal(Seal {
+            exit_status: ExitStatus::Code(125),
+            cgroup_empty: true,
+        })
+        .unwrap();
+        let v = verify_file(&path);
+        assert_eq!(v.code, VERDICT_OK, "{v:?}");
+        assert!(
+            v.message.contains("its end is unknown: the sandbox"),
+            "{v:?}"
+        );
+        assert!(!v.message.contains("never started"), "{v:?}");
     }
 
     #[test]

@@ -488,7 +488,7 @@ impl LogWriter {
     }
 
     /// Adds the seal's optional fields of `extra` (`files`,
-    /// `files_omitted`, `not_started`); the others are ignored
+    /// `files_omitted`, `not_started`, `end_unknown`); the others are ignored
     /// ([`crate::fswatch`] builds the files list with more).
     pub fn set_seal_fields(&mut self, extra: Value) {
         if let Value::Object(extra) = extra {
