@@ -262,6 +262,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         run_id: id.clone(),
         label: request.label.clone(),
     };
+    // A stopped job stops the agent too (job_control.rs).
+    let stops = crate::job_control::follow_stops(undo.cgroup().map(|c| c.path().to_path_buf()));
     let outcome = crate::launch::start_and_wait(
         spawned,
         undo.cgroup(),
@@ -277,6 +279,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         &effects,
     )
     .await;
+    if let Some(stops) = stops {
+        stops.abort();
+    }
     let (outcome, relay) = match outcome {
         Ok((end, relay)) => (Ok(end), relay),
         Err(refusal) => (Err(refusal), None),
