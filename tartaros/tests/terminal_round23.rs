@@ -219,6 +219,16 @@ impl Session {
         self.master.write_all(text.as_bytes()).expect("type");
     }
 
+    /// Waits (bounded) for the shell's note `key`.
+    fn note(&self, work: &Path, key: &str) -> String {
+        let mut value = None;
+        eventually(20, || {
+            value = notes(work).remove(key);
+            value.is_some()
+        });
+        value.unwrap_or_else(|| format!("no {key} noted; the terminal shows:\n{}", self.seen()))
+    }
+
     /// Waits for the shell to end; its notes.
     fn finish(mut self, work: &Path) -> HashMap<String, String> {
         self.wait_mark("done");
@@ -227,21 +237,51 @@ impl Session {
             assert!(Instant::now() < deadline, "the shell did not end");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let notes = std::fs::read_to_string(work.join("result")).unwrap_or_default();
-        notes
-            .lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
+        notes(work)
     }
 }
 
+/// The shell's notes so far.
+fn notes(work: &Path) -> HashMap<String, String> {
+    let notes = std::fs::read_to_string(work.join("result")).unwrap_or_default();
+    notes
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 impl Drop for Session {
+    /// A failed test leaves no job behind: every process of the shell's
+    /// session (its jobs are process groups of their own) is killed; a
+    /// killed supervisor takes its sandbox with it.
     fn drop(&mut self) {
-        // SAFETY: a signal to the shell's own process group (its session).
-        unsafe { libc::kill(-(self.shell.id() as i32), libc::SIGKILL) };
+        let session = self.shell.id() as i32;
+        for pid in in_session(session) {
+            // SAFETY: a signal to a process of the test's own session.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
         let _ = self.shell.wait();
     }
+}
+
+/// The pids whose session is `sid` (field 6 of `/proc/<pid>/stat`).
+fn in_session(sid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest.split_whitespace().collect())
+            .unwrap_or_default();
+        if fields.get(3).and_then(|s| s.parse::<i32>().ok()) == Some(sid) {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 /// Ctrl-Z stopped the supervisor, but the agent (a session of its own)
@@ -256,6 +296,9 @@ fn ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line() {
     let mut session = Session::start("ctrlz", work.path(), &[READER]);
     session.wait_mark("type");
     session.type_text("hunter2\n");
+    // The line typed while the job is stopped or in the background is
+    // the shell's, not the agent's.
+    assert_eq!(session.note(work.path(), "shell_got"), "b'hunter2\\n'");
     session.wait_mark("type2");
     session.type_text("second\n");
     let notes = session.finish(work.path());
@@ -298,6 +341,9 @@ fn a_background_run_does_not_read_the_shells_input() {
     let mut session = Session::start("background", work.path(), &[READER]);
     session.wait_mark("type");
     session.type_text("hunter2\n");
+    // The line typed while the job is stopped or in the background is
+    // the shell's, not the agent's.
+    assert_eq!(session.note(work.path(), "shell_got"), "b'hunter2\\n'");
     session.wait_mark("type2");
     session.type_text("second\n");
     let notes = session.finish(work.path());
