@@ -20,8 +20,8 @@
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::{BorrowedFd, OwnedFd, RawFd};
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 /// How often a background job looks again whether it is in the
@@ -85,44 +85,89 @@ pub fn copy_terminal_in(from: RawFd, to: OwnedFd) {
     }
 }
 
+/// The run's `cgroup.freeze`, open for the signal handler; -1 for none.
+static FREEZE: AtomicI32 = AtomicI32::new(-1);
+
+/// The job-control signals the supervisor follows.
+const STOPS: [libc::c_int; 3] = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+
 /// In the supervisor, for the run's lifetime: on a job-control stop,
 /// freezes the run's cgroup (v2 `cgroup.freeze`), stops this process, and
-/// thaws the cgroup once it is continued. Returns `None` where the signals
-/// cannot be caught; the default stop then applies, as before.
-pub fn follow_stops(cgroup: Option<PathBuf>) -> Option<tokio::task::JoinHandle<()>> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut streams = Vec::new();
-    for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
-        streams.push(signal(SignalKind::from_raw(sig)).ok()?);
-    }
-    Some(tokio::spawn(async move {
-        let [tstp, ttin, ttou] = &mut streams[..] else {
-            return;
-        };
-        loop {
-            tokio::select! {
-                Some(()) = tstp.recv() => {}
-                Some(()) = ttin.recv() => {}
-                Some(()) = ttou.recv() => {}
-                else => return,
-            }
-            stop_with_the_run(cgroup.as_deref());
+/// thaws the cgroup once it is continued. A plain signal handler, not a
+/// runtime task: the runtime has one thread, and a `tcsetattr` from the
+/// background on it is restarted after every caught SIGTTOU, so a task
+/// would never get to run. A signal the launcher left ignored stays
+/// ignored. Dropping the guard puts the default actions back.
+pub fn follow_stops(cgroup: Option<&std::path::Path>) -> Stops {
+    let freeze = cgroup.and_then(|dir| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(dir.join("cgroup.freeze"))
+            .ok()
+    });
+    let freeze = freeze.map(OwnedFd::from);
+    FREEZE.store(
+        freeze.as_ref().map_or(-1, |fd| fd.as_raw_fd()),
+        Ordering::SeqCst,
+    );
+    let mut caught = Vec::new();
+    for sig in STOPS {
+        // SAFETY: an all-zero sigaction is a valid value of the C struct.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: an all-zero sigaction is a valid value of the C struct.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: reads the current action into `old`; changes nothing.
+        if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0
+            || old.sa_sigaction == libc::SIG_IGN
+        {
+            continue;
         }
-    }))
+        // SAFETY: `on_stop` makes only async-signal-safe calls.
+        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } == 0 {
+            caught.push(sig);
+        }
+    }
+    Stops { caught, freeze }
+}
+
+/// The handlers [`follow_stops`] installed.
+pub struct Stops {
+    caught: Vec<libc::c_int>,
+    freeze: Option<OwnedFd>,
+}
+
+impl Drop for Stops {
+    fn drop(&mut self) {
+        for sig in &self.caught {
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { libc::signal(*sig, libc::SIG_DFL) };
+        }
+        // No handler can use the descriptor once it is closed below.
+        FREEZE.store(-1, Ordering::SeqCst);
+        drop(self.freeze.take());
+    }
 }
 
 /// Freezes the run, stops this whole process as the default action of a
-/// job-control signal would, then thaws.
-fn stop_with_the_run(cgroup: Option<&std::path::Path>) {
-    let freeze = |value: &str| {
-        if let Some(dir) = cgroup {
-            let _ = std::fs::write(dir.join("cgroup.freeze"), value);
-        }
-    };
-    freeze("1");
-    // SIGSTOP: the caught signal would only come back to our handler.
-    // SAFETY: kill of our own process with a signal that takes no handler.
+/// job-control signal would, and thaws the run once continued (SIGCONT).
+extern "C" fn on_stop(_sig: libc::c_int) {
+    // SAFETY: errno is thread-local; we put back what the interrupted
+    // code saw.
+    let errno = unsafe { *libc::__errno_location() };
+    let fd = FREEZE.load(Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: pwrite of two bytes from a static buffer (async-signal-safe).
+        unsafe { libc::pwrite(fd, b"1\n".as_ptr().cast(), 2, 0) };
+    }
+    // SIGSTOP: the caught signal would only come back to this handler.
+    // SAFETY: kill of our own process (async-signal-safe).
     unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
-    // Here once continued (SIGCONT).
-    freeze("0");
+    if fd >= 0 {
+        // SAFETY: as above.
+        unsafe { libc::pwrite(fd, b"0\n".as_ptr().cast(), 2, 0) };
+    }
+    // SAFETY: as above.
+    unsafe { *libc::__errno_location() = errno };
 }

@@ -263,7 +263,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         label: request.label.clone(),
     };
     // A stopped job stops the agent too (job_control.rs).
-    let stops = crate::job_control::follow_stops(undo.cgroup().map(|c| c.path().to_path_buf()));
+    let stops = crate::job_control::follow_stops(undo.cgroup().map(|c| c.path()));
     let outcome = crate::launch::start_and_wait(
         spawned,
         undo.cgroup(),
@@ -279,9 +279,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         &effects,
     )
     .await;
-    if let Some(stops) = stops {
-        stops.abort();
-    }
+    drop(stops);
     let (outcome, relay) = match outcome {
         Ok((end, relay)) => (Ok(end), relay),
         Err(refusal) => (Err(refusal), None),
