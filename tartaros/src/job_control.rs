@@ -150,9 +150,11 @@ impl Drop for Stops {
     }
 }
 
-/// Freezes the run, stops this whole process as the default action of a
-/// job-control signal would, and thaws the run once continued (SIGCONT).
-extern "C" fn on_stop(_sig: libc::c_int) {
+/// Freezes the run, stops this whole process by the signal's default
+/// action (so the shell reports it as `sig`, and a signal to an orphaned
+/// process group stops nothing, as the kernel wants), and thaws the run
+/// once continued (SIGCONT).
+extern "C" fn on_stop(sig: libc::c_int) {
     // SAFETY: errno is thread-local; we put back what the interrupted
     // code saw.
     let errno = unsafe { *libc::__errno_location() };
@@ -161,9 +163,22 @@ extern "C" fn on_stop(_sig: libc::c_int) {
         // SAFETY: pwrite of two bytes from a static buffer (async-signal-safe).
         unsafe { libc::pwrite(fd, b"1\n".as_ptr().cast(), 2, 0) };
     }
-    // SIGSTOP: the caught signal would only come back to this handler.
-    // SAFETY: kill of our own process (async-signal-safe).
-    unsafe { libc::kill(libc::getpid(), libc::SIGSTOP) };
+    // SAFETY: sigaction, sigprocmask and raise are async-signal-safe; the
+    // structs are zeroed C values filled in before use. The signal is
+    // blocked while its handler runs: unblocked, the raise stops us here,
+    // before the thaw; the handler is back before we return.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = libc::SIG_DFL;
+        let mut ours: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, &action, &mut ours);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+        libc::sigaction(sig, &ours, std::ptr::null_mut());
+    }
     if fd >= 0 {
         // SAFETY: as above.
         unsafe { libc::pwrite(fd, b"0\n".as_ptr().cast(), 2, 0) };

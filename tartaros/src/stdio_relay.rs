@@ -537,6 +537,19 @@ mod tests {
     }
 
     #[test]
+    fn tty_flags_are_read_before_the_command_only() {
+        assert_eq!(flags(&["tartaros", "run", "--", "--tty"]).tty, None);
+        assert_eq!(
+            flags(&["tartaros", "run", "--tty", "--", "x"]).tty,
+            Some(true)
+        );
+        assert_eq!(
+            flags(&["tartaros", "run", "--no-tty", "--", "--tty"]).tty,
+            Some(false)
+        );
+    }
+
+    #[test]
     fn devices_and_directories_are_relayed_wherever_they_lie_standard_devices_and_pipes_never() {
         let paths = flags(&["tartaros", "run", "--write", "/w", "--write-deny", "/w/d"]);
         let inside = Some(Path::new("/w/x"));
