@@ -156,8 +156,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     crate::stdio_relay::check_passed_streams(&request.policy)
         .map_err(|m| Refusal::new(exit::REFUSED, m))?;
 
-    // Without a pty of its own the agent gets the launcher's terminal,
-    // whose modes outlive the run (tty_state.rs).
+    // Without a pty of its own a terminal still on a standard stream (one
+    // a service client passed unrelayed; the CLI relays them) reaches the
+    // agent, and its modes outlive the run (tty_state.rs).
     let terminals = if request.pty {
         crate::tty_state::Saved::default()
     } else {
