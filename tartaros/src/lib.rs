@@ -33,6 +33,7 @@ pub mod identity_map;
 pub mod init;
 pub mod ipc_limits;
 pub mod janitor;
+pub mod job_control;
 pub mod kernel_watch;
 pub mod landlock;
 pub mod landlock_siblings;

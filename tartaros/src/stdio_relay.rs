@@ -15,8 +15,8 @@
 //! pipe on that stream, and the parent, which keeps the files, copies
 //! between them and the pipes, passes termination signals on, and exits
 //! as the child did once the outputs are drained. Sockets are relayed too.
-//! Pipes and terminals are passed as before (a terminal: see
-//! docs/architecture.md; a pipe gets an open file description of the
+//! So are terminals when the run gets no pty of its own (see `relayed`).
+//! Pipes are passed as before (a pipe gets an open file description of the
 //! agent's own in the init, and a standard device such as /dev/null the
 //! sandbox's: stdio_own.rs).
 
@@ -138,8 +138,16 @@ fn is_host_file(fd: RawFd, paths: &PathFlags) -> bool {
 /// `O_APPEND`, a 4 KiB `SO_SNDBUF`, `SO_LINGER` on the launcher's socket
 /// after the run, shut it down under the launcher's next write, and sent
 /// it descriptors with `SCM_RIGHTS`; adversarial round 14). A terminal
-/// cannot be relayed (isatty, job control): the init reopens it through a
-/// read-only mount (stdio_tty.rs).
+/// is relayed when the run gets no pty of its own (`paths.terminals`):
+/// the launcher's terminal in the agent's hands, even reopened read-only
+/// (stdio_tty.rs), let it read the shell's input while the job was
+/// stopped or in the background (its own session: no SIGTTIN), take a
+/// VT as its controlling terminal (hung up for the host when it exited),
+/// set TOSTOP (the user's background jobs stopped for good) and, where
+/// the init could not reopen it (`< /dev/tty`, another user's pts), set
+/// `O_NONBLOCK` on the launcher's description or `fchmod` the host node
+/// (adversarial round 23b). The relay reads the terminal as a member of
+/// the launcher's job, so job control applies to it (job_control.rs).
 fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
     let in_root = name.is_some_and(|n| {
         n.is_absolute()
@@ -149,7 +157,8 @@ fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
     match stream {
         Stream::Directory | Stream::Device | Stream::Socket => true,
         Stream::File | Stream::Fifo => !in_root,
-        Stream::Pipe | Stream::Terminal | Stream::StandardDevice | Stream::Other => false,
+        Stream::Terminal => paths.terminals,
+        Stream::Pipe | Stream::StandardDevice | Stream::Other => false,
     }
 }
 
@@ -163,6 +172,10 @@ fn relayed(stream: Stream, name: Option<&Path>, paths: &PathFlags) -> bool {
 struct PathFlags {
     roots: Vec<PathBuf>,
     covers: Vec<PathBuf>,
+    /// `--tty` (`Some(true)`) or `--no-tty` (`Some(false)`).
+    tty: Option<bool>,
+    /// Terminals are relayed: the run gets no pty of its own.
+    terminals: bool,
 }
 
 fn path_flags(args: &[OsString]) -> PathFlags {
@@ -183,6 +196,14 @@ fn path_flags(args: &[OsString]) -> PathFlags {
             None => (text, None),
         };
         let into = match name {
+            "--tty" => {
+                flags.tty = Some(true);
+                continue;
+            }
+            "--no-tty" => {
+                flags.tty = Some(false);
+                continue;
+            }
             "--write" => &mut flags.roots,
             "--read-deny" | "--write-deny" | "--tmpfs" => &mut flags.covers,
             // `--bind SRC DST`: the target is what the agent sees covered.
@@ -215,6 +236,9 @@ pub fn check_passed_streams(policy: &crate::policy::Policy) -> Result<(), String
             .chain(policy.binds.iter().map(|b| &b.target))
             .cloned()
             .collect(),
+        // A terminal still here is one the run's pty replaces, or one a
+        // service client passed on its own (stdio_tty.rs reopens it).
+        ..PathFlags::default()
     };
     // A socket the service's caller passed is its own (the CLI relays its
     // streams before it calls, so this is a client of the protocol that
@@ -258,7 +282,11 @@ enum Copy {
 /// the only process); the parent never returns. Must run before any thread
 /// exists.
 pub fn relay_host_files(args: &[OsString]) {
-    let paths = path_flags(args);
+    let mut paths = path_flags(args);
+    // As `HarnessArgs::wants_pty` decides: with a pty of its own, the
+    // agent gets none of the launcher's streams that are terminals.
+    let at_terminal = (0..2).all(|fd| stream(fd) == Stream::Terminal);
+    paths.terminals = !paths.tty.unwrap_or(at_terminal);
     let host: Vec<RawFd> = (0..3).filter(|fd| is_host_file(*fd, &paths)).collect();
     if host.is_empty() {
         return;
@@ -357,7 +385,15 @@ fn serve(child: nix::unistd::Pid, copies: Vec<Copy>, open_gate: OwnedFd) -> i32 
             }
             // Not waited for: it ends at the file's end, or at EPIPE once
             // no process of the run reads.
-            Copy::In { from, to } => std::thread::Builder::new().spawn(move || copy_in(from, to)),
+            Copy::In { from, to } => std::thread::Builder::new().spawn(move || {
+                // A terminal is read only while the job is in the
+                // foreground (job_control.rs).
+                if stream(from) == Stream::Terminal {
+                    crate::job_control::copy_terminal_in(from, to);
+                } else {
+                    copy_in(from, to);
+                }
+            }),
         };
         if let Err(source) = spawned {
             // The child waits at the gate: closing it ends the child.
@@ -501,8 +537,20 @@ mod tests {
     }
 
     #[test]
-    fn devices_and_directories_are_relayed_wherever_they_lie_standard_devices_terminals_and_pipes_never()
-     {
+    fn tty_flags_are_read_before_the_command_only() {
+        assert_eq!(flags(&["tartaros", "run", "--", "--tty"]).tty, None);
+        assert_eq!(
+            flags(&["tartaros", "run", "--tty", "--", "x"]).tty,
+            Some(true)
+        );
+        assert_eq!(
+            flags(&["tartaros", "run", "--no-tty", "--", "--tty"]).tty,
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn devices_and_directories_are_relayed_wherever_they_lie_standard_devices_and_pipes_never() {
         let paths = flags(&["tartaros", "run", "--write", "/w", "--write-deny", "/w/d"]);
         let inside = Some(Path::new("/w/x"));
         let outside = Some(Path::new("/dev/null"));
@@ -511,6 +559,11 @@ mod tests {
             assert!(relayed(Stream::Socket, name, &paths), "{name:?}");
             assert!(relayed(Stream::Directory, name, &paths), "{name:?}");
             assert!(!relayed(Stream::Terminal, name, &paths), "{name:?}");
+            let without_pty = PathFlags {
+                terminals: true,
+                ..flags(&["tartaros", "run"])
+            };
+            assert!(relayed(Stream::Terminal, name, &without_pty), "{name:?}");
             assert!(!relayed(Stream::StandardDevice, name, &paths), "{name:?}");
             assert!(!relayed(Stream::Pipe, name, &paths), "{name:?}");
             assert!(!relayed(Stream::Other, name, &paths), "{name:?}");

@@ -11,6 +11,13 @@
 //! one pty node, read-only, into the private /dev (`/dev/.tty/N`) and
 //! reopens it there: the same terminal (a device write passes a read-only
 //! mount), but its mode, owner and times now fail with EROFS.
+//!
+//! Since adversarial round 23b the CLI relays the terminal streams of a
+//! run without a pty instead (the agent could still set TOSTOP on the
+//! terminal, take a VT as its controlling terminal, read the shell's input
+//! while its job was stopped, and keep the launcher's own descriptor where
+//! the name could not be reopened): this reopening stays for a terminal a
+//! service client passes without relaying it.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt as _;

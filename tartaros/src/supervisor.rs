@@ -156,8 +156,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     crate::stdio_relay::check_passed_streams(&request.policy)
         .map_err(|m| Refusal::new(exit::REFUSED, m))?;
 
-    // Without a pty of its own the agent gets the launcher's terminal,
-    // whose modes outlive the run (tty_state.rs).
+    // Without a pty of its own a terminal still on a standard stream (one
+    // a service client passed unrelayed; the CLI relays them) reaches the
+    // agent, and its modes outlive the run (tty_state.rs).
     let terminals = if request.pty {
         crate::tty_state::Saved::default()
     } else {
@@ -262,6 +263,8 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         run_id: id.clone(),
         label: request.label.clone(),
     };
+    // A stopped job stops the agent too (job_control.rs).
+    let stops = crate::job_control::follow_stops(undo.cgroup().map(|c| c.path()));
     let outcome = crate::launch::start_and_wait(
         spawned,
         undo.cgroup(),
@@ -277,6 +280,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         &effects,
     )
     .await;
+    drop(stops);
     let (outcome, relay) = match outcome {
         Ok((end, relay)) => (Ok(end), relay),
         Err(refusal) => (Err(refusal), None),

@@ -15,6 +15,11 @@
 //! user may have resized the window during the run; instead the agent may
 //! not set it in such a run (seccomp's `Tier::HostTerminal`), since the
 //! kernel also signals the launcher's job (SIGWINCH) when it changes.
+//!
+//! Since adversarial round 23b the CLI relays the terminal streams of a
+//! run without a pty (stdio_relay.rs, job_control.rs), so the agent holds
+//! none; this restore stays for a terminal a service client passes
+//! without relaying it.
 
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 

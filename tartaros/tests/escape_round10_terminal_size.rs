@@ -56,8 +56,9 @@ fn window_size(fd: i32) -> (u16, u16) {
 }
 
 /// The agent resized the launcher's terminal to 1x1 and signalled its
-/// foreground group. Now `TIOCSWINSZ` is refused (EPERM) in a run that
-/// hands the agent a host terminal.
+/// foreground group. `TIOCSWINSZ` was then refused (EPERM) in a run that
+/// hands the agent a host terminal; since round 23b no such run hands
+/// one over (the terminal is relayed, and the agent gets ENOTTY).
 #[test]
 fn the_agent_cannot_resize_the_launchers_terminal_or_signal_its_job() {
     if !can_run("the_agent_cannot_resize_the_launchers_terminal_or_signal_its_job") {
@@ -126,5 +127,7 @@ fn the_agent_cannot_resize_the_launchers_terminal_or_signal_its_job() {
         0,
         "a host process in the terminal's foreground group got SIGWINCH"
     );
-    expect(&out, "winsz", "EPERM");
+    // Since adversarial round 23b the terminal is relayed: the agent's
+    // stdin is a pipe, which has no window size (tests/terminal_round23.rs).
+    expect(&out, "winsz", "ENOTTY");
 }
