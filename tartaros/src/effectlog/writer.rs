@@ -508,7 +508,8 @@ impl LogWriter {
         };
         let budget = space::seal_files_budget(
             files.to_string().len() as u64,
-            self.reserved_end.saturating_sub(self.written + self.pending.len() as u64),
+            self.reserved_end
+                .saturating_sub(self.written + self.pending.len() as u64),
             space::free_now(&self.file),
             self.kept_free,
             crate::fswatch::FULL_SEAL_FILES_BYTES as u64,
