@@ -315,8 +315,11 @@ fn a_host_terminal_given_as_stdio_still_works() {
         return;
     }
     let work = Dir::new();
-    // Control for the private /dev: the terminal the agent was handed as
-    // its stdout is still its own, though /dev/pts/N is not there by name.
+    // Control for the private /dev: what the agent writes to the stdout
+    // it was handed reaches the launcher's terminal, though /dev/pts/N is
+    // not there by name. Without a run pty of its own, a terminal stream
+    // is relayed through a pipe (adversarial round 23b: the agent never
+    // holds the launcher's terminal), so it is no terminal to the agent.
     let pty = nix::pty::openpty(None, None).unwrap();
     let slave = std::fs::File::from(pty.slave);
     let out = std::process::Command::new(bin())
@@ -325,7 +328,7 @@ fn a_host_terminal_given_as_stdio_still_works() {
             "--",
             "sh",
             "-c",
-            "echo mine-on-the-tty; test -t 1 && echo is-a-tty",
+            "echo mine-on-the-tty; test -t 1 && echo is-a-tty || echo relayed",
         ])
         .current_dir(work.path())
         .stdout(slave)
@@ -349,7 +352,7 @@ fn a_host_terminal_given_as_stdio_still_works() {
     }
     let seen = String::from_utf8_lossy(&seen);
     assert!(
-        seen.contains("mine-on-the-tty") && seen.contains("is-a-tty"),
+        seen.contains("mine-on-the-tty") && seen.contains("relayed") && !seen.contains("is-a-tty"),
         "{seen:?}"
     );
 }
