@@ -134,7 +134,10 @@ attempt('control', lambda: fcntl.ioctl(0, termios.TCGETS, bytes(64)))"
         .output()
         .unwrap();
     expect(&out, "tiocsti", "EPERM");
-    expect(&out, "control", "OK");
+    // Without a run pty of its own (stdout is a pipe here), the agent's
+    // stdin is the relay's pipe, no terminal at all (adversarial round
+    // 23b): the launcher's terminal is never in its hands.
+    expect(&out, "control", "ENOTTY");
     // Nothing arrived on the terminal's input side.
     nix::fcntl::fcntl(
         pty.master.as_raw_fd(),
