@@ -19,7 +19,6 @@
 //!   ends the run at once.
 
 use std::fs::File;
-use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
@@ -72,15 +71,8 @@ pub fn copy_terminal_in(from: RawFd, to: OwnedFd) {
         if !readable(from) || !in_foreground(from) {
             continue;
         }
-        match terminal.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+        if !crate::stdio_relay::forward_once(&mut *terminal, &mut to, &mut buf) {
+            return;
         }
     }
 }

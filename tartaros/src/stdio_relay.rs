@@ -483,17 +483,16 @@ fn copy_in(from: RawFd, to: OwnedFd) {
     // waits for input, so the init's reopen of the pipe (stdio_own.rs)
     // waited as long (a harness's socketpair on stdin hung the run).
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match from.read(&mut buf) {
-            Ok(0) => return,
-            Ok(n) => {
-                if to.write_all(&buf[..n]).is_err() {
-                    return;
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
-        }
+    while forward_once(&mut *from, &mut to, &mut buf) {}
+}
+
+/// One read of `from` written whole to `to`; false once the copy is over
+/// (end of input, a read error, or no reader left on `to`).
+pub(crate) fn forward_once(from: &mut impl Read, to: &mut impl Write, buf: &mut [u8]) -> bool {
+    match from.read(buf) {
+        Ok(0) => false,
+        Ok(n) => to.write_all(&buf[..n]).is_ok(),
+        Err(e) => e.kind() == std::io::ErrorKind::Interrupted,
     }
 }
 
