@@ -35,7 +35,7 @@ const LAST_OFFSET: u32 = (FILE_NAMES_BYTES - FILE_NAME_MAX) as u32;
 const OFFSET_MASK: u32 = FILE_NAMES_BYTES as u32 - 1;
 
 #[inline(always)]
-fn layout() -> Option<&'static FileLayout> {
+pub(crate) fn layout() -> Option<&'static FileLayout> {
     FILE_LAYOUT.get(0).filter(|l| l.valid != 0)
 }
 

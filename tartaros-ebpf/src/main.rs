@@ -42,6 +42,8 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 #[cfg(target_arch = "bpf")]
+mod argmem;
+#[cfg(target_arch = "bpf")]
 mod capture;
 #[cfg(target_arch = "bpf")]
 mod classify;

@@ -38,6 +38,7 @@ use tartaros_common::capture::{
     effect, flag, ioctl, nr, record, refused_sometimes,
 };
 
+use crate::argmem;
 use crate::classify::classify;
 use crate::maps::{captured_run_of, count_lost, read_kernel};
 use crate::sysemit::emit;
@@ -297,9 +298,6 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         }
         match c.record {
             record::SYS_PATH | record::SYS_PATH2 => {
-                if crate::fdpath::memory_shared() {
-                    (*slot).call.flags |= flag::NAME_SHARED;
-                }
                 let (n, f) = read_path(
                     &raw mut (*slot).path,
                     c.ptr,
@@ -308,6 +306,7 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
                 );
                 (*slot).len = n;
                 (*slot).call.flags |= f;
+                let mut shared = crate::fdpath::memory_shared() || !argmem::private(c.ptr, n);
                 if c.record == record::SYS_PATH2 {
                     let (n2, f2) = read_path(
                         &raw mut (*slot).path2,
@@ -317,14 +316,19 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
                     );
                     (*slot).len2 = n2;
                     (*slot).call.flags |= f2;
+                    shared = shared || !argmem::private(c.ptr2, n2);
+                }
+                if shared {
+                    (*slot).call.flags |= flag::NAME_SHARED;
                 }
             }
             record::SYS_ADDR => {
                 let mut flags = 0;
                 // A unix `bind`'s name creates a file, as a path-named
                 // call's does: the join needs to know whether another task
-                // could rewrite it before the kernel copied it (round 18).
-                if crate::fdpath::memory_shared() {
+                // could rewrite it before the kernel copied it (round 18),
+                // or another process (round 23: a `MAP_SHARED` page).
+                if crate::fdpath::memory_shared() || !argmem::private(c.ptr, c.len as i32) {
                     flags |= flag::NAME_SHARED;
                 }
                 let want: u32 = if c.len > ADDR_BYTES as u32 {

@@ -94,9 +94,21 @@ pub struct FileLayout {
     /// rewrite a name between the capture's read and the kernel's copy.
     pub task_mm: u32,
     pub mm_users: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// `vm_area_struct.vm_end`, `.vm_flags`, `.vm_file`: a name on a page
+    /// of a shared or file-backed mapping can be rewritten by another
+    /// process (a forked child writing a `MAP_SHARED` page, a write to the
+    /// mapped file) whatever `mm_users` says; only a private anonymous
+    /// mapping of a task alone in its memory holds what the kernel will
+    /// copy (`bpf_find_vma`, Linux 5.17).
+    pub vma_end: u32,
+    pub vma_flags: u32,
+    pub vma_file: u32,
 }
+
+/// `VM_SHARED | VM_MAYSHARE` of `vm_area_struct.vm_flags`
+/// (include/linux/mm.h, unchanged since Linux 2.6): a mapping whose pages
+/// other mappings of the same object see.
+pub const VM_SHARED_ANY: u64 = 0x08 | 0x80;
 
 /// `FMODE_CREATED` of `file.f_mode` (include/linux/fs.h, the same bit since
 /// Linux 4.19): the open created the file. Such an open is named by its
@@ -149,7 +161,7 @@ pub struct SysFileEvent {
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 112);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 120);
 const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);

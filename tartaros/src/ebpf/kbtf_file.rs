@@ -13,7 +13,7 @@ use super::{Btf, KIND_STRUCT};
 /// The map value the program reads, as cached with the rest of the
 /// layout.
 pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
-    const STRUCTS: [&str; 12] = [
+    const STRUCTS: [&str; 13] = [
         "task_struct",
         "mm_struct",
         "files_struct",
@@ -26,6 +26,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         "mount",
         "vfsmount",
         "linux_binprm",
+        "vm_area_struct",
     ];
     let wanted: Vec<(&str, u32)> = STRUCTS.iter().map(|s| (*s, KIND_STRUCT)).collect();
     let ids = btf.find(&wanted);
@@ -64,7 +65,9 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         dentry_inode: off("dentry", "d_inode")?,
         task_mm: off("task_struct", "mm")?,
         mm_users: off("mm_struct", "mm_users")?,
-        _pad: 0,
+        vma_end: off("vm_area_struct", "vm_end")?,
+        vma_flags: off("vm_area_struct", "vm_flags")?,
+        vma_file: off("vm_area_struct", "vm_file")?,
     })
 }
 

@@ -40,7 +40,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-v11-{}.json",
+        "/run/tartaros/kernel-layout-v12-{}.json",
         &hex::encode(digest)[..16]
     )))
 }

@@ -20,7 +20,9 @@
 //!   not (`name_source`); when neither holds and no record of a later
 //!   call on that name came within [`HOLD_NS`], the record names an
 //!   attribute the call did not change (`name_unproven`, which `verify`
-//!   calls incomplete).
+//!   calls incomplete). A name someone else could rewrite (`name_shared`:
+//!   a thread, or a page of a shared or file-backed mapping) is unproven
+//!   whatever the file shows.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd};
@@ -235,6 +237,17 @@ fn prove_name(r: &mut Record) -> bool {
     let Some((path, name)) = xattr_key(r) else {
         return true;
     };
+    if r.target.get("name_shared").is_some() {
+        // Another task or process could rewrite the name between the
+        // capture's read and the kernel's copy (a thread; a forked child
+        // on a `MAP_SHARED` page, round 23): the file showing the name
+        // after a set (or not after a removal) proves nothing, since it
+        // may have held it before (or never), and no later call explains
+        // which attribute the kernel changed.
+        r.target.insert("name_source", "agent");
+        r.target.insert("name_unproven", true);
+        return true;
+    }
     let set = r.target.get("op").and_then(Value::as_str) == Some("set");
     let size = value_size(&names::on_disk(&path), &name);
     let holds = match size {
@@ -276,3 +289,7 @@ fn value_size(path: &Path, name: &str) -> Result<u64, nix::errno::Errno> {
     }
     Ok(n as u64)
 }
+
+#[cfg(test)]
+#[path = "join_arguments_tests.rs"]
+mod tests;
