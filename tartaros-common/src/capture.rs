@@ -523,8 +523,7 @@ mod file;
 mod syscall_numbers;
 pub use file::{
     FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FMODE_WRITE, FileLayout,
-    VM_SHARED_ANY,
-    KernelFile, MAP_FILE_LAYOUT, SysFileEvent, file_status,
+    KernelFile, MAP_FILE_LAYOUT, SysFileEvent, VM_SHARED_ANY, file_status,
 };
 pub use syscall_numbers::{
     AT_FDCWD, AT_REMOVEDIR, SYSCALL_KINDS, effect_of, ioctl, nr, oflag, refused_sometimes,

@@ -96,7 +96,15 @@ fn set_xattr(path: &Path, name: &str, value: &[u8]) -> bool {
     let p = CString::new(path.as_os_str().as_bytes()).unwrap();
     let n = CString::new(name).unwrap();
     // SAFETY: NUL-terminated strings and a value of the length passed.
-    unsafe { libc::lsetxattr(p.as_ptr(), n.as_ptr(), value.as_ptr().cast(), value.len(), 0) == 0 }
+    unsafe {
+        libc::lsetxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        ) == 0
+    }
 }
 
 /// `FILES` files in `root`, each with `user.A` and `user.B` = "host";
@@ -133,7 +141,10 @@ fn an_attribute_name_on_a_shared_page_is_never_presented_as_the_kernels() {
     }
     let root = Dir::new();
     if !files_with_both_names(&root) {
-        return skip("r24_shared_xattr", "the test directory keeps no user xattrs");
+        return skip(
+            "r24_shared_xattr",
+            "the test directory keeps no user xattrs",
+        );
     }
     let (records, code, line) = run(&root, "xattr-shared", FILES);
     let calls = xattrs(&records);
@@ -164,7 +175,10 @@ fn an_attribute_name_in_private_memory_is_the_kernels() {
     }
     let root = Dir::new();
     if !files_with_both_names(&root) {
-        return skip("r24_private_xattr", "the test directory keeps no user xattrs");
+        return skip(
+            "r24_private_xattr",
+            "the test directory keeps no user xattrs",
+        );
     }
     let (records, code, line) = run(&root, "xattr-private", FILES);
     let calls = xattrs(&records);
@@ -177,7 +191,10 @@ fn an_attribute_name_in_private_memory_is_the_kernels() {
     assert_eq!(code, Some(0), "verify: {line}");
     for i in 0..FILES {
         let f = root.join(&format!("x{i:05}"));
-        assert_eq!(xattr(&f, "user.A"), Some(format!("evil{i:05}").into_bytes()));
+        assert_eq!(
+            xattr(&f, "user.A"),
+            Some(format!("evil{i:05}").into_bytes())
+        );
     }
 }
 
@@ -202,13 +219,19 @@ fn paths_on_a_shared_page_name_the_files_the_kernel_made() {
     for r in &creates {
         let path = r["target"]["path"].as_str().unwrap_or_default().to_string();
         if r["target"]["path_source"] == "kernel" {
-            assert!(made.contains(&path), "a record names a file never made: {r}");
+            assert!(
+                made.contains(&path),
+                "a record names a file never made: {r}"
+            );
         }
         assert_eq!(r["target"]["name_shared"], true, "{r}");
         named.insert(path);
     }
     let unnamed: Vec<_> = made.difference(&named).collect();
     // A file no record names makes the log incomplete, never ok.
-    assert!(unnamed.is_empty() || code == Some(3), "{unnamed:?}; verify {code:?} {line}");
+    assert!(
+        unnamed.is_empty() || code == Some(3),
+        "{unnamed:?}; verify {code:?} {line}"
+    );
     assert!(matches!(code, Some(0 | 3)), "verify: {line}");
 }

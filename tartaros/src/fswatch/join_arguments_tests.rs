@@ -42,7 +42,15 @@ fn a_name_someone_else_could_rewrite_is_unproven_though_the_file_shows_it() {
     std::fs::write(&file, b"").unwrap();
     let path = CString::new(file.as_os_str().as_bytes()).unwrap();
     // SAFETY: NUL-terminated strings and a one-byte value that outlive the call.
-    let rc = unsafe { libc::setxattr(path.as_ptr(), c"user.A".as_ptr(), c"h".as_ptr().cast(), 1, 0) };
+    let rc = unsafe {
+        libc::setxattr(
+            path.as_ptr(),
+            c"user.A".as_ptr(),
+            c"h".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
     if rc != 0 {
         eprintln!("skipping: no user xattrs on {}", dir.display());
         std::fs::remove_dir_all(&dir).unwrap();
@@ -54,9 +62,15 @@ fn a_name_someone_else_could_rewrite_is_unproven_though_the_file_shows_it() {
     std::fs::remove_dir_all(&dir).unwrap();
     let shared = out.iter().find(|r| flag(r, "name_shared")).unwrap();
     assert!(flag(shared, "name_unproven"), "{shared:?}");
-    assert_eq!(shared.target.get("name_source"), Some(&Value::from("agent")));
+    assert_eq!(
+        shared.target.get("name_source"),
+        Some(&Value::from("agent"))
+    );
     // Alone in private memory, the name read is the one the kernel copied.
     let alone = out.iter().find(|r| !flag(r, "name_shared")).unwrap();
     assert!(!flag(alone, "name_unproven"), "{alone:?}");
-    assert_eq!(alone.target.get("name_source"), Some(&Value::from("kernel")));
+    assert_eq!(
+        alone.target.get("name_source"),
+        Some(&Value::from("kernel"))
+    );
 }
