@@ -114,7 +114,20 @@ fn check(op: &str, kind: &str, calls: usize) {
     let bin = Dir::new();
     let agent = compile(&bin, "flip", AGENT);
     let n = calls.to_string();
-    let (out, records) = run_logged(&work, &logs, &[agent.to_str().unwrap(), &n, op]);
+    let argv = [agent.to_str().unwrap(), &n, op];
+    let (out, records) = if op == "xattr" {
+        // The attribute's name is in memory a second thread shares: which
+        // attribute the kernel set is unproven whatever the file shows
+        // (round 23's F2, fixed in round 24), so the log is incomplete.
+        let (out, records, code, line) = run_logged_verdict(&work, &logs, &argv);
+        assert_eq!(code, Some(3), "verify: {line}");
+        for r in flipped(&records, kind) {
+            assert_eq!(r["target"]["name_unproven"], true, "{r}");
+        }
+        (out, records)
+    } else {
+        run_logged(&work, &logs, &argv)
+    };
     let text = stdout(&out);
     let truth: Vec<char> = text
         .lines()

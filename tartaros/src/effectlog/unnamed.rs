@@ -59,7 +59,9 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
         // read back (`target_unproven`, `flags_unproven`): the record
         // says the value is the agent's, and nothing else was changed.
         return Some(Unnamed::Lost(
-            "`name`: the attribute set or removed is not the one the file shows".into(),
+            "`name`: which attribute the call changed is unproven (the file does not show it, or \
+             another task or process could rewrite the name)"
+                .into(),
         ));
     }
     let setflags = t.get("cmd").and_then(Value::as_str) == Some("FS_IOC_SETFLAGS");

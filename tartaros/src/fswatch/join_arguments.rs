@@ -234,10 +234,8 @@ fn xattr_key(r: &Record) -> Option<(String, String)> {
 /// set, absent after a removal. `false` when the file shows otherwise
 /// (the record is marked `name_source: "agent"` and waits).
 fn prove_name(r: &mut Record) -> bool {
-    let Some((path, name)) = xattr_key(r) else {
-        return true;
-    };
-    if r.target.get("name_shared").is_some() {
+    let shared = r.target.get("name_shared").is_some();
+    if shared && r.kind == "xattr" && r.decision == Decision::Allowed {
         // Another task or process could rewrite the name between the
         // capture's read and the kernel's copy (a thread; a forked child
         // on a `MAP_SHARED` page, round 23): the file showing the name
@@ -245,9 +243,14 @@ fn prove_name(r: &mut Record) -> bool {
         // may have held it before (or never), and no later call explains
         // which attribute the kernel changed.
         r.target.insert("name_source", "agent");
+        // Whether the path is the kernel's or (a thread rewrote it too)
+        // the agent's claim, the kernel's `attrib` names the file only.
         r.target.insert("name_unproven", true);
         return true;
     }
+    let Some((path, name)) = xattr_key(r) else {
+        return true;
+    };
     let set = r.target.get("op").and_then(Value::as_str) == Some("set");
     let size = value_size(&names::on_disk(&path), &name);
     let holds = match size {
