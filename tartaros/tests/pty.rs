@@ -5,8 +5,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
+use std::os::fd::AsRawFd;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,24 +39,9 @@ impl Terminal {
             .expect("slave name")
             .display()
             .to_string();
-        let slave: OwnedFd = pair.slave;
         let mut command = Command::new(bin());
-        command
-            .args(args)
-            .current_dir("/")
-            .stdin(Stdio::from(slave.try_clone().unwrap()))
-            .stdout(Stdio::from(slave.try_clone().unwrap()))
-            .stderr(Stdio::from(slave));
-        // SAFETY: setsid and ioctl are async-signal-safe; they make the
-        // slave (now fd 0) the controlling terminal of tartaros's session.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        command.args(args).current_dir("/");
+        on_terminal(&mut command, pair.slave);
         let child = command.spawn().expect("spawn tartaros");
         // SAFETY: O_NONBLOCK on our own master only.
         unsafe {

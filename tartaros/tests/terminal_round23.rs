@@ -17,7 +17,6 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -163,24 +162,11 @@ struct Session {
 impl Session {
     fn start(mode: &str, work: &Path, extra: &[&str]) -> Self {
         let pair = nix::pty::openpty(None, None).expect("openpty");
-        let slave = pair.slave;
         let mut command = Command::new("python3");
         command
             .args(["-c", DRIVER, mode, work.to_str().expect("utf-8"), bin()])
-            .args(extra)
-            .stdin(Stdio::from(slave.try_clone().expect("dup")))
-            .stdout(Stdio::from(slave.try_clone().expect("dup")))
-            .stderr(Stdio::from(slave));
-        // SAFETY: setsid and ioctl are async-signal-safe; they make the
-        // slave (fd 0) the controlling terminal of the shell's session.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+            .args(extra);
+        on_terminal(&mut command, pair.slave);
         let shell = command.spawn().expect("spawn the shell");
         drop(command);
         let master = std::fs::File::from(pair.master);
@@ -288,16 +274,13 @@ fn in_session(sid: i32) -> Vec<i32> {
     found
 }
 
-/// Ctrl-Z stopped the supervisor, but the agent (a session of its own)
-/// ran on and read the line the user then typed at the shell. Now the
-/// job's stop freezes the agent, and the line reaches the shell.
-#[test]
-fn ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line() {
-    if !can_run("ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line") {
-        return;
-    }
+/// Runs `mode` in a pty session with the reader agent; the user types a
+/// line while the job is stopped or in the background, then another once
+/// it is in the foreground. Checks that the shell got the first line and
+/// the agent only the second; returns the notes.
+fn typed_lines(mode: &str) -> HashMap<String, String> {
     let work = Dir::new();
-    let mut session = Session::start("ctrlz", work.path(), &[READER]);
+    let mut session = Session::start(mode, work.path(), &[READER]);
     session.wait_mark("type");
     session.type_text("hunter2\n");
     // The line typed while the job is stopped or in the background is
@@ -307,22 +290,30 @@ fn ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line() {
     session.type_text("second\n");
     let notes = session.finish(work.path());
     let all = format!("{notes:?}");
-    assert_eq!(
-        notes.get("started").map(String::as_str),
-        Some("True"),
-        "{all}"
-    );
+    for (key, want) in [("started", "True"), ("shell_got", "b'hunter2\\n'")] {
+        assert_eq!(notes.get(key).map(String::as_str), Some(want), "{all}");
+    }
+    assert!(!notes["agent_got"].contains("hunter2"), "{all}");
+    // In the foreground, the agent reads as before.
+    assert!(notes["agent_got"].contains("second"), "{all}");
+    notes
+}
+
+/// Ctrl-Z stopped the supervisor, but the agent (a session of its own)
+/// ran on and read the line the user then typed at the shell. Now the
+/// job's stop freezes the agent, and the line reaches the shell.
+#[test]
+fn ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line() {
+    if !can_run("ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line") {
+        return;
+    }
+    let notes = typed_lines("ctrlz");
+    let all = format!("{notes:?}");
     assert_eq!(
         notes.get("stopped").map(String::as_str),
         Some("True"),
         "{all}"
     );
-    assert_eq!(
-        notes.get("shell_got").map(String::as_str),
-        Some("b'hunter2\\n'"),
-        "{all}"
-    );
-    assert!(!notes["agent_got"].contains("hunter2"), "{all}");
     // Frozen while stopped; running again, and reading again, once continued.
     assert_eq!(
         notes.get("ticks_while_stopped").map(String::as_str),
@@ -331,7 +322,6 @@ fn ctrl_z_stops_the_agent_and_the_shell_gets_the_next_line() {
     );
     let after: i64 = notes["ticks_after_cont"].parse().unwrap_or(0);
     assert!(after > 0, "{all}");
-    assert!(notes["agent_got"].contains("second"), "{all}");
 }
 
 /// `tartaros run -- agent > out &`: the agent read the terminal where a
@@ -341,30 +331,7 @@ fn a_background_run_does_not_read_the_shells_input() {
     if !can_run("a_background_run_does_not_read_the_shells_input") {
         return;
     }
-    let work = Dir::new();
-    let mut session = Session::start("background", work.path(), &[READER]);
-    session.wait_mark("type");
-    session.type_text("hunter2\n");
-    // The line typed while the job is stopped or in the background is
-    // the shell's, not the agent's.
-    assert_eq!(session.note(work.path(), "shell_got"), "b'hunter2\\n'");
-    session.wait_mark("type2");
-    session.type_text("second\n");
-    let notes = session.finish(work.path());
-    let all = format!("{notes:?}");
-    assert_eq!(
-        notes.get("started").map(String::as_str),
-        Some("True"),
-        "{all}"
-    );
-    assert_eq!(
-        notes.get("shell_got").map(String::as_str),
-        Some("b'hunter2\\n'"),
-        "{all}"
-    );
-    assert!(!notes["agent_got"].contains("hunter2"), "{all}");
-    // In the foreground, the agent reads as before.
-    assert!(notes["agent_got"].contains("second"), "{all}");
+    typed_lines("background");
 }
 
 /// `TIOCSCTTY` on a terminal no session owns (a VT, a serial console; here

@@ -510,7 +510,8 @@ impl LogWriter {
             files.to_string().len() as u64,
             self.reserved_end
                 .saturating_sub(self.written + self.pending.len() as u64),
-            space::free_now(&self.file),
+            // Unknown free space: only the reserve is sure to be there.
+            space::free_known(&self.file).unwrap_or(0),
             self.kept_free,
             crate::fswatch::FULL_SEAL_FILES_BYTES as u64,
         );

@@ -458,3 +458,26 @@ pub fn on_fd9(command: &mut Command, fd: std::os::fd::RawFd) {
         });
     }
 }
+
+/// Makes `slave` the standard streams and the controlling terminal of
+/// `command`'s process, in a session of its own, as a login shell's
+/// terminal is.
+#[allow(dead_code)]
+pub fn on_terminal(command: &mut Command, slave: std::os::fd::OwnedFd) {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    command
+        .stdin(Stdio::from(slave.try_clone().expect("dup the slave")))
+        .stdout(Stdio::from(slave.try_clone().expect("dup the slave")))
+        .stderr(Stdio::from(slave));
+    // SAFETY: setsid and ioctl are async-signal-safe; they make the slave
+    // (now fd 0) the controlling terminal of the new session.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}

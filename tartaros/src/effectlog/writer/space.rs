@@ -73,9 +73,14 @@ pub fn kept_free(file: &File) -> u64 {
 /// The space free for unprivileged writers now (`u64::MAX` if the
 /// filesystem cannot say).
 pub fn free_now(file: &File) -> u64 {
-    nix::sys::statvfs::fstatvfs(file).map_or(u64::MAX, |st| {
-        st.blocks_available().saturating_mul(st.fragment_size())
-    })
+    free_known(file).unwrap_or(u64::MAX)
+}
+
+/// The space free for unprivileged writers now, if the filesystem says.
+pub fn free_known(file: &File) -> Option<u64> {
+    nix::sys::statvfs::fstatvfs(file)
+        .ok()
+        .map(|st| st.blocks_available().saturating_mul(st.fragment_size()))
 }
 
 /// Allocates `RESERVE` bytes from `offset` without changing the file's
