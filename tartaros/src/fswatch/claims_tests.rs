@@ -158,3 +158,24 @@ fn a_removal_merged_into_an_earlier_create_is_out_of_order() {
     let queue = [claimed(notice(both, "A", 20), bit::CREATE)];
     assert_eq!(choose(&queue, bit::DELETE, "A", (5, 10)), Pick::Fresh(0));
 }
+
+#[test]
+fn a_change_merged_into_an_earlier_create_proves_nothing_by_its_place() {
+    // `creat A; creat B` still queued; the first chmod changed B (merged
+    // into B's create), the second A (merged into A's, which comes
+    // first): the first chmod, claiming A, may not take A's.
+    let queue = [
+        claimed(notice(bit::CREATE | bit::ATTRIB, "A", 20), bit::CREATE),
+        claimed(notice(bit::CREATE | bit::ATTRIB, "B", 20), bit::CREATE),
+    ];
+    assert_eq!(choose(&queue, bit::ATTRIB, "A", (5, 10)), Pick::Ambiguous);
+    // Unmerged, the first is the call's own.
+    let queue = [notice(bit::ATTRIB, "A", 20), notice(bit::ATTRIB, "B", 20)];
+    assert_eq!(choose(&queue, bit::ATTRIB, "A", (5, 10)), Pick::Fresh(0));
+    // Merged but alone: nothing else could be the call's.
+    let queue = [claimed(
+        notice(bit::CREATE | bit::ATTRIB, "A", 20),
+        bit::CREATE,
+    )];
+    assert_eq!(choose(&queue, bit::ATTRIB, "A", (5, 10)), Pick::Fresh(0));
+}
