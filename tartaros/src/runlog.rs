@@ -276,6 +276,12 @@ pub fn finish(
     let nameless = writer.nameless();
     let head = match seal(writer, code, signal, cgroup_empty) {
         Ok(head) => head,
+        Err(e @ LogError::Foreign { .. }) => {
+            return LogOutcome {
+                head: None,
+                incomplete: Some(e.to_string()),
+            };
+        }
         Err(e) => {
             return LogOutcome {
                 head: None,

@@ -39,7 +39,29 @@ pub fn id_of(fd: RawFd) -> Option<FileId> {
     nix::sys::stat::fstat(fd)
         .ok()
         .filter(|st| !is_null_device(st))
-        .map(|st| (st.st_dev, st.st_ino))
+        .map(|st| identity(fd, &st))
+}
+
+/// `st_dev` of a device's identity: no filesystem has it.
+const DEVICE: u64 = u64::MAX;
+/// `TIOCGDEV` (`_IOR('T', 0x32, unsigned int)`): the device number of the
+/// terminal behind a descriptor, through `/dev/tty` and `/dev/console`.
+const TIOCGDEV: libc::c_ulong = 0x8004_5432;
+
+/// A file is its inode; a character device is its device number, whatever
+/// node opened it: `9>/dev/tty` with stdout `/dev/pts/3` is one terminal
+/// behind two inodes (adversarial round 24b: the agent printed a forged
+/// `exited` line into the status stream), and so is a second devpts
+/// mount's or a copied node's name of it.
+fn identity(fd: RawFd, st: &libc::stat) -> FileId {
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        return (st.st_dev, st.st_ino);
+    }
+    let mut dev: libc::c_uint = 0;
+    // SAFETY: the kernel writes one unsigned int into `dev`, which
+    // outlives the call; `fd` is open. Not a terminal: ENOTTY, `dev` unread.
+    let tty = unsafe { libc::ioctl(fd, TIOCGDEV, &mut dev) } == 0;
+    (DEVICE, if tty { u64::from(dev) } else { st.st_rdev })
 }
 
 fn is_null_device(st: &libc::stat) -> bool {
@@ -73,7 +95,7 @@ impl Origin {
     pub fn of(fd: RawFd) -> Option<Self> {
         let st = nix::sys::stat::fstat(fd).ok()?;
         let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok();
-        let id = (st.st_dev, st.st_ino);
+        let id = identity(fd, &st);
         let kind = st.st_mode & libc::S_IFMT;
         let anonymous = link
             .as_ref()

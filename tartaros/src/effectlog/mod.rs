@@ -106,6 +106,14 @@ pub enum LogError {
         "failed to append a `{kind}` record: the log's filesystem is full ({why}); free space there or put the log elsewhere"
     )]
     Full { kind: String, why: String },
+    /// Bytes the writer did not write: another process that could write
+    /// the file (an agent of another run with the same uid, whose root
+    /// holds it) appended to the live log (adversarial round 24b).
+    #[error(
+        "failed to keep effect log {} to our own records: {bytes} bytes in it were written by another process, and `log verify` will say tampered; keep logs outside every run's writable roots",
+        path.display()
+    )]
+    Foreign { path: PathBuf, bytes: u64 },
     #[error("failed to read effect log {}", path.display())]
     Read {
         path: PathBuf,

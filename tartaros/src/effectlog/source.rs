@@ -46,13 +46,34 @@ pub(crate) type Pass<'a> = BufReader<Hashed<&'a File>>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct PassDigest([u8; 32]);
 
+/// Opens `path` for reading without waiting: a FIFO with no writer would
+/// hold a plain `open` forever (adversarial round 24b: every reader hung
+/// on `mkfifo x; tartaros log show x`). Reads wait as usual afterwards, so
+/// a pipe with a writer is read to its end.
+pub(crate) fn open_without_waiting(path: &Path) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)?;
+    let fd = file.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this function owns; no memory passed.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
 impl LogFile {
     pub(crate) fn open(path: &Path) -> Result<Self, LogError> {
         let read_err = |source| LogError::Read {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(read_err)?;
+        let file = open_without_waiting(path).map_err(read_err)?;
         if !file.metadata().map_err(read_err)?.is_file() {
             return Err(LogError::NotAFile {
                 path: path.to_path_buf(),
@@ -182,12 +203,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let fifo = dir.path().join("p");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-        // Opened read-write so the open does not wait for a writer.
-        let _keep = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&fifo)
-            .unwrap();
+        // No writer: a plain open would wait forever (round 24b).
         for path in [fifo.as_path(), Path::new("/dev/null")] {
             let err = LogFile::open(path).err().expect("refused");
             assert!(matches!(err, LogError::NotAFile { .. }), "{err}");

@@ -458,7 +458,11 @@ impl LogWriter {
             });
         }
         self.redactions += redacted as u64;
-        self.fit_seal_files(&mut m);
+        // What the reserve still holds, less what is pending.
+        let left = self
+            .reserved_end
+            .saturating_sub(self.written + self.pending.len() as u64);
+        space::fit_seal_files(&mut m, &self.file, left, self.kept_free);
         m.insert("exit_status".into(), s.exit_status.to_json());
         m.insert("cgroup_empty".into(), s.cgroup_empty.into());
         m.insert("counts".into(), json!(self.counts));
@@ -481,10 +485,15 @@ impl LogWriter {
         // the reserve goes back (a truncation to the same size frees the
         // blocks past the end; an append-only inode refuses it).
         self.release_append_only();
-        if let Ok(meta) = self.file.metadata() {
-            let _ = self.file.set_len(meta.len());
+        let size = self.file.metadata().map_or(self.written, |m| m.len());
+        let _ = self.file.set_len(size);
+        match size.abs_diff(self.written) {
+            0 => Ok(self.head()),
+            bytes => Err(LogError::Foreign {
+                path: self.path.clone(),
+                bytes,
+            }),
         }
-        Ok(self.head())
     }
 
     /// Adds the seal's optional fields of `extra` (`files`,
@@ -497,26 +506,6 @@ impl LogWriter {
                     self.seal_extra.insert(k, v);
                 }
             }
-        }
-    }
-
-    /// On a filesystem without room for the whole `files` list, cuts it
-    /// so that the seal still fits (see [`space::seal_files_budget`]).
-    fn fit_seal_files(&self, m: &mut Map<String, Value>) {
-        let Some(files) = m.get("files") else {
-            return;
-        };
-        let budget = space::seal_files_budget(
-            files.to_string().len() as u64,
-            self.reserved_end
-                .saturating_sub(self.written + self.pending.len() as u64),
-            // Unknown free space: only the reserve is sure to be there.
-            space::free_known(&self.file).unwrap_or(0),
-            self.kept_free,
-            crate::fswatch::FULL_SEAL_FILES_BYTES as u64,
-        );
-        if let Some(budget) = budget {
-            crate::fswatch::trim(m, budget);
         }
     }
 

@@ -127,6 +127,31 @@ pub fn seal_files_budget(
     Some(usize::try_from(keep).unwrap_or(usize::MAX))
 }
 
+/// On a filesystem without room for the seal's whole `files` list in `m`,
+/// cuts it so that the seal still fits ([`seal_files_budget`]); the
+/// reserve holds `reserve_left` bytes more.
+pub fn fit_seal_files(
+    m: &mut serde_json::Map<String, serde_json::Value>,
+    file: &File,
+    reserve_left: u64,
+    kept_free: u64,
+) {
+    let Some(files) = m.get("files") else {
+        return;
+    };
+    let budget = seal_files_budget(
+        files.to_string().len() as u64,
+        reserve_left,
+        // Unknown free space: only the reserve is sure to be there.
+        free_known(file).unwrap_or(0),
+        kept_free,
+        crate::fswatch::FULL_SEAL_FILES_BYTES as u64,
+    );
+    if let Some(budget) = budget {
+        crate::fswatch::trim(m, budget);
+    }
+}
+
 #[cfg(test)]
 mod budget_tests {
     use super::*;

@@ -463,3 +463,28 @@ fn a_seal_on_a_full_filesystem_fits_what_is_left_of_the_reserve() {
     let seal: Value = serde_json::from_str(lines(&path).last().unwrap()).unwrap();
     assert!(seal["files_omitted"].as_u64().unwrap_or(0) > 0, "{seal}");
 }
+
+#[test]
+fn bytes_another_process_appended_to_the_live_log_fail_the_seal() {
+    // Round 24b: an agent of another run whose root held the log
+    // appended a line; the run reported its log complete.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    w.flush().unwrap();
+    let mut other = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    other.write_all(b"{\"kind\":\"exit\"}\n").unwrap();
+    let sealed = w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    });
+    assert!(
+        matches!(sealed, Err(LogError::Foreign { bytes: 16, .. })),
+        "{sealed:?}"
+    );
+    assert_eq!(verify_file(&path).code, VERDICT_TAMPERED);
+}
