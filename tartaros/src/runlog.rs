@@ -276,7 +276,7 @@ pub fn finish(
     let nameless = writer.nameless();
     let head = match seal(writer, code, signal, cgroup_empty) {
         Ok(head) => head,
-        Err(e @ LogError::Foreign { .. }) => {
+        Err(e @ (LogError::Foreign { .. } | LogError::Moved { .. })) => {
             return LogOutcome {
                 head: None,
                 incomplete: Some(e.to_string()),

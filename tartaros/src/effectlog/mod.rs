@@ -114,6 +114,14 @@ pub enum LogError {
         path.display()
     )]
     Foreign { path: PathBuf, bytes: u64 },
+    /// The log's name leads to another file (or none) at the seal: its
+    /// directory was moved and another put in its place (adversarial
+    /// round 24b: `verify` of the name said ok for an older log).
+    #[error(
+        "failed to keep effect log {}: the name no longer leads to this run's log (a directory on the way was moved or replaced), so what `log verify` reads there is not this run's; keep logs outside every run's writable roots",
+        path.display()
+    )]
+    Moved { path: PathBuf },
     #[error("failed to read effect log {}", path.display())]
     Read {
         path: PathBuf,

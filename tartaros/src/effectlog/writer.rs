@@ -485,15 +485,8 @@ impl LogWriter {
         // the reserve goes back (a truncation to the same size frees the
         // blocks past the end; an append-only inode refuses it).
         self.release_append_only();
-        let size = self.file.metadata().map_or(self.written, |m| m.len());
-        let _ = self.file.set_len(size);
-        match size.abs_diff(self.written) {
-            0 => Ok(self.head()),
-            bytes => Err(LogError::Foreign {
-                path: self.path.clone(),
-                bytes,
-            }),
-        }
+        ownership::still_ours(&self.file, &self.path, self.written)?;
+        Ok(self.head())
     }
 
     /// Adds the seal's optional fields of `extra` (`files`,
@@ -585,4 +578,5 @@ impl Drop for LogWriter {
 mod tests;
 
 mod held;
+mod ownership;
 mod space;

@@ -488,3 +488,23 @@ fn bytes_another_process_appended_to_the_live_log_fail_the_seal() {
     );
     assert_eq!(verify_file(&path).code, VERDICT_TAMPERED);
 }
+
+#[test]
+fn a_log_whose_directory_was_replaced_during_the_run_fails_the_seal() {
+    // Round 24b: another run's agent moved the log's directory away and
+    // put an older log at the name; `verify` of the name said ok.
+    let dir = tempfile::tempdir().unwrap();
+    let logs = dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let path = logs.join("log.jsonl");
+    let mut w = LogWriter::create(&path).unwrap();
+    w.genesis(genesis()).unwrap();
+    std::fs::rename(&logs, dir.path().join("logs.moved")).unwrap();
+    std::fs::create_dir(&logs).unwrap();
+    write_sample(&path);
+    let sealed = w.seal(Seal {
+        exit_status: ExitStatus::Code(0),
+        cgroup_empty: true,
+    });
+    assert!(matches!(sealed, Err(LogError::Moved { .. })), "{sealed:?}");
+}
