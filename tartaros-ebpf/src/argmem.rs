@@ -7,10 +7,12 @@
 //! memory still shares the pages of a `MAP_SHARED` mapping with every
 //! process that maps the object (a forked child flipping a byte, round 23),
 //! and a private mapping of a file shows the file's page cache until its
-//! first write, so a `write(2)` to the file changes it. Only a private
-//! anonymous mapping is written by its task alone: `process_vm_writev` is
+//! first write, so a `write(2)` to the file changes it. A private
+//! anonymous mapping is written by its task alone (`process_vm_writev` is
 //! refused by seccomp, `/proc/PID/mem` is not writable in a run, and a
-//! tracer writes only while its tracee is stopped, never inside a call.
+//! tracer writes only while its tracee is stopped, never inside a call),
+//! and so is a private mapping of a file nobody holds open for writing
+//! (a library's read-only data: `cp -a` passes ACL names from libacl's).
 //!
 //! The mapping comes from the kernel's own `vm_area_struct`
 //! (`bpf_find_vma`, Linux 5.17; it takes the caller's mmap lock only if
@@ -32,8 +34,8 @@ struct Lookup {
 }
 
 /// Whether the `len` bytes at the caller's address `addr` lie in one
-/// private anonymous mapping of the caller (a NULL pointer names nothing
-/// and counts as private). `false` when the offsets are unknown or the
+/// private mapping of the caller, anonymous or of a file nobody has open
+/// for writing (a NULL pointer names nothing and counts as private). `false` when the offsets are unknown or the
 /// mapping could not be looked up.
 #[inline(always)]
 pub fn private(addr: u64, len: i32) -> bool {
@@ -81,7 +83,23 @@ extern "C" fn in_vma(_task: *mut c_void, vma: *mut c_void, ctx: *mut c_void) -> 
         else {
             return 0;
         };
-        if file == 0 && flags & VM_SHARED_ANY == 0 && end >= (*lookup).end {
+        if flags & VM_SHARED_ANY != 0 || end < (*lookup).end {
+            return 0;
+        }
+        // A private mapping of a file shows the page cache until its first
+        // write: private only while nobody holds the file open for
+        // writing (`i_writecount` <= 0; below 0 it is an executable's
+        // deny-write). A writer must then open the file and write between
+        // the capture's read and the kernel's copy, a window shorter than
+        // an `open` (an fd kept open, or a shared writable mapping, keeps
+        // the count up).
+        let writers = if file == 0 {
+            Some(0)
+        } else {
+            read_kernel::<u64>(file + (l.file_inode & 0xfff) as u64)
+                .and_then(|inode| read_kernel::<i32>(inode + (l.inode_writecount & 0xfff) as u64))
+        };
+        if writers.is_some_and(|n| n <= 0) {
             (*lookup).private = 1;
         }
     }

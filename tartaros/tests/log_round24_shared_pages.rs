@@ -46,6 +46,33 @@ static char *flipped(const char *text, size_t at, pid_t *child) {
     return p;
 }
 
+/* `text` on a private mapping of a file in `dir`; with `flip`, a forked
+   child keeps the file open for writing and flips the byte at `at` with
+   `pwrite`, which a private mapping shows until its first write. */
+static char *in_file(const char *dir, const char *text, size_t at, int flip, pid_t *child) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.names", dir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    char page[4096] = {0};
+    strcpy(page, text);
+    if (fd < 0 || write(fd, page, sizeof page) != sizeof page) exit(2);
+    close(fd);
+    /* Mapped from a read-only open: the mapping holds no writer. */
+    fd = open(path, O_RDONLY);
+    char *p = mmap(0, 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (fd < 0 || p == MAP_FAILED) exit(2);
+    close(fd);
+    if (flip) {
+        *child = fork();
+        if (*child == 0) {
+            int w = open(path, O_WRONLY);
+            for (;;) { pwrite(w, "B", 1, at); pwrite(w, "A", 1, at); }
+        }
+        usleep(20000);
+    }
+    return p;
+}
+
 int main(int argc, char **argv) {
     const char *mode = argv[1], *dir = argv[2];
     int n = atoi(argv[3]);
@@ -54,6 +81,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "xattr-shared") || !strcmp(mode, "xattr-private")) {
         char own[16] = "user.A";
         char *name = !strcmp(mode, "xattr-shared") ? flipped("user.A", 5, &child) : own;
+        if (argc > 4) name = in_file(dir, "user.A", 5, !strcmp(argv[4], "written"), &child);
         for (int i = 0; i < n; i++) {
             snprintf(path, sizeof path, "%s/x%05d", dir, i);
             snprintf(value, sizeof value, "evil%05d", i);
@@ -128,7 +156,12 @@ fn run(root: &Dir, mode: &str, n: usize) -> (Vec<Value>, Option<i32>, String) {
     let agent = compile(&bin, "agent", AGENT);
     let n = n.to_string();
     let dir = root.path().to_str().unwrap();
-    let argv = [agent.to_str().unwrap(), mode, dir, &n];
+    // `xattr-private file` / `xattr-private written`: the name in a file.
+    let (mode, file) = mode.split_once(' ').unwrap_or((mode, ""));
+    let mut argv = vec![agent.to_str().unwrap(), mode, dir, &n];
+    if !file.is_empty() {
+        argv.push(file);
+    }
     let (out, records, code, line) = run_logged_verdict(root, &logs, &argv);
     assert!(stdout(&out).contains("DONE"), "{}", stderr(&out));
     (records, code, line)
@@ -234,4 +267,34 @@ fn paths_on_a_shared_page_name_the_files_the_kernel_made() {
         "{unnamed:?}; verify {code:?} {line}"
     );
     assert!(matches!(code, Some(0 | 3)), "verify: {line}");
+}
+
+#[test]
+fn an_attribute_name_in_a_file_someone_writes_is_shared_and_in_one_nobody_writes_is_not() {
+    if !usable("r24_file_xattr") {
+        return;
+    }
+    for (how, shared) in [("written", true), ("file", false)] {
+        let root = Dir::new();
+        if !files_with_both_names(&root) {
+            return skip("r24_file_xattr", "the test directory keeps no user xattrs");
+        }
+        let (records, code, line) = run(&root, &format!("xattr-private {how}"), FILES);
+        let calls = xattrs(&records);
+        assert_eq!(calls.len(), FILES, "{how}: {records:#?}");
+        for r in &calls {
+            assert_eq!(
+                r["target"].get("name_shared").is_some(),
+                shared,
+                "{how}: {r}"
+            );
+            assert_eq!(
+                r["target"].get("name_unproven").is_some(),
+                shared,
+                "{how}: {r}"
+            );
+        }
+        // A library's names (`cp -a`'s ACLs): proven, the log ok.
+        assert_eq!(code, Some(if shared { 3 } else { 0 }), "{how}: {line}");
+    }
 }

@@ -95,14 +95,20 @@ pub struct FileLayout {
     pub task_mm: u32,
     pub mm_users: u32,
     /// `vm_area_struct.vm_end`, `.vm_flags`, `.vm_file`: a name on a page
-    /// of a shared or file-backed mapping can be rewritten by another
-    /// process (a forked child writing a `MAP_SHARED` page, a write to the
-    /// mapped file) whatever `mm_users` says; only a private anonymous
-    /// mapping of a task alone in its memory holds what the kernel will
-    /// copy (`bpf_find_vma`, Linux 5.17).
+    /// of a shared mapping, or of a private mapping of a file someone can
+    /// write, can be rewritten by another process (a forked child writing
+    /// a `MAP_SHARED` page, a `write(2)` to the mapped file) whatever
+    /// `mm_users` says (`bpf_find_vma`, Linux 5.17).
     pub vma_end: u32,
     pub vma_flags: u32,
     pub vma_file: u32,
+    /// `inode.i_writecount`: a private mapping of a file that nobody holds
+    /// open for writing (or mapped shared and writable) shows bytes no one
+    /// can change while the call copies them (libraries' read-only data:
+    /// `cp -a`'s ACL names are in libacl's).
+    pub inode_writecount: u32,
+    /// Zero.
+    pub _pad: u32,
 }
 
 /// `VM_SHARED | VM_MAYSHARE` of `vm_area_struct.vm_flags`
@@ -161,7 +167,7 @@ pub struct SysFileEvent {
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 120);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 128);
 const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);

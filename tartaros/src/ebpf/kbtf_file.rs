@@ -68,6 +68,8 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         vma_end: off("vm_area_struct", "vm_end")?,
         vma_flags: off("vm_area_struct", "vm_flags")?,
         vma_file: off("vm_area_struct", "vm_file")?,
+        inode_writecount: off("inode", "i_writecount")?,
+        _pad: 0,
     })
 }
 
