@@ -35,7 +35,12 @@ static void *cold(const char *dir, const void *data, size_t len) {
     char page[4096] = {0};
     memcpy(page, data, len);
     if (h < 0 || write(h, page, sizeof page) != sizeof page) return 0;
+    /* Mapped from a read-only open: a mapping of a file open for writing
+       is one another process could rewrite (round 24), not only cold. */
+    close(h);
+    h = open(name, O_RDONLY);
     void *p = mmap(0, 4096, PROT_READ, MAP_PRIVATE, h, 0);
+    close(h);
     unlink(name);
     return p == MAP_FAILED ? 0 : p;
 }
