@@ -8,7 +8,7 @@ use aya_ebpf::{
     programs::SockOpsContext,
 };
 use core::ptr::{addr_of, read_volatile};
-use tartaros_common::{AF_INET, AF_INET6, TransparentKey};
+use tartaros_common::{AF_INET, AF_INET6, ConnOwner, TransparentKey};
 
 use crate::maps::{CONN_LIVE, OWNER_COOKIE, OWNER_PORT, TPROXY_COOKIE, TPROXY_PORT};
 use crate::slots::{BPF_NOEXIST, claim, release};
@@ -121,9 +121,14 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
         // backlog, then abandoned) will never be accepted: removed here.
         // One that was established may still wait in the backlog after
         // its client closed (a request sent, then `close`): the gateway
-        // takes its entries on accept, and the run's end removes what is
-        // left (`register::unregister`). The listener's family is the
-        // connection's (see `redirect`).
+        // takes its entries on accept, a later socket on the same ends
+        // replaces or removes them (below), and the run's end removes
+        // what is left (`register::unregister`). Removing them at every
+        // close would unname a short client: one that sends its request
+        // and closes reaches `TCP_CLOSE` (from `FIN_WAIT2`, as an orphan
+        // going to `TIME_WAIT`) one round trip later, while its
+        // connection may still wait in the backlog. The listener's family
+        // is the connection's (see `redirect`).
         if ctx.arg(0) == TCP_SYN_SENT {
             key.run = live.run;
             let _ = OWNER_PORT.remove(&key);
@@ -145,14 +150,54 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     if saved.is_some() {
         let _ = TPROXY_COOKIE.remove(&cookie);
     }
-    // Over the user's quota the connection gets no entry: its own proxy
-    // refuses it, its own records are unnamed; no other user's entry goes.
-    if !claim(owner.uid) {
+    key.run = owner.run;
+    // An entry describes the latest socket on its ends (adversarial round
+    // 24a). One left by an earlier socket on these ends (reset while it
+    // waited in the gateway's backlog: the gateway cannot read a reset
+    // connection's ends, so it never took it) must not answer for this
+    // one, which would then be named after the earlier socket's process
+    // (F3) or served with its original destination (F2). So every map by
+    // connection gets this socket's entry or loses the old one.
+    if !admit(ctx, cookie, &owner) {
+        let _ = OWNER_PORT.remove(&key);
+        let _ = TPROXY_PORT.remove(&key);
         return Ok(());
     }
-    if CONN_LIVE.insert(&cookie, &owner, BPF_NOEXIST).is_err() {
-        release(owner.uid);
+    if OWNER_PORT.insert(&key, &owner.tgid, 0).is_err() {
+        let _ = OWNER_PORT.remove(&key);
+    }
+    let Some(saved) = saved else {
+        // Not redirected (a direct connect to a gateway, also to the
+        // transparent listener, which must refuse it): no destination.
+        let _ = TPROXY_PORT.remove(&key);
         return Ok(());
+    };
+    // The listener's family is the family the gateway sees (`redirect`),
+    // the one `connection_key` computed.
+    let key = TransparentKey {
+        run: saved.run,
+        family: saved.listener_family,
+        ..key
+    };
+    if TPROXY_PORT.insert(&key, &saved, 0).is_err() {
+        let _ = TPROXY_PORT.remove(&key);
+    }
+    Ok(())
+}
+
+/// Counts the new connection of `owner` in its user's quota and asks for
+/// its socket's state callbacks; `false` (nothing taken) when the user is
+/// at its quota or either step fails: the connection then gets no entry,
+/// its own proxy refuses it and its own records are unnamed; no other
+/// user's entry goes.
+#[inline(always)]
+fn admit(ctx: &SockOpsContext, cookie: u64, owner: &ConnOwner) -> bool {
+    if !claim(owner.uid) {
+        return false;
+    }
+    if CONN_LIVE.insert(&cookie, owner, BPF_NOEXIST).is_err() {
+        release(owner.uid);
+        return false;
     }
     // The close of this socket gives the slot back (`closed` above);
     // without its state callbacks nothing would, and the slot would stay
@@ -160,18 +205,7 @@ fn try_sock_ops(ctx: &SockOpsContext) -> Result<(), i32> {
     if ctx.set_cb_flags(BPF_SOCK_OPS_STATE_CB_FLAG).is_err() {
         let _ = CONN_LIVE.remove(&cookie);
         release(owner.uid);
-        return Ok(());
+        return false;
     }
-    key.run = owner.run;
-    let _ = OWNER_PORT.insert(&key, &owner.tgid, 0);
-    let Some(saved) = saved else {
-        return Ok(());
-    };
-    // The listener's family is the family the gateway sees (`redirect`).
-    let key = TransparentKey {
-        run: saved.run,
-        family: saved.listener_family,
-        ..key
-    };
-    TPROXY_PORT.insert(&key, &saved, 0).map_err(|e| e as i32)
+    true
 }

@@ -41,8 +41,8 @@ impl OriginalDstMap {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let saved = map.get(&key, 0).ok()?;
         // A failed removal leaves a stale entry that the next connection
-        // with the same ends overwrites (and `sock_ops` removes when the
-        // client socket closes).
+        // with the same ends replaces or removes (`sock_ops`, adversarial
+        // round 24a).
         let _ = map.remove(&key);
         saved_destination(&saved)
     }
@@ -84,8 +84,8 @@ impl OwnerMap {
         let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
         let owner = map.get(&key, 0).ok()?;
         // A failed removal leaves an entry that the next connection with
-        // the same ends overwrites (and `sock_ops` removes when the client
-        // socket closes).
+        // the same ends replaces or removes (`sock_ops`, adversarial round
+        // 24a).
         let _ = map.remove(&key);
         Some(owner)
     }

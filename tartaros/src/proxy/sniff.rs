@@ -215,7 +215,12 @@ pub fn hosts_named_in_http(buf: &[u8]) -> Option<String> {
     let Ok(httparse::Status::Complete(_)) = request.parse(buf) else {
         return None;
     };
-    let target = request.path.and_then(absolute_form_authority);
+    // A CONNECT's target is an authority (`host:port`), the host it
+    // names (adversarial round 24a: its record had no host).
+    let target = match request.method {
+        Some(m) if m.eq_ignore_ascii_case("CONNECT") => request.path,
+        _ => request.path.and_then(absolute_form_authority),
+    };
     let hosts = request
         .headers
         .iter()
@@ -466,6 +471,10 @@ pub(crate) mod tests {
         assert_eq!(
             named("GET http://evil.test:81/x HTTP/1.1\r\nHost: a.test\r\n\r\n").as_deref(),
             Some("evil.test:81, a.test")
+        );
+        assert_eq!(
+            named("CONNECT evil.test:443 HTTP/1.1\r\n\r\n").as_deref(),
+            Some("evil.test:443")
         );
         assert_eq!(named("GET / HTTP/1.1\r\n\r\n"), None);
         assert_eq!(named("GET / HTTP/1.1\r\nHost: a.test\r\n"), None);

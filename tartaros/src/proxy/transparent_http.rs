@@ -84,30 +84,47 @@ pub(super) async fn serve(
 }
 
 /// `request` in absolute form for `http://host:port`, `host` from its one
-/// Host header and `port` the original destination's (a Host header that
-/// names another port is refused, as for the first request); the Host
-/// header is rewritten to match. Refused: the Host's text (for the record)
-/// and why.
+/// Host header (or, without one, its absolute-form target's authority) and
+/// `port` the original destination's (a Host header that names another
+/// port is refused, as for the first request); the Host header is
+/// rewritten to match. Every request on the connection is judged as the
+/// first one is by the sniffer (`sniff::http_host`): until adversarial
+/// round 24a a later request was judged by its Host header only, so an
+/// absolute-form target naming another host, port or scheme was dropped
+/// and the request sent to the Host's site, and a refused one (CONNECT, an
+/// absolute form without Host) was recorded with no host at all.
+/// Refused: every host the request named (for the record) and why.
 fn absolute(
     mut request: Request<Incoming>,
     port: u16,
 ) -> Result<Request<Incoming>, (String, &'static str)> {
-    let mut hosts = request.headers().get_all(header::HOST).iter();
-    let (raw, more) = (hosts.next(), hosts.next());
-    let text = raw
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default()
-        .to_string();
-    let refuse = |why| Err((text.clone(), why));
-    if raw.is_none() {
-        return refuse("HTTP request without a Host header");
-    }
-    if more.is_some() {
-        return refuse("more than one Host header");
-    }
+    // The text of each Host header even when it is not visible ASCII (the
+    // record must still say where the agent tried to go; `log show`
+    // escapes it).
+    let headers: Vec<String> = request
+        .headers()
+        .get_all(header::HOST)
+        .iter()
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).trim().to_string())
+        .collect();
+    // The authority the target names: an absolute form's, or CONNECT's.
+    let target = request.uri().authority().map(|a| a.as_str().to_string());
+    let mut named = target.iter().chain(&headers).cloned().collect::<Vec<_>>();
+    // A Host that repeats the target is named once.
+    named.dedup_by(|a, b| a.eq_ignore_ascii_case(b));
+    let refuse = |why| Err((named.join(", "), why));
     if request.method() == Method::CONNECT {
         return refuse("CONNECT on an intercepted connection");
     }
+    let text = match (headers.as_slice(), &target) {
+        ([], None) => return refuse("HTTP request without a Host header"),
+        ([], Some(target)) => target.clone(),
+        ([header], Some(target)) if !header.eq_ignore_ascii_case(target) => {
+            return refuse("Host header does not match the request target");
+        }
+        ([header], _) => header.clone(),
+        _ => return refuse("more than one Host header"),
+    };
     let host = match split_host_port(&text) {
         None => return refuse("Host header is not host[:port]"),
         Some((_, Some(p))) if p != port => {
