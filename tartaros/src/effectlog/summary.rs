@@ -9,6 +9,7 @@
 mod files;
 mod print;
 mod rank;
+mod table;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

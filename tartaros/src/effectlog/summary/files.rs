@@ -1,14 +1,15 @@
 //! Which files a run changed, from the file effect records, joined at the
 //! end with the seal's list of final sizes and hashes.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value};
 
 use super::print::runs_on_host;
+use super::table::Table;
 use super::{FileChange, MAX_STRING};
 use crate::effectlog::show::names;
-use crate::effectlog::show::policy::under;
+use crate::effectlog::show::policy::Roots;
 use crate::effectlog::show::render::text;
 
 /// Distinct paths tracked; more are counted.
@@ -21,16 +22,16 @@ const MAX_GIT_RUNS: usize = 10_000;
 const MAX_EXISTING: usize = 10_000;
 
 #[derive(Default)]
-struct FileState {
-    created: bool,
+pub(super) struct FileState {
+    pub(super) created: bool,
     /// Opened with `O_CREAT` but not `O_EXCL`: new or existing, the
     /// record cannot tell.
     maybe_created: bool,
-    deleted: bool,
+    pub(super) deleted: bool,
     /// One side of a `RENAME_EXCHANGE`: holds what `renamed_from` held.
     exchanged: bool,
-    actions: Vec<String>,
-    renamed_from: Option<String>,
+    pub(super) actions: Vec<String>,
+    pub(super) renamed_from: Option<String>,
     /// Named only by an `O_TMPFILE` open (the kernel's `#<inode>`) and
     /// its writes: a file of no name, which a link's `written_as` folds.
     nameless: bool,
@@ -51,24 +52,26 @@ const RENAME_WHITEOUT: u64 = 4;
 /// Paths whose "changes" are not changes to the tree (`> /dev/null`):
 /// under `/dev`, `/proc` or `/sys`, unless inside a writable root there
 /// (`--write /dev/shm/work`), whose changes are the run's like any other.
-fn is_pseudo(path: &str, roots: &[String]) -> bool {
+fn is_pseudo(path: &str, roots: &Roots) -> bool {
     let special = ["/dev/", "/proc/", "/sys/"]
         .iter()
         .any(|p| path.starts_with(p));
-    special && !roots.iter().any(|root| under(path, root))
+    special && roots.find(path).is_none()
 }
 
 #[derive(Default)]
 pub(super) struct Files {
-    files: HashMap<String, FileState>,
+    /// A tree of path components: a renamed directory's entries move
+    /// with it at once (adversarial round 24b).
+    files: Table,
     /// The genesis's writable roots.
-    roots: Vec<String>,
+    roots: Roots,
     pub(super) more: u64,
 }
 
 impl Files {
     pub(super) fn set_roots<'a>(&mut self, roots: impl Iterator<Item = &'a str>) {
-        self.roots = roots.map(str::to_string).collect();
+        self.roots = Roots::new(roots.map(str::to_string).collect());
     }
 
     fn file(&mut self, path: &str) -> Option<&mut FileState> {
@@ -87,7 +90,7 @@ impl Files {
                 self.more += 1;
                 return None;
             }
-            self.files.insert(path.to_string(), FileState::default());
+            self.files.insert(path, FileState::default());
         }
         self.files.get_mut(path)
     }
@@ -147,7 +150,7 @@ impl Files {
         let nameless = (kind == "write")
             .then(|| t.get("written_as").and_then(Value::as_str))
             .flatten()
-            .filter(|w| self.files.get(*w).is_some_and(|f| f.nameless))
+            .filter(|w| self.files.get(w).is_some_and(|f| f.nameless))
             .and_then(|w| self.files.remove(w));
         let tmpfile =
             matches!(kind, "open" | "create") && flags.is_some_and(|f| f & O_TMPFILE != 0);
@@ -219,12 +222,16 @@ impl Files {
         if kind == "rename" {
             // A directory's files move with it (they used to stay at the
             // old place, and be shown `deleted` there).
-            let (a, b) = (self.take_under(from), self.take_under(to));
-            self.put_under(from, to, a);
+            let (a, b) = (self.files.take_under(from), self.files.take_under(to));
+            self.files.put_under(from, to, a);
             if flags & RENAME_EXCHANGE != 0 {
-                self.put_under(to, from, b);
+                self.files.put_under(to, from, b);
             } else {
-                self.gone_below(b);
+                // Entries below a destination that was a file or an empty
+                // directory: none of them is in the tree now. Dropping
+                // them hid deletions (`rm e/f; rmdir e; mkdir n; mv n e`
+                // had no line naming `e/f`).
+                self.files.gone_below(to, b);
             }
         }
         if kind == "rename" && flags & RENAME_EXCHANGE != 0 {
@@ -303,52 +310,6 @@ impl Files {
         }
     }
 
-    /// Entries taken from below a rename's destination, which was a file
-    /// or an empty directory: none of them is in the tree now. Dropping
-    /// them hid deletions (`rm e/f; rmdir e; mkdir n; mv n e` had no
-    /// line naming `e/f`).
-    fn gone_below(&mut self, entries: Vec<(String, FileState)>) {
-        for (path, mut f) in entries {
-            match self.files.get_mut(&path) {
-                // A file moved in at the same place: the name's history.
-                Some(new) => push(
-                    &mut new.actions,
-                    if f.deleted { "delete" } else { "replaced" },
-                ),
-                None => {
-                    f.deleted = true;
-                    self.files.insert(path, f);
-                }
-            }
-        }
-    }
-
-    /// The entries below `dir` (not `dir` itself), taken out.
-    fn take_under(&mut self, dir: &str) -> Vec<(String, FileState)> {
-        let prefix = format!("{}/", dir.trim_end_matches('/'));
-        let keys: Vec<String> = self
-            .files
-            .keys()
-            .filter(|k| k.starts_with(&prefix))
-            .cloned()
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| self.files.remove(&k).map(|f| (k, f)))
-            .collect()
-    }
-
-    /// Puts entries taken from below `from` at the same places below `to`.
-    fn put_under(&mut self, from: &str, to: &str, entries: Vec<(String, FileState)>) {
-        let (from, to) = (from.trim_end_matches('/'), to.trim_end_matches('/'));
-        for (old, mut f) in entries {
-            let new = format!("{to}{}", &old[from.len()..]);
-            if !f.created && f.renamed_from.is_none() {
-                f.renamed_from = Some(old);
-            }
-            self.files.insert(new, f);
-        }
-    }
-
     /// A `RENAME_EXCHANGE`: each name now holds the other's file and its
     /// history; neither is gone.
     fn exchanged(&mut self, a: &str, b: &str) {
@@ -390,9 +351,7 @@ impl Files {
         }
         let mut files: Vec<(u8, FileChange)> = Vec::new();
         let mut seen = BTreeSet::new();
-        let mut entries: Vec<(String, FileState)> = self.files.drain().collect();
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
-        for (path, f) in entries {
+        for (path, f) in std::mem::take(&mut self.files).into_sorted() {
             let change = if f.deleted {
                 "deleted"
             } else if f.created {
@@ -465,7 +424,7 @@ fn room(len: usize, path: &str) -> bool {
 }
 
 /// Adds `action` to a file's actions once (bounded, as `effect` is).
-fn push(actions: &mut Vec<String>, action: &str) {
+pub(super) fn push(actions: &mut Vec<String>, action: &str) {
     if !actions.iter().any(|a| a == action) && actions.len() < 16 {
         actions.push(action.to_string());
     }
@@ -480,19 +439,22 @@ struct Sealed {
 }
 
 #[cfg(test)]
+mod tests_r24;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn pseudo_paths_are_those_outside_the_roots() {
-        let roots = vec!["/dev/shm/work".to_string(), "/w".to_string()];
+        let roots = Roots::new(vec!["/dev/shm/work".to_string(), "/w".to_string()]);
         assert!(is_pseudo("/dev/null", &roots));
         assert!(is_pseudo("/proc/self/fd/1", &roots));
         assert!(is_pseudo("/dev/shm/workshop/x", &roots));
         assert!(!is_pseudo("/dev/shm/work/x", &roots));
         assert!(!is_pseudo("/dev/shm/work", &roots));
         assert!(!is_pseudo("/w/dev/null", &roots));
-        assert!(!is_pseudo("/devices/x", &[]));
+        assert!(!is_pseudo("/devices/x", &Roots::default()));
     }
 
     #[test]
