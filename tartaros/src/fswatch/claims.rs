@@ -163,9 +163,12 @@ pub(super) fn pick(notices: &VecDeque<Notice>, from: usize, call: &Call<'_>) -> 
     // before the merged one: its position proves nothing (a chmod record
     // claiming A took a later call's change of A while its own, of B,
     // came second, about 1 in 300 runs of round 14's flipping test).
-    let merged_first = mine
-        .first()
-        .is_some_and(|&i| notices[i].mask & !call.want & MERGEABLE != 0);
+    // (A name change starts its own notification: later events merge
+    // into it, so its place is its own; `remade_rival` covers the rest.)
+    let merged_first = !one_each(call.want)
+        && mine
+            .first()
+            .is_some_and(|&i| notices[i].mask & !call.want & MERGEABLE != 0);
     match mine.iter().position(fits) {
         Some(0) if (strict || merged_first) && rival_fresh() => return Pick::Ambiguous,
         Some(0) => return Pick::Fresh(mine[0]),

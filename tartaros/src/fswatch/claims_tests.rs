@@ -172,6 +172,13 @@ fn a_change_merged_into_an_earlier_create_proves_nothing_by_its_place() {
     // Unmerged, the first is the call's own.
     let queue = [notice(bit::ATTRIB, "A", 20), notice(bit::ATTRIB, "B", 20)];
     assert_eq!(choose(&queue, bit::ATTRIB, "A", (5, 10)), Pick::Fresh(0));
+    // A create's notification that a write merged into is still the
+    // create's own: first in place (round 9's thread churn).
+    let queue = [
+        notice(bit::CREATE | bit::MODIFY, "A", 20),
+        notice(bit::CREATE, "B", 20),
+    ];
+    assert_eq!(choose(&queue, bit::CREATE, "A", (5, 10)), Pick::Fresh(0));
     // Merged but alone: nothing else could be the call's.
     let queue = [claimed(
         notice(bit::CREATE | bit::ATTRIB, "A", 20),
