@@ -21,7 +21,8 @@
 use core::ffi::c_void;
 
 use aya_ebpf::helpers::generated;
-use tartaros_common::capture::{FileLayout, VM_SHARED_ANY};
+
+use tartaros_common::capture::{FileLayout, PATH_BYTES, VM_SHARED_ANY};
 
 use crate::maps::read_kernel;
 
@@ -45,8 +46,14 @@ pub fn private(addr: u64, len: i32) -> bool {
     let Some(l) = crate::fdpath::layout() else {
         return false;
     };
-    // An unread argument still starts at `addr`.
-    let len = if len > 0 { len as u64 } else { 1 };
+    // An unread argument (a page not present) may be as long as any the
+    // capture reads, and read at exit as the kernel's: all of it must be
+    // in the one private mapping.
+    let len = if len > 0 {
+        len as u64
+    } else {
+        PATH_BYTES as u64
+    };
     let mut lookup = Lookup {
         layout: l,
         end: addr.wrapping_add(len),
@@ -72,8 +79,8 @@ extern "C" fn in_vma(_task: *mut c_void, vma: *mut c_void, ctx: *mut c_void) -> 
     let lookup = ctx.cast::<Lookup>();
     // SAFETY: `ctx` is the caller's `Lookup`, whose `layout` points into
     // the FILE_LAYOUT map value; `vma` is only an address for
-    // bpf_probe_read_kernel (offsets masked below one page, where the
-    // fields are).
+    // bpf_probe_read_kernel (offsets masked below one page, which the
+    // verifier needs and `kbtf_file::offsets` checks they are).
     unsafe {
         let l = &*(*lookup).layout;
         let base = vma as u64;

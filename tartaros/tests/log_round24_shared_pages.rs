@@ -63,12 +63,17 @@ static char *in_file(const char *dir, const char *text, size_t at, int flip, pid
     if (fd < 0 || p == MAP_FAILED) exit(2);
     close(fd);
     if (flip) {
+        /* The calls start once the child holds the file open. */
+        int ready[2];
+        char c;
+        if (pipe(ready)) exit(2);
         *child = fork();
         if (*child == 0) {
             int w = open(path, O_WRONLY);
+            if (w < 0 || write(ready[1], "r", 1) != 1) _exit(2);
             for (;;) { pwrite(w, "B", 1, at); pwrite(w, "A", 1, at); }
         }
-        usleep(20000);
+        if (read(ready[0], &c, 1) != 1) exit(2);
     }
     return p;
 }

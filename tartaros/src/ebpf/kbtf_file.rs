@@ -37,6 +37,15 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         btf.offset(*id, path)
             .ok_or_else(|| format!("no member {path} in struct {st} of the kernel BTF"))
     };
+    // `argmem.rs` masks these below one page for the verifier: a larger
+    // one would read another field, and a wrong "private" is fail-open.
+    let small = |st: &str, path: &str| {
+        off(st, path).and_then(|o| {
+            (o < 0x1000)
+                .then_some(o)
+                .ok_or_else(|| format!("{st}.{path} at {o}, past the first page"))
+        })
+    };
     Ok(FileLayout {
         valid: 1,
         task_files: off("task_struct", "files")?,
@@ -45,7 +54,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         fdt_fd: off("fdtable", "fd")?,
         file_mnt: off("file", "f_path.mnt")?,
         file_dentry: off("file", "f_path.dentry")?,
-        file_inode: off("file", "f_inode")?,
+        file_inode: small("file", "f_inode")?,
         inode_ino: off("inode", "i_ino")?,
         inode_sb: off("inode", "i_sb")?,
         inode_nlink: off("inode", "i_nlink")?,
@@ -65,10 +74,10 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         dentry_inode: off("dentry", "d_inode")?,
         task_mm: off("task_struct", "mm")?,
         mm_users: off("mm_struct", "mm_users")?,
-        vma_end: off("vm_area_struct", "vm_end")?,
-        vma_flags: off("vm_area_struct", "vm_flags")?,
-        vma_file: off("vm_area_struct", "vm_file")?,
-        inode_writecount: off("inode", "i_writecount")?,
+        vma_end: small("vm_area_struct", "vm_end")?,
+        vma_flags: small("vm_area_struct", "vm_flags")?,
+        vma_file: small("vm_area_struct", "vm_file")?,
+        inode_writecount: small("inode", "i_writecount")?,
         _pad: 0,
     })
 }
