@@ -110,12 +110,42 @@ pub fn lookup(name: &str) -> Result<Identity, CredentialsError> {
     }
 }
 
+/// The supplementary groups of the user `identity` is, for the agent.
+/// Dropping them is no narrowing: a file `root:staff 0604` (or an ACL
+/// entry `group:staff:---`) is readable by everyone but staff, so an agent
+/// without the group read what its user cannot (adversarial round 25a;
+/// the kernel's setgroups rule for user namespaces is the same lesson).
+/// A service caller's are the kernel's (`SO_PEERGROUPS`); another user's
+/// come from the group database, as a login's do; none is known for a uid
+/// without an entry. In a user namespace the agent keeps the launcher's.
+pub fn supplementary(identity: Identity, in_user_namespace: bool) -> Vec<u32> {
+    if in_user_namespace {
+        return Vec::new();
+    }
+    if let Some(caller) = crate::caller::caller().filter(|c| c.uid == identity.uid) {
+        return caller.groups.clone();
+    }
+    let Ok(Some(user)) = User::from_uid(Uid::from_raw(identity.uid)) else {
+        return Vec::new();
+    };
+    let Ok(name) = std::ffi::CString::new(user.name) else {
+        return Vec::new();
+    };
+    nix::unistd::getgrouplist(&name, Gid::from_raw(identity.gid))
+        .map(|groups| groups.into_iter().map(Gid::as_raw).collect())
+        .unwrap_or_default()
+}
+
 /// Becomes `identity` for good (inside a user namespace, where the init is
 /// root, that is root of the namespace with every capability removed): empties the capability bounding and ambient
 /// sets while still privileged, switches gid then uid, clears any capability
 /// left (the uid 0 case), and sets `no_new_privs` so no exec can regain any.
 /// Runs in the single-threaded agent child of the sandbox init.
-pub fn drop_to(identity: Identity, in_user_namespace: bool) -> Result<(), CredentialsError> {
+pub fn drop_to(
+    identity: Identity,
+    groups: &[u32],
+    in_user_namespace: bool,
+) -> Result<(), CredentialsError> {
     let fail = |what| move |source| CredentialsError::Drop { what, source };
     if nix::unistd::geteuid().is_root() {
         for cap in 0..=last_cap() {
@@ -132,7 +162,14 @@ pub fn drop_to(identity: Identity, in_user_namespace: bool) -> Result<(), Creden
         // A user namespace made by an unprivileged user has setgroups
         // denied and maps only one group anyway.
         if !in_user_namespace {
-            nix::unistd::setgroups(&[gid]).map_err(fail("set the supplementary groups"))?;
+            let mut all = vec![gid];
+            all.extend(
+                groups
+                    .iter()
+                    .map(|g| Gid::from_raw(*g))
+                    .filter(|g| *g != gid),
+            );
+            nix::unistd::setgroups(&all).map_err(fail("set the supplementary groups"))?;
         }
         nix::unistd::setresgid(gid, gid, gid).map_err(fail("set the group id"))?;
         let uid = Uid::from_raw(identity.uid);

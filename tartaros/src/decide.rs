@@ -223,9 +223,8 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
         None => Err("failed to read the mount table /proc/self/mountinfo".to_string()),
     };
     let same_objects = deny_aliases(&mut mount_policy, &table, &mut ledger)?;
-    // The stages create the log (a file) and the placeholders (directories)
-    // before the init applies the mounts; another mount of either shows
-    // what the original shows.
+    // The stages create the log and the placeholders before the init's
+    // mounts; another mount of either shows what the original shows.
     let exists = |path: &Path| {
         let path = same_objects
             .iter()
@@ -311,6 +310,7 @@ pub fn decide(request: &Request, facts: &HostFacts) -> Result<RunPlan, Refusal> 
             .filter(|_| user_namespace)
             .map(crate::user_counts::of),
         caller_attributes: None,
+        groups: Vec::new(),
     };
 
     let cgroup = ledger.installed(Guarantee::Cgroup).then_some(Limits {

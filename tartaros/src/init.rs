@@ -258,7 +258,7 @@ fn become_agent(
     {
         return failure(exit::START_FAILURE, e);
     }
-    if let Err(e) = crate::credentials::drop_to(plan.identity, plan.user_namespace) {
+    if let Err(e) = crate::credentials::drop_to(plan.identity, &plan.groups, plan.user_namespace) {
         return failure(exit::START_FAILURE, e);
     }
     // No core dumps. A core file is written by the kernel itself (core_pattern

@@ -120,13 +120,31 @@ pub fn plan(policy: &Policy, abi: i32) -> LandlockPlan {
     // agent must read what it creates beside it (Cargo.lock replaced by a
     // rename), and rights inherited from a directory cannot tell those
     // names from the one the host fills.
-    let read_denies = policy
+    // A bind shows its source's inodes at its target: a deny under the
+    // source is under the target too. Else the target's grant (whole, or
+    // as a sibling of a deny's ancestors) holds the denied name's
+    // directory by inode, and a file the host puts at the denied name is
+    // read by either name (adversarial round 25a).
+    let bound = policy.binds.iter().flat_map(|b| {
+        policy.read_denies.iter().filter_map(move |d| {
+            let rest = d.strip_prefix(&b.source).ok()?;
+            Some(if rest.as_os_str().is_empty() {
+                b.target.clone()
+            } else {
+                b.target.join(rest)
+            })
+        })
+    });
+    let mut read_denies: Vec<PathBuf> = policy
         .read_denies
         .iter()
+        .cloned()
+        .chain(bound)
         .filter(|d| !write.iter().any(|w| d.starts_with(w)))
         .filter(|d| holds_deny(d))
-        .cloned()
         .collect();
+    let mut seen = std::collections::HashSet::new();
+    read_denies.retain(|d| seen.insert(d.clone()));
     LandlockPlan {
         abi,
         read,
@@ -315,6 +333,7 @@ impl Prepared {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::scope::Bind;
 
     #[test]
     fn read_scope_all_reads_everything_writes_only_roots() {
@@ -402,6 +421,34 @@ mod tests {
             vec![
                 PathBuf::from("/home/u/.aws/credentials"),
                 PathBuf::from("/etc/shadow")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_deny_under_a_bind_source_is_denied_at_its_target_too() {
+        let policy = Policy {
+            binds: vec![
+                Bind {
+                    source: "/srv".into(),
+                    target: "/mnt/t".into(),
+                },
+                Bind {
+                    source: "/srv/s/key".into(),
+                    target: "/mnt/k".into(),
+                },
+            ],
+            read_denies: vec!["/srv/s/key".into(), "/etc/shadow".into()],
+            ..Default::default()
+        };
+        let plan = plan(&policy, 7);
+        assert_eq!(
+            plan.read_denies,
+            vec![
+                PathBuf::from("/srv/s/key"),
+                PathBuf::from("/etc/shadow"),
+                PathBuf::from("/mnt/t/s/key"),
+                PathBuf::from("/mnt/k"),
             ]
         );
     }

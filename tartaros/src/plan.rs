@@ -79,6 +79,10 @@ pub struct Plan {
     /// which the agent takes on where they are lower (caller_attrs.rs).
     #[serde(default)]
     pub caller_attributes: Option<crate::caller_attrs::Attributes>,
+    /// The agent's supplementary groups (`credentials::supplementary`);
+    /// known once the stages run, as the caller's attributes.
+    #[serde(default)]
+    pub groups: Vec<u32>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
@@ -199,6 +203,7 @@ mod tests {
             ipc: Default::default(),
             user_counts: None,
             caller_attributes: None,
+            groups: Vec::new(),
             limit_cgroups: vec![PathBuf::from("/sys/fs/cgroup/pids/run")],
         };
         let late = Late {

@@ -185,6 +185,7 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         run.init.limit_cgroups = cgroup.v1_paths().to_vec();
     }
     run.init.caller_attributes = crate::caller::attributes().cloned();
+    run.init.groups = crate::credentials::supplementary(run.init.identity, run.init.user_namespace);
     let init_pid = crate::runlog::InitPid::default();
     let zygote = request.zygote.take();
     let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid, zygote) {

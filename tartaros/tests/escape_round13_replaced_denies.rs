@@ -189,3 +189,53 @@ fn an_absent_deny_outside_the_roots_runs_strict_and_what_the_host_creates_there_
     });
     assert!(!text.contains(NEW) && text.contains("rc=1"), "{text}");
 }
+
+/// Adversarial round 25a (F2): a `--bind` whose source holds the deny.
+/// The target's grant held the source's inode, an ancestor of the denied
+/// name, so once the host replaced the file the agent read it by both
+/// names, under every read scope. The deny now holds at the target too.
+#[test]
+fn a_deny_under_a_bind_source_stays_unreadable_when_replaced() {
+    if !can_run("a_deny_under_a_bind_source_stays_unreadable_when_replaced") {
+        return;
+    }
+    for scope in ["all", "granted", "none"] {
+        let host = Dir::new();
+        let target = Dir::new();
+        let work = Dir::new();
+        let creds = host.file("s/key", OLD);
+        host.file("s/other", "plain-other");
+        let via_bind = target.join("s/key");
+        let script = waiting(
+            &work,
+            &format!(
+                "cat {b}; echo rc=$?; cat {c}; echo rc=$?; cat {o}; echo",
+                b = via_bind.display(),
+                c = creds.display(),
+                o = target.join("s/other").display(),
+            ),
+        );
+        let (src, dst) = (
+            host.path().to_str().unwrap(),
+            target.path().to_str().unwrap(),
+        );
+        let mut flags = vec![
+            "--read-scope",
+            scope,
+            "--read-deny",
+            creds.to_str().unwrap(),
+        ];
+        flags.extend(["--bind", src, dst]);
+        if scope == "none" {
+            // /bin, /lib and /lib64 lead into /usr here.
+            flags.extend(["--exec-allow", "/usr"]);
+        }
+        let text = run_while_host(&work, &flags, &script, || replace_by_rename(&creds, NEW));
+        assert!(
+            !text.contains(OLD) && !text.contains(NEW),
+            "{scope}: {text}"
+        );
+        assert_eq!(text.matches("rc=1").count(), 2, "{scope}: {text}");
+        assert!(text.contains("plain-other"), "{scope}: {text}");
+    }
+}

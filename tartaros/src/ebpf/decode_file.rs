@@ -66,9 +66,7 @@ impl Decoder {
                 t.insert("resolved_from", "fd");
                 t.insert("path_source", "proc");
             }
-            None => {
-                t.insert("path_unresolved", true);
-            }
+            None => unresolved(t),
         }
         Some(r)
     }
@@ -96,9 +94,14 @@ impl Decoder {
             let known = (status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0)
                 .then_some((user_dev(e.file.dev), e.file.ino));
             let fd = i32::try_from(e.sys.ret).unwrap_or(-1);
-            let found = known.and_then(|k| self.fd_path_checked(e.sys.header.tgid, fd, Some(k)));
+            let by_fd = known.and_then(|k| self.fd_path_checked(e.sys.header.tgid, fd, Some(k)));
+            let found = by_fd.map(|p| (p, "fd")).or_else(|| {
+                let claim = t.get("path").and_then(|v| v.as_str())?;
+                let tail = t.get("kernel_tail").and_then(|v| v.as_str())?;
+                Some((claim_checked(claim, tail, known?)?, "check"))
+            });
             match found {
-                Some(p) => {
+                Some((p, from)) => {
                     if let Some(agent) = t.get("path").and_then(|v| v.as_str())
                         && agent != p
                     {
@@ -106,11 +109,12 @@ impl Decoder {
                         t.insert("claimed_path", agent);
                     }
                     t.remove("path_unresolved");
+                    t.remove("cwd_unverified");
                     t.insert("path", p);
-                    t.insert("resolved_from", "fd");
+                    t.insert("resolved_from", from);
                     t.insert("path_source", "proc");
                 }
-                None => t.insert("path_unresolved", true),
+                None => unresolved(t),
             }
             return Some(r);
         };
@@ -142,6 +146,41 @@ impl Decoder {
         }
         self.fd_path(tgid, fd)
     }
+}
+
+/// A record whose file the kernel's walk did not name whole and that no
+/// lookup confirmed: whatever `path` it has is the agent's string (a
+/// relative name joined to the modelled cwd, which a tree deeper than the
+/// walk or a cwd string cut at 255 bytes can point at a decoy; adversarial
+/// round 25b), so it says so, and `log verify` counts the file as unnamed
+/// (`effectlog/unnamed.rs`).
+fn unresolved(t: &mut Target) {
+    t.insert("path_unresolved", true);
+    if t.get("path").is_some() {
+        t.insert("path_source", "agent");
+    }
+}
+
+/// A name of the kernel's file `(dev, ino)` checked after the call, when
+/// the kernel's walk was cut and the process's descriptor is gone: the
+/// agent's absolute string, without symlinks, if it leads to that inode
+/// now and ends in the names the kernel did read (`kernel_tail`). A name
+/// the file has when the record is read, like the descriptor's: a rename
+/// after the call is its own record.
+fn claim_checked(claim: &str, tail: &str, (dev, ino): (u64, u64)) -> Option<String> {
+    if !claim.starts_with('/') || tail.is_empty() {
+        return None;
+    }
+    let canonical = std::fs::canonicalize(crate::effectlog::names::on_disk(claim)).ok()?;
+    let meta = std::fs::symlink_metadata(&canonical).ok()?;
+    if (meta.dev(), meta.ino()) != (dev, ino) {
+        return None;
+    }
+    let shown = crate::effectlog::names::display_path(&canonical);
+    shown
+        .strip_suffix(tail)
+        .is_some_and(|head| head.ends_with('/'))
+        .then_some(shown)
 }
 
 /// A call on a descriptor of a shared fd table: another thread could have
@@ -210,9 +249,31 @@ pub(super) fn put_binary(t: &mut Target, f: &KernelFile) {
     t.insert("binary_incomplete", incomplete(status));
     if let Some(names) = names.filter(|n| !n.is_empty()) {
         // The leaf side the kernel did name (`memfd:<name>` for a memfd).
-        t.insert("binary_tail", path_of(&names).trim_start_matches('/'));
+        let tail = path_of(&names);
+        let tail = tail.trim_start_matches('/');
+        // A tree deeper than the walk: the caller's string names the
+        // binary only if it leads to it (it is the modelled cwd joined to
+        // a relative name, which can point at a decoy; round 25b).
+        let deep = status & (file_status::NO_LAYOUT | file_status::NO_FILE) == 0
+            && incomplete(status) == TOO_DEEP;
+        let claim = t.get("path").and_then(|v| v.as_str());
+        match claim
+            .filter(|_| deep)
+            .and_then(|c| claim_checked(c, tail, (user_dev(f.dev), f.ino)))
+        {
+            Some(binary) => {
+                t.insert("binary", binary);
+                t.insert("binary_checked", true);
+            }
+            None if deep => t.insert("binary_unresolved", true),
+            None => {}
+        }
+        t.insert("binary_tail", tail);
     }
 }
+
+/// Why a walk that ran out of room gave no whole path.
+const TOO_DEEP: &str = "too deep";
 
 /// Why a walk with `status` gave no whole path.
 fn incomplete(status: u32) -> &'static str {
@@ -227,7 +288,7 @@ fn incomplete(status: u32) -> &'static str {
     } else if status & file_status::COMPLETE != 0 {
         "a name the kernel holds is not a path component"
     } else {
-        "too deep"
+        TOO_DEEP
     }
 }
 
@@ -311,5 +372,53 @@ mod tests {
         let mut e = event(&["a"], file_status::COMPLETE);
         e.file.names_len = FILE_NAMES_BYTES as u32 + 1;
         assert!(names_of(&e.file).is_none());
+    }
+
+    #[test]
+    fn a_claim_names_the_file_only_when_it_leads_to_its_inode_and_ends_in_its_tail() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("deep/a");
+        let decoy = dir.path().join("decoy/a");
+        std::fs::create_dir_all(&real).unwrap();
+        std::fs::create_dir_all(&decoy).unwrap();
+        std::fs::write(real.join("f"), "x").unwrap();
+        std::fs::write(decoy.join("f"), "y").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let m = std::fs::metadata(real.join("f")).unwrap();
+        let known = (m.dev(), m.ino());
+        let shown = |p: &std::path::Path| crate::effectlog::names::display_path(p);
+        let canonical = shown(&std::fs::canonicalize(real.join("f")).unwrap());
+        assert_eq!(
+            claim_checked(&shown(&real.join("f")), "a/f", known),
+            Some(canonical.clone())
+        );
+        assert_eq!(
+            claim_checked(&shown(&decoy.join("f")), "a/f", known),
+            None,
+            "another inode"
+        );
+        assert_eq!(
+            claim_checked(&shown(&real.join("f")), "b/f", known),
+            None,
+            "another tail"
+        );
+        assert_eq!(
+            claim_checked(&shown(&real.join("f")), "", known),
+            None,
+            "no tail"
+        );
+        assert_eq!(claim_checked("a/f", "a/f", known), None, "a relative claim");
+        let via_link = shown(&dir.path().join("link/f"));
+        assert_eq!(
+            claim_checked(&via_link, "a/f", known),
+            Some(canonical),
+            "named without the link"
+        );
+        assert_eq!(
+            claim_checked(&shown(&real.join("f")), "xa/f", known),
+            None,
+            "a tail is whole names"
+        );
     }
 }

@@ -59,12 +59,14 @@ fn a_write_open_is_named_by_the_file_it_returned() {
     assert_eq!(t["path"], "/w/a");
     assert!(!t.contains_key("claimed_path"));
 
-    // Without a whole walk the agent's string stays, and says why.
+    // Without a whole walk, and with nothing that leads to the file, the
+    // agent's string stays, says why, and says it is the agent's.
     let ev = opened("/w/b", &["b"], file_status::TRUNCATED);
     let t = target(&effect_of(&mut d, &bytes_of(&ev)));
     assert_eq!(t["path"], "/w/b");
     assert_eq!(t["kernel_path_incomplete"], "too deep");
-    assert!(!t.contains_key("path_source"));
+    assert_eq!(t["path_source"], "agent");
+    assert_eq!(t["path_unresolved"], true);
 }
 
 /// A `SysFileEvent` of a successful `fsetxattr(fd, "user.x")` whose

@@ -34,6 +34,9 @@ pub enum LogCommand {
         /// One JSON object instead of text.
         #[arg(long)]
         json: bool,
+        /// The head the run printed when it sealed the log: any other seal is tampered.
+        #[arg(long, value_name = "HEX")]
+        head: Option<String>,
     },
     /// Write one self-contained HTML page; exits with verify's code.
     Report {
@@ -41,6 +44,9 @@ pub enum LogCommand {
         /// The HTML file to write (replaced if it exists).
         #[arg(short = 'o', long = "output", value_name = "HTML")]
         output: PathBuf,
+        /// The head the run printed when it sealed the log: any other seal is tampered.
+        #[arg(long, value_name = "HEX")]
+        head: Option<String>,
     },
 }
 
@@ -74,6 +80,9 @@ pub struct ShowArgs {
     /// The process tree (with filters: the processes with matching records).
     #[arg(long)]
     pub tree: bool,
+    /// The head the run printed when it sealed the log: any other seal is tampered.
+    #[arg(long, value_name = "HEX")]
+    pub head: Option<String>,
 }
 
 /// Exit code when the report cannot be written.
@@ -108,7 +117,7 @@ pub fn run(command: LogCommand) -> i32 {
             }
         }
         LogCommand::Show(args) => show_command(*args),
-        LogCommand::Summary { file, json } => match summarize(&file) {
+        LogCommand::Summary { file, json, head } => match summarize(&file, head.as_deref()) {
             Ok(s) => {
                 let text = if json {
                     format!("{}\n", summary_json(&s))
@@ -122,23 +131,25 @@ pub fn run(command: LogCommand) -> i32 {
             }
             Err(e) => read_failure(&e),
         },
-        LogCommand::Report { file, output } => match report(&file, &output) {
-            Ok(code) => {
-                eprintln!(
-                    "tartaros: wrote {}",
-                    escape::terminal(&output.to_string_lossy())
-                );
-                i32::from(code)
+        LogCommand::Report { file, output, head } => {
+            match report(&file, &output, head.as_deref()) {
+                Ok(code) => {
+                    eprintln!(
+                        "tartaros: wrote {}",
+                        escape::terminal(&output.to_string_lossy())
+                    );
+                    i32::from(code)
+                }
+                Err(super::ReportError::Log(e)) => read_failure(&e),
+                Err(
+                    e @ (super::ReportError::SameFile { .. } | super::ReportError::NotAFile { .. }),
+                ) => fail(exit::REFUSED, e),
+                Err(e) => fail(
+                    WRITE_FAILED,
+                    format!("{e}; check the directory and free space"),
+                ),
             }
-            Err(super::ReportError::Log(e)) => read_failure(&e),
-            Err(
-                e @ (super::ReportError::SameFile { .. } | super::ReportError::NotAFile { .. }),
-            ) => fail(exit::REFUSED, e),
-            Err(e) => fail(
-                WRITE_FAILED,
-                format!("{e}; check the directory and free space"),
-            ),
-        },
+        }
     }
 }
 
@@ -161,6 +172,7 @@ fn show_command(args: ShowArgs) -> i32 {
         filter,
         json: args.json,
         tree: args.tree,
+        head: args.head.clone(),
     };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     match show(&args.file, &options, &mut out) {

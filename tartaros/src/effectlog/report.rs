@@ -142,8 +142,9 @@ fn group_of(kind: &str) -> &'static str {
 }
 
 /// Writes the report of the log at `log` to `out_path` (created or
-/// replaced) and returns the log's verify code.
-pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
+/// replaced) and returns the log's verify code (against `head`, the head
+/// the run printed, when given).
+pub fn report(log: &Path, out_path: &Path, head: Option<&str>) -> Result<u8, ReportError> {
     if same_file(log, out_path) {
         return Err(ReportError::SameFile {
             path: out_path.to_path_buf(),
@@ -154,7 +155,7 @@ pub fn report(log: &Path, out_path: &Path) -> Result<u8, ReportError> {
             path: out_path.to_path_buf(),
         });
     }
-    let file = LogFile::open(log)?;
+    let file = LogFile::open(log)?.expecting(head);
     let (mut summary, verified) = summarize_log(&file)?;
     let read_err = |source| file.read_err(source);
     let mut lines = Lines::new(file.pass()?);

@@ -39,6 +39,8 @@ pub struct ShowOptions {
     /// records (and their ancestors), each with those records under it.
     /// `filter.pid` selects the subtree rooted at that process.
     pub tree: bool,
+    /// The head the run printed: a log with another seal is tampered.
+    pub head: Option<String>,
 }
 
 /// Records held back to put them in time order: proxy and broker records
@@ -48,7 +50,7 @@ const REORDER_WINDOW: usize = 1024;
 /// Prints the log at `path` to `out` as `opts` says and returns the log's
 /// [`Verdict`] (the exit code of `show` is its `code`).
 pub fn show(path: &Path, opts: &ShowOptions, out: &mut dyn Write) -> Result<Verdict, LogError> {
-    let log = LogFile::open(path)?;
+    let log = LogFile::open(path)?.expecting(opts.head.as_deref());
     let (verdict, verified) = log.verify()?;
     if verdict.code != VERDICT_OK {
         warn(&verdict, opts, out)?;

@@ -17,12 +17,14 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::LogError;
-use super::verify::{VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, verify_reader};
+use super::verify::{VERDICT_TAMPERED, VERDICT_UNSEALED, Verdict, against_head, check};
 
 /// A log opened once; each [`LogFile::pass`] reads it from the start.
 pub(crate) struct LogFile {
     file: File,
     path: PathBuf,
+    /// The head the caller expects the seal to hash to (`--head`).
+    head: Option<String>,
 }
 
 /// A reader over one pass that hashes every byte it hands out.
@@ -82,7 +84,18 @@ impl LogFile {
         Ok(Self {
             file,
             path: path.to_path_buf(),
+            head: None,
         })
+    }
+
+    /// The same log, whose verify pass also compares the seal with `head`
+    /// (the head the run printed): a log replaced after its seal by another
+    /// valid one is tampered to the readers too, not only to `verify`.
+    pub(crate) fn expecting(self, head: Option<&str>) -> Self {
+        Self {
+            head: head.map(str::to_owned),
+            ..self
+        }
     }
 
     pub(crate) fn read_err(&self, source: std::io::Error) -> LogError {
@@ -119,7 +132,11 @@ impl LogFile {
     /// Verifies the log in a pass of its own.
     pub(crate) fn verify(&self) -> Result<(Verdict, PassDigest), LogError> {
         let mut pass = self.pass()?;
-        let verdict = verify_reader(&mut pass);
+        let (verdict, sealed) = check(&mut pass);
+        let verdict = match &self.head {
+            Some(want) => against_head(verdict, sealed, want),
+            None => verdict,
+        };
         Ok((verdict, self.finish(pass)?))
     }
 }
@@ -180,6 +197,26 @@ mod tests {
         let v = settle(verdict, verified, log.finish(pass).unwrap());
         assert_eq!(v.code, VERDICT_TAMPERED, "{v:?}");
         assert!(v.message.contains("changed while it was read"), "{v:?}");
+    }
+
+    #[test]
+    fn a_reader_given_the_head_calls_another_seal_tampered() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("effects.jsonl");
+        drop(write_sample(&path));
+        let (_, sealed) = check(std::io::BufReader::new(File::open(&path).unwrap()));
+        let head = hex::encode(sealed.unwrap());
+        let verdict = |want: &str| {
+            let log = LogFile::open(&path).unwrap().expecting(Some(want));
+            log.verify().unwrap().0
+        };
+        assert_eq!(verdict(&head).code, VERDICT_OK);
+        assert_eq!(verdict(&head.to_uppercase()).code, VERDICT_OK);
+        let other = verdict(&"0".repeat(64));
+        assert_eq!(other.code, VERDICT_TAMPERED, "{other:?}");
+        assert!(other.message.contains("not the expected"), "{other:?}");
+        let no_head = LogFile::open(&path).unwrap().verify().unwrap().0;
+        assert_eq!(no_head.code, VERDICT_OK);
     }
 
     #[test]

@@ -152,8 +152,9 @@ pub struct Processes {
 }
 
 /// Reads and summarizes the log at `path`.
-pub fn summarize(path: &Path) -> Result<Summary, LogError> {
-    Ok(summarize_log(&LogFile::open(path)?)?.0)
+/// `head`: the head the run printed; a log with another seal is tampered.
+pub fn summarize(path: &Path, head: Option<&str>) -> Result<Summary, LogError> {
+    Ok(summarize_log(&LogFile::open(path)?.expecting(head))?.0)
 }
 
 /// Summarizes `log` from the bytes its verify pass read (the verdict says

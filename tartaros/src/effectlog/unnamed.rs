@@ -95,6 +95,23 @@ pub(super) fn classify(m: &Map<String, Value>) -> Option<Unnamed> {
             "`path` removed, and the links that may keep its file were forgotten".into(),
         ));
     }
+    if allowed && flag("path_unresolved") && t.contains_key("kernel_path_incomplete") {
+        // The kernel's walk of the file was cut (a tree deeper than it)
+        // and neither the process's descriptor nor the agent's string led
+        // to the file afterwards: the agent's string may name a decoy
+        // (round 25b: a cwd string cut at 255 bytes, a tree of 150 levels).
+        return Some(Unnamed::Lost(
+            "`path`: the kernel named only the end of the path, and no lookup confirmed the rest"
+                .into(),
+        ));
+    }
+    if allowed && flag("binary_unresolved") {
+        return Some(Unnamed::Lost(
+            "`binary`: the kernel named only the end of the program's path, and the caller's \
+             string did not lead to it"
+                .into(),
+        ));
+    }
     if flag("not_found") {
         return Some(Unnamed::Lost(
             "`path` held no file when the record was written, and no removal of it was seen".into(),
@@ -326,5 +343,29 @@ mod tests {
             );
         }
         assert!(matches!(open("unlink", 6), Some(Unnamed::Lost(_))));
+    }
+
+    #[test]
+    fn an_allowed_change_named_only_by_a_cut_walk_and_the_agent_is_lost() {
+        use serde_json::json;
+        let allowed = |kind: &str, target: serde_json::Value| {
+            let m = json!({"target": target, "kind": kind, "decision": "allowed"});
+            classify(m.as_object().unwrap())
+        };
+        let cut = json!({"path": "/w/p/f", "path_source": "agent", "path_unresolved": true,
+            "kernel_path_incomplete": "too deep", "kernel_tail": "p/p/f", "resolved_from": "cwd"});
+        assert_eq!(lost(allowed("open", cut)).as_deref(), Some("path"));
+        let no_path =
+            json!({"fd": 3, "path_unresolved": true, "kernel_path_incomplete": "too deep"});
+        assert_eq!(lost(allowed("setflags", no_path)).as_deref(), Some("path"));
+        let checked = json!({"path": "/w/p/f", "path_source": "proc", "resolved_from": "check",
+            "kernel_path_incomplete": "too deep", "kernel_tail": "p/f"});
+        assert_eq!(allowed("open", checked), None);
+        let exec = json!({"path": "/w/p/prog", "binary_incomplete": "too deep",
+            "binary_tail": "p/prog", "binary_unresolved": true});
+        assert_eq!(lost(allowed("exec", exec)).as_deref(), Some("binary"));
+        let memfd = json!({"path": "/proc/self/fd/3", "binary_incomplete": "disconnected dentry",
+            "binary_tail": "memfd:x", "binary_deleted": true});
+        assert_eq!(allowed("exec", memfd), None);
     }
 }

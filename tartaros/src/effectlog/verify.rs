@@ -72,6 +72,12 @@ pub fn verify_file_with_head(path: &Path, head: Option<&str>) -> Verdict {
         Ok(f) => check(BufReader::new(f)),
         Err(_) => return verify_file(path),
     };
+    against_head(verdict, sealed, want)
+}
+
+/// `verdict` for a log whose seal line hashes to `sealed`, when the reader
+/// expects the head `want`: any other seal (or none) is tampered.
+pub(crate) fn against_head(verdict: Verdict, sealed: Option<[u8; 32]>, want: &str) -> Verdict {
     if verdict.code != VERDICT_OK && verdict.code != VERDICT_INCOMPLETE {
         return verdict;
     }
@@ -115,7 +121,7 @@ pub fn verify_reader<R: BufRead>(reader: R) -> Verdict {
 
 /// The verdict, and the hash of the seal line when the log is sealed and
 /// its chain intact.
-fn check<R: BufRead>(mut reader: R) -> (Verdict, Option<[u8; 32]>) {
+pub(crate) fn check<R: BufRead>(mut reader: R) -> (Verdict, Option<[u8; 32]>) {
     let mut state = Chain::default();
     let mut buf = Vec::new();
     let mut lineno: u64 = 0;

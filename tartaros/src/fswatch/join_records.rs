@@ -90,6 +90,12 @@ impl Join {
             t.insert("size", size);
         }
         match place {
+            Place::Gone if !w.replaced && self.still_linked(w) => {
+                // The name is gone but the file is not: another link,
+                // which may be outside every root (a hard link the host
+                // made), keeps what was written (round 25b).
+                t.insert("still_linked", true);
+            }
             Place::Gone => {
                 t.insert("deleted", true);
                 if w.replaced {
@@ -108,6 +114,14 @@ impl Join {
             t.insert("pid_unverified", true);
         }
         self.kernel_record("write", w.task, w.first_ns, t)
+    }
+
+    /// Whether the file of writes `w` still has a link (its handle opens
+    /// on a file with `st_nlink > 0`).
+    fn still_linked(&self, w: &Writes) -> bool {
+        w.fid
+            .as_ref()
+            .is_some_and(|fid| self.probe.linked_inode(fid).is_some())
     }
 
     fn kernel_record(

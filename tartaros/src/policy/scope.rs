@@ -157,6 +157,27 @@ pub fn check(policy: &Policy) -> Result<(), PolicyError> {
                 source.display()
             )));
         }
+        // Inside a writable root the root's grant reaches the bind's
+        // files through the mount (Landlock walks up across it), and a
+        // deny in a writable root is held by its mount alone, which the
+        // host's replacing the denied file takes away (round 25a).
+        if let Some(deny) = policy
+            .read_denies
+            .iter()
+            .find(|d| d.starts_with(&bind.source))
+            && let Some(root) = policy
+                .writable_roots
+                .iter()
+                .find(|w| bind.target.starts_with(w))
+        {
+            return Err(invalid(format!(
+                "--bind {} {}: the source holds the read-denied {} and the target lies in the writable root {}; bind onto a place outside the writable roots, or bind a directory that does not hold the deny",
+                bind.source.display(),
+                bind.target.display(),
+                deny.display(),
+                root.display()
+            )));
+        }
         // A target inside a read-denied directory is hidden by the deny
         // before the bind lands: the start would fail on a missing path.
         if let Some(deny) = policy
@@ -262,5 +283,29 @@ mod tests {
             ..inside
         };
         assert!(check(&beside).is_ok());
+    }
+
+    #[test]
+    fn a_bind_holding_a_deny_may_not_land_in_a_writable_root() {
+        let work = tempfile::tempdir().unwrap();
+        let (src, root) = (work.path().join("src"), work.path().join("w"));
+        std::fs::create_dir_all(src.join("s")).unwrap();
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        let policy = Policy {
+            binds: vec![Bind {
+                source: src.clone(),
+                target: root.join("sub"),
+            }],
+            read_denies: vec![src.join("s/key")],
+            writable_roots: vec![root.clone()],
+            ..Default::default()
+        };
+        let refusal = check(&policy).unwrap_err().to_string();
+        assert!(refusal.contains("writable root"), "{refusal}");
+        let elsewhere = Policy {
+            read_denies: vec![work.path().join("other")],
+            ..policy.clone()
+        };
+        assert!(check(&elsewhere).is_ok());
     }
 }

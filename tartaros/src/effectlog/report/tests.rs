@@ -41,7 +41,7 @@ fn the_page_is_self_contained_and_escapes_every_log_string() {
     .unwrap();
     drop(w);
     let html_path = dir.path().join("r.html");
-    assert_eq!(report(&log, &html_path).unwrap(), 0);
+    assert_eq!(report(&log, &html_path, None).unwrap(), 0);
     let html = std::fs::read_to_string(&html_path).unwrap();
     assert!(!html.contains("<script>alert"), "unescaped log text");
     // Quoted, as every value holding a quote: its own `"` as `\"`.
@@ -70,7 +70,7 @@ fn the_report_never_overwrites_the_log() {
     std::os::unix::fs::symlink(&log, &link).unwrap();
     for out in [&log, &link] {
         assert!(matches!(
-            report(&log, out),
+            report(&log, out, None),
             Err(ReportError::SameFile { .. })
         ));
     }
@@ -132,7 +132,7 @@ fn an_allowed_connection_after_the_cut_is_on_the_timeline() {
     .unwrap();
     drop(w);
     let html_path = dir.path().join("r.html");
-    report(&log, &html_path).unwrap();
+    report(&log, &html_path, None).unwrap();
     let html = std::fs::read_to_string(&html_path).unwrap();
     assert!(html.contains("id=\"cut\""), "the report was not cut");
     assert!(

@@ -537,11 +537,11 @@ fn no_reader_panics_on_records_of_the_wrong_shape() {
         let verdict = show(&hostile, &opts, &mut out).unwrap();
         assert_eq!(verdict.code, 1);
     }
-    let s = crate::effectlog::summarize(&hostile).unwrap();
+    let s = crate::effectlog::summarize(&hostile, None).unwrap();
     let _ = crate::effectlog::summary_text(&s);
     let _ = crate::effectlog::summary_json(&s);
     assert_eq!(
-        crate::effectlog::report(&hostile, &dir.path().join("r.html")).unwrap(),
+        crate::effectlog::report(&hostile, &dir.path().join("r.html"), None).unwrap(),
         1
     );
 }

@@ -110,6 +110,13 @@ impl Files {
             "write" if flag(t, "deleted") && !flag(t, "replaced") => {
                 ("write".to_string(), false, true)
             }
+            // Written, then its name here removed, while another link
+            // (perhaps outside every root) keeps the file.
+            "write" if flag(t, "still_linked") => (
+                "write (the file lives on under another name)".to_string(),
+                false,
+                false,
+            ),
             "write" | "truncate" | "chown" | "xattr" | "utime" | "setflags" | "attrib" => {
                 (kind.to_string(), false, false)
             }

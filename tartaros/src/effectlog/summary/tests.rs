@@ -212,7 +212,7 @@ fn summary(with_files: bool) -> Summary {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.jsonl");
     write(&path, with_files);
-    summarize(&path).unwrap()
+    summarize(&path, None).unwrap()
 }
 
 fn file<'a>(s: &'a Summary, path: &str) -> &'a FileChange {
@@ -413,7 +413,7 @@ fn a_reused_pid_or_an_exec_starts_a_new_refusal_entry() {
         cgroup_empty: true,
     })
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     let mut by: Vec<(Option<u64>, Option<&str>, u64)> = s
         .refusals
         .iter()
@@ -464,7 +464,7 @@ fn a_git_hook_written_after_the_file_table_is_full_is_still_listed() {
         Some(files),
     )
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     let text = summary_text(&s);
     for p in [hook, config] {
         assert!(
@@ -505,7 +505,7 @@ fn a_write_with_forgotten_links_does_not_bring_a_name_back() {
         cgroup_empty: true,
     })
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     assert_eq!(s.verify_code, 3, "{}", s.verify);
     assert_eq!(file(&s, x).change, "deleted", "{:#?}", s.files);
 }
@@ -530,7 +530,7 @@ fn an_unproven_claim_is_listed_as_claimed() {
         cgroup_empty: true,
     })
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     assert_eq!(
         file(&s, l).actions,
         ["claimed chmod 0777"],
@@ -576,7 +576,7 @@ fn a_denied_read_after_the_refusal_table_is_full_is_listed_first() {
         cgroup_empty: true,
     })
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     assert_eq!(s.refusals_more, 1);
     assert!(
         s.refusals[0].target.contains("/home/u/.ssh/id"),

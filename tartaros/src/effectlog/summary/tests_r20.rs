@@ -28,7 +28,7 @@ fn summary_of(records: Vec<Record>) -> Summary {
         cgroup_empty: true,
     })
     .unwrap();
-    summarize(&path).unwrap()
+    summarize(&path, None).unwrap()
 }
 
 fn rec(kind: &'static str, t: Value, denied: Option<u64>) -> Record {
@@ -210,7 +210,7 @@ fn the_private_tmpfs_mounts_are_named_as_discarded() {
         cgroup_empty: true,
     })
     .unwrap();
-    let s = summarize(&path).unwrap();
+    let s = summarize(&path, None).unwrap();
     assert_eq!(s.run.discarded, ["/tmp", "/scratch"]);
     let text = summary_text(&s);
     assert!(
