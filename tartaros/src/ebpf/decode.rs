@@ -400,7 +400,7 @@ impl Decoder {
         if flags & flag::PATH_READ_AFTER != 0 && path.is_some() {
             t.insert("path_read_after", true);
         }
-        cwd::doubt_split_call(&mut t, flags);
+        self.doubt_split_call(&mut t, h.tgid, flags);
         // A `SYS_FILE` record names its file from the kernel (`decode_file.rs`).
         let fd_target = path.is_none()
             && addr.is_none()

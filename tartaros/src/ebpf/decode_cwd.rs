@@ -209,18 +209,23 @@ fn reaching(shown: &str, ino: u64, dev: u64) -> Option<String> {
     (m.ino() == ino && m.dev() == user).then(|| crate::effectlog::names::display_path(&canonical))
 }
 
-/// A relative name of a call whose caller's `fs_struct` some thread of its
-/// process does not share (`FS_SPLIT` at `sys_enter`): whichever cwd the
-/// model holds, it may not be this thread's.
-pub(super) fn doubt_split_call(t: &mut Target, flags: u32) {
-    if flags & flag::FS_SPLIT == 0 {
-        return;
-    }
-    let by_cwd = t
-        .keys()
-        .any(|k| k.ends_with("resolved_from") && t.get(k).and_then(|v| v.as_str()) == Some("cwd"));
-    if by_cwd {
-        t.insert("cwd_unverified", true);
+impl Decoder {
+    /// A call whose caller's `fs_struct` some thread of its process does
+    /// not share (`FS_SPLIT` at `sys_enter`): whichever cwd the model
+    /// holds, it may not be this thread's, and the process stays split
+    /// until a `chdir` proves otherwise (a thread whose `unshare` raced a
+    /// `chdir` may `exec` and leave the process in its cwd).
+    pub(super) fn doubt_split_call(&mut self, t: &mut Target, tgid: u32, flags: u32) {
+        if flags & flag::FS_SPLIT == 0 {
+            return;
+        }
+        self.fs_split.insert(tgid);
+        let by_cwd = t.keys().any(|k| {
+            k.ends_with("resolved_from") && t.get(k).and_then(|v| v.as_str()) == Some("cwd")
+        });
+        if by_cwd {
+            t.insert("cwd_unverified", true);
+        }
     }
 }
 

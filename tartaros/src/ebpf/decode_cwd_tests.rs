@@ -109,6 +109,9 @@ fn a_relative_name_of_a_split_caller_is_unverified() {
     // No chdir since the split (a thread whose `unshare` raced the chdir):
     // the call's own facts.
     doubted(&refused(&mut d, P, "secret", SPLIT));
+    // And after it: the split thread may have `exec`d in its own cwd.
+    doubted(&refused(&mut d, P, "secret", ONE));
+    chdir(&mut d, P, "/w/x", ONE);
     vouched(&refused(&mut d, P, "secret", ONE), "/w/x/secret");
     // An absolute name needs no cwd.
     let t = refused(&mut d, P, "/w/x/secret", SPLIT);
