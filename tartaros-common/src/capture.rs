@@ -172,7 +172,9 @@ pub mod flag {
     /// for every thread (adversarial round 25b). An exiting thread leaves
     /// its `fs_struct` before its process stops counting it, so this can
     /// also be set for a moment in a process that never split: it only
-    /// makes a record the agent's claim.
+    /// makes a record the agent's claim. On a fork record: the forking
+    /// thread's `fs_struct`, less the `CLONE_FS` child, against its
+    /// process (the child may start in a cwd the model never saw).
     pub const FS_SPLIT: u32 = 1 << 18;
     /// A path-named call whose caller's `fs_struct` has exactly as many
     /// users as its process has threads: with [`FS_THREADS`] clear, no
