@@ -164,6 +164,25 @@ pub mod flag {
     /// not fault in was logged as `""`). Proven against the file as any
     /// name is.
     pub const NAME_READ_AFTER: u32 = 1 << 17;
+    /// A path-named call (`sys_enter`) whose caller's `fs_struct` has
+    /// fewer users than its process has threads (`fs->users <
+    /// signal->nr_threads`, or unread): some thread of the process has a
+    /// cwd of its own (`unshare(CLONE_FS)`, or a thread cloned without
+    /// `CLONE_FS`), and the cwd model, one per process, cannot be right
+    /// for every thread (adversarial round 25b). An exiting thread leaves
+    /// its `fs_struct` before its process stops counting it, so this can
+    /// also be set for a moment in a process that never split: it only
+    /// makes a record the agent's claim. On a fork record: the forking
+    /// thread's `fs_struct`, less the `CLONE_FS` child, against its
+    /// process (the child may start in a cwd the model never saw).
+    pub const FS_SPLIT: u32 = 1 << 18;
+    /// A path-named call whose caller's `fs_struct` has exactly as many
+    /// users as its process has threads: with [`FS_THREADS`] clear, no
+    /// other process shares it (a `chdir` moves the caller alone, even
+    /// if it was cloned with `CLONE_FS` and has called `unshare` since).
+    pub const FS_ALONE: u32 = 1 << 19;
+    /// A path-named call whose caller's process has more than one thread.
+    pub const FS_THREADS: u32 = 1 << 20;
 }
 
 /// `AT_EMPTY_PATH` (include/uapi/linux/fcntl.h).

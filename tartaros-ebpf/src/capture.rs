@@ -127,6 +127,11 @@ fn try_sched_process_fork(ctx: &BtfTracePointContext) -> Option<()> {
         }
         (*ev).child = tgid;
         (*ev)._pad = 0;
+        // A forking thread with a cwd of its own (round 25b) gives the
+        // child a cwd the per-process model may not hold. Last: a value
+        // the verifier tracks apart (0 or the bit) doubles what it walks
+        // after it.
+        (*ev).header.flags |= crate::fdpath::fs_facts(i32::from(shares_fs)) & flag::FS_SPLIT;
     }
     entry.submit(wake_flags(&ring, cfg, size_of::<ForkEvent>()));
     Some(())

@@ -21,7 +21,7 @@ use core::ffi::c_void;
 use aya_ebpf::{helpers::generated, macros::map, maps::Array};
 use tartaros_common::capture::{
     FILE_NAME_MAX, FILE_NAMES_BYTES, FILE_WALK_STEPS, FMODE_CREATED, FMODE_WRITE, FileLayout,
-    KernelFile, file_status,
+    KernelFile, file_status, flag,
 };
 
 use crate::maps::read_kernel;
@@ -93,6 +93,44 @@ pub fn memory_shared() -> bool {
         Some(mm) if mm != 0 => read_kernel::<u32>(mm + l.mm_users as u64).is_none_or(|n| n > 1),
         _ => true,
     }
+}
+
+/// The caller's `fs_struct` against its thread group, as the bits
+/// [`flag::FS_SPLIT`], [`flag::FS_ALONE`] and [`flag::FS_THREADS`]: what
+/// the cwd model, one per process, needs to know at a `chdir` (does it
+/// move every thread, and no other process?) and at any relative name
+/// (does every thread see this cwd?). Read at `sys_enter`: a thread that
+/// unshares its `fs_struct` while the call runs keeps the cwd it copied,
+/// and its own later calls carry `FS_SPLIT` while both threads live. No
+/// offsets: no bits, and the model moves as it did before round 25b.
+/// Unread counts as split (the record becomes the agent's claim). `extra`
+/// users are not counted (a `CLONE_FS` child at `sched_process_fork`).
+#[inline(always)]
+pub fn fs_facts(extra: i32) -> u32 {
+    let Some(l) = layout() else {
+        return 0;
+    };
+    // SAFETY: helper without arguments; used as an address only.
+    let task = unsafe { generated::bpf_get_current_task() };
+    // Straight reads, as in `cwd_inode`: a null pointer's read fails
+    // cleanly, and each early exit doubled what the verifier walks in
+    // `sched_process_fork`.
+    let word = |base: u64, off: u32| read_kernel::<u64>(base + off as u64).unwrap_or(0);
+    let users = read_kernel::<i32>(word(task, l.task_fs) + l.fs_users as u64).unwrap_or(0) - extra;
+    let threads = read_kernel::<i32>(word(task, l.task_signal) + l.signal_nr_threads as u64)
+        .unwrap_or(i32::MAX);
+    // An exiting thread drops `fs->users` (`exit_fs`) before
+    // `nr_threads` (`__exit_signal`): it can make an unsplit process look
+    // split for a moment, which only marks records unverified.
+    // Sign bits rather than comparisons: each branch here was one more
+    // walk of the rest of `sys_enter` for the verifier.
+    let d = users.wrapping_sub(threads);
+    let split = (d as u32) >> 31;
+    let alone = (((d | d.wrapping_neg()) as u32) >> 31) ^ 1;
+    let many = (1i32.wrapping_sub(threads) as u32) >> 31;
+    (split << flag::FS_SPLIT.trailing_zeros())
+        | (alone << flag::FS_ALONE.trailing_zeros())
+        | (many << flag::FS_THREADS.trailing_zeros())
 }
 
 /// The `struct file *` at `fd` in the table `files` (0: none).

@@ -298,6 +298,12 @@ fn try_sys_enter(ctx: &BtfTracePointContext) -> Option<()> {
         }
         match c.record {
             record::SYS_PATH | record::SYS_PATH2 => {
+                // Every path-named call, `chdir` among them: the cwd model
+                // (`decode_cwd.rs`) moves by these at a `chdir`, and
+                // doubts any relative name of a split process. First in
+                // the arm: after `read_path`'s outcomes the verifier
+                // walked it once per outcome.
+                (*slot).call.flags |= crate::fdpath::fs_facts(0);
                 let (n, f) = read_path(
                     &raw mut (*slot).path,
                     c.ptr,

@@ -40,7 +40,7 @@ pub mod file_status {
 
 /// Offsets of the kernel structures the walk reads, from the kernel BTF
 /// (`tartaros/src/ebpf/kbtf_file.rs`). `valid == 0` (a fresh map) makes the
-/// program read nothing. 88 bytes, no padding.
+/// program read nothing. 136 bytes, no padding.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
@@ -107,8 +107,13 @@ pub struct FileLayout {
     /// can change while the call copies them (libraries' read-only data:
     /// `cp -a`'s ACL names are in libacl's).
     pub inode_writecount: u32,
-    /// Zero.
-    pub _pad: u32,
+    /// `fs_struct.users`, `task_struct.signal`, `signal_struct.nr_threads`:
+    /// a path-named call's caller whose `fs_struct` fewer tasks use than
+    /// its process has threads has a thread with a cwd of its own
+    /// ([`super::flag::FS_SPLIT`], adversarial round 25b).
+    pub fs_users: u32,
+    pub task_signal: u32,
+    pub signal_nr_threads: u32,
 }
 
 /// `VM_SHARED | VM_MAYSHARE` of `vm_area_struct.vm_flags`
@@ -167,7 +172,7 @@ pub struct SysFileEvent {
     pub path: [u8; PATH_BYTES],
 }
 
-const _: () = assert!(core::mem::size_of::<FileLayout>() == 128);
+const _: () = assert!(core::mem::size_of::<FileLayout>() == 136);
 const _: () = assert!(core::mem::size_of::<KernelFile>() == 1056);
 const _: () = assert!(core::mem::size_of::<SysFileEvent>() == 1408);
 const _: () = assert!(core::mem::align_of::<SysFileEvent>() == 8);

@@ -95,8 +95,10 @@ pub(super) struct Decoder {
     /// (`decode_cwd.rs`).
     cwd_unsure: HashSet<u32>,
     /// Processes sharing one `fs_struct` (`CLONE_FS`): tgid to the tgid
-    /// of the first of them.
+    /// of one of them.
     fs_peers: HashMap<u32, u32>,
+    /// Processes a thread of which may have a cwd of its own (round 25b).
+    fs_split: HashSet<u32>,
     /// `NSpid` of sandbox processes (host pid first), for signal targets.
     nspids: HashMap<u32, Option<Vec<i64>>>,
     proc_root: String,
@@ -134,6 +136,7 @@ impl Decoder {
             cwds: HashMap::new(),
             cwd_unsure: HashSet::new(),
             fs_peers: HashMap::new(),
+            fs_split: HashSet::new(),
             nspids: HashMap::new(),
             proc_root: "/proc".into(),
             last: (0, 0),
@@ -260,8 +263,7 @@ impl Decoder {
     fn fork(&mut self, e: &ForkEvent) -> Option<Record> {
         self.known.insert(e.child);
         self.ppids.insert(e.child, e.header.tgid);
-        let shared = e.header.flags & flag::FS_SHARED != 0;
-        self.inherit_cwd(e.header.tgid, e.child, shared);
+        self.inherit_cwd(e.header.tgid, e.child, e.header.flags);
         let mut t = Target::new();
         t.insert("child", e.child);
         Some(self.effect("fork", &e.header, 0, t))
@@ -284,9 +286,7 @@ impl Decoder {
         self.known.remove(&tgid);
         self.ppids.remove(&tgid);
         self.nspids.remove(&tgid);
-        self.cwds.remove(&tgid);
-        self.cwd_unsure.remove(&tgid);
-        self.fs_peers.remove(&tgid);
+        self.forget_cwd(tgid);
         Some(effect)
     }
 
@@ -400,6 +400,7 @@ impl Decoder {
         if flags & flag::PATH_READ_AFTER != 0 && path.is_some() {
             t.insert("path_read_after", true);
         }
+        self.doubt_split_call(&mut t, h.tgid, flags);
         // A `SYS_FILE` record names its file from the kernel (`decode_file.rs`).
         let fd_target = path.is_none()
             && addr.is_none()
@@ -492,7 +493,7 @@ impl Decoder {
             t.insert(key, path);
             return;
         }
-        if dirfd == AT_FDCWD && self.cwd_unsure.contains(&tgid) {
+        if dirfd == AT_FDCWD && self.cwd_doubted(tgid) {
             t.insert("cwd_unverified", true);
         }
         let (base, from) = if dirfd == AT_FDCWD {

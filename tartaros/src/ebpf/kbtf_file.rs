@@ -13,7 +13,7 @@ use super::{Btf, KIND_STRUCT};
 /// The map value the program reads, as cached with the rest of the
 /// layout.
 pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
-    const STRUCTS: [&str; 13] = [
+    const STRUCTS: [&str; 14] = [
         "task_struct",
         "mm_struct",
         "files_struct",
@@ -27,6 +27,7 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         "vfsmount",
         "linux_binprm",
         "vm_area_struct",
+        "signal_struct",
     ];
     let wanted: Vec<(&str, u32)> = STRUCTS.iter().map(|s| (*s, KIND_STRUCT)).collect();
     let ids = btf.find(&wanted);
@@ -78,7 +79,9 @@ pub(super) fn offsets(btf: &Btf<'_>) -> Result<FileLayout, String> {
         vma_flags: small("vm_area_struct", "vm_flags")?,
         vma_file: small("vm_area_struct", "vm_file")?,
         inode_writecount: small("inode", "i_writecount")?,
-        _pad: 0,
+        fs_users: off("fs_struct", "users")?,
+        task_signal: off("task_struct", "signal")?,
+        signal_nr_threads: off("signal_struct", "nr_threads")?,
     })
 }
 

@@ -40,7 +40,7 @@ fn layout_cache_path() -> Option<PathBuf> {
         id.as_bytes(),
     ));
     Some(PathBuf::from(format!(
-        "/run/tartaros/kernel-layout-v13-{}.json",
+        "/run/tartaros/kernel-layout-v14-{}.json",
         &hex::encode(digest)[..16]
     )))
 }
