@@ -3,7 +3,9 @@
 //! path showed the source's file under the denied name, and the run said
 //! nothing. `--tmpfs` over a deny was already refused; a bind now is too,
 //! with the source's path to deny instead, and denying that path holds in
-//! the bind.
+//! the bind, outside the writable roots. Inside one it is refused (round
+//! 25a): the root's grant reaches the bind through its mount, and once the
+//! host replaced the denied file the agent read the new one there.
 
 mod common;
 
@@ -62,31 +64,39 @@ fn a_read_deny_of_the_bind_source_holds_in_the_bind() {
     if !can_run("escape_bind_over_deny") {
         return;
     }
-    let (work, src) = (Dir::new(), source_with_secret());
+    let (work, src, outside) = (Dir::new(), source_with_secret(), Dir::new());
     std::fs::create_dir(work.join("b")).unwrap();
     let w = work.path().to_str().unwrap();
-    let target = work.join("b");
-    let out = tartaros(
-        &[
-            "run",
-            "-q",
-            "--write",
-            w,
-            "--read-deny",
-            src.join("secret").to_str().unwrap(),
-            "--bind",
-            src.path().to_str().unwrap(),
-            target.to_str().unwrap(),
-            "--",
-            "cat",
-            work.join("b/secret").to_str().unwrap(),
-        ],
-        work.path(),
-    );
+    let deny = src.join("secret");
+    let run = |target: &std::path::Path| {
+        let seen = target.join("secret");
+        tartaros(
+            &[
+                "run",
+                "-q",
+                "--write",
+                w,
+                "--read-deny",
+                deny.to_str().unwrap(),
+                "--bind",
+                src.path().to_str().unwrap(),
+                target.to_str().unwrap(),
+                "--",
+                "cat",
+                seen.to_str().unwrap(),
+            ],
+            work.path(),
+        )
+    };
+    let out = run(outside.path());
     assert!(!stdout(&out).contains("SECRET"), "{}", stdout(&out));
     assert!(
         stderr(&out).contains("Permission denied"),
         "{}",
         stderr(&out)
     );
+    // Inside the writable root: refused before the start.
+    let out = run(&work.join("b"));
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("writable root"), "{}", stderr(&out));
 }
