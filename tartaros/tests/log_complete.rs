@@ -13,11 +13,6 @@ use common::lease::HostLease;
 use common::*;
 use serde_json::Value;
 
-fn verify(log: &Path) -> (i32, String) {
-    let out = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
-    (out.status.code().unwrap_or(-1), stdout(&out))
-}
-
 fn t<'a>(r: &'a Value, key: &str) -> &'a Value {
     &r["target"][key]
 }
@@ -184,7 +179,7 @@ fn effects_the_capture_used_to_miss_are_records_with_path_and_verdict() {
     expect(&out, "fchmod_setgid", "EPERM");
     expect(&out, "core_limit", "(1, 1)");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(verify(&log).0, 0, "{}", verify(&log).1);
+    assert_eq!(verify_log(&log).0, 0, "{}", verify_log(&log).1);
     // The tree from the host side: what the records claim happened did.
     assert!(work.join("fifo").exists() && work.join("sock").exists());
     // The crash left no core file the log would not know of.
@@ -402,7 +397,7 @@ print('made', made)",
             .any(|l| l.starts_with("tartaros: the effect log is incomplete")),
         "{err}"
     );
-    let (code, message) = verify(&log);
+    let (code, message) = verify_log(&log);
     assert_eq!(code, 3, "{message}");
     assert!(message.contains("filesystem filled up"), "{message}");
     let records = records(&log);
@@ -481,7 +476,7 @@ fn an_ordinary_users_log_without_capture_verifies_incomplete() {
     eprintln!("{}\n{}", stdout(&out), stderr(&out));
     assert!(work.join("made").exists(), "the agent ran");
     assert_eq!(out.status.code(), Some(tartaros::exit::LOG_INCOMPLETE));
-    let (code, message) = verify(&log);
+    let (code, message) = verify_log(&log);
     assert_eq!(code, 3, "{message}");
     assert!(message.contains("ebpf-capture"), "{message}");
 }

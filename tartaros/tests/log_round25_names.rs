@@ -78,11 +78,6 @@ fn opens_for_writing(log: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn verify(log: &Path, cwd: &Path) -> (i32, String) {
-    let out = tartaros(&["log", "verify", log.to_str().unwrap()], cwd);
-    (out.status.code().unwrap_or(-1), stdout(&out))
-}
-
 #[test]
 fn a_cut_cwd_string_does_not_name_a_decoy() {
     if !can_run("log_round25_names") {
@@ -111,7 +106,7 @@ fn a_cut_cwd_string_does_not_name_a_decoy() {
             assert_eq!(t["path_unresolved"], true, "{r}");
         }
     }
-    let (code, said) = verify(&log, logs.path());
+    let (code, said) = verify_log(&log);
     assert_eq!(code, 3, "a change named only by a claim verified: {said}");
     assert!(said.contains("no lookup confirmed"), "{said}");
 }
@@ -140,7 +135,7 @@ fn a_deep_file_whose_claim_leads_to_it_is_named() {
     assert_eq!(t["kernel_path_incomplete"], "too deep", "{named}");
     assert_eq!(t["path_source"], "proc", "{named}");
     assert_eq!(t["resolved_from"], "check", "{named}");
-    let (code, said) = verify(&log, logs.path());
+    let (code, said) = verify_log(&log);
     assert_eq!(code, 0, "{said}");
 }
 

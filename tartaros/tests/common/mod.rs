@@ -315,6 +315,12 @@ pub fn records(log: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `tartaros log verify` of `log`: its exit code and line.
+pub fn verify_log(log: &Path) -> (i32, String) {
+    let out = tartaros(&["log", "verify", log.to_str().unwrap()], Path::new("/"));
+    (out.status.code().unwrap_or(-1), stdout(&out))
+}
+
 /// A fresh directory owned by `uid`.
 pub fn owned_dir(uid: u32) -> Dir {
     let dir = Dir::new();
