@@ -10,6 +10,10 @@ pub enum CredentialsError {
     UnknownUser(String),
     #[error("failed to look up user {name:?}: {source}")]
     Lookup { name: String, source: nix::Error },
+    #[error(
+        "failed to read the supplementary groups of uid {uid}: {source}; check the group database (/etc/group, NSS)"
+    )]
+    Groups { uid: u32, source: nix::Error },
     #[error("failed to {what}: {source}")]
     Drop {
         what: &'static str,
@@ -116,24 +120,30 @@ pub fn lookup(name: &str) -> Result<Identity, CredentialsError> {
 /// without the group read what its user cannot (adversarial round 25a;
 /// the kernel's setgroups rule for user namespaces is the same lesson).
 /// A service caller's are the kernel's (`SO_PEERGROUPS`); another user's
-/// come from the group database, as a login's do; none is known for a uid
-/// without an entry. In a user namespace the agent keeps the launcher's.
-pub fn supplementary(identity: Identity, in_user_namespace: bool) -> Vec<u32> {
+/// come from the group database, as a login's do (a uid without an entry
+/// has no name to be a member by). A database that cannot be read is an
+/// error, not "no groups": that would drop them again. In a user
+/// namespace the agent keeps the launcher's.
+pub fn supplementary(
+    identity: Identity,
+    in_user_namespace: bool,
+) -> Result<Vec<u32>, CredentialsError> {
     if in_user_namespace {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     if let Some(caller) = crate::caller::caller().filter(|c| c.uid == identity.uid) {
-        return caller.groups.clone();
+        return Ok(caller.groups.clone());
     }
-    let Ok(Some(user)) = User::from_uid(Uid::from_raw(identity.uid)) else {
-        return Vec::new();
+    let failed = |source| CredentialsError::Groups {
+        uid: identity.uid,
+        source,
     };
-    let Ok(name) = std::ffi::CString::new(user.name) else {
-        return Vec::new();
+    let Some(user) = User::from_uid(Uid::from_raw(identity.uid)).map_err(failed)? else {
+        return Ok(Vec::new());
     };
-    nix::unistd::getgrouplist(&name, Gid::from_raw(identity.gid))
-        .map(|groups| groups.into_iter().map(Gid::as_raw).collect())
-        .unwrap_or_default()
+    let name = std::ffi::CString::new(user.name).map_err(|_| failed(nix::Error::EINVAL))?;
+    let groups = nix::unistd::getgrouplist(&name, Gid::from_raw(identity.gid)).map_err(failed)?;
+    Ok(groups.into_iter().map(Gid::as_raw).collect())
 }
 
 /// Becomes `identity` for good (inside a user namespace, where the init is
@@ -318,5 +328,18 @@ mod tests {
         let err = choose(Some("no-such-user-tartaros"), NOBODY, &|_| None).unwrap_err();
         assert!(err.to_string().contains("--user"));
         assert_eq!(choose(Some("root"), NOBODY, &|_| None).unwrap().uid, 0);
+    }
+
+    #[test]
+    fn the_agent_keeps_its_users_groups_and_a_namespace_keeps_the_launchers() {
+        let root = Identity { uid: 0, gid: 0 };
+        assert!(supplementary(root, false).unwrap().contains(&0));
+        assert_eq!(supplementary(root, true).unwrap(), Vec::<u32>::new());
+        // No entry, no name to be a member by.
+        let nameless = Identity {
+            uid: 3_999_999_999,
+            gid: 3_999_999_999,
+        };
+        assert_eq!(supplementary(nameless, false).unwrap(), Vec::<u32>::new());
     }
 }

@@ -167,6 +167,9 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
     if let Some(seccomp) = run.init.seccomp.as_mut() {
         seccomp.host_terminal = !terminals.is_empty();
     }
+    // Before anything is made on the host: a refusal needs no undo.
+    run.init.groups = crate::credentials::supplementary(run.init.identity, run.init.user_namespace)
+        .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     let pty = crate::harness::pty_channel(request.pty)
         .map_err(|e| Refusal::new(exit::START_FAILURE, e))?;
     let id = run_id();
@@ -185,7 +188,6 @@ pub async fn run(mut request: RunRequest) -> Result<i32, Refusal> {
         run.init.limit_cgroups = cgroup.v1_paths().to_vec();
     }
     run.init.caller_attributes = crate::caller::attributes().cloned();
-    run.init.groups = crate::credentials::supplementary(run.init.identity, run.init.user_namespace);
     let init_pid = crate::runlog::InitPid::default();
     let zygote = request.zygote.take();
     let spawned = match crate::launch::spawn(undo.cgroup(), &run, pty, &init_pid, zygote) {

@@ -188,6 +188,24 @@ impl Decoder {
         (split, peers)
     }
 
+    /// A call whose caller's `fs_struct` some thread of its process does
+    /// not share (`FS_SPLIT` at `sys_enter`): whichever cwd the model
+    /// holds, it may not be this thread's, and the process stays split
+    /// until a `chdir` proves otherwise (a thread whose `unshare` raced a
+    /// `chdir` may `exec` and leave the process in its cwd).
+    pub(super) fn doubt_split_call(&mut self, t: &mut Target, tgid: u32, flags: u32) {
+        if flags & flag::FS_SPLIT == 0 {
+            return;
+        }
+        self.fs_split.insert(tgid);
+        let by_cwd = t.keys().any(|k| {
+            k.ends_with("resolved_from") && t.get(k).and_then(|v| v.as_str()) == Some("cwd")
+        });
+        if by_cwd {
+            t.insert("cwd_unverified", true);
+        }
+    }
+
     pub(super) fn fd_path(&self, tgid: u32, fd: i32) -> Option<String> {
         if fd < 0 {
             return None;
@@ -207,26 +225,6 @@ fn reaching(shown: &str, ino: u64, dev: u64) -> Option<String> {
     let canonical = std::fs::canonicalize(crate::effectlog::names::on_disk(shown)).ok()?;
     let m = std::fs::metadata(&canonical).ok()?;
     (m.ino() == ino && m.dev() == user).then(|| crate::effectlog::names::display_path(&canonical))
-}
-
-impl Decoder {
-    /// A call whose caller's `fs_struct` some thread of its process does
-    /// not share (`FS_SPLIT` at `sys_enter`): whichever cwd the model
-    /// holds, it may not be this thread's, and the process stays split
-    /// until a `chdir` proves otherwise (a thread whose `unshare` raced a
-    /// `chdir` may `exec` and leave the process in its cwd).
-    pub(super) fn doubt_split_call(&mut self, t: &mut Target, tgid: u32, flags: u32) {
-        if flags & flag::FS_SPLIT == 0 {
-            return;
-        }
-        self.fs_split.insert(tgid);
-        let by_cwd = t.keys().any(|k| {
-            k.ends_with("resolved_from") && t.get(k).and_then(|v| v.as_str()) == Some("cwd")
-        });
-        if by_cwd {
-            t.insert("cwd_unverified", true);
-        }
-    }
 }
 
 #[cfg(test)]
